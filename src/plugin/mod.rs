@@ -1,0 +1,167 @@
+//! The `istio-cni` CNI plugin: reads the environment and stdin, dispatches the command, prints exactly one
+//! JSON document (result or error) on stdout and returns the exit code. Logs go to stderr only.
+
+pub mod add;
+pub mod cli;
+pub mod explain;
+
+use crate::cni::{self, result, version, Command};
+use crate::error::{Error, Result};
+use crate::logging;
+use std::io::{Read, Write};
+
+/// What one invocation produced: stdout text (may be empty) and the exit code.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub stdout: String,
+    pub code: i32,
+}
+
+/// Runs the CNI command `cmd` for this process: real environment, stdin and stdout.
+pub fn run_cni(cmd: &str) -> i32 {
+    logging::init(log::LevelFilter::Info);
+    let mut stdin = String::new();
+    // Bounded read: a runtime never sends megabytes; anything larger is refused as a decode error.
+    let read = std::io::stdin()
+        .take(crate::json::MAX_INPUT as u64 + 1)
+        .read_to_string(&mut stdin);
+    let stdin = match read {
+        Ok(_) => Ok(stdin),
+        Err(e) => Err(Error::io("read network configuration from stdin", e)),
+    };
+    let out = handle(cmd, &|k| std::env::var(k).ok(), stdin);
+    if !out.stdout.is_empty() {
+        let mut so = std::io::stdout().lock();
+        let _ = so.write_all(out.stdout.as_bytes());
+        let _ = so.flush();
+    }
+    out.code
+}
+
+/// The whole protocol, with the environment and stdin passed in (tests call this directly).
+pub fn handle(cmd: &str, env: &dyn Fn(&str) -> Option<String>, stdin: Result<String>) -> Outcome {
+    // The version for an error reply: the configuration's, when it can be read.
+    let conf_version = stdin
+        .as_ref()
+        .ok()
+        .and_then(|s| crate::json::parse_object(s, "stdin").ok())
+        .and_then(|o| crate::json::str_of(&o, "cniVersion").map(str::to_string))
+        .filter(|v| version::SUPPORTED.contains(&v.as_str()))
+        .unwrap_or_else(|| version::CURRENT.to_string());
+    match dispatch(cmd, env, stdin) {
+        Ok(stdout) => Outcome { stdout, code: 0 },
+        Err(e) => {
+            log::error!("{cmd}: {e}");
+            Outcome {
+                stdout: result::error_reply(&e, &conf_version),
+                code: 1,
+            }
+        }
+    }
+}
+
+fn dispatch(
+    cmd: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    stdin: Result<String>,
+) -> Result<String> {
+    let command = Command::parse(cmd)?;
+    if command == Command::Version {
+        // skel ignores stdin errors on VERSION; we echo its cniVersion when it names one we support.
+        let requested = stdin
+            .ok()
+            .and_then(|s| crate::json::parse_object(&s, "stdin").ok())
+            .and_then(|o| crate::json::str_of(&o, "cniVersion").map(str::to_string));
+        return Ok(version::version_reply(requested.as_deref()) + "\n");
+    }
+    let cmd_env = cni::env::parse_env(command, env)?;
+    if command == Command::Del {
+        return del(&cmd_env, stdin);
+    }
+    let conf = cni::conf::parse(&stdin?)?;
+    if let Some(level) = conf.log_level.as_deref().and_then(logging::parse_level) {
+        logging::set_level(level);
+    }
+    match command {
+        Command::Add => add::add(&conf, &cmd_env),
+        Command::Check => {
+            if !version::at_least(&conf.cni_version, "0.4.0") {
+                return Err(Error::IncompatibleVersion(format!(
+                    "configuration version {} does not allow CHECK (needs 0.4.0 or later)",
+                    conf.cni_version
+                )));
+            }
+            add::check(&conf, &cmd_env).map(|_| String::new())
+        }
+        Command::Status => {
+            require_1_1(&conf.cni_version, "STATUS")?;
+            status(&conf).map(|_| String::new())
+        }
+        Command::Gc => {
+            require_1_1(&conf.cni_version, "GC")?;
+            gc(&conf).map(|_| String::new())
+        }
+        Command::Del | Command::Version => Ok(String::new()),
+    }
+}
+
+fn require_1_1(v: &str, what: &str) -> Result<()> {
+    if version::at_least(v, "1.1.0") {
+        Ok(())
+    } else {
+        Err(Error::IncompatibleVersion(format!(
+            "configuration version {v} does not allow {what} (needs 1.1.0)"
+        )))
+    }
+}
+
+/// DEL is best-effort and always succeeds once the environment is valid: the pod's rules live in its network
+/// namespace and die with it, so there is nothing of ours to remove. It needs neither a netns, a
+/// prevResult, a readable configuration nor the API server.
+fn del(env: &cni::CmdEnv, stdin: Result<String>) -> Result<String> {
+    match stdin.and_then(|s| cni::conf::parse(&s)) {
+        Ok(conf) => log::debug!(
+            "DEL {} ({}): nothing to remove",
+            env.container_id,
+            conf.name
+        ),
+        Err(e) => log::warn!(
+            "DEL {}: ignoring unreadable configuration: {e}",
+            env.container_id
+        ),
+    }
+    Ok(String::new())
+}
+
+/// STATUS: ready when the kubeconfig the installer writes exists (without it no sidecar pod can be
+/// redirected); otherwise code 50.
+fn status(conf: &cni::NetConf) -> Result<()> {
+    let path = conf.kubeconfig_path();
+    if std::path::Path::new(&path).is_file() {
+        Ok(())
+    } else {
+        Err(Error::NotAvailable(format!(
+            "kubeconfig {path} is missing: is the istio-cni-node DaemonSet running?"
+        )))
+    }
+}
+
+/// GC: we keep no per-attachment state outside the pod's own network namespace, so there is nothing to
+/// collect. The attachment list is still validated.
+fn gc(conf: &cni::NetConf) -> Result<()> {
+    for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
+        match conf.raw.get(key) {
+            None | Some(crate::json::Value::Null) | Some(crate::json::Value::Array(_)) => {}
+            Some(_) => {
+                return Err(Error::Decode(format!(
+                    "network configuration: {key:?} must be a list"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "protocol_tests.rs"]
+mod protocol_tests;
