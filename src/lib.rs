@@ -8,8 +8,16 @@
 pub mod cli;
 pub mod cni;
 pub mod error;
+pub mod fsutil;
+pub mod install;
+pub mod iptables;
 pub mod json;
+pub mod kube;
 pub mod logging;
+pub mod netns;
 pub mod plugin;
+pub mod redirect;
+pub mod repair;
+pub mod validation;
 
 pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! Applying rules: backend detection, iptables-restore/save exec inside the pod netns, convergence, CHECK.

@@ -1,0 +1,1 @@
+//! Kubernetes API client: configuration, pure request building, a thin ureq+rustls transport.

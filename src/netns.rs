@@ -1,0 +1,1 @@
+//! Network-namespace entry for one thread or child, always restored.

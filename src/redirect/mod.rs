@@ -1,0 +1,1 @@
+//! Sidecar redirection, pure: pod facts → decision → capture configuration → iptables-restore text.

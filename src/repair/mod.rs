@@ -1,0 +1,1 @@
+//! The repair agent: finds pods on this node that started without redirection and repairs them.

@@ -1,0 +1,1 @@
+//! The `istio-validation` applet: checks from inside the pod that redirection works.
