@@ -14,6 +14,7 @@ pub mod iptables;
 pub mod json;
 pub mod kube;
 pub mod logging;
+pub mod netlink;
 pub mod netns;
 pub mod plugin;
 pub mod redirect;

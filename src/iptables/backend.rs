@@ -1,0 +1,205 @@
+//! Which iptables backend to use: `nft` (iptables-nft), `legacy` (iptables-legacy) or `plain` (whatever
+//! `iptables` is). The installer detects the host's backend once and records it in
+//! `<cni_agent_run_dir>/iptables-backend`; the plugin reads that file instead of probing on every ADD, and
+//! probes only when it is absent.
+//!
+//! Detection follows Kubernetes' iptables-wrapper: the backend that already holds more rules on the host wins
+//! (kube-proxy and the primary CNI have programmed it); with no rules anywhere, nft.
+
+use super::Family;
+use crate::error::{Error, Result};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// File in the agent run dir holding the recorded backend name.
+pub const RECORD_FILE: &str = "iptables-backend";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Nft,
+    Legacy,
+    /// Only unsuffixed `iptables-restore` exists (old distributions).
+    Plain,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Nft => "nft",
+            Backend::Legacy => "legacy",
+            Backend::Plain => "plain",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Backend> {
+        match s.trim() {
+            "nft" => Ok(Backend::Nft),
+            "legacy" => Ok(Backend::Legacy),
+            "plain" => Ok(Backend::Plain),
+            other => Err(Error::config(format!(
+                "unknown iptables backend {other:?} (expected nft, legacy or plain)"
+            ))),
+        }
+    }
+
+    /// The program for `tool` ("restore" or "save") in `family`.
+    pub fn program(self, family: Family, tool: &str) -> String {
+        let base = match family {
+            Family::V4 => "iptables",
+            Family::V6 => "ip6tables",
+        };
+        match self {
+            Backend::Nft => format!("{base}-nft-{tool}"),
+            Backend::Legacy => format!("{base}-legacy-{tool}"),
+            Backend::Plain => format!("{base}-{tool}"),
+        }
+    }
+
+    /// Legacy iptables serialises on a lock file; nft does not lock.
+    pub fn uses_lock(self) -> bool {
+        !matches!(self, Backend::Nft)
+    }
+}
+
+/// Reads the recorded backend, if the installer wrote one.
+pub fn read_record(run_dir: &Path) -> Result<Option<Backend>> {
+    let p = run_dir.join(RECORD_FILE);
+    match std::fs::read_to_string(&p) {
+        Ok(s) => Backend::parse(&s)
+            .map(Some)
+            .map_err(|e| Error::config(format!("{}: {e}", p.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(format!("read {}", p.display()), e)),
+    }
+}
+
+/// Detects the host's backend and records it in `run_dir` (atomically). Called once by the installer.
+pub fn record_host_backend(run_dir: &Path) -> Result<String> {
+    let b = detect_host()?;
+    crate::fsutil::write_atomic(
+        &run_dir.join(RECORD_FILE),
+        format!("{}\n", b.name()).as_bytes(),
+        0o644,
+    )?;
+    Ok(b.name().to_string())
+}
+
+/// The recorded backend, or a detection when there is no record.
+pub fn for_plugin(run_dir: &Path) -> Result<Backend> {
+    match read_record(run_dir)? {
+        Some(b) => Ok(b),
+        None => {
+            log::info!(
+                "no {RECORD_FILE} in {}: detecting the iptables backend",
+                run_dir.display()
+            );
+            detect_host()
+        }
+    }
+}
+
+fn on_path(prog: &str) -> bool {
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into());
+    path.split(':')
+        .any(|d| !d.is_empty() && Path::new(d).join(prog).is_file())
+}
+
+/// Number of rule lines (`-A ...`) `prog` dumps, or None when it cannot run.
+fn rule_count(prog: &str) -> Option<usize> {
+    if !on_path(prog) {
+        return None;
+    }
+    let out = Command::new(prog)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("-A"))
+            .count(),
+    )
+}
+
+/// iptables-wrapper's rule: more legacy rules than nft rules (v4 + v6) ⇒ legacy, else nft.
+pub fn choose(legacy: Option<usize>, nft: Option<usize>, plain_exists: bool) -> Result<Backend> {
+    match (legacy, nft) {
+        (Some(l), Some(n)) if l > n => Ok(Backend::Legacy),
+        (_, Some(_)) => Ok(Backend::Nft),
+        (Some(_), None) => Ok(Backend::Legacy),
+        (None, None) if plain_exists => Ok(Backend::Plain),
+        (None, None) => Err(Error::other(
+            "no usable iptables found (tried iptables-nft-save, iptables-legacy-save, iptables-save): install iptables on the node",
+        )),
+    }
+}
+
+pub fn detect_host() -> Result<Backend> {
+    let sum = |a: Option<usize>, b: Option<usize>| a.map(|x| x + b.unwrap_or(0));
+    let legacy = sum(
+        rule_count("iptables-legacy-save"),
+        rule_count("ip6tables-legacy-save"),
+    );
+    let nft = sum(
+        rule_count("iptables-nft-save"),
+        rule_count("ip6tables-nft-save"),
+    );
+    let b = choose(legacy, nft, on_path("iptables-restore"))?;
+    log::info!(
+        "iptables backend: {} (legacy rules {legacy:?}, nft rules {nft:?})",
+        b.name()
+    );
+    Ok(b)
+}
+
+/// The backend's tool for `family`, checked to exist, with an error that says what to install.
+pub fn require(b: Backend, family: Family, tool: &str) -> Result<String> {
+    let prog = b.program(family, tool);
+    if on_path(&prog) {
+        Ok(prog)
+    } else {
+        Err(Error::other(format!(
+            "{prog} not found on PATH ({} backend, {}): install iptables on the node",
+            b.name(),
+            family.name()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapper_rule() {
+        assert_eq!(choose(Some(10), Some(2), true).unwrap(), Backend::Legacy);
+        assert_eq!(choose(Some(2), Some(2), true).unwrap(), Backend::Nft);
+        assert_eq!(choose(Some(0), Some(0), true).unwrap(), Backend::Nft);
+        assert_eq!(choose(None, Some(0), true).unwrap(), Backend::Nft);
+        assert_eq!(choose(Some(0), None, true).unwrap(), Backend::Legacy);
+        assert_eq!(choose(None, None, true).unwrap(), Backend::Plain);
+        assert!(choose(None, None, false).is_err());
+    }
+
+    #[test]
+    fn programs() {
+        assert_eq!(
+            Backend::Nft.program(Family::V6, "restore"),
+            "ip6tables-nft-restore"
+        );
+        assert_eq!(
+            Backend::Legacy.program(Family::V4, "save"),
+            "iptables-legacy-save"
+        );
+        assert_eq!(
+            Backend::Plain.program(Family::V4, "restore"),
+            "iptables-restore"
+        );
+        assert!(Backend::parse("ebpf").is_err());
+        assert_eq!(Backend::parse("legacy\n").unwrap(), Backend::Legacy);
+    }
+}
