@@ -82,6 +82,7 @@ fn dispatch(
     if let Some(level) = conf.log_level.as_deref().and_then(logging::parse_level) {
         logging::set_level(level);
     }
+    logging::attach_relay(&conf.cni_agent_run_dir);
     match command {
         Command::Add => add::add(&conf, &cmd_env),
         Command::Check => {
