@@ -1,0 +1,352 @@
+//! The repair settings (upstream `RepairConfig`) and where they come from: master's `--repair-*` flags and
+//! `REPAIR_*` env (`-` → `_`), and release-1.9's flags (`--label-pods`, ...) and env (`REPAIR_` + the flag
+//! name upper-cased with its hyphens kept, e.g. `REPAIR_LABEL-PODS`). An explicit flag beats env, env beats
+//! the default; among env names the master spelling wins. Empty env values count as unset (viper's rule).
+
+use crate::error::{Error, Result};
+
+/// Detection and action settings; field for field upstream's `RepairConfig`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub enabled: bool,
+    pub node_name: String,
+    pub label_key: String,
+    pub label_value: String,
+    pub repair_pods: bool,
+    pub delete_pods: bool,
+    pub label_pods: bool,
+    /// Annotation key a pod must carry to be considered (any value); "" disables the check.
+    pub sidecar_annotation: String,
+    /// Init container to inspect; "" means every init container.
+    pub init_container_name: String,
+    /// Required termination message (compared trimmed); "" means any.
+    pub init_termination_msg: String,
+    /// Required exit code of the last termination; 0 means any.
+    pub init_exit_code: i64,
+    pub label_selectors: String,
+    pub field_selectors: String,
+}
+
+pub const DEFAULT_SIDECAR_ANNOTATION: &str = "sidecar.istio.io/status";
+pub const DEFAULT_INIT_CONTAINER: &str = "istio-validation";
+pub const DEFAULT_LABEL_KEY: &str = "cni.istio.io/uninitialized";
+pub const DEFAULT_LABEL_VALUE: &str = "true";
+/// `constants.ValidationErrorCode`.
+pub const VALIDATION_ERROR_CODE: i64 = 126;
+pub const DEFAULT_MONITORING_PORT: u16 = 15014;
+/// Where the host's `/proc` is mounted in the DaemonSet pod (upstream `HostMountsPath`).
+pub const DEFAULT_HOST_PROC: &str = "/host/proc";
+
+impl Default for Options {
+    /// The documented defaults (flag defaults), not Go zero values.
+    fn default() -> Options {
+        Options {
+            enabled: true,
+            node_name: String::new(),
+            label_key: DEFAULT_LABEL_KEY.into(),
+            label_value: DEFAULT_LABEL_VALUE.into(),
+            repair_pods: false,
+            delete_pods: false,
+            label_pods: false,
+            sidecar_annotation: DEFAULT_SIDECAR_ANNOTATION.into(),
+            init_container_name: DEFAULT_INIT_CONTAINER.into(),
+            init_termination_msg: String::new(),
+            init_exit_code: VALIDATION_ERROR_CODE,
+            label_selectors: String::new(),
+            field_selectors: String::new(),
+        }
+    }
+}
+
+impl Options {
+    /// Whether any action mode is on (otherwise broken pods are only logged).
+    pub fn any_mode(&self) -> bool {
+        self.repair_pods || self.delete_pods || self.label_pods
+    }
+
+    /// The field selector sent to the API server: the configured one, then always `spec.nodeName=<node>`
+    /// (master's rule; an empty node name selects only unscheduled pods, as upstream).
+    pub fn effective_field_selector(&self) -> String {
+        let node = format!("spec.nodeName={}", self.node_name);
+        let extra = self.field_selectors.trim().trim_end_matches(',');
+        if extra.is_empty() {
+            node
+        } else {
+            format!("{extra},{node}")
+        }
+    }
+}
+
+/// One setting: its flag names (master, 1.9), env names (master first) and what it sets.
+pub struct Setting {
+    pub flags: &'static [&'static str],
+    pub envs: &'static [&'static str],
+    pub kind: Kind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Enabled,
+    NodeName,
+    LabelKey,
+    LabelValue,
+    RepairPods,
+    DeletePods,
+    LabelPods,
+    SidecarAnnotation,
+    InitContainerName,
+    InitTerminationMsg,
+    InitExitCode,
+    LabelSelectors,
+    FieldSelectors,
+    RunAsDaemon,
+}
+
+macro_rules! setting {
+    ($kind:ident, [$($f:literal),*], [$($e:literal),*]) => {
+        Setting { flags: &[$($f),*], envs: &[$($e),*], kind: Kind::$kind }
+    };
+}
+
+/// Every repair setting with all of its names across eras.
+pub const SETTINGS: &[Setting] = &[
+    setting!(Enabled, ["repair-enabled"], ["REPAIR_ENABLED"]),
+    setting!(
+        NodeName,
+        ["repair-node-name", "node-name"],
+        ["REPAIR_NODE_NAME", "REPAIR_NODE-NAME"]
+    ),
+    setting!(
+        LabelKey,
+        ["repair-broken-pod-label-key", "broken-pod-label-key"],
+        ["REPAIR_BROKEN_POD_LABEL_KEY", "REPAIR_BROKEN-POD-LABEL-KEY"]
+    ),
+    setting!(
+        LabelValue,
+        ["repair-broken-pod-label-value", "broken-pod-label-value"],
+        [
+            "REPAIR_BROKEN_POD_LABEL_VALUE",
+            "REPAIR_BROKEN-POD-LABEL-VALUE"
+        ]
+    ),
+    setting!(
+        RepairPods,
+        ["repair-repair-pods", "repair-pods"],
+        ["REPAIR_REPAIR_PODS", "REPAIR_REPAIR-PODS"]
+    ),
+    setting!(
+        DeletePods,
+        ["repair-delete-pods", "delete-pods"],
+        ["REPAIR_DELETE_PODS", "REPAIR_DELETE-PODS"]
+    ),
+    setting!(
+        LabelPods,
+        ["repair-label-pods", "label-pods"],
+        ["REPAIR_LABEL_PODS", "REPAIR_LABEL-PODS"]
+    ),
+    setting!(
+        SidecarAnnotation,
+        ["repair-sidecar-annotation", "sidecar-annotation"],
+        ["REPAIR_SIDECAR_ANNOTATION", "REPAIR_SIDECAR-ANNOTATION"]
+    ),
+    setting!(
+        InitContainerName,
+        ["repair-init-container-name", "init-container-name"],
+        ["REPAIR_INIT_CONTAINER_NAME", "REPAIR_INIT-CONTAINER-NAME"]
+    ),
+    setting!(
+        InitTerminationMsg,
+        [
+            "repair-init-container-termination-message",
+            "init-container-termination-message"
+        ],
+        [
+            "REPAIR_INIT_CONTAINER_TERMINATION_MESSAGE",
+            "REPAIR_INIT-CONTAINER-TERMINATION-MESSAGE"
+        ]
+    ),
+    setting!(
+        InitExitCode,
+        [
+            "repair-init-container-exit-code",
+            "init-container-exit-code"
+        ],
+        [
+            "REPAIR_INIT_CONTAINER_EXIT_CODE",
+            "REPAIR_INIT-CONTAINER-EXIT-CODE"
+        ]
+    ),
+    setting!(
+        LabelSelectors,
+        ["repair-label-selectors", "label-selectors"],
+        ["REPAIR_LABEL_SELECTORS", "REPAIR_LABEL-SELECTORS"]
+    ),
+    setting!(
+        FieldSelectors,
+        ["repair-field-selectors", "field-selectors"],
+        ["REPAIR_FIELD_SELECTORS", "REPAIR_FIELD-SELECTORS"]
+    ),
+    setting!(
+        RunAsDaemon,
+        ["repair-run-as-daemon", "run-as-daemon"],
+        ["REPAIR_RUN_AS_DAEMON", "REPAIR_RUN-AS-DAEMON"]
+    ),
+];
+
+/// Whether a flag name (without `--`) is a boolean repair flag (may appear bare or as `--flag=false`).
+pub fn is_bool_flag(name: &str) -> bool {
+    SETTINGS.iter().any(|s| {
+        s.flags.contains(&name)
+            && matches!(
+                s.kind,
+                Kind::Enabled
+                    | Kind::RepairPods
+                    | Kind::DeletePods
+                    | Kind::LabelPods
+                    | Kind::RunAsDaemon
+            )
+    })
+}
+
+/// Go's `strconv.ParseBool`.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// The settings resolved from explicit flags (`flag(name)` → value) and env; also whether to run as a
+/// daemon (only the standalone agent uses it; default true).
+pub fn resolve(
+    flag: &dyn Fn(&str) -> Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Options, bool)> {
+    let mut o = Options::default();
+    let mut daemon = true;
+    for s in SETTINGS {
+        let from_flag = s
+            .flags
+            .iter()
+            .find_map(|f| flag(f).map(|v| (format!("--{f}"), v)));
+        let from_env = || {
+            s.envs
+                .iter()
+                .find_map(|e| env(e).filter(|v| !v.is_empty()).map(|v| (e.to_string(), v)))
+        };
+        let Some((source, value)) = from_flag.or_else(from_env) else {
+            continue;
+        };
+        let bool_of = |v: &str| {
+            parse_bool(v.trim())
+                .ok_or_else(|| Error::env(&source, format!("{v:?} is not a boolean")))
+        };
+        match s.kind {
+            Kind::Enabled => o.enabled = bool_of(&value)?,
+            Kind::RepairPods => o.repair_pods = bool_of(&value)?,
+            Kind::DeletePods => o.delete_pods = bool_of(&value)?,
+            Kind::LabelPods => o.label_pods = bool_of(&value)?,
+            Kind::RunAsDaemon => daemon = bool_of(&value)?,
+            Kind::NodeName => o.node_name = value,
+            Kind::LabelKey => o.label_key = value,
+            Kind::LabelValue => o.label_value = value,
+            Kind::SidecarAnnotation => o.sidecar_annotation = value,
+            Kind::InitContainerName => o.init_container_name = value,
+            Kind::InitTerminationMsg => o.init_termination_msg = value,
+            Kind::LabelSelectors => o.label_selectors = value,
+            Kind::FieldSelectors => o.field_selectors = value,
+            Kind::InitExitCode => {
+                o.init_exit_code = value
+                    .trim()
+                    .parse::<i32>()
+                    .map_err(|_| Error::env(&source, format!("{value:?} is not an exit code")))?
+                    .into()
+            }
+        }
+    }
+    if o.label_pods && !o.repair_pods && !o.delete_pods && o.label_key.is_empty() {
+        return Err(Error::config(
+            "repair: label mode needs a label key (broken-pod-label-key is empty)",
+        ));
+    }
+    Ok((o, daemon))
+}
+
+/// Settings from the environment only (the in-installer mode: `install-cni` with `REPAIR_ENABLED`).
+pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Options> {
+    resolve(&|_| None, env).map(|(o, _)| o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let (o, daemon) = resolve(&|_| None, &|_| None).unwrap();
+        assert_eq!(o, Options::default());
+        assert!(daemon && o.enabled && !o.any_mode());
+        assert_eq!(o.init_exit_code, 126);
+        assert_eq!(o.effective_field_selector(), "spec.nodeName=");
+    }
+
+    #[test]
+    fn both_eras_env_and_precedence() {
+        let env = map(&[
+            ("REPAIR_LABEL-PODS", "true"),
+            ("REPAIR_DELETE_PODS", "1"),
+            ("REPAIR_NODE_NAME", "n1"),
+            ("REPAIR_NODE-NAME", "ignored"),
+            ("REPAIR_INIT-CONTAINER-EXIT-CODE", "55"),
+            ("REPAIR_RUN-AS-DAEMON", "false"),
+            ("REPAIR_FIELD_SELECTORS", "status.phase=Pending"),
+            ("REPAIR_REPAIR_PODS", ""),
+        ]);
+        let flags = map(&[
+            ("label-pods", "false"),
+            ("repair-broken-pod-label-key", "k"),
+        ]);
+        let (o, daemon) = resolve(&|k| flags.get(k).cloned(), &|k| env.get(k).cloned()).unwrap();
+        assert!(!o.label_pods, "flag beats env");
+        assert!(o.delete_pods && !o.repair_pods);
+        assert_eq!(o.node_name, "n1");
+        assert_eq!(o.init_exit_code, 55);
+        assert_eq!(o.label_key, "k");
+        assert!(!daemon);
+        assert_eq!(
+            o.effective_field_selector(),
+            "status.phase=Pending,spec.nodeName=n1"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_source() {
+        let env = map(&[("REPAIR_LABEL_PODS", "yes")]);
+        let e = from_env(&|k| env.get(k).cloned()).unwrap_err().to_string();
+        assert!(
+            e.contains("REPAIR_LABEL_PODS") && e.contains("\"yes\""),
+            "{e}"
+        );
+        let flags = map(&[("init-container-exit-code", "x1")]);
+        let e = resolve(&|k| flags.get(k).cloned(), &|_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--init-container-exit-code"), "{e}");
+    }
+
+    #[test]
+    fn bool_flags() {
+        assert!(is_bool_flag("label-pods") && is_bool_flag("repair-run-as-daemon"));
+        assert!(!is_bool_flag("node-name"));
+        assert_eq!(parse_bool("F"), Some(false));
+        assert_eq!(parse_bool("yes"), None);
+    }
+}
