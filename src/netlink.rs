@@ -22,6 +22,10 @@ const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
 const FRA_FWMARK: u16 = 10;
 const FRA_TABLE: u16 = 15;
+const FRA_PRIORITY: u16 = 6;
+/// The preference a fresh namespace gives the first added rule (`ip rule add` without `pref`); set explicitly
+/// so a second add is recognised as a duplicate (EEXIST) instead of stacking another rule.
+const TPROXY_RULE_PREF: u32 = 32765;
 const RTA_OIF: u16 = 4;
 const RTA_TABLE: u16 = 15;
 const FR_ACT_TO_TBL: u8 = 1;
@@ -136,6 +140,7 @@ fn rule_msg(v6: bool, mark: u32, table: u32) -> Vec<u8> {
         RTM_NEWRULE,
         &body,
         &[
+            (FRA_PRIORITY, TPROXY_RULE_PREF.to_ne_bytes().to_vec()),
             (FRA_FWMARK, mark.to_ne_bytes().to_vec()),
             (FRA_TABLE, table.to_ne_bytes().to_vec()),
         ],
