@@ -1,1 +1,27 @@
 //! Kubernetes API client: configuration, pure request building, a thin ureq+rustls transport.
+//!
+//! - [`config`]: kubeconfig (JSON or the plain YAML kubeconfig writers produce) and in-cluster settings,
+//!   with refusals for anything we will not do (no server, `exec`/`auth-provider`, unreadable CA).
+//! - [`request`]: pure builders (path, escaped query, body).
+//! - [`transport`]: ureq 3 + rustls (ring), the cluster CA as the only root, connect and total timeouts.
+//! - [`status`]: API `Status` decoding and error classification ([`ApiErrorExt`]).
+//! - [`watch`]: watch event decoding and the [`WatchStream`] iterator.
+//! - [`client`]: the [`Client`] the roles use; [`retry`]: [`get_pod_with_retry`] and [`Backoff`].
+
+pub mod client;
+pub mod config;
+pub mod request;
+pub mod retry;
+pub mod status;
+pub mod token;
+pub mod transport;
+pub mod watch;
+mod yaml;
+
+pub use client::{Client, PodList};
+pub use config::Config;
+pub use request::{ListParams, WatchParams};
+pub use retry::{get_pod_with_retry, Backoff};
+pub use status::{ApiErrorExt, Status};
+pub use transport::Timeouts;
+pub use watch::{EventKind, WatchEvent, WatchStream};

@@ -1,0 +1,261 @@
+//! The API client the roles use: one cheap-to-clone handle per configuration.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::config::Config;
+use super::request::{self, ListParams, Request, WatchParams};
+use super::status;
+use super::token::TokenSource;
+use super::transport::{Timeouts, Transport};
+use super::watch::WatchStream;
+use crate::error::{Context, Error, Result};
+use crate::json::{self, Object, Value};
+
+/// One page of a pod list.
+#[derive(Debug, Clone)]
+pub struct PodList {
+    pub items: Vec<Object>,
+    /// `metadata.resourceVersion` of the list: watch from here.
+    pub resource_version: String,
+    /// `metadata.continue`: ask for the next page with it; `None` on the last page.
+    pub continue_token: Option<String>,
+}
+
+/// Margin added to a watch's `timeoutSeconds` for the client-side bound.
+const WATCH_MARGIN: Duration = Duration::from_secs(30);
+/// Silence bound for a watch without `timeoutSeconds`.
+const WATCH_IDLE: Duration = Duration::from_secs(600);
+
+struct Inner {
+    transport: Transport,
+    token: Option<TokenSource>,
+    timeouts: Timeouts,
+}
+
+/// A Kubernetes API client. Cloning shares the connection pool and the token source.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Client({})", self.inner.transport.server())
+    }
+}
+
+/// Parses a response body that must be a JSON object. Pages of pods may exceed `json::MAX_INPUT`, so
+/// this has its own (larger) bound; depth is bounded the same way.
+fn parse_body(body: &[u8], what: &str) -> Result<Object> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| Error::Decode(format!("{what}: response is not UTF-8")))?;
+    if text.len() <= json::MAX_INPUT {
+        return json::parse_object(text, what);
+    }
+    if depth(text) > json::MAX_DEPTH {
+        return Err(Error::Decode(format!(
+            "{what}: nested deeper than {} levels",
+            json::MAX_DEPTH
+        )));
+    }
+    match miniserde::json::from_str::<Value>(text) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(_) => Err(Error::Decode(format!("{what}: expected a JSON object"))),
+        Err(_) => Err(Error::Decode(format!("{what}: not valid JSON"))),
+    }
+}
+
+fn depth(text: &str) -> usize {
+    let (mut d, mut max, mut in_str, mut esc) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                d += 1;
+                max = max.max(d);
+            }
+            b']' | b'}' => d = d.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+impl Client {
+    /// A client for `cfg` with the default timeouts (connect 5 s, total 30 s per request).
+    pub fn from_config(cfg: Config) -> Result<Client> {
+        Client::with_timeouts(cfg, Timeouts::default())
+    }
+
+    pub fn with_timeouts(cfg: Config, timeouts: Timeouts) -> Result<Client> {
+        let transport = Transport::new(&cfg, timeouts)?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                transport,
+                token: cfg.token.clone(),
+                timeouts,
+            }),
+        })
+    }
+
+    pub fn from_kubeconfig(path: &Path) -> Result<Client> {
+        Client::from_config(Config::from_kubeconfig(path)?)
+    }
+
+    pub fn in_cluster() -> Result<Client> {
+        Client::from_config(Config::in_cluster()?)
+    }
+
+    /// `KUBECONFIG` if set, else in-cluster.
+    pub fn from_env() -> Result<Client> {
+        Client::from_config(Config::from_env()?)
+    }
+
+    pub fn server(&self) -> &str {
+        self.inner.transport.server()
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        self.inner.timeouts
+    }
+
+    fn token(&self) -> Option<String> {
+        self.inner.token.as_ref().map(TokenSource::get)
+    }
+
+    /// Sends `req`; a 2xx gives the body, anything else the API error. A 401 re-reads a rotating token
+    /// file once and, if the token changed, retries with the new one.
+    fn execute(&self, req: &Request, total: Duration) -> Result<Vec<u8>> {
+        let t = &self.inner.transport;
+        let (mut code, mut body) = t.send(req, self.token().as_deref(), total)?;
+        if code == 401 && self.inner.token.as_ref().is_some_and(TokenSource::refresh) {
+            (code, body) = t.send(req, self.token().as_deref(), total)?;
+        }
+        if (200..300).contains(&code) {
+            Ok(body)
+        } else {
+            Err(status::decode(code, &body).into_error())
+        }
+    }
+
+    pub fn get_pod(&self, ns: &str, name: &str) -> Result<Object> {
+        self.get_pod_within(ns, name, self.inner.timeouts.total)
+    }
+
+    /// [`Client::get_pod`] with an explicit total time limit for this one request.
+    pub fn get_pod_within(&self, ns: &str, name: &str, total: Duration) -> Result<Object> {
+        let what = || format!("get pod {ns}/{name}");
+        let req = request::get_pod(ns, name).with_context(what)?;
+        let body = self.execute(&req, total).with_context(what)?;
+        parse_body(&body, &what())
+    }
+
+    pub fn list_pods(&self, p: &ListParams) -> Result<PodList> {
+        let what = "list pods";
+        let req = request::list_pods(p).context(what)?;
+        let body = self
+            .execute(&req, self.inner.timeouts.total)
+            .context(what)?;
+        let o = parse_body(&body, what)?;
+        let items = match o.get("items") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|i| match i {
+                    Value::Object(o) => Ok(o.clone()),
+                    _ => Err(Error::Decode(format!("{what}: an item is not an object"))),
+                })
+                .collect::<Result<Vec<_>>>()?,
+            None | Some(Value::Null) => Vec::new(),
+            Some(_) => return Err(Error::Decode(format!("{what}: \"items\" is not a list"))),
+        };
+        let meta = json::obj_of(&o, "metadata");
+        let resource_version = meta
+            .and_then(|m| json::str_of(m, "resourceVersion"))
+            .unwrap_or("")
+            .to_string();
+        let continue_token = meta
+            .and_then(|m| json::str_of(m, "continue"))
+            .filter(|c| !c.is_empty())
+            .map(str::to_string);
+        Ok(PodList {
+            items,
+            resource_version,
+            continue_token,
+        })
+    }
+
+    /// Opens a watch. A non-200 answer (410 included) is the `Err` here; events, `ERROR` events and
+    /// stream failures come from the returned iterator.
+    pub fn watch_pods(&self, p: &WatchParams) -> Result<super::WatchStream> {
+        let what = "watch pods";
+        let req = request::watch_pods(p).context(what)?;
+        let (total, per_read) = match p.timeout_seconds {
+            Some(t) => (Some(Duration::from_secs(t.into()) + WATCH_MARGIN), None),
+            None => (None, Some(WATCH_IDLE)),
+        };
+        let t = &self.inner.transport;
+        let (mut code, mut reader) = t
+            .stream(&req, self.token().as_deref(), total, per_read)
+            .context(what)?;
+        if code == 401 && self.inner.token.as_ref().is_some_and(TokenSource::refresh) {
+            (code, reader) = t
+                .stream(&req, self.token().as_deref(), total, per_read)
+                .context(what)?;
+        }
+        if code != 200 {
+            let mut body = Vec::new();
+            let _ = reader.take(1 << 20).read_to_end(&mut body);
+            return Err(status::decode(code, &body).into_error()).context(what);
+        }
+        Ok(WatchStream::new(
+            reader,
+            p.resource_version.clone(),
+            format!("{what} ({})", self.server()),
+        ))
+    }
+
+    /// Merge-patches `pods/{name}/status`; returns the updated pod.
+    pub fn patch_pod_status(&self, ns: &str, name: &str, merge_patch: &Value) -> Result<Object> {
+        let what = || format!("patch pod {ns}/{name} status");
+        let req = request::patch_pod_status(ns, name, merge_patch).with_context(what)?;
+        let body = self
+            .execute(&req, self.inner.timeouts.total)
+            .with_context(what)?;
+        parse_body(&body, &what())
+    }
+
+    /// Deletes a pod, with optional uid / resourceVersion preconditions (409 Conflict on mismatch).
+    pub fn delete_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<()> {
+        let what = || format!("delete pod {ns}/{name}");
+        let req = request::delete_pod(ns, name, uid, resource_version).with_context(what)?;
+        self.execute(&req, self.inner.timeouts.total)
+            .with_context(what)?;
+        Ok(())
+    }
+
+    pub fn create_event(&self, ns: &str, event: &Value) -> Result<()> {
+        let what = || format!("create event in namespace {ns}");
+        let req = request::create_event(ns, event).with_context(what)?;
+        self.execute(&req, self.inner.timeouts.total)
+            .with_context(what)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,366 @@
+//! Client configuration: from a kubeconfig file (JSON, or the plain YAML our installer and upstream's write)
+//! or from the in-cluster service account.
+//!
+//! Refused, with the field named: no `server` (we never fall back to `http://localhost:8080`, istio#55894),
+//! `exec` and `auth-provider` users (we never run anything), basic auth, unreadable or empty CA files.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+use crate::json::{self, Object, Value};
+
+use super::token::TokenSource;
+
+/// Default service-account directory.
+pub const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// Everything the transport needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `https://host:port` (or `http://`), no trailing slash, possibly with a path prefix.
+    pub server: String,
+    /// PEM bundle of the cluster CA; the ONLY trust roots used.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Explicit `insecure-skip-tls-verify: true`.
+    pub insecure: bool,
+    /// PEM client certificate chain and key.
+    pub client_cert_pem: Option<Vec<u8>>,
+    pub client_key_pem: Option<Vec<u8>>,
+    pub token: Option<TokenSource>,
+    /// Where the configuration came from, for messages ("kubeconfig /path", "in-cluster").
+    pub origin: String,
+}
+
+fn bad(origin: &str, field: &str, why: &str) -> Error {
+    Error::config(format!("{origin}: {field}: {why}"))
+}
+
+/// Standard base64 (whitespace ignored, padding optional).
+pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    let mut pad = false;
+    for b in s.bytes() {
+        let v = match b {
+            b'A'..=b'Z' => b - b'A',
+            b'a'..=b'z' => b - b'a' + 26,
+            b'0'..=b'9' => b - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => {
+                pad = true;
+                continue;
+            }
+            b' ' | b'\n' | b'\r' | b'\t' => continue,
+            _ => return None,
+        };
+        if pad {
+            return None;
+        }
+        acc = (acc << 6) | v as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// Parses kubeconfig text. JSON if it starts with `{`, else the YAML subset of [`super::yaml`].
+pub fn parse_document(text: &str, origin: &str) -> Result<Object> {
+    if text.trim_start().starts_with('{') {
+        return json::parse_object(text, origin);
+    }
+    match super::yaml::parse(text, origin) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(_) => Err(Error::Decode(format!(
+            "{origin}: not a kubeconfig (neither a JSON object nor a YAML mapping)"
+        ))),
+        Err(e) => Err(Error::Decode(format!(
+            "{origin}: not JSON, and not the plain YAML a kubeconfig writer produces: {}",
+            e.to_string()
+                .trim_start_matches(origin)
+                .trim_start_matches(": ")
+        ))),
+    }
+}
+
+/// The entry named `name` in the list `list` (`clusters`, `users`, `contexts`), returning its `key` object.
+fn named<'a>(
+    doc: &'a Object,
+    list: &str,
+    key: &str,
+    name: &str,
+    origin: &str,
+) -> Result<&'a Object> {
+    let items =
+        json::arr_of(doc, list).ok_or_else(|| bad(origin, list, "missing or not a list"))?;
+    for item in items {
+        if let Value::Object(o) = item {
+            if json::str_of(o, "name") == Some(name) {
+                return json::obj_of(o, key).ok_or_else(|| {
+                    bad(
+                        origin,
+                        &format!("{list}[{name}].{key}"),
+                        "missing or not a mapping",
+                    )
+                });
+            }
+        }
+    }
+    Err(bad(origin, list, &format!("no entry named {name:?}")))
+}
+
+/// The context to use: `current-context`, or the only context when that is unset.
+fn context<'a>(doc: &'a Object, origin: &str) -> Result<&'a Object> {
+    match json::opt_string(doc, "current-context", origin)? {
+        Some(c) if !c.is_empty() => named(doc, "contexts", "context", &c, origin),
+        _ => match json::arr_of(doc, "contexts").map(|a| a.as_slice()) {
+            Some([Value::Object(only)]) => json::obj_of(only, "context")
+                .ok_or_else(|| bad(origin, "contexts[0].context", "missing or not a mapping")),
+            _ => Err(bad(
+                origin,
+                "current-context",
+                "not set and there is not exactly one context",
+            )),
+        },
+    }
+}
+
+/// Reads a file named by a kubeconfig field, relative paths against the kubeconfig's directory.
+fn read_ref(base: &Path, field: &str, file: &str, origin: &str) -> Result<Vec<u8>> {
+    let p = base.join(file);
+    let data =
+        std::fs::read(&p).io_context(|| format!("{origin}: {field}: read {}", p.display()))?;
+    if data.iter().all(|b| b.is_ascii_whitespace()) {
+        return Err(bad(origin, field, &format!("{} is empty", p.display())));
+    }
+    Ok(data)
+}
+
+/// `<field>-data` (base64) or `<field>` (a file); data wins, as in client-go.
+fn data_or_file(o: &Object, field: &str, base: &Path, origin: &str) -> Result<Option<Vec<u8>>> {
+    let data_key = format!("{field}-data");
+    if let Some(d) = json::opt_string(o, &data_key, origin)?.filter(|d| !d.is_empty()) {
+        let bytes = base64_decode(&d).ok_or_else(|| bad(origin, &data_key, "not valid base64"))?;
+        if bytes.is_empty() {
+            return Err(bad(origin, &data_key, "empty"));
+        }
+        return Ok(Some(bytes));
+    }
+    match json::opt_string(o, field, origin)?.filter(|f| !f.is_empty()) {
+        Some(f) => read_ref(base, field, &f, origin).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Checks that `pem` holds at least one certificate (and only parsable PEM).
+pub(crate) fn check_certs(pem: &[u8], origin: &str, field: &str) -> Result<()> {
+    let mut n = 0;
+    for item in ureq::tls::parse_pem(pem) {
+        match item {
+            Ok(ureq::tls::PemItem::Certificate(_)) => n += 1,
+            Ok(_) => {}
+            Err(e) => return Err(bad(origin, field, &format!("invalid PEM: {e}"))),
+        }
+    }
+    if n == 0 {
+        return Err(bad(origin, field, "no PEM certificate found"));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Reads and validates a kubeconfig file.
+    pub fn from_kubeconfig(path: &Path) -> Result<Config> {
+        let origin = format!("kubeconfig {}", path.display());
+        let text = std::fs::read_to_string(path).io_context(|| format!("read {origin}"))?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Config::from_kubeconfig_text(&text, &base, &origin)
+    }
+
+    /// Parses kubeconfig text; relative file references resolve against `base`.
+    pub fn from_kubeconfig_text(text: &str, base: &Path, origin: &str) -> Result<Config> {
+        let doc = parse_document(text, origin)?;
+        let ctx = context(&doc, origin)?;
+        let cluster_name = json::opt_string(ctx, "cluster", origin)?
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| bad(origin, "context.cluster", "missing"))?;
+        let cluster = named(&doc, "clusters", "cluster", &cluster_name, origin)?;
+        let server = json::opt_string(cluster, "server", origin)?
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| {
+                bad(
+                    origin,
+                    &format!("clusters[{cluster_name}].cluster.server"),
+                    "missing; refusing to guess a server (no localhost:8080 fallback)",
+                )
+            })?;
+        let server = normalise_server(&server, origin)?;
+        let insecure =
+            json::opt_bool(cluster, "insecure-skip-tls-verify", origin)?.unwrap_or(false);
+        let ca_pem = data_or_file(cluster, "certificate-authority", base, origin)?;
+        if let Some(ca) = &ca_pem {
+            check_certs(ca, origin, "certificate-authority")?;
+        }
+        if insecure && ca_pem.is_some() {
+            return Err(bad(
+                origin,
+                "insecure-skip-tls-verify",
+                "set together with a certificate authority; choose one",
+            ));
+        }
+        let mut cfg = Config {
+            server,
+            ca_pem,
+            insecure,
+            client_cert_pem: None,
+            client_key_pem: None,
+            token: None,
+            origin: origin.to_string(),
+        };
+        match json::opt_string(ctx, "user", origin)?.filter(|u| !u.is_empty()) {
+            Some(user) => cfg.read_user(named(&doc, "users", "user", &user, origin)?, base)?,
+            None => {}
+        }
+        Ok(cfg)
+    }
+
+    fn read_user(&mut self, user: &Object, base: &Path) -> Result<()> {
+        let origin = self.origin.clone();
+        for refused in ["exec", "auth-provider"] {
+            if matches!(user.get(refused), Some(v) if !matches!(v, Value::Null)) {
+                return Err(bad(
+                    &origin,
+                    &format!("user.{refused}"),
+                    "credential plugins are not supported (nothing is ever executed); use a token or a client certificate",
+                ));
+            }
+        }
+        for refused in ["username", "password"] {
+            if json::opt_string(user, refused, &origin)?.is_some_and(|s| !s.is_empty()) {
+                return Err(bad(
+                    &origin,
+                    &format!("user.{refused}"),
+                    "basic authentication is not supported",
+                ));
+            }
+        }
+        let token_file = json::opt_string(user, "tokenFile", &origin)?.filter(|f| !f.is_empty());
+        let token = json::opt_string(user, "token", &origin)?.filter(|t| !t.trim().is_empty());
+        self.token = match (token_file, token) {
+            (Some(f), _) => Some(TokenSource::file(base.join(f), "user.tokenFile", &origin)?),
+            (None, Some(t)) => Some(TokenSource::fixed(t.trim().to_string())),
+            (None, None) => None,
+        };
+        self.client_cert_pem = data_or_file(user, "client-certificate", base, &origin)?;
+        self.client_key_pem = data_or_file(user, "client-key", base, &origin)?;
+        match (&self.client_cert_pem, &self.client_key_pem) {
+            (Some(c), Some(_)) => check_certs(c, &origin, "client-certificate"),
+            (None, None) => Ok(()),
+            (Some(_), None) => Err(bad(
+                &origin,
+                "client-key",
+                "missing (client-certificate is set)",
+            )),
+            (None, Some(_)) => Err(bad(
+                &origin,
+                "client-certificate",
+                "missing (client-key is set)",
+            )),
+        }
+    }
+
+    /// The in-cluster configuration: `KUBERNETES_SERVICE_HOST`/`_PORT`, the service account's token and CA.
+    pub fn in_cluster() -> Result<Config> {
+        Config::in_cluster_from(
+            std::env::var("KUBERNETES_SERVICE_HOST").ok(),
+            std::env::var("KUBERNETES_SERVICE_PORT").ok(),
+            Path::new(SA_DIR),
+        )
+    }
+
+    /// [`Config::in_cluster`] with explicit inputs (tests, and callers with their own environment).
+    pub fn in_cluster_from(
+        host: Option<String>,
+        port: Option<String>,
+        sa_dir: &Path,
+    ) -> Result<Config> {
+        let host = host.filter(|h| !h.is_empty()).ok_or_else(|| {
+            Error::env(
+                "KUBERNETES_SERVICE_HOST",
+                "not set; is this not running within a pod?",
+            )
+        })?;
+        let port = port.filter(|p| !p.is_empty()).ok_or_else(|| {
+            Error::env(
+                "KUBERNETES_SERVICE_PORT",
+                "not set; is this not running within a pod?",
+            )
+        })?;
+        if port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(Error::env(
+                "KUBERNETES_SERVICE_PORT",
+                format!("{port:?} is not a port number"),
+            ));
+        }
+        let origin = "in-cluster configuration".to_string();
+        let host_part = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        let ca_path = sa_dir.join("ca.crt");
+        let ca = std::fs::read(&ca_path)
+            .io_context(|| format!("{origin}: read {}", ca_path.display()))?;
+        check_certs(&ca, &origin, &ca_path.display().to_string())?;
+        let token = TokenSource::file(sa_dir.join("token"), "service-account token", &origin)?;
+        Ok(Config {
+            server: format!("https://{host_part}:{port}"),
+            ca_pem: Some(ca),
+            insecure: false,
+            client_cert_pem: None,
+            client_key_pem: None,
+            token: Some(token),
+            origin,
+        })
+    }
+
+    /// `KUBECONFIG` when set (a single path), otherwise in-cluster, like client-go's default rest config.
+    pub fn from_env() -> Result<Config> {
+        match std::env::var_os("KUBECONFIG").filter(|k| !k.is_empty()) {
+            Some(p) => Config::from_kubeconfig(&PathBuf::from(p)),
+            None => Config::in_cluster(),
+        }
+    }
+}
+
+/// Checks the scheme and host of `server` and drops a trailing `/`.
+fn normalise_server(server: &str, origin: &str) -> Result<String> {
+    let s = server.trim().trim_end_matches('/');
+    let rest = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+        .ok_or_else(|| {
+            bad(
+                origin,
+                "cluster.server",
+                &format!("{server:?} is not an http(s) URL"),
+            )
+        })?;
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() || authority.contains('@') || rest.contains(['?', '#', ' ']) {
+        return Err(bad(
+            origin,
+            "cluster.server",
+            &format!("{server:?} is not a valid server URL"),
+        ));
+    }
+    Ok(s.to_string())
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

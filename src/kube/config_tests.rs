@@ -1,0 +1,291 @@
+//! Kubeconfig and in-cluster parsing: each accepted shape and each refusal.
+
+use super::*;
+use std::path::PathBuf;
+
+/// The conformance directory (the CA and kubeconfigs of the kubeconfig cases are read from it;
+/// a missing directory fails loudly).
+fn conformance_dir() -> PathBuf {
+    let d = std::env::var("CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance")
+        });
+    assert!(
+        d.join("kubeconfig").is_dir(),
+        "conformance vectors not found at {} (set CONFORMANCE_DIR)",
+        d.display()
+    );
+    d
+}
+
+fn ca_pem() -> Vec<u8> {
+    std::fs::read(conformance_dir().join("kubeconfig/master-tls-verify/ca.crt")).unwrap()
+}
+
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "kube-config-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn b64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn json_kubeconfig(cluster: &str, user: &str) -> String {
+    format!(
+        r#"{{"apiVersion":"v1","kind":"Config","clusters":[{{"name":"local","cluster":{{{cluster}}}}}],
+        "users":[{{"name":"u","user":{{{user}}}}}],
+        "contexts":[{{"name":"c","context":{{"cluster":"local","user":"u"}}}}],"current-context":"c"}}"#
+    )
+}
+
+fn parse(text: &str, dir: &Path) -> Result<Config> {
+    Config::from_kubeconfig_text(text, dir, "kubeconfig k")
+}
+
+#[test]
+fn base64_roundtrip() {
+    for s in [&b""[..], b"a", b"ab", b"abc", b"abcd", &[0, 255, 128, 7]] {
+        assert_eq!(base64_decode(&b64(s)).unwrap(), s);
+    }
+    assert_eq!(base64_decode("YWJj\nZA==").unwrap(), b"abcd");
+    assert!(base64_decode("ab*c").is_none());
+    assert!(base64_decode("YQ==YQ").is_none());
+}
+
+#[test]
+fn conformance_kubeconfigs() {
+    let d = conformance_dir().join("kubeconfig");
+    let tls = Config::from_kubeconfig(&d.join("master-tls-verify/expected")).unwrap();
+    assert_eq!(tls.server, "https://10.96.0.1:443");
+    assert_eq!(tls.ca_pem.as_deref(), Some(&ca_pem()[..]));
+    assert!(!tls.insecure);
+    assert_eq!(
+        tls.token.as_ref().unwrap().get(),
+        "service_account_token_string"
+    );
+    let newhost = Config::from_kubeconfig(&d.join("master-replace-newhost/expected")).unwrap();
+    assert_eq!(newhost.server, "https://50.76.2.1:443");
+    let skip = Config::from_kubeconfig(&d.join("master-skip-tls-verify/expected")).unwrap();
+    assert!(skip.insecure && skip.ca_pem.is_none());
+}
+
+#[test]
+fn json_kubeconfig_with_files_relative_to_its_dir() {
+    let t = TempDir::new("files");
+    std::fs::write(t.0.join("ca.pem"), ca_pem()).unwrap();
+    std::fs::write(t.0.join("tok"), "file-token\n").unwrap();
+    let text = json_kubeconfig(
+        r#""server":"https://[fd00::1]:6443/","certificate-authority":"ca.pem""#,
+        r#""tokenFile":"tok","token":"ignored""#,
+    );
+    let c = parse(&text, &t.0).unwrap();
+    assert_eq!(c.server, "https://[fd00::1]:6443");
+    assert!(c.ca_pem.is_some());
+    assert_eq!(c.token.unwrap().get(), "file-token");
+}
+
+#[test]
+fn client_certificate_data_and_key() {
+    let t = TempDir::new("cert");
+    let key = b"-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
+    let text = json_kubeconfig(
+        &format!(
+            r#""server":"https://h:1","certificate-authority-data":"{}""#,
+            b64(&ca_pem())
+        ),
+        &format!(
+            r#""client-certificate-data":"{}","client-key-data":"{}""#,
+            b64(&ca_pem()),
+            b64(key)
+        ),
+    );
+    let c = parse(&text, &t.0).unwrap();
+    assert!(c.client_cert_pem.is_some() && c.client_key_pem.is_some() && c.token.is_none());
+    let only_cert = json_kubeconfig(
+        &format!(
+            r#""server":"https://h:1","certificate-authority-data":"{}""#,
+            b64(&ca_pem())
+        ),
+        &format!(r#""client-certificate-data":"{}""#, b64(&ca_pem())),
+    );
+    let e = parse(&only_cert, &t.0).unwrap_err().to_string();
+    assert!(e.contains("client-key"), "{e}");
+}
+
+fn refused(text: &str, dir: &Path, needles: &[&str]) {
+    let e = parse(text, dir).unwrap_err().to_string();
+    for n in needles {
+        assert!(e.contains(n), "expected {n:?} in: {e}");
+    }
+    assert!(e.starts_with("kubeconfig k"), "{e}");
+}
+
+#[test]
+fn refusals_name_the_field() {
+    let t = TempDir::new("refuse");
+    let ca = format!(r#""certificate-authority-data":"{}""#, b64(&ca_pem()));
+    // No server: never fall back to localhost:8080.
+    refused(
+        &json_kubeconfig(&ca, r#""token":"x""#),
+        &t.0,
+        &["server", "missing", "localhost:8080"],
+    );
+    refused(
+        &json_kubeconfig(&format!(r#""server":"",{ca}"#), r#""token":"x""#),
+        &t.0,
+        &["server"],
+    );
+    let srv = format!(r#""server":"https://h:443",{ca}"#);
+    refused(
+        &json_kubeconfig(
+            &srv,
+            r#""exec":{"command":"/bin/sh","apiVersion":"client.authentication.k8s.io/v1"}"#,
+        ),
+        &t.0,
+        &["user.exec", "not supported"],
+    );
+    refused(
+        &json_kubeconfig(&srv, r#""auth-provider":{"name":"oidc"}"#),
+        &t.0,
+        &["user.auth-provider"],
+    );
+    refused(
+        &json_kubeconfig(&srv, r#""username":"a","password":"b""#),
+        &t.0,
+        &["user.username"],
+    );
+    // Unreadable, empty or garbage CA.
+    refused(
+        &json_kubeconfig(
+            r#""server":"https://h:443","certificate-authority":"/nonexistent/ca.crt""#,
+            "",
+        ),
+        &t.0,
+        &["certificate-authority", "/nonexistent/ca.crt"],
+    );
+    std::fs::write(t.0.join("empty.crt"), "\n").unwrap();
+    refused(
+        &json_kubeconfig(
+            r#""server":"https://h:443","certificate-authority":"empty.crt""#,
+            "",
+        ),
+        &t.0,
+        &["certificate-authority", "empty"],
+    );
+    refused(
+        &json_kubeconfig(
+            r#""server":"https://h:443","certificate-authority-data":"bm90IGEgY2VydA==""#,
+            "",
+        ),
+        &t.0,
+        &["certificate-authority", "no PEM certificate"],
+    );
+    refused(
+        &json_kubeconfig(
+            r#""server":"https://h:443","certificate-authority-data":"%%%""#,
+            "",
+        ),
+        &t.0,
+        &["certificate-authority-data", "base64"],
+    );
+    refused(
+        &json_kubeconfig(
+            &format!(r#""server":"https://h:443","insecure-skip-tls-verify":true,{ca}"#),
+            "",
+        ),
+        &t.0,
+        &["insecure-skip-tls-verify"],
+    );
+    refused(
+        &json_kubeconfig(&format!(r#""server":"ftp://h",{ca}"#), ""),
+        &t.0,
+        &["cluster.server", "ftp://h"],
+    );
+    // Missing pieces of the context graph.
+    refused(
+        r#"{"clusters":[],"users":[],"contexts":[{"name":"c","context":{"cluster":"nope"}}],"current-context":"c"}"#,
+        &t.0,
+        &["clusters", "nope"],
+    );
+    refused(
+        r#"{"clusters":[],"contexts":[]}"#,
+        &t.0,
+        &["current-context"],
+    );
+    refused(
+        &json_kubeconfig(&srv, r#""token":7"#),
+        &t.0,
+        &["\"token\"", "string"],
+    );
+}
+
+#[test]
+fn non_kubeconfig_files_are_refused_clearly() {
+    let t = TempDir::new("garbage");
+    refused("{not json", &t.0, &["not valid JSON"]);
+    refused("key: &anchor x\n", &t.0, &["not JSON", "line 1"]);
+    refused("- a\n- b\n", &t.0, &["not a kubeconfig"]);
+    refused("\u{0}\u{1}binary", &t.0, &["not JSON"]);
+    let e = Config::from_kubeconfig(Path::new("/nonexistent/kubeconfig")).unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/kubeconfig"), "{e}");
+    assert_eq!(e.cni_code(), 5);
+}
+
+#[test]
+fn in_cluster_settings() {
+    let t = TempDir::new("sa");
+    std::fs::write(t.0.join("ca.crt"), ca_pem()).unwrap();
+    std::fs::write(t.0.join("token"), "sa-token").unwrap();
+    let c = Config::in_cluster_from(Some("10.96.0.1".into()), Some("443".into()), &t.0).unwrap();
+    assert_eq!(c.server, "https://10.96.0.1:443");
+    assert_eq!(c.token.as_ref().unwrap().get(), "sa-token");
+    let c = Config::in_cluster_from(Some("fd00::1".into()), Some("6443".into()), &t.0).unwrap();
+    assert_eq!(c.server, "https://[fd00::1]:6443");
+
+    let e = Config::in_cluster_from(None, Some("443".into()), &t.0).unwrap_err();
+    assert!(e.to_string().contains("KUBERNETES_SERVICE_HOST"), "{e}");
+    assert_eq!(e.cni_code(), 4);
+    let e = Config::in_cluster_from(Some("h".into()), Some("".into()), &t.0).unwrap_err();
+    assert!(e.to_string().contains("KUBERNETES_SERVICE_PORT"), "{e}");
+    let e = Config::in_cluster_from(Some("h".into()), Some("http".into()), &t.0).unwrap_err();
+    assert!(e.to_string().contains("\"http\""), "{e}");
+
+    std::fs::remove_file(t.0.join("token")).unwrap();
+    let e = Config::in_cluster_from(Some("h".into()), Some("1".into()), &t.0).unwrap_err();
+    assert!(e.to_string().contains("token"), "{e}");
+    std::fs::remove_file(t.0.join("ca.crt")).unwrap();
+    let e = Config::in_cluster_from(Some("h".into()), Some("1".into()), &t.0).unwrap_err();
+    assert!(e.to_string().contains("ca.crt"), "{e}");
+}

@@ -1,0 +1,261 @@
+//! The thin effectful part: a ureq agent with rustls (ring provider), the cluster CA as the only trust
+//! root, optional client certificate, explicit connect and total timeouts, and the mapping of transport
+//! failures to `Error::Api { status: 0, reason, .. }`.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+use ureq::Agent;
+
+use super::config::Config;
+use super::request::{Method, Request};
+use super::status::{self, REASON_BAD_RESPONSE};
+use crate::error::{Error, Result};
+
+/// Largest response body read into memory (a page of pods); watch streams are read line by line.
+pub const MAX_BODY: u64 = 64 << 20;
+
+/// Per-request time limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP connect (and DNS).
+    pub connect: Duration,
+    /// The whole request: connect, TLS, send, response headers and body.
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            total: Duration::from_secs(30),
+        }
+    }
+}
+
+pub struct Transport {
+    agent: Agent,
+    server: String,
+}
+
+fn pem_items(pem: &[u8], origin: &str, field: &str) -> Result<Vec<PemItem<'static>>> {
+    ureq::tls::parse_pem(pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::config(format!("{origin}: {field}: invalid PEM: {e}")))
+}
+
+fn client_cert(cfg: &Config) -> Result<Option<ClientCert>> {
+    let (Some(cert), Some(key)) = (&cfg.client_cert_pem, &cfg.client_key_pem) else {
+        return Ok(None);
+    };
+    let chain: Vec<Certificate<'static>> = pem_items(cert, &cfg.origin, "client-certificate")?
+        .into_iter()
+        .filter_map(|i| match i {
+            PemItem::Certificate(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let key: PrivateKey<'static> = pem_items(key, &cfg.origin, "client-key")?
+        .into_iter()
+        .find_map(|i| match i {
+            PemItem::PrivateKey(k) => Some(k),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            Error::config(format!(
+                "{}: client-key: no PEM private key found",
+                cfg.origin
+            ))
+        })?;
+    Ok(Some(ClientCert::new_with_certs(&chain, key)))
+}
+
+impl Transport {
+    pub fn new(cfg: &Config, timeouts: Timeouts) -> Result<Transport> {
+        let mut tls = TlsConfig::builder()
+            .provider(TlsProvider::Rustls)
+            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .client_cert(client_cert(cfg)?);
+        if cfg.insecure {
+            log::warn!(
+                "{}: insecure-skip-tls-verify is set: the API server's certificate is NOT verified",
+                cfg.origin
+            );
+            tls = tls.disable_verification(true);
+        } else if let Some(ca) = &cfg.ca_pem {
+            let roots: Vec<Certificate<'static>> =
+                pem_items(ca, &cfg.origin, "certificate-authority")?
+                    .into_iter()
+                    .filter_map(|i| match i {
+                        PemItem::Certificate(c) => Some(c),
+                        _ => None,
+                    })
+                    .collect();
+            tls = tls.root_certs(RootCerts::Specific(Arc::new(roots)));
+        } else if cfg.server.starts_with("https://") {
+            return Err(Error::config(format!(
+                "{}: cluster.certificate-authority: missing; there is no CA to verify {} against \
+                 (only an explicit insecure-skip-tls-verify: true skips verification)",
+                cfg.origin, cfg.server
+            )));
+        }
+        let agent: Agent = Agent::config_builder()
+            .tls_config(tls.build())
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_connect(Some(timeouts.connect))
+            .timeout_global(Some(timeouts.total))
+            .user_agent(concat!("istio-cni-node/", env!("CARGO_PKG_VERSION")))
+            .accept("application/json")
+            .build()
+            .into();
+        Ok(Transport {
+            agent,
+            server: cfg.server.clone(),
+        })
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Sends `req` and returns the status and the response body (at most [`MAX_BODY`] bytes).
+    pub fn send(
+        &self,
+        req: &Request,
+        token: Option<&str>,
+        total: Duration,
+    ) -> Result<(u16, Vec<u8>)> {
+        let (code, mut body) = self.call(req, token, Some(total), None)?;
+        let bytes = body
+            .with_config()
+            .limit(MAX_BODY)
+            .read_to_vec()
+            .map_err(|e| self.map_err(req, e))?;
+        Ok((code, bytes))
+    }
+
+    /// Sends `req` and returns the status and a reader over the (streamed) body. `total` bounds the
+    /// whole stream; `per_read` bounds the silence between two reads.
+    pub fn stream(
+        &self,
+        req: &Request,
+        token: Option<&str>,
+        total: Option<Duration>,
+        per_read: Option<Duration>,
+    ) -> Result<(u16, Box<dyn Read + Send>)> {
+        let (code, body) = self.call(req, token, total, per_read)?;
+        let reader = body.into_with_config().limit(u64::MAX).reader();
+        Ok((code, Box::new(reader)))
+    }
+
+    fn call(
+        &self,
+        req: &Request,
+        token: Option<&str>,
+        total: Option<Duration>,
+        per_read: Option<Duration>,
+    ) -> Result<(u16, ureq::Body)> {
+        let url = format!("{}{}", self.server, req.path);
+        let auth = token.map(|t| format!("Bearer {t}"));
+        macro_rules! finish {
+            ($b:expr) => {{
+                let mut b = $b;
+                if let Some(a) = &auth {
+                    b = b.header("Authorization", a.as_str());
+                }
+                b.config()
+                    .timeout_global(total)
+                    .timeout_per_read(per_read)
+                    .build()
+            }};
+        }
+        let res = match req.method {
+            Method::Get => finish!(self.agent.get(&url)).call(),
+            Method::Post | Method::Patch | Method::Delete => {
+                let b = match req.method {
+                    Method::Post => self.agent.post(&url),
+                    Method::Patch => self.agent.patch(&url),
+                    _ => self.agent.delete(&url).force_send_body(),
+                };
+                let b = b.content_type(req.content_type.unwrap_or("application/json"));
+                finish!(b).send(req.body.as_deref().unwrap_or("").as_bytes())
+            }
+        };
+        let res = res.map_err(|e| self.map_err(req, e))?;
+        Ok((res.status().as_u16(), res.into_body()))
+    }
+
+    fn map_err(&self, req: &Request, e: ureq::Error) -> Error {
+        let (reason, detail) = classify(&e);
+        let what = format!(
+            "{} {}{}",
+            req.method.as_str(),
+            self.server,
+            strip_query(&req.path)
+        );
+        status::transport(reason, format!("{what}: {detail}"))
+    }
+}
+
+fn strip_query(p: &str) -> &str {
+    p.split('?').next().unwrap_or(p)
+}
+
+fn rustls_reason(e: &rustls::Error) -> &'static str {
+    use rustls::Error as R;
+    match e {
+        R::InvalidCertificate(_)
+        | R::NoCertificatesPresented
+        | R::UnsupportedNameType
+        | R::InvalidCertRevocationList(_) => status::REASON_TLS_VERIFY,
+        R::AlertReceived(a) => {
+            use rustls::AlertDescription as A;
+            match a {
+                A::BadCertificate
+                | A::UnknownCA
+                | A::CertificateUnknown
+                | A::CertificateExpired
+                | A::CertificateRequired
+                | A::UnsupportedCertificate
+                | A::AccessDenied => status::REASON_TLS_VERIFY,
+                _ => status::REASON_TLS,
+            }
+        }
+        _ => status::REASON_TLS,
+    }
+}
+
+fn io_reason(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind as K;
+    if let Some(r) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        return rustls_reason(r);
+    }
+    match e.kind() {
+        K::ConnectionRefused => status::REASON_REFUSED,
+        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
+            status::REASON_RESET
+        }
+        K::TimedOut | K::WouldBlock => status::REASON_TIMEOUT,
+        K::AddrNotAvailable | K::NotConnected => status::REASON_CONNECT,
+        _ => status::REASON_TRANSPORT,
+    }
+}
+
+/// A transport reason (see `status::REASON_*`) and a detail for the message.
+pub fn classify(e: &ureq::Error) -> (&'static str, String) {
+    use ureq::Error as U;
+    let reason = match e {
+        U::Timeout(_) => status::REASON_TIMEOUT,
+        U::Io(io) => io_reason(io),
+        U::Rustls(r) => rustls_reason(r),
+        U::Tls(_) | U::Pem(_) => status::REASON_TLS,
+        U::HostNotFound => status::REASON_DNS,
+        U::ConnectionFailed => status::REASON_CONNECT,
+        U::Protocol(_) | U::LargeResponseHeader(..) | U::BodyExceedsLimit(_) => REASON_BAD_RESPONSE,
+        _ => status::REASON_TRANSPORT,
+    };
+    (reason, e.to_string())
+}
