@@ -123,7 +123,7 @@ fn repair(name: &str, args: &[String]) -> i32 {
 }
 
 fn validation(name: &str, args: &[String]) -> i32 {
-    not_yet(name, args, "validation applet")
+    crate::validation::main(name, args)
 }
 
 #[cfg(test)]

@@ -1,1 +1,99 @@
-//! The `istio-validation` applet: checks from inside the pod that redirection works.
+//! The `istio-validation` applet: what upstream's `istio-iptables --run-validation --skip-rule-apply` does
+//! in the injected `istio-validation` init container. Exit 0 when traffic from the proxy uid is redirected
+//! to the capture ports, 126 (upstream `ValidationErrorCode`, what the repair agent looks for) when not,
+//! 1 on bad flags or environment. Nothing is written to `/dev/termination-log`, as upstream.
+
+pub mod options;
+pub mod probe;
+
+use options::Options;
+use probe::Verdict;
+
+/// Exit code for a failed validation (upstream `constants.ValidationErrorCode`).
+pub const VALIDATION_ERROR_CODE: i32 = 126;
+
+const FAILED_HELP: &str = "iptables validation failed; workload is not ready for Istio.
+When using Istio CNI, this can occur if a pod is scheduled before the node is ready.
+
+If installed with 'cni.repair.deletePods=true', this pod should automatically be deleted and retry.
+Otherwise, this pod will need to be manually removed so that it is scheduled on a node with istio-cni running, allowing iptables rules to be established.";
+
+/// Runs the check as the proxy: when started as root (and the proxy uid is not 0), switch to the proxy
+/// gid/uid first, since only the proxy's traffic is redirected by the sidecar rules. Sockets are created
+/// after the switch, so they are owned by the proxy uid.
+fn become_proxy(o: &Options) -> crate::Result<()> {
+    use nix::unistd::{geteuid, setgid, setgroups, setuid, Gid, Uid};
+    if !geteuid().is_root() || o.proxy_uid == 0 {
+        return Ok(());
+    }
+    let err = |what: &str, e: nix::Error| crate::Error::io(what.to_string(), e.into());
+    setgroups(&[Gid::from_raw(o.proxy_gid)]).map_err(|e| err("setgroups", e))?;
+    setgid(Gid::from_raw(o.proxy_gid)).map_err(|e| err(&format!("setgid {}", o.proxy_gid), e))?;
+    setuid(Uid::from_raw(o.proxy_uid)).map_err(|e| err(&format!("setuid {}", o.proxy_uid), e))?;
+    log::info!(
+        "validation: started as root; checking as the proxy uid {} gid {}",
+        o.proxy_uid,
+        o.proxy_gid
+    );
+    Ok(())
+}
+
+/// The applet entry point.
+pub fn main(name: &str, args: &[String]) -> i32 {
+    if args.iter().any(|a| a == "--version") {
+        println!("{}", crate::cli::version_text(name));
+        return 0;
+    }
+    crate::logging::init(log::LevelFilter::Info);
+    let o = match Options::parse(args, &|k| std::env::var(k).ok()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{name}: {e}\n\n{}", options::USAGE);
+            return 1;
+        }
+    };
+    if o.help {
+        print!("{}", options::USAGE);
+        return 0;
+    }
+    if let Some(l) = o.log_level.as_deref() {
+        // Istio's form is `scope:level,...`; the last level named wins here.
+        if let Some(level) = l
+            .split(',')
+            .filter_map(|t| crate::logging::parse_level(t.rsplit(':').next().unwrap_or(t)))
+            .last()
+        {
+            crate::logging::set_level(level);
+        }
+    }
+    if let Err(e) = become_proxy(&o) {
+        eprintln!(
+            "{name}: cannot switch to the proxy uid {}: {e}",
+            o.proxy_uid
+        );
+        return 1;
+    }
+    let ipv6 = probe::pod_is_ipv6();
+    let (lo, dst) = probe::loopbacks(ipv6);
+    log::info!(
+        "validation: listening on {lo}:{} and {lo}:{}, probing {dst}:{} for up to {:?}",
+        o.envoy_port,
+        o.inbound_capture_port,
+        o.probe_port,
+        o.probe_timeout
+    );
+    match probe::check(&o, ipv6) {
+        Ok(Verdict::Passed) => {
+            println!("Validation passed, iptables rules established");
+            0
+        }
+        Ok(Verdict::Timeout(why)) => {
+            eprintln!("{name}: {why}\n{FAILED_HELP}");
+            VALIDATION_ERROR_CODE
+        }
+        Err(e) => {
+            eprintln!("{name}: {e}\n{FAILED_HELP}");
+            VALIDATION_ERROR_CODE
+        }
+    }
+}

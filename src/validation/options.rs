@@ -1,0 +1,358 @@
+//! The `istio-validation` command line: upstream `istio-iptables` flags (pflag syntax: `-p 15001`,
+//! `-p=15001`, `--envoy-port 15001`, `--envoy-port=15001`, bare booleans), so the injected container's
+//! arguments work verbatim. The flags that only shape rules are accepted and ignored: this applet never
+//! applies rules, it checks them. Env as upstream: the flag name upper-cased with `-` → `_`.
+
+use crate::error::{Error, Result};
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// `-p/--envoy-port`: the outbound capture port.
+    pub envoy_port: u16,
+    /// `-z/--inbound-capture-port`.
+    pub inbound_capture_port: u16,
+    /// `--iptables-probe-port`: the port dialled on 127.0.0.6 / ::6.
+    pub probe_port: u16,
+    /// `--probe-timeout`.
+    pub probe_timeout: Duration,
+    /// `-u/--proxy-uid`: the proxy's uid; when started as root the check drops to it.
+    pub proxy_uid: u32,
+    /// `-g/--proxy-gid` (default: the uid).
+    pub proxy_gid: u32,
+    pub log_level: Option<String>,
+    pub help: bool,
+}
+
+/// Flags taking a value: (short, long, env). Those marked ignored only shape rules.
+const VALUED: &[(Option<char>, &str, Option<&str>)] = &[
+    (Some('p'), "envoy-port", None),
+    (
+        Some('z'),
+        "inbound-capture-port",
+        Some("INBOUND_CAPTURE_PORT"),
+    ),
+    (None, "iptables-probe-port", Some("IPTABLES_PROBE_PORT")),
+    (None, "probe-timeout", Some("PROBE_TIMEOUT")),
+    (Some('u'), "proxy-uid", None),
+    (Some('g'), "proxy-gid", None),
+    (None, "log_output_level", None),
+    // Rule-shaping flags: accepted, ignored.
+    (Some('e'), "inbound-tunnel-port", None),
+    (Some('m'), "istio-inbound-interception-mode", None),
+    (Some('t'), "istio-inbound-tproxy-mark", None),
+    (Some('r'), "istio-inbound-tproxy-route-table", None),
+    (Some('b'), "istio-inbound-ports", None),
+    (Some('d'), "istio-local-exclude-ports", None),
+    (Some('o'), "istio-local-outbound-ports-exclude", None),
+    (Some('q'), "istio-outbound-ports", None),
+    (Some('i'), "istio-service-cidr", None),
+    (Some('x'), "istio-service-exclude-cidr", None),
+    (Some('k'), "kube-virt-interfaces", None),
+    (Some('c'), "istio-exclude-interfaces", None),
+    (None, "network-namespace", None),
+    (None, "log_target", None),
+    (None, "log_caller", None),
+    (None, "log_stacktrace_level", None),
+    (None, "log_rotate", None),
+    (None, "log_rotate_max_age", None),
+    (None, "log_rotate_max_backups", None),
+    (None, "log_rotate_max_size", None),
+];
+
+/// Boolean flags, all ignored (validation is what we do anyway; we never apply rules).
+const BOOLS: &[(Option<char>, &str)] = &[
+    (None, "run-validation"),
+    (None, "skip-rule-apply"),
+    (Some('n'), "dry-run"),
+    (None, "redirect-dns"),
+    (None, "capture-all-dns"),
+    (None, "drop-invalid"),
+    (None, "native-nftables"),
+    (None, "dual-stack"),
+    (None, "cni-mode"),
+    (None, "reconcile"),
+    (None, "cleanup-only"),
+    (None, "force-apply"),
+    (None, "log_as_json"),
+    (None, "restore-format"),
+    (Some('a'), "trace-logging"),
+];
+
+fn port(v: &str, what: &str) -> Result<u16> {
+    v.trim()
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| Error::config(format!("{what}: {v:?} is not a port")))
+}
+
+fn id(v: &str, what: &str) -> Result<u32> {
+    v.trim()
+        .parse::<u32>()
+        .map_err(|_| Error::config(format!("{what}: {v:?} is not a numeric id")))
+}
+
+/// Go's `time.ParseDuration` (units ns, us, µs, ms, s, m, h; fractions; a bare "0").
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let s = s.strip_prefix('+').unwrap_or(s);
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    if s.is_empty() || s.starts_with('-') {
+        return None;
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let num: f64 = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        let u = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..u] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[u..];
+        total += num * scale;
+    }
+    if !total.is_finite() || total > 1e9 {
+        return None;
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+impl Options {
+    pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Options> {
+        let mut values: Vec<(&'static str, String)> = Vec::new();
+        let mut help = false;
+        let mut i = 0;
+        while i < args.len() {
+            let a = &args[i];
+            i += 1;
+            if a == "-h" || a == "--help" {
+                help = true;
+                continue;
+            }
+            let (name, inline) = if let Some(l) = a.strip_prefix("--") {
+                match l.split_once('=') {
+                    Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                    None => (l.to_string(), None),
+                }
+            } else if let Some(sh) = a.strip_prefix('-').filter(|s| !s.is_empty()) {
+                let mut cs = sh.chars();
+                let c = cs.next().unwrap_or('-');
+                let tail: String = cs.collect();
+                let long = VALUED
+                    .iter()
+                    .find(|f| f.0 == Some(c))
+                    .map(|f| f.1)
+                    .or_else(|| BOOLS.iter().find(|f| f.0 == Some(c)).map(|f| f.1))
+                    .ok_or_else(|| {
+                        Error::config(format!("unknown shorthand flag: {c:?} in {a}"))
+                    })?;
+                let tail = tail
+                    .strip_prefix('=')
+                    .map(str::to_string)
+                    .or((!tail.is_empty()).then_some(tail));
+                (long.to_string(), tail)
+            } else {
+                return Err(Error::config(format!("unexpected argument {a:?}")));
+            };
+            if let Some(f) = VALUED.iter().find(|f| f.1 == name) {
+                let v = match inline {
+                    Some(v) => v,
+                    None => {
+                        let v = args.get(i).ok_or_else(|| {
+                            Error::config(format!("flag needs an argument: --{name}"))
+                        })?;
+                        i += 1;
+                        v.clone()
+                    }
+                };
+                values.push((f.1, v));
+            } else if BOOLS.iter().any(|f| f.1 == name) {
+                if let Some(v) = inline {
+                    crate::repair::options::parse_bool(&v).ok_or_else(|| {
+                        Error::config(format!("--{name}: {v:?} is not a boolean"))
+                    })?;
+                }
+            } else {
+                return Err(Error::config(format!("unknown flag: --{name}")));
+            }
+        }
+        let get = |long: &str| -> Option<String> {
+            values
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == long)
+                .map(|(_, v)| v.clone())
+                .or_else(|| {
+                    VALUED
+                        .iter()
+                        .find(|f| f.1 == long)
+                        .and_then(|f| f.2)
+                        .and_then(|e| env(e).filter(|v| !v.is_empty()))
+                })
+        };
+        let uid = get("proxy-uid")
+            .map(|v| id(&v, "--proxy-uid"))
+            .transpose()?
+            .unwrap_or(1337);
+        Ok(Options {
+            envoy_port: get("envoy-port")
+                .map(|v| port(&v, "--envoy-port"))
+                .transpose()?
+                .unwrap_or(15001),
+            inbound_capture_port: get("inbound-capture-port")
+                .map(|v| port(&v, "--inbound-capture-port"))
+                .transpose()?
+                .unwrap_or(15006),
+            probe_port: get("iptables-probe-port")
+                .map(|v| port(&v, "--iptables-probe-port"))
+                .transpose()?
+                .unwrap_or(15002),
+            probe_timeout: match get("probe-timeout") {
+                None => Duration::from_secs(5),
+                Some(v) => parse_go_duration(&v).ok_or_else(|| {
+                    Error::config(format!(
+                        "--probe-timeout: {v:?} is not a duration (e.g. 5s)"
+                    ))
+                })?,
+            },
+            proxy_uid: uid,
+            proxy_gid: get("proxy-gid")
+                .map(|v| id(&v, "--proxy-gid"))
+                .transpose()?
+                .unwrap_or(uid),
+            log_level: get("log_output_level"),
+            help,
+        })
+    }
+}
+
+pub const USAGE: &str = "Usage: istio-validation [flags]   (accepts istio-iptables' flags; never applies rules)
+  -p, --envoy-port PORT              outbound capture port to listen on (default 15001)
+  -z, --inbound-capture-port PORT    inbound capture port to listen on (default 15006; env INBOUND_CAPTURE_PORT)
+      --iptables-probe-port PORT     port dialled on 127.0.0.6 / ::6 (default 15002; env IPTABLES_PROBE_PORT)
+      --probe-timeout DURATION       give up after this long (default 5s; env PROBE_TIMEOUT)
+  -u, --proxy-uid UID                proxy uid; when started as root the check runs as it (default 1337)
+  -g, --proxy-gid GID                proxy gid (default: the uid)
+Exit status: 0 redirection works, 126 it does not (validation timeout), 1 bad flags or environment.
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn injected_arguments_parse() {
+        let args = a(&[
+            "-p",
+            "15001",
+            "-z",
+            "15006",
+            "-u",
+            "1337",
+            "-m",
+            "REDIRECT",
+            "-i",
+            "*",
+            "-x",
+            "",
+            "-b",
+            "*",
+            "-d",
+            "15090,15021,15020",
+            "--log_output_level=default:info",
+            "--run-validation",
+            "--skip-rule-apply",
+            "--native-nftables",
+        ]);
+        let o = Options::parse(&args, &|_| None).unwrap();
+        assert_eq!(
+            (o.envoy_port, o.inbound_capture_port, o.probe_port),
+            (15001, 15006, 15002)
+        );
+        assert_eq!((o.proxy_uid, o.proxy_gid), (1337, 1337));
+        assert_eq!(o.probe_timeout, Duration::from_secs(5));
+        assert_eq!(o.log_level.as_deref(), Some("default:info"));
+    }
+
+    #[test]
+    fn env_and_forms() {
+        let env = |k: &str| match k {
+            "PROBE_TIMEOUT" => Some("1m30s".to_string()),
+            "IPTABLES_PROBE_PORT" => Some("16000".to_string()),
+            _ => None,
+        };
+        let o = Options::parse(&a(&["-p=1", "-z2", "--proxy-uid=5", "-g", "6"]), &env).unwrap();
+        assert_eq!(
+            (
+                o.envoy_port,
+                o.inbound_capture_port,
+                o.proxy_uid,
+                o.proxy_gid
+            ),
+            (1, 2, 5, 6)
+        );
+        assert_eq!(
+            (o.probe_port, o.probe_timeout),
+            (16000, Duration::from_secs(90))
+        );
+        let o = Options::parse(
+            &a(&["--iptables-probe-port", "17", "--probe-timeout=250ms"]),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            (o.probe_port, o.probe_timeout),
+            (17, Duration::from_millis(250))
+        );
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        for (args, want) in [
+            (vec!["--nope"], "--nope"),
+            (vec!["-p", "x"], "--envoy-port"),
+            (vec!["--probe-timeout", "5"], "--probe-timeout"),
+            (vec!["-p"], "--envoy-port"),
+            (vec!["-Q"], "'Q'"),
+            (vec!["stray"], "stray"),
+            (vec!["--run-validation=maybe"], "run-validation"),
+        ] {
+            let e = Options::parse(&a(&args), &|_| None)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            parse_go_duration("2h1us"),
+            Some(Duration::from_secs(7200) + Duration::from_micros(1))
+        );
+        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
+        for bad in ["", "5", "-1s", "1d", "s"] {
+            assert_eq!(parse_go_duration(bad), None, "{bad}");
+        }
+    }
+}

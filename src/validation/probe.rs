@@ -1,0 +1,208 @@
+//! The check itself (upstream `validation/validator.go`): listen on the capture ports on loopback, dial
+//! 127.0.0.6 (or ::6) at the probe port once a second from loopback, and pass once a connection arrives
+//! whose `SO_ORIGINAL_DST` port is the probe port, i.e. the kernel redirected it.
+
+use super::options::Options;
+use crate::error::{Error, Result};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{
+    bind, connect, getsockopt, listen, setsockopt, socket, sockopt, AddressFamily, Backlog,
+    SockFlag, SockType, SockaddrIn, SockaddrIn6,
+};
+use nix::sys::time::TimeVal;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// The outcome of a check that ran.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Passed,
+    /// Nothing redirected within the timeout; says what was tried.
+    Timeout(String),
+}
+
+/// (listen address, probe destination) for the pod's family.
+pub fn loopbacks(ipv6: bool) -> (IpAddr, IpAddr) {
+    if ipv6 {
+        (
+            Ipv6Addr::LOCALHOST.into(),
+            "::6".parse().unwrap_or(Ipv6Addr::LOCALHOST).into(),
+        )
+    } else {
+        (
+            Ipv4Addr::LOCALHOST.into(),
+            Ipv4Addr::new(127, 0, 0, 6).into(),
+        )
+    }
+}
+
+/// Whether the pod's first usable address (not loopback, not link-local) is IPv6, as upstream's
+/// `getLocalIP`. No such address: IPv4.
+pub fn pod_is_ipv6() -> bool {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return false;
+    };
+    for a in addrs {
+        let Some(sa) = a.address else { continue };
+        if let Some(v4) = sa.as_sockaddr_in() {
+            let ip = v4.ip();
+            if !ip.is_loopback() && !ip.is_link_local() {
+                return false;
+            }
+        } else if let Some(v6) = sa.as_sockaddr_in6() {
+            let ip = v6.ip();
+            if let Some(m) = ip.to_ipv4_mapped() {
+                if !m.is_loopback() && !m.is_link_local() {
+                    return false;
+                }
+                continue;
+            }
+            let link_local = (ip.segments()[0] & 0xffc0) == 0xfe80;
+            if !ip.is_loopback() && !link_local && !ip.is_multicast() {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+fn family(ip: IpAddr) -> AddressFamily {
+    if ip.is_ipv6() {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    }
+}
+
+fn tcp_socket(ip: IpAddr) -> nix::Result<OwnedFd> {
+    socket(family(ip), SockType::Stream, SockFlag::SOCK_CLOEXEC, None)
+}
+
+fn bind_to(fd: &OwnedFd, sa: SocketAddr) -> nix::Result<()> {
+    use std::os::fd::AsRawFd;
+    match sa {
+        SocketAddr::V4(a) => bind(fd.as_raw_fd(), &SockaddrIn::from(a)),
+        SocketAddr::V6(a) => bind(fd.as_raw_fd(), &SockaddrIn6::from(a)),
+    }
+}
+
+/// A listener with SO_REUSEADDR and SO_REUSEPORT, as upstream.
+fn listen_on(sa: SocketAddr) -> nix::Result<TcpListener> {
+    let fd = tcp_socket(sa.ip())?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    setsockopt(&fd, sockopt::ReusePort, &true)?;
+    bind_to(&fd, sa)?;
+    listen(&fd, Backlog::new(16).unwrap_or(Backlog::MAXCONN))?;
+    let l = TcpListener::from(fd);
+    l.set_nonblocking(true)
+        .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0)))?;
+    Ok(l)
+}
+
+/// One dial from `from:0` to `to`, bounded by `limit`. The socket is returned so the connection stays
+/// open while the server side looks at it.
+fn dial(from: IpAddr, to: SocketAddr, limit: Duration) -> nix::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let fd = tcp_socket(to.ip())?;
+    bind_to(&fd, SocketAddr::new(from, 0))?;
+    let tv = TimeVal::new(
+        limit.as_secs().min(i64::MAX as u64) as _,
+        limit.subsec_micros() as _,
+    );
+    setsockopt(&fd, sockopt::SendTimeout, &tv)?;
+    match to {
+        SocketAddr::V4(a) => connect(fd.as_raw_fd(), &SockaddrIn::from(a))?,
+        SocketAddr::V6(a) => connect(fd.as_raw_fd(), &SockaddrIn6::from(a))?,
+    }
+    Ok(fd)
+}
+
+/// The original destination port of a redirected connection, if any.
+fn original_port(s: &std::net::TcpStream, ipv6: bool) -> Option<u16> {
+    if ipv6 {
+        getsockopt(s, sockopt::Ip6tOriginalDst)
+            .ok()
+            .map(|a| u16::from_be(a.sin6_port))
+    } else {
+        getsockopt(s, sockopt::OriginalDst)
+            .ok()
+            .map(|a| u16::from_be(a.sin_port))
+    }
+}
+
+/// Runs the check. Errors are setup failures (no listener could be bound, poll failed).
+pub fn check(o: &Options, ipv6: bool) -> Result<Verdict> {
+    let (lo, dst) = loopbacks(ipv6);
+    let target = SocketAddr::new(dst, o.probe_port);
+    let mut listeners = Vec::new();
+    let mut tried = Vec::new();
+    for p in [o.envoy_port, o.inbound_capture_port] {
+        let sa = SocketAddr::new(lo, p);
+        tried.push(sa.to_string());
+        match listen_on(sa) {
+            Ok(l) => listeners.push(l),
+            Err(e) => log::warn!("validation: cannot listen on {sa}: {e}; skipping it"),
+        }
+    }
+    if listeners.is_empty() {
+        return Err(Error::other(format!(
+            "no listener available: {}",
+            tried.join(", ")
+        )));
+    }
+    let deadline = Instant::now() + o.probe_timeout;
+    let mut last_err = String::from("no attempt");
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let slot = (deadline - now).min(Duration::from_secs(1));
+        let client = match dial(lo, target, slot) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                last_err = format!("dial {target}: {e}");
+                log::debug!("validation: {last_err}");
+                None
+            }
+        };
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_secs(1));
+        let mut fds: Vec<PollFd> = listeners
+            .iter()
+            .map(|l| PollFd::new(l.as_fd(), PollFlags::POLLIN))
+            .collect();
+        let ms = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX);
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(Error::io("validation: poll the listeners", e.into())),
+        }
+        for l in &listeners {
+            while let Ok((mut s, peer)) = l.accept() {
+                let port = original_port(&s, ipv6);
+                if let Some(p) = port {
+                    let _ = s.write_all(p.to_string().as_bytes());
+                }
+                log::debug!(
+                    "validation: accepted {peer} on {:?}, original port {port:?}",
+                    l.local_addr().ok()
+                );
+                if port == Some(o.probe_port) {
+                    return Ok(Verdict::Passed);
+                }
+                last_err = format!("connection from {peer} had original port {port:?}");
+            }
+        }
+        // Kept open until the server side has looked at it; a refused dial left the poll above to
+        // pace the loop at about one attempt per second, like upstream.
+        drop(client);
+    }
+    Ok(Verdict::Timeout(format!(
+        "validation timeout: no connection to {target} was redirected to {} within {:?} (last: {last_err})",
+        tried.join(" or "),
+        o.probe_timeout
+    )))
+}
