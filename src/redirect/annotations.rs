@@ -1,0 +1,217 @@
+//! The redirect configuration of one pod (upstream `NewRedirect`, plugin.md §3): annotations with their
+//! defaults, validated strictly and in upstream's order, plus the istio-proxy env and securityContext.
+//! Every value is parsed into typed data; an invalid value is an [`Error::Annotation`] naming the annotation
+//! key and the value.
+
+use super::pod::PodInfo;
+use super::values::{
+    parse_bool, parse_cidr_list, parse_iface_list, parse_port_list, Cidr, IfaceName, IpRanges,
+    Ports,
+};
+use crate::error::{Error, Result};
+
+pub const INTERCEPTION_MODE: &str = "sidecar.istio.io/interceptionMode";
+pub const INCLUDE_OUTBOUND_IP_RANGES: &str = "traffic.sidecar.istio.io/includeOutboundIPRanges";
+pub const EXCLUDE_OUTBOUND_IP_RANGES: &str = "traffic.sidecar.istio.io/excludeOutboundIPRanges";
+pub const EXCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeInboundPorts";
+pub const INCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeInboundPorts";
+pub const EXCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeOutboundPorts";
+pub const INCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeOutboundPorts";
+pub const EXCLUDE_INTERFACES: &str = "traffic.sidecar.istio.io/excludeInterfaces";
+pub const REROUTE_VIRTUAL_INTERFACES: &str = "istio.io/reroute-virtual-interfaces";
+/// Deprecated spelling of [`REROUTE_VIRTUAL_INTERFACES`], read only when that key is absent.
+pub const KUBEVIRT_INTERFACES: &str = "traffic.sidecar.istio.io/kubevirtInterfaces";
+
+/// Ports the injector's health/metrics endpoints use; never captured inbound.
+pub const ALWAYS_EXCLUDED_INBOUND: [u16; 3] = [15020, 15021, 15090];
+/// Default for excludeOutboundPorts (replaced, not extended, by the annotation).
+pub const DEFAULT_EXCLUDED_OUTBOUND: u16 = 15020;
+/// UID and GID of the proxy when the securityContext does not say otherwise.
+pub const DEFAULT_PROXY_ID: u32 = 1337;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterceptionMode {
+    Redirect,
+    Tproxy,
+}
+
+impl InterceptionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterceptionMode::Redirect => "REDIRECT",
+            InterceptionMode::Tproxy => "TPROXY",
+        }
+    }
+}
+
+/// What one pod's annotations and proxy container ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    pub mode: InterceptionMode,
+    pub uid: u32,
+    pub gid: u32,
+    pub include_ip_ranges: IpRanges,
+    pub exclude_ip_ranges: Vec<Cidr>,
+    pub include_inbound_ports: Ports,
+    /// The annotation's ports, then 15020, 15021, 15090, without duplicates (first occurrence kept).
+    pub exclude_inbound_ports: Vec<u16>,
+    pub include_outbound_ports: Vec<u16>,
+    pub exclude_outbound_ports: Vec<u16>,
+    pub exclude_interfaces: Vec<IfaceName>,
+    pub reroute_virtual_interfaces: Vec<IfaceName>,
+    /// `ISTIO_META_DNS_CAPTURE`: capture all DNS (CNI mode never reads resolv.conf).
+    pub dns_redirect: bool,
+    /// `ISTIO_DUAL_STACK`: changes how IPv6 is detected.
+    pub dual_stack: bool,
+    /// `INVALID_DROP`: drop conntrack-INVALID packets.
+    pub invalid_drop: bool,
+}
+
+fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Error {
+    Error::Annotation {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Ports where `*` cannot be rendered as a rule (upstream accepts it and then fails in iptables-restore).
+fn port_list(key: &str, v: &str) -> Result<Vec<u16>> {
+    if v.trim() == "*" {
+        return Err(invalid(
+            key,
+            v,
+            "a wildcard is not supported here; list the ports",
+        ));
+    }
+    parse_port_list(v).map_err(|r| invalid(key, v, r))
+}
+
+fn proxy_id(v: Option<i64>, what: &str) -> Result<u32> {
+    match v {
+        None | Some(0) => Ok(DEFAULT_PROXY_ID),
+        Some(n) => u32::try_from(n).map_err(|_| {
+            Error::Decode(format!(
+                "pod: istio-proxy securityContext.{what} {n} is not a valid id"
+            ))
+        }),
+    }
+}
+
+impl Redirect {
+    pub fn from_pod(pod: &PodInfo) -> Result<Redirect> {
+        let ann = |key: &str| pod.annotations.get(key).map(String::as_str);
+
+        // Validation order is upstream's: mode, include/exclude CIDRs, exclude/include inbound ports,
+        // exclude/include outbound ports, exclude interfaces, reroute (or the deprecated kubevirt key).
+        let mode = match ann(INTERCEPTION_MODE) {
+            None | Some("REDIRECT") => InterceptionMode::Redirect,
+            Some("TPROXY") => InterceptionMode::Tproxy,
+            Some(v) => {
+                return Err(invalid(
+                    INTERCEPTION_MODE,
+                    v,
+                    "interception mode must be REDIRECT or TPROXY",
+                ))
+            }
+        };
+        let include_ip_ranges = match ann(INCLUDE_OUTBOUND_IP_RANGES) {
+            None | Some("*") => IpRanges::All,
+            Some(v) => IpRanges::List(
+                parse_cidr_list(v).map_err(|r| invalid(INCLUDE_OUTBOUND_IP_RANGES, v, r))?,
+            ),
+        };
+        let exclude_ip_ranges = match ann(EXCLUDE_OUTBOUND_IP_RANGES) {
+            None => Vec::new(),
+            Some(v) if v.trim() == "*" => {
+                return Err(invalid(
+                    EXCLUDE_OUTBOUND_IP_RANGES,
+                    v,
+                    "a wildcard is not allowed in the exclude list",
+                ))
+            }
+            Some(v) => parse_cidr_list(v).map_err(|r| invalid(EXCLUDE_OUTBOUND_IP_RANGES, v, r))?,
+        };
+        let mut exclude_inbound_ports = match ann(EXCLUDE_INBOUND_PORTS) {
+            None => Vec::new(),
+            Some(v) => port_list(EXCLUDE_INBOUND_PORTS, v)?,
+        };
+        exclude_inbound_ports.extend(ALWAYS_EXCLUDED_INBOUND);
+        let mut seen = Vec::new();
+        exclude_inbound_ports.retain(|p| {
+            let first = !seen.contains(p);
+            seen.push(*p);
+            first
+        });
+        let include_inbound_ports = match ann(INCLUDE_INBOUND_PORTS) {
+            None | Some("*") => Ports::All,
+            Some(v) => {
+                Ports::List(parse_port_list(v).map_err(|r| invalid(INCLUDE_INBOUND_PORTS, v, r))?)
+            }
+        };
+        let exclude_outbound_ports = match ann(EXCLUDE_OUTBOUND_PORTS) {
+            None => vec![DEFAULT_EXCLUDED_OUTBOUND],
+            Some(v) => port_list(EXCLUDE_OUTBOUND_PORTS, v)?,
+        };
+        let include_outbound_ports = match ann(INCLUDE_OUTBOUND_PORTS) {
+            None => Vec::new(),
+            Some(v) => port_list(INCLUDE_OUTBOUND_PORTS, v)?,
+        };
+        let exclude_interfaces = match ann(EXCLUDE_INTERFACES) {
+            None => Vec::new(),
+            Some(v) => parse_iface_list(v).map_err(|r| invalid(EXCLUDE_INTERFACES, v, r))?,
+        };
+        let reroute_virtual_interfaces =
+            match (ann(REROUTE_VIRTUAL_INTERFACES), ann(KUBEVIRT_INTERFACES)) {
+                (Some(v), _) => {
+                    parse_iface_list(v).map_err(|r| invalid(REROUTE_VIRTUAL_INTERFACES, v, r))?
+                }
+                (None, Some(v)) => {
+                    parse_iface_list(v).map_err(|r| invalid(KUBEVIRT_INTERFACES, v, r))?
+                }
+                (None, None) => Vec::new(),
+            };
+
+        let (uid, gid, env) = match &pod.proxy {
+            Some(p) => (
+                proxy_id(p.run_as_user, "runAsUser")?,
+                proxy_id(p.run_as_group, "runAsGroup")?,
+                Some(&p.env),
+            ),
+            None => (DEFAULT_PROXY_ID, DEFAULT_PROXY_ID, None),
+        };
+        let flag = |name: &str| -> bool {
+            match env.and_then(|e| e.get(name)) {
+                None => false,
+                Some(v) => parse_bool(v).unwrap_or_else(|| {
+                    log::warn!(
+                        "pod {}/{}: istio-proxy env {name}={v:?} is not a boolean; treating it as false",
+                        pod.namespace,
+                        pod.name
+                    );
+                    false
+                }),
+            }
+        };
+        Ok(Redirect {
+            mode,
+            uid,
+            gid,
+            include_ip_ranges,
+            exclude_ip_ranges,
+            include_inbound_ports,
+            exclude_inbound_ports,
+            include_outbound_ports,
+            exclude_outbound_ports,
+            exclude_interfaces,
+            reroute_virtual_interfaces,
+            dns_redirect: flag("ISTIO_META_DNS_CAPTURE"),
+            dual_stack: flag("ISTIO_DUAL_STACK"),
+            invalid_drop: flag("INVALID_DROP"),
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "annotations_tests.rs"]
+mod tests;

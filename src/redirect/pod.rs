@@ -1,0 +1,298 @@
+//! What the decision and the redirect need from a Kubernetes Pod object (upstream `ExtractPodInfo`):
+//! names, labels, annotations, container names (init containers first), the `istio-proxy` container's
+//! literal env, proxy type and securityContext ids, and the pod's IPs.
+
+use crate::error::{Error, Result};
+use crate::json::{Object, Value};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// Name of the sidecar container.
+pub const PROXY_CONTAINER: &str = "istio-proxy";
+
+/// Facts about the `istio-proxy` container (a regular container or a native-sidecar init container).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyContainer {
+    /// Literal env values by name (`valueFrom` entries give ""); a later duplicate wins, as in a Go map.
+    pub env: BTreeMap<String, String>,
+    /// `args[1]` when `args[0] == "proxy"` (e.g. `sidecar`, `router`); "" otherwise.
+    pub proxy_type: String,
+    /// `securityContext.runAsUser` of this container (the pod-level securityContext is ignored).
+    pub run_as_user: Option<i64>,
+    /// `securityContext.runAsGroup` of this container.
+    pub run_as_group: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodInfo {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub init_containers: Vec<String>,
+    pub containers: Vec<String>,
+    /// `None` when the pod has no container named `istio-proxy`.
+    pub proxy: Option<ProxyContainer>,
+    /// `status.podIPs[].ip`, then `status.podIP` if not already listed.
+    pub pod_ips: Vec<IpAddr>,
+}
+
+fn bad(field: &str, want: &str) -> Error {
+    Error::Decode(format!("pod: field {field} must be {want}"))
+}
+
+fn opt_obj<'a>(o: &'a Object, key: &str, field: &str) -> Result<Option<&'a Object>> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(x)) => Ok(Some(x)),
+        Some(_) => Err(bad(field, "an object")),
+    }
+}
+
+fn opt_arr<'a>(o: &'a Object, key: &str, field: &str) -> Result<&'a [Value]> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(a)) => Ok(a.as_slice()),
+        Some(_) => Err(bad(field, "a list")),
+    }
+}
+
+fn opt_str<'a>(o: &'a Object, key: &str, field: &str) -> Result<Option<&'a str>> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(bad(field, "a string")),
+    }
+}
+
+fn opt_int(o: &Object, key: &str, field: &str) -> Result<Option<i64>> {
+    use crate::json::Number;
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(Number::I64(i))) => Ok(Some(*i)),
+        Some(Value::Number(Number::U64(u))) => i64::try_from(*u)
+            .map(Some)
+            .map_err(|_| bad(field, "an integer within int64")),
+        Some(Value::Number(Number::F64(f))) if f.fract() == 0.0 && f.abs() < 9.0e15 => {
+            Ok(Some(*f as i64))
+        }
+        Some(_) => Err(bad(field, "an integer")),
+    }
+}
+
+fn string_map(o: Option<&Object>, field: &str) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    if let Some(o) = o {
+        for (k, v) in o.iter() {
+            match v {
+                Value::String(s) => {
+                    out.insert(k.clone(), s.clone());
+                }
+                _ => return Err(bad(&format!("{field}[{k:?}]"), "a string")),
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl PodInfo {
+    pub fn from_pod(pod: &Object) -> Result<PodInfo> {
+        let meta = opt_obj(pod, "metadata", "metadata")?;
+        let empty = Object::new();
+        let meta = meta.unwrap_or(&empty);
+        let mut info = PodInfo {
+            name: opt_str(meta, "name", "metadata.name")?
+                .unwrap_or_default()
+                .to_string(),
+            namespace: opt_str(meta, "namespace", "metadata.namespace")?
+                .unwrap_or_default()
+                .to_string(),
+            labels: string_map(
+                opt_obj(meta, "labels", "metadata.labels")?,
+                "metadata.labels",
+            )?,
+            annotations: string_map(
+                opt_obj(meta, "annotations", "metadata.annotations")?,
+                "metadata.annotations",
+            )?,
+            ..PodInfo::default()
+        };
+        let spec = opt_obj(pod, "spec", "spec")?.unwrap_or(&empty);
+        for (list, out_is_init) in [("initContainers", true), ("containers", false)] {
+            for (i, c) in opt_arr(spec, list, &format!("spec.{list}"))?
+                .iter()
+                .enumerate()
+            {
+                let field = format!("spec.{list}[{i}]");
+                let c = match c {
+                    Value::Object(c) => c,
+                    _ => return Err(bad(&field, "an object")),
+                };
+                let name = opt_str(c, "name", &format!("{field}.name"))?
+                    .ok_or_else(|| Error::Decode(format!("pod: field {field}.name is missing")))?
+                    .to_string();
+                if name == PROXY_CONTAINER {
+                    let proxy = info.proxy.get_or_insert_with(ProxyContainer::default);
+                    read_proxy(c, &field, proxy)?;
+                }
+                if out_is_init {
+                    info.init_containers.push(name);
+                } else {
+                    info.containers.push(name);
+                }
+            }
+        }
+        if let Some(status) = opt_obj(pod, "status", "status")? {
+            for (i, p) in opt_arr(status, "podIPs", "status.podIPs")?
+                .iter()
+                .enumerate()
+            {
+                let field = format!("status.podIPs[{i}]");
+                let p = match p {
+                    Value::Object(p) => p,
+                    _ => return Err(bad(&field, "an object")),
+                };
+                if let Some(ip) = opt_str(p, "ip", &format!("{field}.ip"))? {
+                    push_ip(&mut info.pod_ips, ip, &format!("{field}.ip"))?;
+                }
+            }
+            if let Some(ip) = opt_str(status, "podIP", "status.podIP")? {
+                if !ip.is_empty() {
+                    push_ip(&mut info.pod_ips, ip, "status.podIP")?;
+                }
+            }
+        }
+        Ok(info)
+    }
+
+    /// Every container and init container name.
+    pub fn all_container_names(&self) -> impl Iterator<Item = &str> {
+        self.init_containers
+            .iter()
+            .chain(self.containers.iter())
+            .map(String::as_str)
+    }
+}
+
+fn push_ip(ips: &mut Vec<IpAddr>, s: &str, field: &str) -> Result<()> {
+    let ip: IpAddr = s
+        .parse()
+        .map_err(|_| Error::Decode(format!("pod: field {field}: {s:?} is not an IP address")))?;
+    if !ips.contains(&ip) {
+        ips.push(ip);
+    }
+    Ok(())
+}
+
+fn read_proxy(c: &Object, field: &str, proxy: &mut ProxyContainer) -> Result<()> {
+    for (i, e) in opt_arr(c, "env", &format!("{field}.env"))?
+        .iter()
+        .enumerate()
+    {
+        let ef = format!("{field}.env[{i}]");
+        let e = match e {
+            Value::Object(e) => e,
+            _ => return Err(bad(&ef, "an object")),
+        };
+        let name = opt_str(e, "name", &format!("{ef}.name"))?
+            .ok_or_else(|| Error::Decode(format!("pod: field {ef}.name is missing")))?;
+        let value = opt_str(e, "value", &format!("{ef}.value"))?.unwrap_or_default();
+        proxy.env.insert(name.to_string(), value.to_string());
+    }
+    let args = opt_arr(c, "args", &format!("{field}.args"))?;
+    let arg = |i: usize| -> Result<Option<&str>> {
+        match args.get(i) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(bad(&format!("{field}.args[{i}]"), "a string")),
+        }
+    };
+    if let (Some("proxy"), Some(t)) = (arg(0)?, arg(1)?) {
+        proxy.proxy_type = t.to_string();
+    }
+    if let Some(sc) = opt_obj(c, "securityContext", &format!("{field}.securityContext"))? {
+        let sf = format!("{field}.securityContext");
+        if let Some(u) = opt_int(sc, "runAsUser", &format!("{sf}.runAsUser"))? {
+            proxy.run_as_user = Some(u);
+        }
+        if let Some(g) = opt_int(sc, "runAsGroup", &format!("{sf}.runAsGroup"))? {
+            proxy.run_as_group = Some(g);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::parse_object;
+
+    #[test]
+    fn extracts_everything() {
+        let pod = parse_object(
+            r#"{"metadata":{"name":"p","namespace":"ns","labels":{"a":"b"},
+                "annotations":{"sidecar.istio.io/status":"{}"}},
+              "spec":{"initContainers":[{"name":"istio-proxy","restartPolicy":"Always",
+                  "args":["proxy","sidecar"],
+                  "env":[{"name":"A","value":"1"},{"name":"B","valueFrom":{"fieldRef":{}}}],
+                  "securityContext":{"runAsUser":1000,"runAsGroup":2000}}],
+                "containers":[{"name":"app"}]},
+              "status":{"podIP":"10.0.0.2","podIPs":[{"ip":"fd00::2"},{"ip":"10.0.0.2"}]}}"#,
+            "t",
+        )
+        .unwrap();
+        let i = PodInfo::from_pod(&pod).unwrap();
+        assert_eq!((i.name.as_str(), i.namespace.as_str()), ("p", "ns"));
+        assert_eq!(i.init_containers, vec!["istio-proxy"]);
+        assert_eq!(i.containers, vec!["app"]);
+        let p = i.proxy.unwrap();
+        assert_eq!(p.proxy_type, "sidecar");
+        assert_eq!(p.env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(p.env.get("B").map(String::as_str), Some(""));
+        assert_eq!((p.run_as_user, p.run_as_group), (Some(1000), Some(2000)));
+        assert_eq!(
+            i.pod_ips,
+            vec![
+                "fd00::2".parse::<IpAddr>().unwrap(),
+                "10.0.0.2".parse().unwrap()
+            ]
+        );
+        assert_eq!(i.labels.get("a").map(String::as_str), Some("b"));
+    }
+
+    #[test]
+    fn minimal_pod_is_fine() {
+        let i = PodInfo::from_pod(&parse_object("{}", "t").unwrap()).unwrap();
+        assert!(i.proxy.is_none() && i.containers.is_empty() && i.pod_ips.is_empty());
+    }
+
+    #[test]
+    fn malformed_shapes_name_the_field() {
+        for (doc, field) in [
+            (
+                r#"{"metadata":{"annotations":{"a":1}}}"#,
+                "metadata.annotations",
+            ),
+            (r#"{"metadata":{"labels":[]}}"#, "metadata.labels"),
+            (r#"{"spec":{"containers":{}}}"#, "spec.containers"),
+            (r#"{"spec":{"containers":[{}]}}"#, "spec.containers[0].name"),
+            (
+                r#"{"spec":{"containers":[{"name":"istio-proxy","securityContext":{"runAsUser":"x"}}]}}"#,
+                "runAsUser",
+            ),
+            (
+                r#"{"spec":{"containers":[{"name":"istio-proxy","env":[{"name":"A","value":3}]}]}}"#,
+                "env[0].value",
+            ),
+            (r#"{"status":{"podIP":"10.0.0.300"}}"#, "status.podIP"),
+            (
+                r#"{"status":{"podIPs":[{"ip":"x"}]}}"#,
+                "status.podIPs[0].ip",
+            ),
+        ] {
+            let e = PodInfo::from_pod(&parse_object(doc, "t").unwrap()).unwrap_err();
+            assert!(e.to_string().contains(field), "{doc}: {e}");
+            assert_eq!(e.cni_code(), 6);
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Every vector in `<CONFORMANCE_DIR>/capture` and `<CONFORMANCE_DIR>/pod`, byte-exact, through the library
+//! and through `istio-cni explain`; and every generated document accepted by the real
+//! `iptables-restore --test --noflush` / `ip6tables-restore` inside a fresh network namespace.
+
+use istio_cni::cni::{conf, K8sArgs};
+use istio_cni::json;
+use istio_cni::plugin::add::shortcut;
+use istio_cni::redirect::{
+    decide, enable_ipv6, render, CaptureConfig, Decision, Documents, PodInfo, Redirect,
+};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn conformance_dir() -> PathBuf {
+    let dir = match std::env::var_os("CONFORMANCE_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"),
+    };
+    assert!(
+        dir.is_dir(),
+        "conformance vectors not found: looked in {} (set CONFORMANCE_DIR)",
+        dir.display()
+    );
+    dir
+}
+
+/// The case directories under `<dir>/<kind>`, sorted; fails loudly when there are none.
+fn cases(kind: &str) -> Vec<PathBuf> {
+    let base = conformance_dir().join(kind);
+    let mut out: Vec<PathBuf> = std::fs::read_dir(&base)
+        .unwrap_or_else(|e| panic!("read {}: {e}", base.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    out.sort();
+    assert!(!out.is_empty(), "no {kind} vectors in {}", base.display());
+    println!("{} {kind} vectors in {}", out.len(), base.display());
+    out
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+fn name(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// Whether a pod case expects an error, and the substring it must contain.
+fn pod_expectation(case: &Path) -> Option<String> {
+    let meta = json::parse_object(&read(&case.join("case.json")), "case.json").unwrap();
+    match json::str_of(&meta, "expect") {
+        Some("error") => Some(
+            std::fs::read_to_string(case.join("expected.error.txt"))
+                .map(|s| s.lines().next().unwrap_or("").to_string())
+                .unwrap_or_default(),
+        ),
+        Some("rules") => None,
+        other => panic!("{}: unknown expect {other:?}", case.display()),
+    }
+}
+
+fn capture_docs(case: &Path) -> Documents {
+    let o = json::parse_object(&read(&case.join("config.json")), "config.json").unwrap();
+    let cfg = CaptureConfig::from_json(&o).unwrap_or_else(|e| panic!("{}: {e}", name(case)));
+    render(&cfg).unwrap_or_else(|e| panic!("{}: {e}", name(case)))
+}
+
+/// The ADD pipeline for a pod case, through the library, with an empty node environment.
+fn pod_docs(case: &Path) -> istio_cni::Result<Option<Documents>> {
+    let netconf = conf::parse(&read(&case.join("conf.json")))?;
+    let args = K8sArgs::parse(read(&case.join("cni_args.txt")).trim())?;
+    if shortcut(&netconf, &args).is_some() {
+        return Ok(None);
+    }
+    let pod = json::parse_object(&read(&case.join("pod.json")), "pod.json")?;
+    let info = PodInfo::from_pod(&pod)?;
+    match decide(&info) {
+        Decision::Skip(_) => Ok(None),
+        Decision::Redirect => {
+            let r = Redirect::from_pod(&info)?;
+            let v6 = enable_ipv6(&info.pod_ips, r.dual_stack)?;
+            let cfg = CaptureConfig::from_redirect(&r, &|_| None, v6)?;
+            render(&cfg).map(Some)
+        }
+    }
+}
+
+fn expected_capture(case: &Path) -> (String, Option<String>) {
+    let v6 = case.join("expected.v6.rules");
+    (
+        read(&case.join("expected.v4.rules")),
+        v6.exists().then(|| read(&v6)),
+    )
+}
+
+#[test]
+fn capture_vectors_through_the_library() {
+    let all = cases("capture");
+    for case in &all {
+        let docs = capture_docs(case);
+        let (v4, v6) = expected_capture(case);
+        assert_eq!(docs.v4, v4, "{}: IPv4 document", name(case));
+        assert_eq!(docs.v6, v6, "{}: IPv6 document", name(case));
+    }
+    println!("{} capture vectors byte-exact", all.len());
+}
+
+#[test]
+fn pod_vectors_through_the_library() {
+    let all = cases("pod");
+    for case in &all {
+        match (pod_expectation(case), pod_docs(case)) {
+            (None, Ok(Some(docs))) => {
+                assert_eq!(
+                    docs.v4,
+                    read(&case.join("expected.rules")),
+                    "{}",
+                    name(case)
+                );
+                assert_eq!(docs.v6, None, "{}: pod goldens are IPv4 only", name(case));
+            }
+            (None, Ok(None)) => panic!("{}: expected rules, pod was not redirected", name(case)),
+            (None, Err(e)) => panic!("{}: {e}", name(case)),
+            (Some(want), Err(e)) => {
+                assert!(
+                    e.to_string().contains(&want),
+                    "{}: {e} lacks {want:?}",
+                    name(case)
+                )
+            }
+            (Some(_), Ok(_)) => panic!("{}: expected an error", name(case)),
+        }
+    }
+    println!("{} pod vectors checked", all.len());
+}
+
+/// Runs `istio-cni explain <args>`; returns (exit code, stdout, stderr).
+fn explain(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_istio-cni-node"))
+        .arg("istio-cni")
+        .arg("explain")
+        .args(args)
+        .env_remove("CNI_COMMAND")
+        .env_remove("ISTIO_OUTBOUND_OWNER_GROUPS")
+        .env_remove("ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE")
+        .env_remove("ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR")
+        .output()
+        .expect("run istio-cni explain");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn strip_comments(s: &str) -> String {
+    s.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn capture_vectors_through_explain() {
+    let all = cases("capture");
+    for case in &all {
+        let cfg = case.join("config.json");
+        let (code, out, err) = explain(&["--capture", cfg.to_str().unwrap()]);
+        assert_eq!(code, 0, "{}: {err}", name(case));
+        let (v4, v6) = expected_capture(case);
+        assert_eq!(
+            strip_comments(&out),
+            v4 + &v6.unwrap_or_default(),
+            "{}",
+            name(case)
+        );
+    }
+}
+
+#[test]
+fn pod_vectors_through_explain() {
+    let all = cases("pod");
+    for case in &all {
+        let pod = case.join("pod.json");
+        let conf = case.join("conf.json");
+        let (code, out, err) = explain(&[
+            "--pod",
+            pod.to_str().unwrap(),
+            "--conf",
+            conf.to_str().unwrap(),
+        ]);
+        match pod_expectation(case) {
+            None => {
+                assert_eq!(code, 0, "{}: {err}", name(case));
+                assert_eq!(
+                    strip_comments(&out),
+                    read(&case.join("expected.rules")),
+                    "{}",
+                    name(case)
+                );
+            }
+            Some(want) => {
+                assert_ne!(code, 0, "{}: expected failure, got {out}", name(case));
+                assert!(err.contains(&want), "{}: {err} lacks {want:?}", name(case));
+                assert!(
+                    out.is_empty(),
+                    "{}: no rules on error, got {out}",
+                    name(case)
+                );
+            }
+        }
+    }
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Root-only tests: fail when not root, unless ISTIO_CNI_SKIP_ROOT_TESTS=1.
+fn require_root(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    if std::env::var("ISTIO_CNI_SKIP_ROOT_TESTS").as_deref() == Ok("1") {
+        println!("skipping {test}: needs root (ISTIO_CNI_SKIP_ROOT_TESTS=1)");
+        return false;
+    }
+    panic!("{test} needs root (set ISTIO_CNI_SKIP_ROOT_TESTS=1 to skip)");
+}
+
+/// `<bin> --test --noflush` with `doc` on stdin, in a fresh network namespace and a private mount namespace
+/// whose /etc/group also has the groups the owner-group vectors name (`java`, `ftp`).
+fn restore_test(bin: &str, doc: &str, group_file: &Path) -> Result<(), String> {
+    let mut child = Command::new("unshare")
+        .args(["--net", "--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$1\" /etc/group && exec \"$2\" --test --noflush")
+        .arg("sh")
+        .arg(group_file)
+        .arg(bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn unshare: {e}"))?;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(doc.as_bytes())
+        .map_err(|e| format!("write stdin: {e}"))?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{bin} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+#[test]
+fn every_generated_document_is_accepted_by_iptables_restore() {
+    if !require_root("every_generated_document_is_accepted_by_iptables_restore") {
+        return;
+    }
+    let tmp = std::env::temp_dir().join(format!(
+        "istio-cni-conformance-group-{}",
+        std::process::id()
+    ));
+    let mut groups = read(Path::new("/etc/group"));
+    if !groups.ends_with('\n') && !groups.is_empty() {
+        groups.push('\n');
+    }
+    for (g, id) in [("java", 30001), ("ftp", 30002)] {
+        if !groups.lines().any(|l| l.starts_with(&format!("{g}:"))) {
+            groups.push_str(&format!("{g}:x:{id}:\n"));
+        }
+    }
+    std::fs::write(&tmp, groups).unwrap();
+    let mut docs: Vec<(String, &str, String)> = Vec::new();
+    for case in cases("capture") {
+        let d = capture_docs(&case);
+        docs.push((format!("capture/{}", name(&case)), "iptables-restore", d.v4));
+        if let Some(v6) = d.v6 {
+            docs.push((format!("capture/{}", name(&case)), "ip6tables-restore", v6));
+        }
+    }
+    for case in cases("pod") {
+        if let Ok(Some(d)) = pod_docs(&case) {
+            docs.push((format!("pod/{}", name(&case)), "iptables-restore", d.v4));
+        }
+    }
+    let mut failures = Vec::new();
+    for (case, bin, doc) in &docs {
+        if let Err(e) = restore_test(bin, doc, &tmp) {
+            failures.push(format!("{case} ({bin}): {e}"));
+        }
+    }
+    let _ = std::fs::remove_file(&tmp);
+    assert!(
+        failures.is_empty(),
+        "rejected documents:\n{}",
+        failures.join("\n")
+    );
+    println!(
+        "{} documents accepted by iptables-restore --test",
+        docs.len()
+    );
+}
