@@ -294,6 +294,16 @@ fn every_generated_document_is_accepted_by_iptables_restore() {
             docs.push((format!("pod/{}", name(&case)), "iptables-restore", d.v4));
         }
     }
+    // The harness itself must be able to fail.
+    assert!(
+        restore_test(
+            "iptables-restore",
+            "* nat\n-A OUTPUT -p tcp --dport 70000 -j RETURN\nCOMMIT\n",
+            &tmp
+        )
+        .is_err(),
+        "iptables-restore --test accepted an invalid document: the check is broken"
+    );
     let mut failures = Vec::new();
     for (case, bin, doc) in &docs {
         if let Err(e) = restore_test(bin, doc, &tmp) {

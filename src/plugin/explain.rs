@@ -1,10 +1,173 @@
 //! `istio-cni explain`: prints what ADD would apply, with no cluster.
+//!
+//! * `--pod POD.json [--conf CONF.json]`: the IPv4 `iptables-restore` document, then the IPv6 one when the
+//!   pod's `status.podIPs` say IPv6 (plugin.md §4.3, with the proxy's `ISTIO_DUAL_STACK`); a pod that would
+//!   not be redirected prints one `# no redirection: <reason>` line. Invalid annotations fail (stderr, exit 1)
+//!   with the error ADD gives.
+//! * `--capture CONFIG.json`: the documents for a raw capture configuration (conformance schema).
+//!
+//! Comment lines (`#`) with extra facts (TPROXY policy routing, which document is which) always come
+//! *after* the documents, so stripping `#` lines leaves exactly the restore input.
 
+use super::add::{shortcut, Shortcut};
 use super::cli::ExplainArgs;
+use crate::cni::{conf, K8sArgs, NetConf};
+use crate::error::{Context, Error, IoContext, Result};
+use crate::json;
+use crate::redirect::{
+    decide, enable_ipv6, render, CaptureConfig, Decision, Documents, PodInfo, Redirect, TproxyRoute,
+};
 
-pub fn run(_args: &ExplainArgs) -> i32 {
-    eprintln!(
-        "istio-cni explain: not yet available in this build (rule generation has not landed)"
-    );
-    3
+/// The configuration explain assumes without `--conf`: no excluded namespaces, no agent namespace.
+const DEFAULT_CONF: &str = r#"{"cniVersion":"1.1.0","name":"istio-cni","type":"istio-cni"}"#;
+
+pub fn run(args: &ExplainArgs) -> i32 {
+    let env = |k: &str| std::env::var(k).ok();
+    match explain(args, &env) {
+        Ok(out) => {
+            print!("{out}");
+            0
+        }
+        Err(Usage(msg)) => {
+            eprintln!("istio-cni explain: {msg}\nUsage: istio-cni explain --pod POD.json [--conf CONF.json] | --capture CONFIG.json");
+            2
+        }
+        Err(Failed(e)) => {
+            eprintln!("istio-cni explain: {e}");
+            1
+        }
+    }
 }
+
+pub enum ExplainError {
+    /// Wrong combination of flags.
+    Usage(&'static str),
+    /// The inputs could not be read or are invalid (the error ADD would give).
+    Failed(Error),
+}
+use ExplainError::{Failed, Usage};
+
+impl From<Error> for ExplainError {
+    fn from(e: Error) -> Self {
+        Failed(e)
+    }
+}
+
+/// The whole output for `args`; `env` is the node environment ADD would see.
+pub fn explain(
+    args: &ExplainArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> std::result::Result<String, ExplainError> {
+    match (&args.pod, &args.conf, &args.capture) {
+        (None, None, Some(c)) => Ok(explain_capture(c)?),
+        (Some(p), c, None) => Ok(explain_pod(p, c.as_deref(), env)?),
+        (_, _, Some(_)) => Err(Usage("--capture cannot be combined with --pod or --conf")),
+        (None, _, None) => Err(Usage("give --pod (optionally with --conf) or --capture")),
+    }
+}
+
+fn read(path: &str) -> Result<String> {
+    std::fs::read_to_string(path).io_context(|| format!("read {path}"))
+}
+
+fn explain_capture(path: &str) -> Result<String> {
+    let o = json::parse_object(&read(path)?, path)?;
+    let cfg = CaptureConfig::from_json(&o).with_context(|| path.to_string())?;
+    Ok(format_docs(&render(&cfg)?, &[]))
+}
+
+fn explain_pod(
+    pod_path: &str,
+    conf_path: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String> {
+    let netconf: NetConf = match conf_path {
+        Some(p) => conf::parse(&read(p)?).with_context(|| format!("network configuration {p}"))?,
+        None => conf::parse(DEFAULT_CONF)?,
+    };
+    let pod = json::parse_object(&read(pod_path)?, pod_path)?;
+    let info = PodInfo::from_pod(&pod).with_context(|| pod_path.to_string())?;
+    let args = K8sArgs {
+        pod_name: info.name.clone(),
+        pod_namespace: info.namespace.clone(),
+        ..K8sArgs::default()
+    };
+    if let Some(s) = shortcut(&netconf, &args) {
+        let why = match s {
+            Shortcut::OwnAgent => "the istio-cni agent's own pod".to_string(),
+            Shortcut::NotKubernetes => {
+                "not a Kubernetes pod (metadata.name or metadata.namespace is empty)".to_string()
+            }
+            Shortcut::ExcludedNamespace => {
+                format!("namespace {} is in exclude_namespaces", info.namespace)
+            }
+        };
+        return Ok(format!("# no redirection: {why}\n"));
+    }
+    if let Decision::Skip(why) = decide(&info) {
+        return Ok(format!("# no redirection: {why}\n"));
+    }
+    if netconf.native_nftables {
+        return Err(Error::UnsupportedField {
+            field: "native_nftables".into(),
+            value: "true (no nftables backend in this build)".into(),
+        });
+    }
+    let r = Redirect::from_pod(&info)?;
+    let mut notes = Vec::new();
+    let ipv6 = if info.pod_ips.is_empty() {
+        notes.push(
+            "# the pod has no status.podIPs: assuming IPv4 only (ADD decides from the pod's netns addresses)"
+                .to_string(),
+        );
+        false
+    } else {
+        enable_ipv6(&info.pod_ips, r.dual_stack).context("pod status.podIPs")?
+    };
+    let cfg = CaptureConfig::from_redirect(&r, env, ipv6)?;
+    Ok(format_docs(&render(&cfg)?, &notes))
+}
+
+fn route_notes(t: &TproxyRoute) -> Vec<String> {
+    let mut v = vec![format!(
+        "# tproxy routing (IPv4): ip -4 rule add fwmark {m} lookup {t}; ip -4 route add local 0.0.0.0/0 dev lo table {t}",
+        m = t.mark,
+        t = t.table
+    )];
+    if t.ipv6 {
+        v.push(format!(
+            "# tproxy routing (IPv6): ip -6 rule add fwmark {m} lookup {t}; ip -6 route add local ::/0 dev lo table {t}",
+            m = t.mark,
+            t = t.table
+        ));
+    }
+    v
+}
+
+/// The documents, then the comment lines.
+fn format_docs(d: &Documents, extra: &[String]) -> String {
+    let mut out = d.v4.clone();
+    let mut notes: Vec<String> = Vec::new();
+    match &d.v6 {
+        Some(v6) => {
+            out.push_str(v6);
+            notes.push("# above: the IPv4 document (iptables-restore --noflush), then the IPv6 document (ip6tables-restore --noflush); ::6/128 is added to lo".into());
+        }
+        None => notes.push(
+            "# above: the IPv4 document (iptables-restore --noflush); IPv6 is not enabled".into(),
+        ),
+    }
+    if let Some(t) = &d.tproxy_route {
+        notes.extend(route_notes(t));
+    }
+    notes.extend(extra.iter().cloned());
+    for n in notes {
+        out.push_str(&n);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "explain_tests.rs"]
+mod tests;
