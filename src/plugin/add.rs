@@ -1,7 +1,13 @@
 //! ADD and CHECK: decide whether the pod gets redirection and, if so, program it in the pod's netns.
 
+use super::sidecar;
 use crate::cni::{result, CmdEnv, K8sArgs, NetConf};
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Result};
+use crate::json::Object;
+use crate::kube;
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Prefix of our own DaemonSet's pods (upstream `isCNIPod`).
 const AGENT_POD_PREFIX: &str = "istio-cni-node-";
@@ -12,6 +18,16 @@ pub enum Shortcut {
     OwnAgent,
     NotKubernetes,
     ExcludedNamespace,
+}
+
+impl Shortcut {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Shortcut::OwnAgent => "the istio-cni agent's own pod",
+            Shortcut::NotKubernetes => "not a Kubernetes pod (no K8S_POD_NAME/K8S_POD_NAMESPACE)",
+            Shortcut::ExcludedNamespace => "namespace is in exclude_namespaces",
+        }
+    }
 }
 
 /// The decisions that need no API call, in our order: own agent pod, not a Kubernetes pod, excluded
@@ -34,40 +50,70 @@ pub fn shortcut(conf: &NetConf, args: &K8sArgs) -> Option<Shortcut> {
     None
 }
 
+/// The pod's addresses according to the previous plugin's result.
+fn prev_ips(prev: &result::CniResult) -> Vec<IpAddr> {
+    prev.ips.iter().filter_map(|ip| ip.addr()).collect()
+}
+
+fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration)> {
+    let t = Instant::now();
+    let path = conf.kubeconfig_path();
+    let client = kube::Client::from_kubeconfig(Path::new(&path))
+        .with_context(|| format!("create the kubernetes client from {path}"))?;
+    let pod = kube::get_pod_with_retry(
+        &client,
+        &args.pod_namespace,
+        &args.pod_name,
+        conf.pod_lookup_deadline,
+    )
+    .with_context(|| format!("get pod {}/{}", args.pod_namespace, args.pod_name))?;
+    Ok((pod, t.elapsed()))
+}
+
 pub fn add(conf: &NetConf, env: &CmdEnv) -> Result<String> {
     let args = K8sArgs::parse(&env.args).context("failed to load args")?;
     // Parse prevResult first: a result we cannot pass on fails ADD before anything is programmed.
-    let output = result::passthrough(conf.prev_result.as_ref(), &conf.cni_version)?;
+    let prev = match &conf.prev_result {
+        Some(p) => result::parse_prev(p, &conf.cni_version)?,
+        None => result::CniResult::default(),
+    };
+    let output = crate::json::to_pretty(&result::to_value(&prev, &conf.cni_version), "    ");
+    let who = format!(
+        "ADD {}/{} ({})",
+        args.pod_namespace, args.pod_name, env.container_id
+    );
     if let Some(s) = shortcut(conf, &args) {
-        log::info!(
-            "ADD {}/{} ({}): no redirection: {}",
-            args.pod_namespace,
-            args.pod_name,
-            env.container_id,
-            match s {
-                Shortcut::OwnAgent => "the istio-cni agent's own pod",
-                Shortcut::NotKubernetes =>
-                    "not a Kubernetes pod (no K8S_POD_NAME/K8S_POD_NAMESPACE)",
-                Shortcut::ExcludedNamespace => "namespace is in exclude_namespaces",
-            }
-        );
+        log::info!("{who}: no redirection: {}", s.reason());
         return Ok(output);
     }
-    // Fail closed: a pod that may need a sidecar must never start unredirected.
-    Err(Error::other(format!(
-        "pod {}/{}: sidecar redirection is not available in this build; refusing to start the pod unredirected",
-        args.pod_namespace, args.pod_name
-    )))
+    let (pod, lookup) = pod_lookup(conf, &args).with_context(|| {
+        format!(
+            "pod {}/{} may need a sidecar, refusing to start it unredirected",
+            args.pod_namespace, args.pod_name
+        )
+    })?;
+    let addrs = sidecar::pod_addresses(&prev_ips(&prev), &env.netns)?;
+    let msg = sidecar::program_pod(&pod, &env.netns, &addrs, conf)
+        .with_context(|| format!("pod {}/{}", args.pod_namespace, args.pod_name))?;
+    log::info!(
+        "{who}: {msg}; pod lookup {:.1} ms",
+        lookup.as_secs_f64() * 1000.0
+    );
+    Ok(output)
 }
 
+/// CHECK: the pod's rules are all present (upstream's CHECK checks nothing).
 pub fn check(conf: &NetConf, env: &CmdEnv) -> Result<()> {
     let args = K8sArgs::parse(&env.args).context("failed to load args")?;
-    result::passthrough(conf.prev_result.as_ref(), &conf.cni_version)?;
+    let prev = match &conf.prev_result {
+        Some(p) => result::parse_prev(p, &conf.cni_version)?,
+        None => result::CniResult::default(),
+    };
     if shortcut(conf, &args).is_some() {
         return Ok(());
     }
-    Err(Error::other(format!(
-        "pod {}/{}: CHECK of sidecar redirection is not available in this build",
-        args.pod_namespace, args.pod_name
-    )))
+    let (pod, _) = pod_lookup(conf, &args)?;
+    let addrs = sidecar::pod_addresses(&prev_ips(&prev), &env.netns)?;
+    sidecar::check_pod(&pod, &env.netns, &addrs, conf)
+        .with_context(|| format!("CHECK pod {}/{}", args.pod_namespace, args.pod_name))
 }

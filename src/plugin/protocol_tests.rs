@@ -97,13 +97,18 @@ fn non_kubernetes_and_excluded_pods_pass_through() {
 }
 
 #[test]
-fn other_pods_fail_closed_until_redirection_exists() {
+fn sidecar_candidates_fail_closed_without_a_kubeconfig() {
     let mut env = ENV.to_vec();
     env.push(("CNI_ARGS", "K8S_POD_NAMESPACE=default;K8S_POD_NAME=app"));
     let conf = r#"{"cniVersion":"1.0.0","name":"net","cni_agent_run_dir":"/nonexistent","pod_lookup_timeout_seconds":0.2}"#;
     let o = run("ADD", &env, conf);
     assert_ne!(o.code, 0);
     assert!(o.stdout.contains("default/app"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("/nonexistent/istio-cni-kubeconfig"),
+        "{}",
+        o.stdout
+    );
 }
 
 #[test]

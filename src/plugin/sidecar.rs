@@ -1,0 +1,134 @@
+//! The sidecar path of ADD and CHECK: fetch the pod, decide, build the rules, program the pod's namespace.
+//! [`plan`] is pure; [`program_pod`] is shared with the repair agent so both apply exactly the same rules.
+
+use crate::cni::NetConf;
+use crate::error::{Context, Error, Result};
+use crate::iptables::apply::{self, Plan};
+use crate::iptables::{backend, Family};
+use crate::json::Object;
+use crate::redirect::{decide, enable_ipv6, render, CaptureConfig, Decision, PodInfo, Redirect};
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Instant;
+
+/// What a pod needs.
+#[derive(Debug)]
+pub enum PodPlan {
+    /// No redirection, and why.
+    Skip(String),
+    /// Program these rules.
+    Program { plan: Plan, summary: String },
+}
+
+/// Pure: the pod object, the pod's own addresses and the plugin's environment → what to program.
+pub fn plan(
+    pod: &Object,
+    addrs: &[IpAddr],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<PodPlan> {
+    let info = PodInfo::from_pod(pod)?;
+    if let Decision::Skip(reason) = decide(&info) {
+        return Ok(PodPlan::Skip(reason));
+    }
+    let redirect = Redirect::from_pod(&info)?;
+    let v6 = enable_ipv6(addrs, redirect.dual_stack)?;
+    let cfg = CaptureConfig::from_redirect(&redirect, env, v6)?;
+    let docs = render(&cfg)?;
+    let mut list = vec![(Family::V4, docs.v4)];
+    if let Some(d) = docs.v6 {
+        list.push((Family::V6, d));
+    }
+    let tproxy = docs.tproxy_route.as_ref().map(|r| (r.mark, r.table));
+    let summary = format!(
+        "{} mode, {}",
+        if tproxy.is_some() {
+            "TPROXY"
+        } else {
+            "REDIRECT"
+        },
+        if v6 { "IPv4+IPv6" } else { "IPv4" }
+    );
+    Ok(PodPlan::Program {
+        plan: Plan {
+            docs: list,
+            tproxy,
+            ipv6_passthrough: v6,
+        },
+        summary,
+    })
+}
+
+/// The addresses of the pod: from the previous plugin's result, else read inside the namespace.
+pub fn pod_addresses(prev_ips: &[IpAddr], netns_path: &str) -> Result<Vec<IpAddr>> {
+    if !prev_ips.is_empty() {
+        return Ok(prev_ips.to_vec());
+    }
+    crate::netns::run_in(netns_path, || {
+        let addrs = nix::ifaddrs::getifaddrs()
+            .map_err(|e| Error::io("list the pod's addresses", std::io::Error::from(e)))?;
+        Ok(addrs
+            .filter_map(|a| a.address)
+            .filter_map(|s| {
+                if let Some(v4) = s.as_sockaddr_in() {
+                    Some(IpAddr::V4(v4.ip()))
+                } else {
+                    s.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+                }
+            })
+            .collect())
+    })
+}
+
+fn refuse_nftables(conf: &NetConf) -> Result<()> {
+    if conf.native_nftables {
+        return Err(Error::UnsupportedField {
+            field: "native_nftables".into(),
+            value: "true (this build programs iptables only; set native_nftables to false)".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Applies what `pod` needs inside `netns_path`; returns the log line. Used by ADD and by repair in place.
+pub fn program_pod(
+    pod: &Object,
+    netns_path: &str,
+    addrs: &[IpAddr],
+    conf: &NetConf,
+) -> Result<String> {
+    let t = Instant::now();
+    let env = |k: &str| std::env::var(k).ok();
+    match plan(pod, addrs, &env)? {
+        PodPlan::Skip(reason) => Ok(format!("no redirection: {reason}")),
+        PodPlan::Program { plan, summary } => {
+            refuse_nftables(conf)?;
+            let plan_us = t.elapsed().as_micros();
+            let b = backend::for_plugin(Path::new(&conf.cni_agent_run_dir))?;
+            let report =
+                apply::apply(netns_path, b, plan).context("program the pod's network namespace")?;
+            let steps: Vec<String> = report
+                .iter()
+                .map(|(f, o, us)| format!("{} {:?} in {:.1} ms", f.name(), o, *us as f64 / 1000.0))
+                .collect();
+            Ok(format!(
+                "redirected ({summary}, iptables backend {}): rules built in {:.2} ms, {}",
+                b.name(),
+                plan_us as f64 / 1000.0,
+                steps.join(", ")
+            ))
+        }
+    }
+}
+
+/// CHECK: the rules the pod needs are all in its namespace.
+pub fn check_pod(pod: &Object, netns_path: &str, addrs: &[IpAddr], conf: &NetConf) -> Result<()> {
+    let env = |k: &str| std::env::var(k).ok();
+    match plan(pod, addrs, &env)? {
+        PodPlan::Skip(_) => Ok(()),
+        PodPlan::Program { plan, .. } => {
+            refuse_nftables(conf)?;
+            let b = backend::for_plugin(Path::new(&conf.cni_agent_run_dir))?;
+            apply::check(netns_path, b, plan.docs)
+        }
+    }
+}
