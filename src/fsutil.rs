@@ -1,37 +1,256 @@
-//! Crash-safe file operations: atomic write (temp file in the same dir, fsync, rename), errors carry the path.
+//! Crash-safe file operations: atomic write (temp file in the same dir, fsync, rename, fsync of the dir),
+//! mode kept or set explicitly (the umask never applies), remove-ignoring-ENOENT. Every error names the path.
+//!
+//! Temp files are named `<name>.tmp.<pid>.<n>`: never a `.conf`/`.conflist` suffix (kubelet ignores them), and
+//! [`is_temp_of`] recognises them (and Go's `<name>.tmp.<digits>`) so a restart can sweep what a crash left.
 
 use crate::error::{IoContext, Result};
+use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Writes `data` to `path` atomically: a temp file in the same directory, fsync, chmod `mode`, rename over
-/// the target, fsync the directory. Readers see the old or the new content, never a mix.
-/// (Used by `iptables::backend`; keep this signature.)
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The directory holding `path` (`.` for a bare name).
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// A fresh temp path next to `path`.
+pub fn temp_path_for(path: &Path) -> PathBuf {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    parent_of(path).join(format!(
+        "{}.tmp.{}.{}",
+        file_name(path),
+        std::process::id(),
+        n
+    ))
+}
+
+/// True when `candidate` is a temp file of `name`: `<name>.tmp.<digits and dots>`.
+pub fn is_temp_of(candidate: &str, name: &str) -> bool {
+    match candidate
+        .strip_prefix(name)
+        .and_then(|r| r.strip_prefix(".tmp."))
+    {
+        Some(rest) => !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit() || b == b'.'),
+        None => false,
+    }
+}
+
+/// The name a temp file belongs to, when `candidate` looks like one of ours (`<name>.tmp.<digits.>`).
+pub fn temp_owner(candidate: &str) -> Option<&str> {
+    let idx = candidate.rfind(".tmp.")?;
+    let (name, _) = candidate.split_at(idx);
+    if !name.is_empty() && is_temp_of(candidate, name) {
+        Some(name)
+    } else {
+        None
+    }
+}
+
+/// fsyncs a directory so a rename or unlink in it is durable.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    let d = File::open(dir).io_context(|| format!("open directory {}", dir.display()))?;
+    d.sync_all()
+        .io_context(|| format!("fsync directory {}", dir.display()))
+}
+
+/// Writes `data` to `path` atomically with exactly `mode`: temp file in the same directory, chmod, write,
+/// fsync, rename over `path`, fsync the directory. Readers see the old or the new content, never a mix.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let res = (|| {
-        let mut f = std::fs::OpenOptions::new()
+    let tmp = temp_path_for(path);
+    let res = (|| -> Result<()> {
+        let mut f = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(mode)
             .open(&tmp)
-            .io_context(|| format!("create {}", tmp.display()))?;
-        f.write_all(data).io_context(|| format!("write {}", tmp.display()))?;
-        f.set_permissions(std::fs::Permissions::from_mode(mode))
-            .io_context(|| format!("chmod {}", tmp.display()))?;
-        f.sync_all().io_context(|| format!("fsync {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).io_context(|| format!("rename {} to {}", tmp.display(), path.display()))?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+            .io_context(|| format!("create temp file {}", tmp.display()))?;
+        // The umask applied at create time; set the mode explicitly.
+        f.set_permissions(fs::Permissions::from_mode(mode))
+            .io_context(|| format!("chmod {:o} {}", mode, tmp.display()))?;
+        f.write_all(data)
+            .io_context(|| format!("write temp file {}", tmp.display()))?;
+        f.sync_all()
+            .io_context(|| format!("fsync temp file {}", tmp.display()))?;
+        drop(f);
+        fs::rename(&tmp, path)
+            .io_context(|| format!("rename {} to {}", tmp.display(), path.display()))?;
         Ok(())
     })();
     if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = fs::remove_file(&tmp);
+        return res;
     }
-    res
+    fsync_dir(&parent_of(path))
+}
+
+/// Copies the file at `src` to `dst` atomically (same scheme as [`write_atomic`]) with `mode`.
+/// Streams the content, so large binaries are never held in memory.
+pub fn copy_atomic(src: &Path, dst: &Path, mode: u32) -> Result<()> {
+    let tmp = temp_path_for(dst);
+    let res = (|| -> Result<()> {
+        let mut input = File::open(src).io_context(|| format!("open {}", src.display()))?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .io_context(|| format!("create temp file {}", tmp.display()))?;
+        f.set_permissions(fs::Permissions::from_mode(mode))
+            .io_context(|| format!("chmod {:o} {}", mode, tmp.display()))?;
+        std::io::copy(&mut input, &mut f)
+            .io_context(|| format!("copy {} to {}", src.display(), tmp.display()))?;
+        f.sync_all()
+            .io_context(|| format!("fsync temp file {}", tmp.display()))?;
+        drop(f);
+        fs::rename(&tmp, dst)
+            .io_context(|| format!("rename {} to {}", tmp.display(), dst.display()))?;
+        Ok(())
+    })();
+    if res.is_err() {
+        let _ = fs::remove_file(&tmp);
+        return res;
+    }
+    fsync_dir(&parent_of(dst))
+}
+
+/// Renames `from` to `to` and makes the rename durable.
+pub fn rename_durable(from: &Path, to: &Path) -> Result<()> {
+    fs::rename(from, to).io_context(|| format!("rename {} to {}", from.display(), to.display()))?;
+    fsync_dir(&parent_of(to))
+}
+
+/// The permission bits of `path`, or `None` when it does not exist.
+pub fn mode_of(path: &Path) -> Result<Option<u32>> {
+    match fs::metadata(path) {
+        Ok(m) => Ok(Some(m.permissions().mode() & 0o7777)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(crate::Error::io(format!("stat {}", path.display()), e)),
+    }
+}
+
+/// Reads a file; `None` when it does not exist.
+pub fn read_opt(path: &Path) -> Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(crate::Error::io(format!("read {}", path.display()), e)),
+    }
+}
+
+/// Removes a file; a missing file is not an error. Returns whether something was removed.
+pub fn remove_if_exists(path: &Path) -> Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => {
+            let _ = fsync_dir(&parent_of(path));
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(crate::Error::io(format!("remove {}", path.display()), e)),
+    }
+}
+
+/// Removes the temp files (`<name>.tmp.<digits.>`) that `keep(name)` accepts from `dir`; returns their
+/// paths. A missing directory has none.
+pub fn remove_stale_temps(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(crate::Error::io(format!("list {}", dir.display()), e)),
+    };
+    let mut removed = Vec::new();
+    for ent in rd {
+        let ent = ent.io_context(|| format!("list {}", dir.display()))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if let Some(owner) = temp_owner(&name) {
+            if keep(owner) {
+                let p = ent.path();
+                if remove_if_exists(&p)? {
+                    removed.push(p);
+                }
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "fsutil-{tag}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn atomic_write_sets_mode_and_leaves_no_temp() {
+        let d = tmpdir("w");
+        let p = d.join("a.conflist");
+        write_atomic(&p, b"one", 0o600).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"one");
+        assert_eq!(mode_of(&p).unwrap(), Some(0o600));
+        write_atomic(&p, b"two", 0o644).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(mode_of(&p).unwrap(), Some(0o644));
+        let names: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let e = write_atomic(Path::new("/nonexistent-dir-xyz/f.conf"), b"x", 0o600).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent-dir-xyz/f.conf"), "{e}");
+        assert!(!remove_if_exists(Path::new("/nonexistent-dir-xyz/f")).unwrap());
+    }
+
+    #[test]
+    fn temp_names() {
+        assert!(is_temp_of("istio-cni.tmp.3816169537", "istio-cni"));
+        assert!(is_temp_of("a.conflist.tmp.12.3", "a.conflist"));
+        assert!(!is_temp_of("a.conflist.tmp.", "a.conflist"));
+        assert!(!is_temp_of("a.conflist.tmp.x1", "a.conflist"));
+        assert_eq!(temp_owner("a.conf.tmp.1.2"), Some("a.conf"));
+        assert_eq!(temp_owner("a.conf"), None);
+        let t = temp_path_for(Path::new("/x/10-calico.conflist"));
+        assert_eq!(
+            temp_owner(&t.file_name().unwrap().to_string_lossy()),
+            Some("10-calico.conflist")
+        );
+    }
+
+    #[test]
+    fn sweeps_only_selected_temps() {
+        let d = tmpdir("s");
+        fs::write(d.join("x.tmp.123"), b"").unwrap();
+        fs::write(d.join("y.tmp.9.9"), b"").unwrap();
+        fs::write(d.join("x"), b"").unwrap();
+        let removed = remove_stale_temps(&d, |n| n == "x").unwrap();
+        assert_eq!(removed.len(), 1);
+        assert!(d.join("y.tmp.9.9").exists() && d.join("x").exists());
+        fs::remove_dir_all(&d).unwrap();
+    }
 }

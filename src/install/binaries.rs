@@ -1,0 +1,124 @@
+//! Installing binaries into the host bin dirs: temp file in the same dir, fsync, rename (never an
+//! in-place overwrite, which a running exec would hit as ETXTBSY); identical content is skipped; stale
+//! `<name>.tmp.*` files are removed first. The installer installs its own executable as `istio-cni`.
+
+use crate::error::{IoContext, Result};
+use crate::fsutil;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// What happened to one binary in one dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Copied,
+    Identical,
+    Skipped(&'static str),
+}
+
+/// True when both files have the same bytes.
+pub fn same_content(a: &Path, b: &Path) -> Result<bool> {
+    let (ma, mb) = match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => (x, y),
+        _ => return Ok(false),
+    };
+    if ma.len() != mb.len() {
+        return Ok(false);
+    }
+    let mut fa = File::open(a).io_context(|| format!("open {}", a.display()))?;
+    let mut fb = File::open(b).io_context(|| format!("open {}", b.display()))?;
+    let (mut ba, mut bb) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    loop {
+        let n = read_full(&mut fa, &mut ba).io_context(|| format!("read {}", a.display()))?;
+        let m = read_full(&mut fb, &mut bb).io_context(|| format!("read {}", b.display()))?;
+        if n != m || ba[..n] != bb[..m] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Installs `source` as `<dir>/<name>` in the source's mode. `update=false` keeps an existing file;
+/// names in `skip` are not installed.
+pub fn install_one(
+    source: &Path,
+    dir: &Path,
+    name: &str,
+    skip: &[String],
+    update: bool,
+) -> Result<Outcome> {
+    let removed = fsutil::remove_stale_temps(dir, |owner| owner == name)?;
+    for p in removed {
+        log::info!("removed stale temp file {}", p.display());
+    }
+    if skip.iter().any(|s| s == name) {
+        return Ok(Outcome::Skipped("listed in SKIP_CNI_BINARIES"));
+    }
+    let target = dir.join(name);
+    if target.exists() {
+        if !update {
+            return Ok(Outcome::Skipped("exists and UPDATE_CNI_BINARIES is false"));
+        }
+        if same_content(source, &target)? {
+            return Ok(Outcome::Identical);
+        }
+    }
+    let mode = std::fs::metadata(source)
+        .io_context(|| format!("stat {}", source.display()))?
+        .permissions()
+        .mode()
+        & 0o7777;
+    fsutil::copy_atomic(source, &target, mode)?;
+    Ok(Outcome::Copied)
+}
+
+/// Installs every regular file of `source_dir` into `dir` (upstream's copyBinaries); returns the names.
+pub fn install_dir(
+    source_dir: &Path,
+    dir: &Path,
+    skip: &[String],
+    update: bool,
+) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    let rd =
+        std::fs::read_dir(source_dir).io_context(|| format!("list {}", source_dir.display()))?;
+    for ent in rd {
+        let ent = ent.io_context(|| format!("list {}", source_dir.display()))?;
+        if !ent.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            continue;
+        }
+        let name = ent.file_name().to_string_lossy().into_owned();
+        install_one(&ent.path(), dir, &name, skip, update)?;
+        names.push(name);
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The bin dirs to use: the primary always; the secondary only when it exists and is writable.
+pub fn target_dirs(primary: &Path, secondary: Option<&Path>) -> Vec<PathBuf> {
+    let mut v = vec![primary.to_path_buf()];
+    if let Some(s) = secondary {
+        if s != primary
+            && s.is_dir()
+            && nix::unistd::access(s, nix::unistd::AccessFlags::W_OK).is_ok()
+        {
+            v.push(s.to_path_buf());
+        }
+    }
+    v
+}

@@ -1,0 +1,140 @@
+//! Cleanup on SIGTERM/SIGINT and `--uninstall` (installer.md §2.12): remove only our entry from the
+//! primary (atomic, mode kept) or our own file (standalone or Istio-owned), then the kubeconfig, our
+//! `istio-cni` binary (no other binary) and `log.sock`. Every step runs even when an earlier one failed;
+//! the first error is returned at the end.
+//!
+//! When the file we wrote to has vanished meanwhile (the primary CNI removed its config), there is nothing
+//! to edit: that is logged and the other steps run as usual. Nothing is re-created.
+
+use super::conflist::{self, PLUGIN_TYPE};
+use super::installer::{Installer, PLUGIN_BINARY};
+use super::select;
+use crate::error::{Context, Error, Result};
+use crate::fsutil;
+use crate::json::{self, Value};
+use std::path::Path;
+
+/// Removes our entry from (or, for our own files, deletes) the file `name` of the conf dir.
+/// Returns a line for the log.
+pub fn remove_config(dir: &Path, name: &str, delete_whole_file: bool) -> Result<String> {
+    let path = dir.join(name);
+    let Some(bytes) = fsutil::read_opt(&path)? else {
+        return Ok(format!(
+            "CNI config file {} no longer exists; nothing to remove from it",
+            path.display()
+        ));
+    };
+    if delete_whole_file {
+        fsutil::remove_if_exists(&path)
+            .with_context(|| format!("failed to remove CNI config file {}", path.display()))?;
+        return Ok(format!("removed CNI config file {}", path.display()));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let what = path.display().to_string();
+    let updated = conflist::remove_entry(&text, &what)
+        .with_context(|| format!("failed to read CNI config map from file {what}"))?;
+    match updated {
+        None => Ok(format!("no istio-cni entry in {what}; left unchanged")),
+        Some(new) => {
+            let mode = fsutil::mode_of(&path)?.unwrap_or(0o600);
+            fsutil::write_atomic(&path, new.as_bytes(), mode)
+                .with_context(|| format!("failed to write updated CNI config to file {what}"))?;
+            Ok(format!("removed the istio-cni entry from {what}"))
+        }
+    }
+}
+
+/// `--uninstall` without a record of what was written: every candidate file that is ours (top-level type
+/// `istio-cni`, or the Istio-owned file) is deleted; every list holding an `istio-cni` plugin loses it.
+pub fn scan_and_remove(dir: &Path, owned_name: Option<&str>) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    let mut first_err = None;
+    let mut cands = select::list_candidates(dir)?;
+    cands.sort_by(|a, b| a.name.cmp(&b.name));
+    for c in cands {
+        let Ok(bytes) = &c.content else { continue };
+        let Ok(Value::Object(o)) = json::parse(&String::from_utf8_lossy(bytes), &c.name) else {
+            continue;
+        };
+        let ours_whole =
+            json::str_of(&o, "type") == Some(PLUGIN_TYPE) || Some(c.name.as_str()) == owned_name;
+        let has_entry = json::arr_of(&o, "plugins").is_some_and(|p| {
+            p.iter().any(
+                |x| matches!(x, Value::Object(po) if json::str_of(po, "type") == Some(PLUGIN_TYPE)),
+            )
+        });
+        if ours_whole || has_entry {
+            match remove_config(dir, &c.name, ours_whole) {
+                Ok(n) => notes.push(n),
+                Err(e) => {
+                    log::error!("{e}");
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(notes),
+    }
+}
+
+/// Full cleanup for an installer: config, kubeconfig, binary, log socket.
+pub fn cleanup(inst: &Installer) -> Result<()> {
+    let s = &inst.settings;
+    let mut first_err: Option<Error> = None;
+    let mut note = |r: Result<String>| match r {
+        Ok(n) => log::info!("cleanup: {n}"),
+        Err(e) => {
+            log::error!("cleanup: {e}");
+            first_err.get_or_insert(e);
+        }
+    };
+    let dir = inst.conf_dir();
+    match &inst.installed {
+        Some(name) => note(remove_config(dir, name, !s.chained || s.istio_owned)),
+        None => match scan_and_remove(
+            dir,
+            s.istio_owned.then_some(s.istio_owned_filename.as_str()),
+        ) {
+            Ok(notes) if notes.is_empty() => note(Ok("no Istio CNI configuration found".into())),
+            Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),
+            Err(e) => note(Err(e)),
+        },
+    }
+    let kc = inst.kubeconfig_path();
+    note(fsutil::remove_if_exists(&kc).map(|r| {
+        format!(
+            "kubeconfig {}: {}",
+            kc.display(),
+            if r { "removed" } else { "absent" }
+        )
+    }));
+    let dirs = if inst.bin_dirs.is_empty() {
+        super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref())
+    } else {
+        inst.bin_dirs.clone()
+    };
+    for d in dirs {
+        let p = d.join(PLUGIN_BINARY);
+        note(fsutil::remove_if_exists(&p).map(|r| {
+            format!(
+                "binary {}: {}",
+                p.display(),
+                if r { "removed" } else { "absent" }
+            )
+        }));
+    }
+    let sock = s.run_dir.join(super::relay::SOCKET_NAME);
+    note(fsutil::remove_if_exists(&sock).map(|r| {
+        format!(
+            "{}: {}",
+            sock.display(),
+            if r { "removed" } else { "absent" }
+        )
+    }));
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,193 @@
+//! `install-cni` entry point: parse settings, start the servers and the log relay, run the loop, clean up
+//! on SIGTERM/SIGINT. Signals are blocked in every thread and read through a signalfd, so the first one
+//! ends the loop and later ones cannot interrupt the cleanup half-way.
+
+use super::config::{self, Flags, Settings};
+use super::installer::Installer;
+use super::run::{self, End};
+use super::server::{self, Endpoints, State};
+use super::watch::{Role, Watcher};
+use super::{cleanup, relay};
+use crate::error::{Context, IoContext, Result};
+use argh::FromArgs;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+
+/// Entry point of the `install-cni` applet; returns the exit code.
+pub fn run(name: &str, args: &[String]) -> i32 {
+    let args = config::normalize_args(args);
+    let strs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let flags = match Flags::from_args(&[name], &strs) {
+        Ok(f) => f,
+        Err(early) => {
+            return match early.status {
+                Ok(()) => {
+                    println!("{}", early.output);
+                    0
+                }
+                Err(()) => {
+                    eprintln!("{}", early.output);
+                    2
+                }
+            }
+        }
+    };
+    if flags.version {
+        println!("{}", crate::cli::version_text(name));
+        return 0;
+    }
+    let settings = match config::resolve(&flags, &config::process_env) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{name}: invalid configuration: {e}");
+            return 2;
+        }
+    };
+    crate::logging::init(settings.log_level);
+    match main(settings) {
+        Ok(code) => code,
+        Err(e) => {
+            log::error!("{e}");
+            eprintln!("Error: {e}");
+            1
+        }
+    }
+}
+
+fn block_signals() -> Result<SignalFd> {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None)
+        .map_err(|e| crate::Error::io("block SIGTERM/SIGINT", e.into()))?;
+    SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| crate::Error::io("signalfd", e.into()))
+}
+
+fn self_exe() -> Result<PathBuf> {
+    // Read through the /proc link, so an upgraded file on disk does not matter.
+    let p = PathBuf::from("/proc/self/exe");
+    std::fs::metadata(&p).io_context(|| "stat /proc/self/exe".to_string())?;
+    Ok(p)
+}
+
+fn watcher_for(inst: &Installer) -> Result<Watcher> {
+    let kubeconfig = super::kubeconfig::FILE_NAME;
+    let mut w = Watcher::new(Box::new(move |role, name: &str| {
+        if crate::fsutil::temp_owner(name).is_some() {
+            return false;
+        }
+        match role {
+            Role::BinDir => name == super::installer::PLUGIN_BINARY,
+            Role::RunDir => name == kubeconfig,
+            Role::ConfDir | Role::ServiceAccount => true,
+        }
+    }))?;
+    let s = &inst.settings;
+    w.add(&s.mounted_cni_net_dir, Role::ConfDir)
+        .context("create CNI config file")?;
+    if let Err(e) = w.add(&s.service_account_dir, Role::ServiceAccount) {
+        log::warn!("token rotation will not be noticed: {e}");
+    }
+    w.add(&s.run_dir, Role::RunDir)?;
+    for d in super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref()) {
+        if let Err(e) = w.add(&d, Role::BinDir) {
+            log::warn!("binary removal will not be noticed: {e}");
+        }
+    }
+    Ok(w)
+}
+
+fn main(settings: Settings) -> Result<i32> {
+    let sigfd = block_signals()?;
+    for d in [&settings.mounted_cni_net_dir, &settings.run_dir] {
+        std::fs::create_dir_all(d).io_context(|| format!("create directory {}", d.display()))?;
+    }
+    let mut inst = Installer::new(settings, self_exe()?);
+    if inst.settings.uninstall {
+        return Ok(match cleanup::cleanup(&inst) {
+            Ok(()) => 0,
+            Err(e) => {
+                log::error!("uninstall: {e}");
+                1
+            }
+        });
+    }
+    log::info!(
+        "install-cni: conf dir {} (host {}), chained={}, run dir {}, bin dir {}",
+        inst.settings.mounted_cni_net_dir.display(),
+        inst.settings.cni_net_dir.display(),
+        inst.settings.chained,
+        inst.settings.run_dir.display(),
+        inst.settings.bin_dir.display()
+    );
+    inst.sweep_conf_temps()?;
+    match crate::iptables::backend::record_host_backend(&inst.settings.run_dir) {
+        Ok(b) => log::info!("host iptables backend: {b}"),
+        Err(e) => log::warn!(
+            "could not record the host iptables backend (the plugin will detect it): {e}"
+        ),
+    }
+    let state = State::new();
+    let once = inst.settings.once.then_some(inst.settings.wait_timeout);
+    if once.is_none() {
+        let m = server::serve(
+            inst.settings.monitoring_port,
+            state.clone(),
+            Endpoints::Metrics,
+        )?;
+        let h = server::serve(inst.settings.health_port, state.clone(), Endpoints::Health)?;
+        log::info!("metrics on {m}/metrics, health on {h}/healthz and /readyz");
+        let sock = relay::start(&inst.settings.run_dir)?;
+        log::info!("relaying plugin logs from {}", sock.display());
+        start_repair(&inst.settings);
+    }
+    let mut watcher = watcher_for(&inst)?;
+    let end = run::run_loop(&mut inst, &mut watcher, &state, Some(sigfd.as_fd()), once);
+    state.set_ready(false);
+    match end {
+        Ok(End::Installed) => {
+            log::info!("installed (--once)");
+            Ok(0)
+        }
+        Ok(End::TimedOut) => {
+            log::error!(
+                "no primary CNI configuration in {} within {:?}",
+                inst.settings.mounted_cni_net_dir.display(),
+                inst.settings.wait_timeout
+            );
+            Ok(1)
+        }
+        Ok(End::Stopped) => {
+            if let Ok(Some(sig)) = sigfd.read_signal() {
+                log::info!("signal {}: cleaning up", sig.ssi_signo);
+            }
+            Ok(match cleanup::cleanup(&inst) {
+                Ok(()) => 0,
+                Err(e) => {
+                    log::error!("cleanup: {e}");
+                    1
+                }
+            })
+        }
+        Err(e) => {
+            // Upstream runs cleanup in a defer on every exit of the run.
+            if !inst.settings.once {
+                if let Err(ce) = cleanup::cleanup(&inst) {
+                    log::error!("cleanup: {ce}");
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+fn start_repair(s: &Settings) {
+    if s.repair.enabled {
+        log::warn!(
+            "REPAIR_ENABLED is true but this build has no in-process repair agent; pods are not repaired"
+        );
+    }
+}

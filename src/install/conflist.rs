@@ -1,0 +1,358 @@
+//! Pure edits of CNI configuration text: build the `istio-cni` entry, merge it into a primary
+//! configuration, remove it again, and print exactly what upstream master prints (Go map marshalling:
+//! keys sorted at every level, 2-space indent, HTML-safe escapes, float64 numbers, one trailing newline).
+//!
+//! Deliberate deviation from upstream: when a single-network `.conf` primary is wrapped into a list,
+//! upstream always writes `"cniVersion": "0.3.1"`, silently downgrading a `0.4.0`/`1.x` primary (no CHECK,
+//! another result format). We keep the `.conf`'s own `cniVersion` when it is 0.3.0 or newer and use `0.3.1`
+//! only when it is absent, unparsable or older (a list needs chaining, which starts at 0.3.0). See
+//! [`wrapper_cni_version`].
+
+use crate::error::{Error, Result};
+use crate::json::{self, Array, Number, Object, Value};
+
+/// The plugin type (and network name) of our entry.
+pub const PLUGIN_TYPE: &str = "istio-cni";
+/// The list name upstream gives a wrapped `.conf`.
+pub const WRAPPER_NAME: &str = "k8s-pod-network";
+/// The cniVersion upstream gives every wrapped `.conf` and its standalone file.
+pub const UPSTREAM_CNI_VERSION: &str = "0.3.1";
+
+/// The `istio-cni` network configuration the installer writes (upstream master's `plugin.Config`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginEntry {
+    pub plugin_log_level: String,
+    pub cni_agent_run_dir: String,
+    /// Always false from the CLI (ambient is not supported); kept so the output matches upstream's shape.
+    pub ambient_enabled: bool,
+    /// `None` prints `null` (EXCLUDE_NAMESPACES empty), as upstream.
+    pub exclude_namespaces: Option<Vec<String>>,
+    pub pod_namespace: String,
+    pub native_nftables: bool,
+}
+
+impl PluginEntry {
+    /// The entry as a JSON object (no `cniVersion`: upstream deletes it before merging).
+    pub fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert("name".into(), json::string(PLUGIN_TYPE));
+        o.insert("type".into(), json::string(PLUGIN_TYPE));
+        o.insert("ipam".into(), Value::Object(Object::new()));
+        o.insert("dns".into(), Value::Object(Object::new()));
+        o.insert(
+            "plugin_log_level".into(),
+            json::string(&self.plugin_log_level),
+        );
+        o.insert(
+            "cni_agent_run_dir".into(),
+            json::string(&self.cni_agent_run_dir),
+        );
+        o.insert("ambient_enabled".into(), Value::Bool(self.ambient_enabled));
+        o.insert("enablement_selectors".into(), Value::Array(Array::new()));
+        o.insert("exclude_namespaces".into(), self.exclude_value());
+        o.insert("pod_namespace".into(), json::string(&self.pod_namespace));
+        o.insert("native_nftables".into(), Value::Bool(self.native_nftables));
+        o.insert("enable_ambient_detection_retry".into(), Value::Bool(false));
+        o
+    }
+
+    fn exclude_value(&self) -> Value {
+        match &self.exclude_namespaces {
+            None => Value::Null,
+            Some(v) => Value::Array(v.iter().map(|s| json::string(s)).collect()),
+        }
+    }
+
+    /// The standalone file: upstream's struct field order (not sorted), `cniVersion` 0.3.1, trailing newline.
+    pub fn standalone_text(&self) -> String {
+        let mut out = String::from("{\n");
+        let mut field = |k: &str, v: &Value, last: bool| {
+            out.push_str("  ");
+            json::write_string(&mut out, k);
+            out.push_str(": ");
+            // Values are at depth 1 of the document; re-indent the nested lines.
+            let text = json::to_pretty(v, "  ").replace('\n', "\n  ");
+            out.push_str(&text);
+            out.push_str(if last { "\n" } else { ",\n" });
+        };
+        field("cniVersion", &json::string(UPSTREAM_CNI_VERSION), false);
+        field("name", &json::string(PLUGIN_TYPE), false);
+        field("type", &json::string(PLUGIN_TYPE), false);
+        field("ipam", &Value::Object(Object::new()), false);
+        field("dns", &Value::Object(Object::new()), false);
+        field(
+            "plugin_log_level",
+            &json::string(&self.plugin_log_level),
+            false,
+        );
+        field(
+            "cni_agent_run_dir",
+            &json::string(&self.cni_agent_run_dir),
+            false,
+        );
+        field("ambient_enabled", &Value::Bool(self.ambient_enabled), false);
+        field("enablement_selectors", &Value::Array(Array::new()), false);
+        field("exclude_namespaces", &self.exclude_value(), false);
+        field("pod_namespace", &json::string(&self.pod_namespace), false);
+        field("native_nftables", &Value::Bool(self.native_nftables), false);
+        field("enable_ambient_detection_retry", &Value::Bool(false), true);
+        out.push_str("}\n");
+        out
+    }
+}
+
+/// Prints a configuration as upstream does: sorted keys, 2-space indent, one trailing newline.
+pub fn render(v: &Value) -> String {
+    let mut s = json::to_pretty(&go_numbers(v.clone()), "  ");
+    s.push('\n');
+    s
+}
+
+/// Go decodes every JSON number into a float64: integers beyond 2^53 lose precision the same way here.
+fn go_numbers(v: Value) -> Value {
+    const EXACT: u64 = 1 << 53;
+    match v {
+        Value::Number(Number::U64(u)) if u > EXACT => Value::Number(Number::F64(u as f64)),
+        Value::Number(Number::I64(i)) if i.unsigned_abs() > EXACT => {
+            Value::Number(Number::F64(i as f64))
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(go_numbers).collect()),
+        Value::Object(o) => {
+            let mut out = Object::new();
+            for (k, x) in o {
+                out.insert(k, go_numbers(x));
+            }
+            Value::Object(out)
+        }
+        other => other,
+    }
+}
+
+/// Parses `a.b.c` (missing parts are 0); `None` when not numeric.
+fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
+    let mut it = v.trim().split('.');
+    let mut next = |required: bool| -> Option<u64> {
+        match it.next() {
+            Some(p) => p.parse().ok(),
+            None if required => None,
+            None => Some(0),
+        }
+    };
+    let a = next(true)?;
+    let b = next(false)?;
+    let c = next(false)?;
+    if it.next().is_some() {
+        return None;
+    }
+    Some((a, b, c))
+}
+
+/// The `cniVersion` of the list made from a single-network `.conf` (our deviation, see the module docs):
+/// the `.conf`'s own version when it is at least 0.3.0, else 0.3.1.
+pub fn wrapper_cni_version(conf_version: Option<&str>) -> String {
+    match conf_version {
+        Some(v) if parse_version(v).is_some_and(|p| p >= (0, 3, 0)) => v.to_string(),
+        _ => UPSTREAM_CNI_VERSION.to_string(),
+    }
+}
+
+/// Upstream's `insertCNIConfig`: merges `entry` into the configuration `existing` (the primary's text) and
+/// returns the new document. A single network (a top-level `type`) becomes a list
+/// `{name: k8s-pod-network, cniVersion, plugins: [existing, entry]}` (cniVersion per
+/// [`wrapper_cni_version`]); a list gets its first `istio-cni` plugin removed and `entry` appended last,
+/// everything else kept. Both entries lose their own `cniVersion`.
+pub fn merge(existing: &str, entry: &Object) -> Result<String> {
+    let mut entry = entry.clone();
+    entry.remove("cniVersion");
+    let mut conf =
+        match json::parse(existing, "existing CNI config") {
+            Ok(Value::Object(o)) => o,
+            Ok(_) => return Err(Error::config(
+                "error loading existing CNI config (JSON error): the document is not a JSON object",
+            )),
+            Err(e) => {
+                return Err(Error::config(format!(
+                    "error loading existing CNI config (JSON error): {e}"
+                )))
+            }
+        };
+    if conf.contains_key("type") {
+        let own = json::str_of(&conf, "cniVersion").map(str::to_string);
+        conf.remove("cniVersion");
+        let mut list = Object::new();
+        list.insert("name".into(), json::string(WRAPPER_NAME));
+        list.insert(
+            "cniVersion".into(),
+            json::string(&wrapper_cni_version(own.as_deref())),
+        );
+        let mut plugins = Array::new();
+        plugins.push(Value::Object(conf));
+        plugins.push(Value::Object(entry));
+        list.insert("plugins".into(), Value::Array(plugins));
+        return Ok(render(&Value::Object(list)));
+    }
+    let plugins = plugin_list(&conf)?;
+    let mut kept = Array::new();
+    let mut removed = false;
+    for p in plugins {
+        if !removed && is_ours(p) {
+            removed = true;
+            continue;
+        }
+        kept.push(p.clone());
+    }
+    kept.push(Value::Object(entry));
+    conf.insert("plugins".into(), Value::Array(kept));
+    Ok(render(&Value::Object(conf)))
+}
+
+/// The `plugins` array of a list, every element an object (upstream's errors otherwise).
+fn plugin_list(conf: &Object) -> Result<&Array> {
+    let plugins = json::arr_of(conf, "plugins").ok_or_else(|| {
+        Error::config("existing CNI config: error reading plugin list from CNI config")
+    })?;
+    if plugins.iter().any(|p| !matches!(p, Value::Object(_))) {
+        return Err(Error::config(
+            "existing CNI plugin: error reading plugin from CNI config plugin list",
+        ));
+    }
+    Ok(plugins)
+}
+
+fn is_ours(p: &Value) -> bool {
+    matches!(p, Value::Object(o) if json::str_of(o, "type") == Some(PLUGIN_TYPE))
+}
+
+/// Cleanup of a chained list: removes the first `istio-cni` plugin and re-renders (sorted, as upstream).
+/// Returns `None` when there is no such plugin (nothing to write).
+pub fn remove_entry(text: &str, what: &str) -> Result<Option<String>> {
+    let mut conf = match json::parse(text, what)? {
+        Value::Object(o) => o,
+        _ => {
+            return Err(Error::config(format!(
+                "failed to read CNI config map from file {what}: not a JSON object"
+            )))
+        }
+    };
+    let plugins = match json::arr_of(&conf, "plugins") {
+        Some(p) => p,
+        None => return Ok(None),
+    };
+    let Some(idx) = plugins.iter().position(is_ours) else {
+        return Ok(None);
+    };
+    let mut kept = plugins.clone();
+    kept.remove(idx);
+    conf.insert("plugins".into(), Value::Array(kept));
+    Ok(Some(render(&Value::Object(conf))))
+}
+
+/// The plugin types of a list (or the single `type` of a `.conf`), for the owned-config check.
+pub fn plugin_types(text: &str, what: &str) -> Result<Vec<String>> {
+    let conf = json::parse_object(text, what)?;
+    if let Some(t) = json::str_of(&conf, "type") {
+        return Ok(vec![t.to_string()]);
+    }
+    let plugins = json::arr_of(&conf, "plugins").ok_or_else(|| {
+        Error::config(format!("{what}: error reading plugin list from CNI config"))
+    })?;
+    Ok(plugins
+        .iter()
+        .filter_map(|p| match p {
+            Value::Object(o) => json::str_of(o, "type").map(str::to_string),
+            _ => None,
+        })
+        .collect())
+}
+
+/// How many `istio-cni` plugins a list holds (0 when it is not a list).
+pub fn count_entries(text: &str) -> usize {
+    match json::parse(text, "CNI config") {
+        Ok(Value::Object(o)) => json::arr_of(&o, "plugins")
+            .map(|a| a.iter().filter(|p| is_ours(p)).count())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> PluginEntry {
+        PluginEntry {
+            plugin_log_level: "debug".into(),
+            cni_agent_run_dir: "/var/run/istio-cni".into(),
+            ambient_enabled: false,
+            exclude_namespaces: Some(vec!["kube-system".into()]),
+            pod_namespace: "istio-system".into(),
+            native_nftables: false,
+        }
+    }
+
+    #[test]
+    fn wrapper_version_keeps_usable_versions() {
+        assert_eq!(wrapper_cni_version(Some("0.4.0")), "0.4.0");
+        assert_eq!(wrapper_cni_version(Some("1.0.0")), "1.0.0");
+        assert_eq!(wrapper_cni_version(Some("0.3.0")), "0.3.0");
+        assert_eq!(wrapper_cni_version(Some("0.2.0")), "0.3.1");
+        assert_eq!(wrapper_cni_version(Some("junk")), "0.3.1");
+        assert_eq!(wrapper_cni_version(None), "0.3.1");
+    }
+
+    #[test]
+    fn merge_replaces_first_entry_and_appends_last() {
+        let primary = r#"{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"istio-cni","old":1},{"type":"calico"},{"type":"istio-cni","second":true}]}"#;
+        let out = merge(primary, &entry().to_object()).unwrap();
+        let v = json::parse_object(&out, "out").unwrap();
+        let plugins = json::arr_of(&v, "plugins").unwrap();
+        assert_eq!(plugins.len(), 3);
+        assert!(out.ends_with("}\n") && !out.ends_with("\n\n"));
+        // merging again is idempotent
+        assert_eq!(merge(&out, &entry().to_object()).unwrap(), {
+            let again = merge(&out, &entry().to_object()).unwrap();
+            again
+        });
+        let removed = remove_entry(&out, "x").unwrap().unwrap();
+        assert_eq!(count_entries(&removed), 1); // the second, pre-existing one stays
+    }
+
+    #[test]
+    fn merge_errors_are_upstreams() {
+        let e = merge("[]", &entry().to_object()).unwrap_err().to_string();
+        assert!(
+            e.contains("error loading existing CNI config (JSON error)"),
+            "{e}"
+        );
+        let e = merge("{}", &entry().to_object()).unwrap_err().to_string();
+        assert!(
+            e.contains("error reading plugin list from CNI config"),
+            "{e}"
+        );
+        let e = merge(r#"{"plugins":[1]}"#, &entry().to_object())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("error reading plugin from CNI config plugin list"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn go_number_rules() {
+        let v = json::parse(r#"{"a":10000000000000001,"b":1.0,"c":1e21,"d":-3}"#, "t").unwrap();
+        assert_eq!(
+            render(&v),
+            "{\n  \"a\": 10000000000000000,\n  \"b\": 1,\n  \"c\": 1e+21,\n  \"d\": -3\n}\n"
+        );
+    }
+
+    #[test]
+    fn standalone_is_struct_ordered() {
+        let t = entry().standalone_text();
+        assert!(t.starts_with("{\n  \"cniVersion\": \"0.3.1\",\n  \"name\": \"istio-cni\""));
+        assert!(t.contains("\"exclude_namespaces\": [\n    \"kube-system\"\n  ],"));
+        assert!(t.ends_with("\"enable_ambient_detection_retry\": false\n}\n"));
+        json::parse(&t, "standalone").unwrap();
+    }
+}

@@ -1,0 +1,271 @@
+//! The installer's effectful steps over its state: binaries, kubeconfig, plugin configuration, the
+//! validity check. The loop that drives them is in [`super::run`].
+
+use super::check::{self, CheckCtx, Outcome};
+use super::config::Settings;
+use super::conflist::{self, PluginEntry};
+use super::kubeconfig::{self, KubeconfigInputs};
+use super::select::{self, Choice, Listing};
+use crate::error::{Context, Error, IoContext, Result};
+use crate::fsutil;
+use std::path::{Path, PathBuf};
+
+/// The binary name the plugin is installed under.
+pub const PLUGIN_BINARY: &str = "istio-cni";
+
+/// The result of writing the plugin configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigWrite {
+    /// Written (or already identical) at this conf-dir file name.
+    Installed { name: String, changed: bool },
+    /// No primary configuration yet (chained): wait for the conf dir to change.
+    Waiting(String),
+}
+
+pub struct Installer {
+    pub settings: Settings,
+    /// The executable installed as `istio-cni`.
+    pub exe: PathBuf,
+    /// CNI_CONF_NAME, or the name pinned by the first check (upstream master's preemption rule).
+    pub pinned: Option<String>,
+    /// The conf-dir file our configuration was last written to.
+    pub installed: Option<String>,
+    /// Bin dirs holding our binary.
+    pub bin_dirs: Vec<PathBuf>,
+}
+
+impl Installer {
+    pub fn new(settings: Settings, exe: PathBuf) -> Installer {
+        let pinned = settings.cni_conf_name.clone();
+        Installer {
+            settings,
+            exe,
+            pinned,
+            installed: None,
+            bin_dirs: Vec::new(),
+        }
+    }
+
+    pub fn conf_dir(&self) -> &Path {
+        &self.settings.mounted_cni_net_dir
+    }
+
+    fn conf_dir_display(&self) -> String {
+        self.conf_dir().display().to_string()
+    }
+
+    pub fn entry(&self) -> PluginEntry {
+        let s = &self.settings;
+        PluginEntry {
+            plugin_log_level: s.plugin_log_level.clone(),
+            cni_agent_run_dir: s.run_dir.display().to_string(),
+            ambient_enabled: false,
+            exclude_namespaces: s.exclude_namespaces.clone(),
+            pod_namespace: s.pod_namespace.clone(),
+            native_nftables: s.native_nftables,
+        }
+    }
+
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.settings.run_dir.join(kubeconfig::FILE_NAME)
+    }
+
+    /// The valid configurations of the conf dir, logging the skipped ones.
+    pub fn listing(&self) -> Result<Listing> {
+        let dir = self.conf_dir();
+        let cands = select::list_candidates(dir)?;
+        let l = select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
+            select::plugin_dir_has_confs(dir, n)
+        })?;
+        for (name, why) in &l.skipped {
+            log::warn!(
+                "Error loading CNI config file {}/{name}: {why}",
+                dir.display()
+            );
+        }
+        Ok(l)
+    }
+
+    /// Installs our executable as `istio-cni` into the bin dirs.
+    pub fn install_binaries(&mut self) -> Result<()> {
+        let s = &self.settings;
+        let dirs = super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref());
+        for d in &dirs {
+            let out = super::binaries::install_one(
+                &self.exe,
+                d,
+                PLUGIN_BINARY,
+                &s.skip_binaries,
+                s.update_binaries,
+            )
+            .with_context(|| format!("copy binaries into {}", d.display()))?;
+            log::info!("{}/{PLUGIN_BINARY}: {out:?}", d.display());
+        }
+        self.bin_dirs = dirs;
+        Ok(())
+    }
+
+    /// Writes the kubeconfig when its content changed; returns whether it was written.
+    pub fn write_kubeconfig(&self) -> Result<bool> {
+        let s = &self.settings;
+        let sa = &s.service_account_dir;
+        let token_path = sa.join("token");
+        let ca_path = s.kube_ca_file.clone().unwrap_or_else(|| sa.join("ca.crt"));
+        let ca = if s.skip_tls_verify {
+            None
+        } else {
+            Some(
+                std::fs::read(&ca_path)
+                    .io_context(|| format!("read CA file {}", ca_path.display()))?,
+            )
+        };
+        // Host/port errors come first (upstream order), before the token is read.
+        if s.k8s_host.is_empty() || s.k8s_port.is_empty() {
+            kubeconfig::render(&KubeconfigInputs {
+                protocol: &s.k8s_protocol,
+                host: &s.k8s_host,
+                port: &s.k8s_port,
+                ca: ca.as_deref(),
+                skip_tls_verify: s.skip_tls_verify,
+                token: b"",
+            })?;
+        }
+        let token = std::fs::read(&token_path)
+            .io_context(|| format!("read service account token {}", token_path.display()))?;
+        let text = kubeconfig::render(&KubeconfigInputs {
+            protocol: &s.k8s_protocol,
+            host: &s.k8s_host,
+            port: &s.k8s_port,
+            ca: ca.as_deref(),
+            skip_tls_verify: s.skip_tls_verify,
+            token: &token,
+        })?;
+        let path = self.kubeconfig_path();
+        let same = fsutil::read_opt(&path)?.is_some_and(|old| old == text.as_bytes())
+            && fsutil::mode_of(&path)? == Some(s.kubeconfig_mode);
+        if same {
+            return Ok(false);
+        }
+        fsutil::write_atomic(&path, text.as_bytes(), s.kubeconfig_mode)?;
+        log::info!(
+            "wrote kubeconfig {}: {}",
+            path.display(),
+            kubeconfig::redacted(&text)
+        );
+        Ok(true)
+    }
+
+    /// Chooses where our configuration goes (upstream `getCNIConfigFilepath`, one evaluation).
+    pub fn choose(&self) -> Choice {
+        let s = &self.settings;
+        let dir = self.conf_dir().to_path_buf();
+        let listing = if s.chained && self.pinned.is_none() {
+            self.listing()
+        } else {
+            Ok(Listing::default())
+        };
+        let owned = s.istio_owned.then_some(s.istio_owned_filename.as_str());
+        select::choose(s.chained, self.pinned.as_deref(), &listing, owned, &|n| {
+            dir.join(n).is_file()
+        })
+    }
+
+    /// Writes our configuration (upstream `createCNIConfigFile`): merge into the primary, or the
+    /// Istio-owned list, or the standalone file. Identical content is not rewritten.
+    pub fn write_config(&mut self) -> Result<ConfigWrite> {
+        let name = match self.choose() {
+            Choice::Use(n) => n,
+            Choice::Wait(why) => return Ok(ConfigWrite::Waiting(why)),
+        };
+        let s = &self.settings;
+        let dir = self.conf_dir().to_path_buf();
+        let src = dir.join(&name);
+        if !s.chained {
+            let text = self.entry().standalone_text();
+            let changed = write_if_changed(&src, text.as_bytes(), s.created_mode())?;
+            self.installed = Some(name.clone());
+            return Ok(ConfigWrite::Installed { name, changed });
+        }
+        let existing = std::fs::read(&src).io_context(|| format!("read {}", src.display()))?;
+        let existing = String::from_utf8(existing)
+            .map_err(|_| Error::config(format!("{}: not UTF-8", src.display())))?;
+        let merged = conflist::merge(&existing, &self.entry().to_object())
+            .with_context(|| format!("create CNI config file {}", src.display()))?;
+        if s.istio_owned {
+            let owned = s.istio_owned_filename.clone();
+            let changed = write_if_changed(&dir.join(&owned), merged.as_bytes(), s.created_mode())?;
+            self.installed = Some(owned.clone());
+            return Ok(ConfigWrite::Installed {
+                name: owned,
+                changed,
+            });
+        }
+        let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
+        let (final_name, changed) = if let Some(stem) = name.strip_suffix(".conf") {
+            // .conf → .conflist: write the list first, then drop the .conf (crash-safe order: until the
+            // unlink, the .conf still sorts first and is the unmodified original).
+            let list = format!("{stem}.conflist");
+            write_if_changed(&dir.join(&list), merged.as_bytes(), mode)?;
+            fsutil::remove_if_exists(&src)?;
+            (list, true)
+        } else {
+            let changed = merged != existing;
+            if changed {
+                fsutil::write_atomic(&src, merged.as_bytes(), mode)?;
+            }
+            (name, changed)
+        };
+        self.installed = Some(final_name.clone());
+        Ok(ConfigWrite::Installed {
+            name: final_name,
+            changed,
+        })
+    }
+
+    /// upstream `checkValidCNIConfig`; applies the pin it asks for.
+    pub fn check(&mut self) -> Outcome {
+        let s = &self.settings;
+        let dir_display = self.conf_dir_display();
+        let listing = self.listing();
+        let dir = self.conf_dir().to_path_buf();
+        let ctx = CheckCtx {
+            dir: &dir_display,
+            chained: s.chained,
+            owned: s.istio_owned.then_some(s.istio_owned_filename.as_str()),
+            configured: self.pinned.as_deref(),
+            installed: self.installed.as_deref(),
+        };
+        let out = check::check(&ctx, &listing, &|n| std::fs::read(dir.join(n)).ok());
+        if let Outcome::Invalid { pin: Some(p), .. } = &out {
+            self.pinned = Some(p.clone());
+        }
+        out
+    }
+
+    /// The removal of stale temp files in the conf dir: ours and Go's, for config-looking names.
+    pub fn sweep_conf_temps(&self) -> Result<()> {
+        let owned = self.settings.istio_owned_filename.clone();
+        for p in fsutil::remove_stale_temps(self.conf_dir(), |owner| {
+            select::is_candidate_name(owner) || owner == owned
+        })? {
+            log::info!("removed stale temp file {}", p.display());
+        }
+        for p in fsutil::remove_stale_temps(&self.settings.run_dir, |owner| {
+            owner == kubeconfig::FILE_NAME
+        })? {
+            log::info!("removed stale temp file {}", p.display());
+        }
+        Ok(())
+    }
+}
+
+/// Writes atomically unless the file already has exactly these bytes and this mode.
+pub fn write_if_changed(path: &Path, data: &[u8], mode: u32) -> Result<bool> {
+    if fsutil::read_opt(path)?.is_some_and(|old| old == data)
+        && fsutil::mode_of(path)? == Some(mode)
+    {
+        return Ok(false);
+    }
+    fsutil::write_atomic(path, data, mode)?;
+    Ok(true)
+}

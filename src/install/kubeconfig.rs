@@ -1,0 +1,199 @@
+//! The plugin's kubeconfig (installer.md §2.8), rendered purely.
+//!
+//! Upstream master writes YAML through client-go; we write JSON with the same fields and values (JSON is
+//! valid YAML, so kubectl reads it, and the plugin reads it without a YAML parser): sorted keys, 2-space
+//! indent, one trailing newline. The server URL brackets only IPv6 hosts (`net.JoinHostPort`). The cluster
+//! carries `certificate-authority-data` (standard base64 of the CA file) xor `insecure-skip-tls-verify`.
+//! Difference from upstream: trailing newlines of the token file are dropped (a bearer token with a
+//! newline is an invalid HTTP header).
+
+use crate::error::{Error, Result};
+use crate::json::{self, Array, Object, Value};
+
+/// Where the kubeconfig goes inside CNI_AGENT_RUN_DIR.
+pub const FILE_NAME: &str = "istio-cni-kubeconfig";
+
+/// The inputs of the kubeconfig.
+#[derive(Debug, Clone)]
+pub struct KubeconfigInputs<'a> {
+    /// KUBERNETES_SERVICE_PROTOCOL; "" means https.
+    pub protocol: &'a str,
+    pub host: &'a str,
+    pub port: &'a str,
+    /// The CA file's bytes, `None` with SKIP_TLS_VERIFY.
+    pub ca: Option<&'a [u8]>,
+    pub skip_tls_verify: bool,
+    pub token: &'a [u8],
+}
+
+/// Standard base64 with padding.
+pub fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `<proto>://<host>:<port>`, the host bracketed when it is IPv6 (contains a colon).
+pub fn server_url(protocol: &str, host: &str, port: &str) -> String {
+    let proto = if protocol.is_empty() {
+        "https"
+    } else {
+        protocol
+    };
+    if host.contains(':') {
+        format!("{proto}://[{host}]:{port}")
+    } else {
+        format!("{proto}://{host}:{port}")
+    }
+}
+
+fn obj(pairs: Vec<(&str, Value)>) -> Value {
+    let mut o = Object::new();
+    for (k, v) in pairs {
+        o.insert(k.to_string(), v);
+    }
+    Value::Object(o)
+}
+
+fn arr(items: Vec<Value>) -> Value {
+    Value::Array(items.into_iter().collect::<Array>())
+}
+
+/// Renders the kubeconfig, or upstream's error when the service host or port is unset.
+pub fn render(i: &KubeconfigInputs<'_>) -> Result<String> {
+    if i.host.is_empty() {
+        return Err(Error::env(
+            "KUBERNETES_SERVICE_HOST",
+            "KUBERNETES_SERVICE_HOST not set. Is this not running within a pod?",
+        ));
+    }
+    if i.port.is_empty() {
+        return Err(Error::env(
+            "KUBERNETES_SERVICE_PORT",
+            "KUBERNETES_SERVICE_PORT not set. Is this not running within a pod?",
+        ));
+    }
+    let mut cluster = vec![(
+        "server",
+        json::string(&server_url(i.protocol, i.host, i.port)),
+    )];
+    if i.skip_tls_verify {
+        cluster.push(("insecure-skip-tls-verify", Value::Bool(true)));
+    } else {
+        let ca = i.ca.ok_or_else(|| {
+            Error::config("kubeconfig: no CA data and SKIP_TLS_VERIFY is not set")
+        })?;
+        cluster.push(("certificate-authority-data", json::string(&base64(ca))));
+    }
+    let token = std::str::from_utf8(i.token)
+        .map_err(|_| Error::Decode("service account token: not UTF-8".into()))?
+        .trim_end_matches(['\n', '\r']);
+    let doc = obj(vec![
+        ("apiVersion", json::string("v1")),
+        ("kind", json::string("Config")),
+        (
+            "clusters",
+            arr(vec![obj(vec![
+                ("name", json::string("local")),
+                ("cluster", obj(cluster)),
+            ])]),
+        ),
+        (
+            "contexts",
+            arr(vec![obj(vec![
+                ("name", json::string("istio-cni-context")),
+                (
+                    "context",
+                    obj(vec![
+                        ("cluster", json::string("local")),
+                        ("user", json::string("istio-cni")),
+                    ]),
+                ),
+            ])]),
+        ),
+        ("current-context", json::string("istio-cni-context")),
+        (
+            "users",
+            arr(vec![obj(vec![
+                ("name", json::string("istio-cni")),
+                ("user", obj(vec![("token", json::string(token))])),
+            ])]),
+        ),
+    ]);
+    let mut s = json::to_pretty(&doc, "  ");
+    s.push('\n');
+    Ok(s)
+}
+
+/// The kubeconfig with the token replaced, for logging.
+pub fn redacted(text: &str) -> String {
+    match json::parse(text, "kubeconfig") {
+        Ok(Value::Object(mut o)) => {
+            if let Some(Value::Array(users)) = o.get_mut("users") {
+                for u in users.iter_mut() {
+                    if let Value::Object(uo) = u {
+                        if let Some(Value::Object(user)) = uo.get_mut("user") {
+                            if user.contains_key("token") {
+                                user.insert("token".into(), json::string("<redacted>"));
+                            }
+                        }
+                    }
+                }
+            }
+            json::to_compact(&Value::Object(o))
+        }
+        _ => "<unparsable kubeconfig>".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    #[test]
+    fn only_ipv6_is_bracketed() {
+        assert_eq!(server_url("", "10.96.0.1", "443"), "https://10.96.0.1:443");
+        assert_eq!(server_url("", "fd00::1", "443"), "https://[fd00::1]:443");
+        assert_eq!(server_url("http", "h", "80"), "http://h:80");
+    }
+
+    #[test]
+    fn token_is_redacted() {
+        let k = render(&KubeconfigInputs {
+            protocol: "",
+            host: "h",
+            port: "1",
+            ca: None,
+            skip_tls_verify: true,
+            token: b"secret\n",
+        })
+        .unwrap();
+        assert!(k.contains("\"token\": \"secret\""));
+        let r = redacted(&k);
+        assert!(!r.contains("secret") && r.contains("redacted"), "{r}");
+    }
+}

@@ -1,0 +1,263 @@
+//! The watch-and-reinstall loop (upstream master `Installer.Run` + `sleepWatchInstall`, event-driven):
+//! install everything, validate, mark ready, block on inotify until something relevant changes, mark
+//! not-ready, repeat. A primary that keeps reverting us is throttled by a token bucket (burst
+//! [`BURST`], [`REFILL_PER_S`] per second): while it is empty we report not-ready and log the conflict once
+//! per [`CONFLICT_LOG_INTERVAL`] instead of spinning.
+
+use super::check::Outcome;
+use super::installer::{ConfigWrite, Installer};
+use super::server::{InstallResult, State};
+use super::watch::{Changes, Wake, Watcher};
+use crate::error::Result;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+pub const BURST: f64 = 20.0;
+pub const REFILL_PER_S: f64 = 5.0;
+pub const CONFLICT_LOG_INTERVAL: Duration = Duration::from_secs(30);
+const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The stop descriptor fired (SIGTERM/SIGINT).
+    Stopped,
+    /// `--once`: installed and valid.
+    Installed,
+    /// `--once`: no primary configuration within the wait timeout.
+    TimedOut,
+}
+
+/// A token bucket limiting reinstalls.
+#[derive(Debug)]
+pub struct Bucket {
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    pub fn new() -> Bucket {
+        Bucket {
+            tokens: BURST,
+            last: Instant::now(),
+        }
+    }
+    /// Takes a token, or says how long until one is available.
+    pub fn take(&mut self) -> std::result::Result<(), Duration> {
+        let now = Instant::now();
+        self.tokens =
+            (self.tokens + now.duration_since(self.last).as_secs_f64() * REFILL_PER_S).min(BURST);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / REFILL_PER_S))
+        }
+    }
+}
+
+impl Default for Bucket {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn all_dirty() -> Changes {
+    Changes {
+        conf: true,
+        service_account: true,
+        bin: true,
+        run: true,
+    }
+}
+
+/// Runs until stopped (or, with `once = Some(timeout)`, until installed or timed out).
+/// Errors on the first pass (binaries, kubeconfig) and in `--once` mode end the loop; later ones are
+/// retried with backoff while reporting not-ready.
+pub fn run_loop(
+    inst: &mut Installer,
+    watcher: &mut Watcher,
+    state: &State,
+    stop: Option<BorrowedFd<'_>>,
+    once: Option<Duration>,
+) -> Result<End> {
+    let deadline = once.map(|t| Instant::now() + t);
+    let mut first = true;
+    let mut dirty = all_dirty();
+    let mut bucket = Bucket::new();
+    let mut conflicts = 0u64;
+    let mut last_conflict_log: Option<Instant> = None;
+    let mut waiting_logged = false;
+    let mut err_backoff = Duration::from_millis(200);
+    let mut last_warning: Option<String> = None;
+
+    // Waits for a change; `Err(end)` when the loop must end.
+    let wait = |watcher: &mut Watcher,
+                limit: Option<Duration>|
+     -> Result<std::result::Result<Changes, End>> {
+        let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let t = match (limit, remaining) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match watcher.wait(stop, t)? {
+            Wake::Stop => Ok(Err(End::Stopped)),
+            Wake::Changed(c) => Ok(Ok(c)),
+            Wake::Timeout => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    Ok(Err(End::TimedOut))
+                } else {
+                    Ok(Ok(Changes::default()))
+                }
+            }
+        }
+    };
+
+    loop {
+        if super::watch::stop_pending(stop) {
+            return Ok(End::Stopped);
+        }
+        if dirty.bin || first {
+            if let Err(e) = inst.install_binaries() {
+                state.count(InstallResult::CopyBinariesFailure);
+                state.set_ready(false);
+                if first || once.is_some() {
+                    return Err(e);
+                }
+                log::error!("{e}; retrying in {err_backoff:?}");
+                match wait(watcher, Some(err_backoff))? {
+                    Ok(mut c) => {
+                        c.bin = true;
+                        dirty = c;
+                    }
+                    Err(end) => return Ok(end),
+                }
+                err_backoff = (err_backoff * 2).min(MAX_ERROR_BACKOFF);
+                continue;
+            }
+        }
+        if dirty.service_account || dirty.run || first {
+            match inst.write_kubeconfig() {
+                Ok(true) if !first => log::info!("kubeconfig rewritten (service account change)"),
+                Ok(_) => {}
+                Err(e) => {
+                    state.count(InstallResult::CreateKubeconfigFailure);
+                    state.set_ready(false);
+                    let e = crate::error::Context::context(Err::<(), _>(e), "write kubeconfig")
+                        .unwrap_err();
+                    if first || once.is_some() {
+                        return Err(e);
+                    }
+                    log::error!("{e}; retrying in {err_backoff:?}");
+                    match wait(watcher, Some(err_backoff))? {
+                        Ok(mut c) => {
+                            c.service_account = true;
+                            dirty = c;
+                        }
+                        Err(end) => return Ok(end),
+                    }
+                    err_backoff = (err_backoff * 2).min(MAX_ERROR_BACKOFF);
+                    continue;
+                }
+            }
+        }
+        first = false;
+        dirty = Changes::default();
+
+        let reason = match inst.check() {
+            Outcome::Valid { warning } => {
+                if let Some(w) = warning {
+                    if last_warning.as_deref() != Some(w.as_str()) {
+                        log::warn!("{w}");
+                        last_warning = Some(w);
+                    }
+                }
+                None
+            }
+            Outcome::Invalid { reason, .. } => Some(reason),
+        };
+        if let Some(reason) = reason {
+            state.set_ready(false);
+            if inst.installed.is_some() {
+                if let Err(delay) = bucket.take() {
+                    conflicts += 1;
+                    let due =
+                        last_conflict_log.is_none_or(|t| t.elapsed() >= CONFLICT_LOG_INTERVAL);
+                    if due {
+                        log::warn!(
+                            "configuration conflict: our CNI config keeps being invalidated ({reason}); \
+                             {conflicts} throttled reinstalls so far; backing off (is another agent rewriting \
+                             {}? with Cilium set cni.exclusive=false)",
+                            inst.conf_dir().display()
+                        );
+                        last_conflict_log = Some(Instant::now());
+                    }
+                    match wait(watcher, Some(delay))? {
+                        Ok(c) => dirty = c,
+                        Err(end) => return Ok(end),
+                    }
+                    continue;
+                }
+            }
+            log::info!("installing the CNI configuration: {reason}");
+            match inst.write_config() {
+                Ok(ConfigWrite::Waiting(why)) => {
+                    if !waiting_logged {
+                        log::info!(
+                            "Waiting for CNI network config file to be written in {}... ({why})",
+                            inst.conf_dir().display()
+                        );
+                        waiting_logged = true;
+                    }
+                    match wait(watcher, None)? {
+                        Ok(c) => dirty = c,
+                        Err(end) => return Ok(end),
+                    }
+                    continue;
+                }
+                Ok(ConfigWrite::Installed { name, changed }) => {
+                    waiting_logged = false;
+                    err_backoff = Duration::from_millis(200);
+                    if changed {
+                        log::info!(
+                            "wrote the istio-cni configuration to {}/{name}",
+                            inst.conf_dir().display()
+                        );
+                    }
+                }
+                Err(e) => {
+                    state.count(InstallResult::CreateCniConfigFailure);
+                    if once.is_some() {
+                        return Err(e);
+                    }
+                    log::error!("{e}; retrying in {err_backoff:?}");
+                    match wait(watcher, Some(err_backoff))? {
+                        Ok(c) => dirty = c,
+                        Err(end) => return Ok(end),
+                    }
+                    err_backoff = (err_backoff * 2).min(MAX_ERROR_BACKOFF);
+                    continue;
+                }
+            }
+            // Validate what we wrote before reporting ready.
+            continue;
+        }
+        let pending = watcher.drain()?;
+        if pending.any() {
+            dirty = pending;
+            continue;
+        }
+        state.set_ready(true);
+        state.count(InstallResult::Success);
+        if once.is_some() {
+            return Ok(End::Installed);
+        }
+        let c = match wait(watcher, None)? {
+            Ok(c) => c,
+            Err(end) => return Ok(end),
+        };
+        state.set_ready(false);
+        dirty = c;
+    }
+}

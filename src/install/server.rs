@@ -1,0 +1,248 @@
+//! Readiness, metrics, and a tiny HTTP/1.x responder for them: `/healthz` (always 200), `/readyz` (200 when
+//! installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
+//! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`).
+//! The responder is deliberately small: GET only, the request head bounded to 8 KiB, 2 s socket timeouts,
+//! one connection at a time per listener, `Connection: close`.
+
+use crate::error::{IoContext, Result};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Install results, upstream's label values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstallResult {
+    Success,
+    CopyBinariesFailure,
+    CreateKubeconfigFailure,
+    CreateCniConfigFailure,
+}
+
+const RESULTS: [(InstallResult, &str); 4] = [
+    (InstallResult::Success, "SUCCESS"),
+    (InstallResult::CopyBinariesFailure, "COPY_BINARIES_FAILURE"),
+    (
+        InstallResult::CreateKubeconfigFailure,
+        "CREATE_KUBECONFIG_FAILURE",
+    ),
+    (
+        InstallResult::CreateCniConfigFailure,
+        "CREATE_CNI_CONFIG_FAILURE",
+    ),
+];
+
+/// Shared installer state read by the HTTP responders.
+#[derive(Debug, Default)]
+pub struct State {
+    ready: AtomicBool,
+    installs: [AtomicU64; 4],
+}
+
+impl State {
+    pub fn new() -> Arc<State> {
+        Arc::new(State::default())
+    }
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+    pub fn count(&self, r: InstallResult) {
+        if let Some(i) = RESULTS.iter().position(|(x, _)| *x == r) {
+            self.installs[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    pub fn installs(&self, r: InstallResult) -> u64 {
+        RESULTS
+            .iter()
+            .position(|(x, _)| *x == r)
+            .map(|i| self.installs[i].load(Ordering::Relaxed))
+            .unwrap_or(0)
+    }
+
+    /// The Prometheus exposition text.
+    pub fn metrics_text(&self) -> String {
+        let mut s = String::new();
+        s.push_str("# HELP istio_cni_install_ready Whether this istio-cni-node has the CNI plugin installed and valid (1) or not (0).\n");
+        s.push_str("# TYPE istio_cni_install_ready gauge\n");
+        s.push_str(&format!(
+            "istio_cni_install_ready {}\n",
+            u8::from(self.ready())
+        ));
+        s.push_str("# HELP istio_cni_installs_total Total number of CNI plugin installs by the installer, by result.\n");
+        s.push_str("# TYPE istio_cni_installs_total counter\n");
+        for (i, (_, label)) in RESULTS.iter().enumerate() {
+            let n = self.installs[i].load(Ordering::Relaxed);
+            if n > 0 || i == 0 {
+                s.push_str(&format!(
+                    "istio_cni_installs_total{{result=\"{label}\"}} {n}\n"
+                ));
+            }
+        }
+        s
+    }
+}
+
+/// Which endpoints a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoints {
+    Health,
+    Metrics,
+}
+
+const MAX_HEAD: usize = 8 * 1024;
+
+/// The response for a request path.
+pub fn respond(
+    state: &State,
+    which: Endpoints,
+    method: &str,
+    path: &str,
+) -> (u16, &'static str, String) {
+    let path = path.split('?').next().unwrap_or(path);
+    if method != "GET" && method != "HEAD" {
+        return (405, "text/plain", "Method Not Allowed\n".into());
+    }
+    match (which, path) {
+        (Endpoints::Health, "/healthz") => (200, "text/plain", "OK\n".into()),
+        (Endpoints::Health, "/readyz") => {
+            if state.ready() {
+                (200, "text/plain", "OK\n".into())
+            } else {
+                (503, "text/plain", "Service Unavailable\n".into())
+            }
+        }
+        (Endpoints::Metrics, "/metrics") => (
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            state.metrics_text(),
+        ),
+        _ => (404, "text/plain", "Not Found\n".into()),
+    }
+}
+
+fn reason(code: u16) -> &'static str {
+    match code {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+fn handle(mut conn: TcpStream, state: &State, which: Endpoints) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    let complete = loop {
+        if buf.windows(4).any(|w| w == b"\r\n\r\n") || buf.windows(2).any(|w| w == b"\n\n") {
+            break true;
+        }
+        if buf.len() >= MAX_HEAD {
+            break false;
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => break !buf.is_empty() && buf.contains(&b'\n'),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf);
+    let line = head.lines().next().unwrap_or("");
+    let mut parts = line.split_whitespace();
+    let (code, ctype, body, method) = match (complete, parts.next(), parts.next()) {
+        (false, _, _) if buf.len() >= MAX_HEAD => (
+            431,
+            "text/plain",
+            "Request Header Fields Too Large\n".to_string(),
+            "GET",
+        ),
+        (true, Some(m), Some(p)) => {
+            let (c, t, b) = respond(state, which, m, p);
+            (c, t, b, m)
+        }
+        _ => (400, "text/plain", "Bad Request\n".to_string(), "GET"),
+    };
+    let mut resp = format!(
+        "HTTP/1.1 {code} {}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        reason(code),
+        body.len()
+    );
+    if method != "HEAD" {
+        resp.push_str(&body);
+    }
+    let _ = conn.write_all(resp.as_bytes());
+    let _ = conn.flush();
+}
+
+/// Binds `0.0.0.0:port` (0 = any free port) and serves `which` on a background thread. Returns the bound
+/// address.
+pub fn serve(port: u16, state: Arc<State>, which: Endpoints) -> Result<SocketAddr> {
+    let listener = TcpListener::bind(("0.0.0.0", port))
+        .io_context(|| format!("listen on :{port} for {which:?}"))?;
+    let addr = listener
+        .local_addr()
+        .io_context(|| format!("local address of :{port}"))?;
+    std::thread::Builder::new()
+        .name(format!("http-{which:?}").to_lowercase())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(c) => handle(c, &state, which),
+                    Err(e) => {
+                        log::warn!("accept on {addr}: {e}");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+        })
+        .io_context(|| "spawn HTTP server thread".to_string())?;
+    Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+        let mut c = TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
+        write!(c, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut s = String::new();
+        c.read_to_string(&mut s).unwrap();
+        let code = s[9..12].parse().unwrap();
+        let body = s.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+        (code, body)
+    }
+
+    #[test]
+    fn health_and_metrics() {
+        let st = State::new();
+        let h = serve(0, st.clone(), Endpoints::Health).unwrap();
+        let m = serve(0, st.clone(), Endpoints::Metrics).unwrap();
+        assert_eq!(get(h, "/healthz").0, 200);
+        assert_eq!(get(h, "/readyz"), (503, "Service Unavailable\n".into()));
+        st.set_ready(true);
+        st.count(InstallResult::Success);
+        assert_eq!(get(h, "/readyz").0, 200);
+        let (c, body) = get(m, "/metrics");
+        assert_eq!(c, 200);
+        assert!(body.contains("istio_cni_install_ready 1\n"), "{body}");
+        assert!(
+            body.contains("istio_cni_installs_total{result=\"SUCCESS\"} 1\n"),
+            "{body}"
+        );
+        assert_eq!(get(m, "/readyz").0, 404);
+        // An oversized head is refused, not buffered.
+        let mut c = TcpStream::connect(("127.0.0.1", h.port())).unwrap();
+        let _ = c.write_all(&vec![b'a'; MAX_HEAD + 10]);
+        let mut s = String::new();
+        let _ = c.read_to_string(&mut s);
+        assert!(s.starts_with("HTTP/1.1 431"), "{s}");
+    }
+}
