@@ -115,7 +115,7 @@ fn not_yet(name: &str, args: &[String], what: &str) -> i32 {
 }
 
 fn install_cni(name: &str, args: &[String]) -> i32 {
-    not_yet(name, args, "installer")
+    crate::install::cli::run(name, args)
 }
 
 fn repair(name: &str, args: &[String]) -> i32 {
