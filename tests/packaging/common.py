@@ -1,0 +1,74 @@
+"""Shared helpers for the packaging tests: paths, the crate version, rendering with `kubectl kustomize`, and
+the names and defaults install-cni reads, parsed from its source so that the manifests cannot drift from it."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+INSTALL_CONFIG = REPO / "src" / "install" / "config.rs"
+REPAIR_OPTIONS = REPO / "src" / "repair" / "options.rs"
+
+TRIPLES = {"amd64": "x86_64-unknown-linux-musl", "arm64": "aarch64-unknown-linux-musl"}
+
+
+def crate_version() -> str:
+    m = re.search(r'^version\s*=\s*"([^"]+)"', (REPO / "Cargo.toml").read_text(), re.M)
+    assert m, "no version in Cargo.toml"
+    return m.group(1)
+
+
+def release_binary(arch: str) -> Path:
+    return REPO / "target" / TRIPLES[arch] / "release" / "istio-cni-node"
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    """Runs a command, capturing text output; never raises on a non-zero exit (the caller asserts)."""
+    return subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, **kw)
+
+
+def render(kustomization_dir: Path) -> list:
+    """`kubectl kustomize DIR`, parsed; fails with kubectl's message."""
+    p = run(["kubectl", "kustomize", str(kustomization_dir)])
+    if p.returncode != 0:
+        raise AssertionError(f"kubectl kustomize {kustomization_dir} failed ({p.returncode}):\n{p.stderr}")
+    return [d for d in yaml.safe_load_all(p.stdout) if d]
+
+
+def _without_tests(src: str) -> str:
+    """The source up to its `#[cfg(test)]` module: names only a test uses do not count as read."""
+    i = src.find("#[cfg(test)]")
+    return src if i < 0 else src[:i]
+
+
+def env_names_read(path: Path = INSTALL_CONFIG) -> set:
+    """Upper-case string literals in a source file outside its tests: the env names it reads."""
+    src = _without_tests(path.read_text())
+    return set(re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)"', src))
+
+
+def installer_defaults() -> dict:
+    """`NAME -> default` for the text settings install-cni resolves as text(&f.x, env, "NAME", "default")."""
+    src = _without_tests(INSTALL_CONFIG.read_text())
+    found = dict(re.findall(r'text\(\s*&f\.\w+,\s*env,\s*"([A-Z_]+)",\s*"([^"]*)"\s*,?\s*\)', src))
+    for name, default in re.findall(r'typed\(\s*&f\.\w+,\s*env,\s*"([A-Z_]+)",\s*(\d+),', src):
+        found[name] = default
+    return found
+
+
+def host_proc_default() -> str:
+    m = re.search(r'DEFAULT_HOST_PROC:\s*&str\s*=\s*"([^"]+)"', REPAIR_OPTIONS.read_text())
+    assert m, f"no DEFAULT_HOST_PROC in {REPAIR_OPTIONS}"
+    return m.group(1)
+
+
+def need_root(test):
+    """Root-only tests fail when not root, unless ISTIO_CNI_SKIP_ROOT_TESTS=1 (then they skip, saying so)."""
+    if os.geteuid() != 0:
+        if os.environ.get("ISTIO_CNI_SKIP_ROOT_TESTS") == "1":
+            test.skipTest("not root and ISTIO_CNI_SKIP_ROOT_TESTS=1: skipping a root-only packaging test")
+        raise AssertionError("this packaging test needs root (set ISTIO_CNI_SKIP_ROOT_TESTS=1 to skip it)")

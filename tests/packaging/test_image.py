@@ -1,0 +1,136 @@
+"""The FROM-scratch image, built offline by scripts/image for both arches: its entrypoint answers --version,
+it holds exactly the binary plus the applet symlinks, and its metadata is what the DaemonSet expects.
+Root-only (buildah storage); uses the binaries scripts/build-multiarch already built (--no-build)."""
+
+import os
+import re
+import tarfile
+import unittest
+from pathlib import Path
+
+from common import REPO, crate_version, need_root, release_binary, run
+
+STORE = REPO / "target" / "containers"
+APPLETS = ["install-cni", "istio-cni-repair", "istio-validation", "istio-cni-node"]
+
+
+def buildah(*args):
+    return run(["buildah", "--root", str(STORE / "storage"), "--runroot", str(STORE / "run"),
+                "--storage-driver", "vfs", *args])
+
+
+class TestImage(unittest.TestCase):
+    out = None
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            return  # each test then fails (or skips) through need_root
+        p = run([str(REPO / "scripts" / "image"), "all", "--no-build", "--archive"], cwd=REPO)
+        cls.build = p
+
+    def setUp(self):
+        need_root(self)
+        self.assertEqual(self.build.returncode, 0, f"scripts/image failed:\n{self.build.stdout}\n{self.build.stderr}")
+        self.out = self.build.stdout
+        self.version = crate_version()
+
+    def test_entrypoint_answers_version(self):
+        for arch in ("amd64", "arm64"):
+            with self.subTest(arch=arch):
+                m = re.search(rf"^image: {arch}: --version: (.*)$", self.out, re.M)
+                self.assertIsNotNone(m, self.out)
+                self.assertTrue(m.group(1).startswith(f"install-cni {self.version} (commit "), m.group(1))
+        # Say how it was run.
+        self.assertIn("image: amd64: running the entrypoint with buildah run --isolation chroot", self.out)
+        self.assertRegex(self.out, r"image: arm64: .*(qemu-aarch64-static|binfmt_misc)")
+
+    def test_size_reported_and_small(self):
+        for arch in ("amd64", "arm64"):
+            with self.subTest(arch=arch):
+                m = re.search(rf"^image localhost/install-cni:{re.escape(self.version)}-{arch} {arch} (\d+)$",
+                              self.out, re.M)
+                self.assertIsNotNone(m, self.out)
+                size = int(m.group(1))
+                binary = release_binary(arch).stat().st_size
+                print(f"\n    image {arch}: {size} bytes (binary {binary})", end="")
+                # The binary plus four symlinks of a few dozen bytes each: nothing else.
+                self.assertLess(size - binary, 200)
+
+    def test_manifest_list(self):
+        self.assertIn(f"manifest localhost/install-cni:{self.version}: ", self.out)
+        p = buildah("manifest", "inspect", f"localhost/install-cni:{self.version}")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(sorted(re.findall(r'"architecture": "(\w+)"', p.stdout)), ["amd64", "arm64"])
+
+    def test_config(self):
+        tag = f"localhost/install-cni:{self.version}-amd64"
+        fmt = "{{.OCIv1.Config.User}}|{{.OCIv1.Config.Entrypoint}}|{{.OCIv1.Config.Labels}}|{{.OCIv1.Config.Env}}"
+        p = buildah("inspect", "--type", "image", "--format", fmt, tag)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        user, entry, labels, env = p.stdout.strip().split("|")
+        self.assertEqual(user, "0:0")
+        self.assertEqual(entry, "[/usr/local/bin/install-cni]")
+        self.assertIn(f"org.opencontainers.image.version:{self.version}", labels)
+        self.assertIn("org.opencontainers.image.title:install-cni", labels)
+        self.assertIn("io.istio.cni.arch:amd64", labels)
+        self.assertIn("PATH=/usr/local/bin:/opt/cni/bin", env)
+
+    def test_contents_are_the_binary_and_applet_links(self):
+        for arch in ("amd64", "arm64"):
+            with self.subTest(arch=arch):
+                p = buildah("from", "--pull-never", "--arch", arch, f"localhost/install-cni:{self.version}-{arch}")
+                self.assertEqual(p.returncode, 0, p.stderr)
+                ctr = p.stdout.strip()
+                try:
+                    p = buildah("mount", ctr)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    root = Path(p.stdout.strip())
+                    entries = {}
+                    for dirpath, dirnames, filenames in os.walk(root):
+                        for n in dirnames + filenames:
+                            full = Path(dirpath, n)
+                            rel = str(full.relative_to(root))
+                            entries[rel] = ("link:" + os.readlink(full)) if full.is_symlink() else (
+                                "dir" if full.is_dir() else "file")
+                    expected = {"opt": "dir", "opt/cni": "dir", "opt/cni/bin": "dir", "opt/cni/bin/istio-cni": "file",
+                                "usr": "dir", "usr/local": "dir", "usr/local/bin": "dir", "tmp": "dir"}
+                    expected.update({f"usr/local/bin/{a}": "link:../../../opt/cni/bin/istio-cni" for a in APPLETS})
+                    self.assertEqual(entries, expected)
+                    self.assertEqual((root / "opt/cni/bin/istio-cni").read_bytes(), release_binary(arch).read_bytes())
+                    self.assertEqual(os.stat(root / "opt/cni/bin/istio-cni").st_mode & 0o7777, 0o755)
+                    self.assertEqual(os.stat(root / "tmp").st_mode & 0o7777, 0o1777)
+                finally:
+                    buildah("umount", ctr)
+                    buildah("rm", ctr)
+
+    def test_every_applet_runs_in_the_image(self):
+        tag = f"localhost/install-cni:{self.version}-amd64"
+        p = buildah("from", "--pull-never", tag)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        ctr = p.stdout.strip()
+        try:
+            for a in APPLETS:
+                with self.subTest(applet=a):
+                    p = buildah("run", "--isolation", "chroot", ctr, "--", f"/usr/local/bin/{a}", "--version")
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    self.assertTrue(p.stdout.startswith(f"{a} {self.version} "), p.stdout)
+            # The image has no shell: a RUN step or `sh -c` could not work, by design.
+            p = buildah("run", "--isolation", "chroot", ctr, "--", "/bin/sh", "-c", "true")
+            self.assertNotEqual(p.returncode, 0)
+        finally:
+            buildah("rm", ctr)
+
+    def test_oci_archives(self):
+        for arch in ("amd64", "arm64"):
+            with self.subTest(arch=arch):
+                path = REPO / "target" / "image" / f"install-cni-{self.version}-{arch}.oci.tar"
+                self.assertIn(f"archive target/image/{path.name} ", self.out)
+                with tarfile.open(path) as t:
+                    names = t.getnames()
+                self.assertIn("index.json", names)
+                self.assertIn("oci-layout", names)
+
+
+if __name__ == "__main__":
+    unittest.main()
