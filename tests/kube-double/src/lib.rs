@@ -1,0 +1,442 @@
+//! `kube_double`: an HTTPS Kubernetes API server double for tests, the demo script and benchmarks.
+//!
+//! Real TLS (rustls, ring) with a CA and server certificate generated at start for `127.0.0.1`, `::1` and
+//! `localhost`; bearer-token auth (401 on a wrong token); pods in memory with uid and resourceVersion;
+//! field (`spec.nodeName`, `metadata.name`, `metadata.namespace`, `status.phase`) and label selectors;
+//! list pagination; watch streams with bookmarks and a forced 410; merge patch of `pods/{name}/status`;
+//! delete with preconditions (409); events; fault injection; a record of every API request.
+//!
+//! One thread per connection, HTTP/1.1 keep-alive. Admin endpoints under `/_double/` (no auth, never
+//! faulted, never recorded): `POST /_double/pods`, `POST /_double/fault`, `GET /_double/requests`,
+//! `POST /_double/gone`, `POST /_double/token`, `GET /_double/events`, `GET /_double/healthz`.
+//!
+//! ```no_run
+//! let srv = kube_double::Server::start(kube_double::Options::default()).unwrap();
+//! srv.add_pod(r#"{"metadata":{"name":"p","namespace":"ns"},"spec":{"nodeName":"n1"}}"#).unwrap();
+//! srv.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig")).unwrap();
+//! srv.set_fault(kube_double::Fault::Status(503), Some(2)); // the next two API requests get 503
+//! ```
+
+mod api;
+pub mod http;
+pub mod store;
+mod tls;
+
+use std::io::{self, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use miniserde::json::{Object, Value};
+
+pub use store::Store;
+
+/// Server options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where to listen; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// The bearer token clients must send.
+    pub token: String,
+    /// Interval between BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        use std::sync::atomic::AtomicU64;
+        static N: AtomicU64 = AtomicU64::new(0);
+        Options {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: format!(
+                "double-token-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::SeqCst)
+            ),
+            bookmark_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// An injected failure. Connection-level faults (`Hang`, `WrongCert`) apply per accepted connection; the
+/// others per API request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer normally, after this delay.
+    Delay(Duration),
+    /// Accept the TCP connection and never speak (no TLS handshake) until the fault is cleared.
+    Hang,
+    /// Read the request, then close the connection without answering.
+    Drop,
+    /// Answer with this HTTP status and a matching Status body (500, 429, 401, 403, ...).
+    Status(u16),
+    /// Complete the TLS handshake with a certificate from another CA.
+    WrongCert,
+}
+
+impl Fault {
+    fn per_connection(&self) -> bool {
+        matches!(self, Fault::Hang | Fault::WrongCert)
+    }
+}
+
+/// One recorded API request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    /// Raw (still percent-encoded) query.
+    pub query: String,
+    pub body: String,
+    /// The `Authorization` header as sent.
+    pub authorization: Option<String>,
+    /// The HTTP status we answered (0 when the connection was dropped).
+    pub status: u16,
+}
+
+impl RecordedRequest {
+    /// A decoded query parameter.
+    pub fn param(&self, k: &str) -> Option<String> {
+        http::parse_query(&self.query)
+            .into_iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v)
+    }
+}
+
+pub(crate) struct FaultRule {
+    fault: Fault,
+    remaining: Option<u32>,
+}
+
+pub(crate) struct State {
+    pub store: Store,
+    pub token: String,
+    pub fault: Option<FaultRule>,
+    pub fault_epoch: u64,
+    pub requests: Vec<RecordedRequest>,
+}
+
+pub(crate) struct Shared {
+    pub state: Mutex<State>,
+    pub changed: Condvar,
+    pub stop: AtomicBool,
+    pub bookmark_interval: Duration,
+    pub good: tls::Pki,
+    pub wrong: tls::Pki,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Takes one use of the current fault if it applies at this level.
+    pub fn take_fault(&self, per_connection: bool) -> Option<Fault> {
+        let mut st = self.lock();
+        let rule = st.fault.as_mut()?;
+        if rule.fault.per_connection() != per_connection {
+            return None;
+        }
+        let f = rule.fault.clone();
+        if let Some(n) = rule.remaining.as_mut() {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.fault = None;
+            }
+        }
+        Some(f)
+    }
+}
+
+/// A running double. Dropping it stops the server.
+pub struct Server {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+}
+
+fn invalid(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg.into())
+}
+
+fn parse_object(text: &str) -> io::Result<Object> {
+    miniserde::json::from_str::<Object>(text).map_err(|_| invalid("not a JSON object"))
+}
+
+fn b64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                A[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+impl Server {
+    pub fn start(opts: Options) -> io::Result<Server> {
+        let names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        let good = tls::generate("kube-double CA", &names)?;
+        let wrong = tls::generate("some other CA", &names)?;
+        let listener = TcpListener::bind(opts.listen)?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                store: Store::default(),
+                token: opts.token,
+                fault: None,
+                fault_epoch: 0,
+                requests: Vec::new(),
+            }),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+            bookmark_interval: opts.bookmark_interval,
+            good,
+            wrong,
+        });
+        let sh = shared.clone();
+        std::thread::Builder::new()
+            .name("kube-double-accept".into())
+            .spawn(move || accept_loop(listener, sh))?;
+        Ok(Server { shared, addr })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `https://127.0.0.1:<port>` (or `https://[::1]:<port>`).
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    pub fn ca_pem(&self) -> String {
+        self.shared.good.ca_pem.clone()
+    }
+
+    /// The PEM CA of the *wrong* certificate (for tests that trust the wrong CA on purpose).
+    pub fn other_ca_pem(&self) -> String {
+        self.shared.wrong.ca_pem.clone()
+    }
+
+    pub fn token(&self) -> String {
+        self.shared.lock().token.clone()
+    }
+
+    /// Changes the accepted token (simulates rotation: the old one gets 401 from now on).
+    pub fn set_token(&self, token: &str) {
+        self.shared.lock().token = token.to_string();
+    }
+
+    /// The kubeconfig our installer writes (upstream master's format, byte for byte) for `server`.
+    pub fn kubeconfig_for(&self, server: &str) -> String {
+        format!(
+            "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: {}\n    server: {server}\n  name: local\ncontexts:\n- context:\n    cluster: local\n    user: istio-cni\n  name: istio-cni-context\ncurrent-context: istio-cni-context\nkind: Config\nusers:\n- name: istio-cni\n  user:\n    token: {}\n",
+            b64(self.ca_pem().as_bytes()),
+            self.token()
+        )
+    }
+
+    pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_for(&self.url())
+    }
+
+    /// Writes [`Server::kubeconfig`] to `path` (mode 0600).
+    pub fn write_kubeconfig(&self, path: &Path) -> io::Result<()> {
+        write_private(path, self.kubeconfig().as_bytes())
+    }
+
+    /// Adds (or replaces) a pod from its JSON; returns the stored object with uid and resourceVersion.
+    pub fn add_pod(&self, json: &str) -> io::Result<Object> {
+        let pod = parse_object(json)?;
+        let mut st = self.shared.lock();
+        let out = st.store.put_pod(pod).map_err(invalid)?;
+        drop(st);
+        self.shared.changed.notify_all();
+        Ok(out)
+    }
+
+    /// Adds pods from a JSON file (a pod, a list with `items`, or an array) or every `*.json` in a dir.
+    pub fn add_pods_from(&self, path: &Path) -> io::Result<usize> {
+        api::load_pods(&self.shared, path)
+    }
+
+    pub fn pod(&self, ns: &str, name: &str) -> Option<Object> {
+        self.shared
+            .lock()
+            .store
+            .pods
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.shared.lock().store.pods.len()
+    }
+
+    /// Injects `fault` for the next `times` requests (connections for `Hang`/`WrongCert`), or until
+    /// cleared when `None`.
+    pub fn set_fault(&self, fault: Fault, times: Option<u32>) {
+        let mut st = self.shared.lock();
+        st.fault = Some(FaultRule {
+            fault,
+            remaining: times,
+        });
+        st.fault_epoch += 1;
+    }
+
+    /// Removes any fault and releases hung connections.
+    pub fn clear_fault(&self) {
+        let mut st = self.shared.lock();
+        st.fault = None;
+        st.fault_epoch += 1;
+        drop(st);
+        self.shared.changed.notify_all();
+    }
+
+    /// Every API request so far (admin requests excluded).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().requests.clone()
+    }
+
+    pub fn clear_requests(&self) {
+        self.shared.lock().requests.clear();
+    }
+
+    /// Events received through `POST .../events`.
+    pub fn events(&self) -> Vec<Object> {
+        self.shared.lock().store.events.clone()
+    }
+
+    /// Ends every open watch with an ERROR 410 and makes all resource versions seen so far expired.
+    pub fn force_gone(&self) {
+        self.shared.lock().store.force_gone();
+        self.shared.changed.notify_all();
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.shared.lock().store.rv
+    }
+
+    /// Applies a merge patch to a pod as `PATCH pods/{name}/status` would (emits MODIFIED).
+    pub fn patch_pod(&self, ns: &str, name: &str, patch_json: &str) -> io::Result<Object> {
+        let patch: Value =
+            miniserde::json::from_str(patch_json).map_err(|_| invalid("patch is not JSON"))?;
+        let key = (ns.to_string(), name.to_string());
+        let r = self.shared.lock().store.patch_status(&key, &patch);
+        self.shared.changed.notify_all();
+        r.map_err(|(_, _, m)| invalid(m))
+    }
+
+    /// Deletes a pod (emits DELETED).
+    pub fn delete_pod(&self, ns: &str, name: &str) -> io::Result<()> {
+        let key = (ns.to_string(), name.to_string());
+        let r = self.shared.lock().store.delete(&key, None, None);
+        self.shared.changed.notify_all();
+        r.map(|_| ()).map_err(|(_, _, m)| invalid(m))
+    }
+
+    pub fn stop(&self) {
+        if self.shared.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.shared.changed.notify_all();
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp-double");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(data)?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    for conn in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(tcp) = conn else { continue };
+        let sh = shared.clone();
+        let _ = std::thread::Builder::new()
+            .name("kube-double-conn".into())
+            .spawn(move || serve_connection(tcp, sh));
+    }
+}
+
+fn serve_connection(tcp: TcpStream, shared: Arc<Shared>) {
+    let _ = tcp.set_nodelay(true);
+    let config = match shared.take_fault(true) {
+        Some(Fault::Hang) => {
+            // Hold the socket silently until the fault is cleared or the server stops.
+            let epoch = shared.lock().fault_epoch;
+            let mut st = shared.lock();
+            while !shared.stop.load(Ordering::SeqCst) && st.fault_epoch == epoch {
+                st = match shared.changed.wait_timeout(st, Duration::from_millis(200)) {
+                    Ok((g, _)) => g,
+                    Err(p) => p.into_inner().0,
+                };
+            }
+            return;
+        }
+        Some(Fault::WrongCert) => shared.wrong.config.clone(),
+        _ => shared.good.config.clone(),
+    };
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(120)));
+    let Ok(conn) = rustls::ServerConnection::new(config) else {
+        return;
+    };
+    let stream = rustls::StreamOwned::new(conn, tcp);
+    let mut reader = BufReader::new(stream);
+    loop {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let req = match http::read_request(&mut reader) {
+            Ok(Some(r)) => r,
+            _ => return,
+        };
+        match api::handle(&shared, req, &mut reader) {
+            api::Next::KeepAlive => continue,
+            api::Next::Close => {
+                let s = reader.get_mut();
+                s.conn.send_close_notify();
+                let _ = s.conn.complete_io(&mut s.sock);
+                return;
+            }
+            api::Next::Drop => {
+                let _ = reader.get_mut().sock.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+        }
+    }
+}
