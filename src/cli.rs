@@ -119,7 +119,7 @@ fn install_cni(name: &str, args: &[String]) -> i32 {
 }
 
 fn repair(name: &str, args: &[String]) -> i32 {
-    not_yet(name, args, "repair agent")
+    crate::repair::cli::main(name, args)
 }
 
 fn validation(name: &str, args: &[String]) -> i32 {

@@ -1,6 +1,102 @@
-//! The repair agent: finds pods on this node that started without redirection and repairs them.
+//! The repair agent: finds pods on this node that started without redirection (their `istio-validation`
+//! init container keeps exiting 126) and repairs them in place, deletes them, or labels them.
+//! Runs as its own applet (`istio-cni-repair`, as in 1.9) or inside `install-cni` ([`run_in_installer`]).
 
+pub mod action;
+pub mod cli;
+pub mod controller;
 pub mod detect;
+pub mod metrics;
 pub mod options;
+pub mod procfs;
 pub mod request;
 pub mod selector;
+
+use crate::error::{Context, Result};
+use crate::kube::Client;
+use std::path::PathBuf;
+
+/// Everything the agent needs besides the detection options.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    /// The host's `/proc` (for repair in place).
+    pub host_proc: PathBuf,
+    /// The plugin's run dir (iptables backend record), as the installer configures it.
+    pub cni_agent_run_dir: String,
+    /// Program nftables instead of iptables (`NATIVE_NFTABLES`).
+    pub native_nftables: bool,
+    /// Serve `/metrics` on this port (standalone agent only; `None` = do not serve).
+    pub monitoring_port: Option<u16>,
+    /// One list-and-act pass instead of a daemon.
+    pub run_as_daemon: bool,
+}
+
+/// The plugin configuration a repaired pod is programmed with (what ADD would see from our conflist).
+pub fn net_conf(rt: &Runtime) -> Result<crate::cni::NetConf> {
+    let mut s = String::from(
+        r#"{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":"#,
+    );
+    crate::json::write_string(&mut s, &rt.cni_agent_run_dir);
+    s.push_str(&format!(r#","native_nftables":{}}}"#, rt.native_nftables));
+    crate::cni::conf::parse(&s).context("repair: plugin configuration")
+}
+
+/// Runs the agent with `opts` until the process ends (daemon) or after one pass. Returns the number of
+/// pods that could not be acted on (one-shot mode).
+pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> {
+    let det = detect::Detector::new(opts.clone())?;
+    let actor = action::Actor {
+        client: client.clone(),
+        opts: opts.clone(),
+        host_proc: rt.host_proc.clone(),
+        netconf: net_conf(rt)?,
+    };
+    if !opts.any_mode() {
+        log::warn!("repair: no mode enabled (repair-pods, delete-pods, label-pods): broken pods are only logged");
+    }
+    log::info!(
+        "repair: watching pods with fieldSelector {:?} labelSelector {:?}; modes: repair={} delete={} label={}",
+        opts.effective_field_selector(),
+        opts.label_selectors,
+        opts.repair_pods,
+        opts.delete_pods,
+        opts.label_pods
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut worker = controller::Worker::default();
+    if !rt.run_as_daemon {
+        controller::list_all(&client, &det, &tx).context("repair: list pods")?;
+        drop(tx);
+        worker.run(&rx, &actor);
+        return Ok(worker.failed);
+    }
+    std::thread::Builder::new()
+        .name("repair-watch".into())
+        .spawn(move || controller::watch_forever(&client, &det, &tx))
+        .map_err(|e| crate::Error::io("repair: spawn the watcher", e))?;
+    worker.run(&rx, &actor);
+    Err(crate::Error::other("repair: the pod watcher stopped"))
+}
+
+/// The in-installer mode (`install-cni` with `REPAIR_ENABLED=true`): starts the agent on a background
+/// thread with the installer's API client. Metrics go to the process-wide counters the installer's
+/// `/metrics` renders via [`metrics::render`].
+pub fn run_in_installer(
+    client: Client,
+    opts: options::Options,
+    rt: Runtime,
+) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("repair".into())
+        .spawn(move || {
+            let rt = Runtime {
+                run_as_daemon: true,
+                monitoring_port: None,
+                ..rt
+            };
+            if let Err(e) = run(client, opts, &rt) {
+                log::error!("repair agent stopped: {e}");
+            }
+        })
+        .map_err(|e| crate::Error::io("repair: spawn the agent", e))
+}

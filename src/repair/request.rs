@@ -62,6 +62,62 @@ pub fn event_text(a: Action, err: Option<&str>) -> Option<(&'static str, String)
     })
 }
 
+/// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time in seconds (UTC), as Kubernetes writes `metav1.Time`.
+pub fn rfc3339(unix: u64) -> String {
+    let (days, rem) = ((unix / 86_400) as i64, unix % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// A core/v1 Event about the pod, as client-go's recorder writes it (component `cni-repair`).
+pub fn event_json(
+    f: &PodFacts,
+    reason: &str,
+    message: &str,
+    unix_nanos: u128,
+    node: &str,
+) -> String {
+    let ts = rfc3339((unix_nanos / 1_000_000_000) as u64);
+    let q = |v: &str| {
+        let mut s = String::new();
+        write_string(&mut s, v);
+        s
+    };
+    format!(
+        concat!(
+            r#"{{"kind":"Event","apiVersion":"v1","metadata":{{"name":{name},"namespace":{ns}}},"#,
+            r#""involvedObject":{{"kind":"Pod","apiVersion":"v1","namespace":{ns},"name":{pod},"uid":{uid},"resourceVersion":{rv}}},"#,
+            r#""type":"Warning","reason":{reason},"message":{message},"count":1,"#,
+            r#""firstTimestamp":{ts},"lastTimestamp":{ts},"#,
+            r#""source":{{"component":{comp},"host":{node}}},"reportingComponent":{comp},"reportingInstance":{node}}}"#
+        ),
+        name = q(&format!("{}.{:x}", f.name, unix_nanos)),
+        ns = q(&f.namespace),
+        pod = q(&f.name),
+        uid = q(&f.uid),
+        rv = q(&f.resource_version),
+        reason = q(reason),
+        message = q(message),
+        ts = q(&ts),
+        comp = q(COMPONENT),
+        node = q(node),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +148,17 @@ mod tests {
             "pod detected as broken, but failed to delete: 409"
         );
         assert!(event_text(Action::LabelSkip, None).is_none());
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_795_320_000), "2026-11-22T04:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        let ev = event_json(&f, REASON_DELETE, "m\"", 1_795_320_000_000_000_001, "n1");
+        let v = crate::json::parse_object(&ev, "event").unwrap();
+        assert_eq!(crate::json::str_of(&v, "message"), Some("m\""));
+        let md = crate::json::obj_of(&v, "metadata").unwrap();
+        assert_eq!(crate::json::str_of(md, "name"), Some(".18ea42072a278001"));
+        assert_eq!(
+            crate::json::str_of(&v, "lastTimestamp"),
+            Some("2026-11-22T04:00:00Z")
+        );
     }
 }

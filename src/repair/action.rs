@@ -1,0 +1,98 @@
+//! Carrying out one action on one pod: repair in place, delete, or label; then the Event and the metric.
+
+use super::detect::{Action, PodFacts};
+use super::metrics;
+use super::procfs;
+use super::request;
+use crate::cni::NetConf;
+use crate::error::{Error, Result};
+use crate::json::{self, Object};
+use crate::kube::Client;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// What the actions need besides the pod.
+pub struct Actor {
+    pub client: Client,
+    pub opts: super::options::Options,
+    /// The host's `/proc` (`/host/proc` in the DaemonSet).
+    pub host_proc: PathBuf,
+    /// The plugin configuration used to program a repaired pod (same code path as ADD).
+    pub netconf: NetConf,
+}
+
+/// Applies exactly what the plugin's ADD applies, through the plugin's own code.
+fn program(_pod: &Object, ns_path: &str, _conf: &NetConf) -> Result<String> {
+    Err(Error::other(format!(
+        "repair in place of {ns_path}: the plugin's program_pod is not in this build yet"
+    )))
+}
+
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+impl Actor {
+    /// Programs the pod's redirection inside the namespace that owns its IP.
+    fn repair(&self, f: &PodFacts, pod: Option<&Object>) -> Result<String> {
+        let ip: IpAddr = f.pod_ip.parse().map_err(|_| {
+            Error::other(format!("failed to parse addr: status.podIP {:?}", f.pod_ip))
+        })?;
+        let pod = pod.ok_or_else(|| Error::other("the pod object was not kept for repair"))?;
+        let ns_path = procfs::find_netns_by_ip(&self.host_proc, ip)?;
+        let line = program(pod, &ns_path, &self.netconf)?;
+        Ok(format!("{line} (netns {ns_path})"))
+    }
+
+    /// Carries out `a` (Label, Delete or Repair; LabelSkip only counts), writes the Event and counts
+    /// the metric. `Err` means "retry later".
+    pub fn act(&self, a: Action, f: &PodFacts, pod: Option<&Object>) -> Result<()> {
+        let key = f.key();
+        let result: Result<String> = match a {
+            Action::None => return Ok(()),
+            Action::LabelSkip => {
+                log::info!(
+                    "repair: pod {key} is broken and already has label {}; skipping",
+                    self.opts.label_key
+                );
+                metrics::inc("label", "skip");
+                return Ok(());
+            }
+            Action::Label => json::parse(&request::label_patch(&self.opts), "label patch")
+                .and_then(|p| self.client.patch_pod_status(&f.namespace, &f.name, &p))
+                .map(|_| format!("labeled {}={}", self.opts.label_key, self.opts.label_value)),
+            Action::Delete => {
+                let opt = |s: &str| Some(s.to_string()).filter(|s| !s.is_empty());
+                let (uid, rv) = (opt(&f.uid), opt(&f.resource_version));
+                self.client
+                    .delete_pod(&f.namespace, &f.name, uid.as_deref(), rv.as_deref())
+                    .map(|_| "deleted".to_string())
+            }
+            Action::Repair => self.repair(f, pod),
+        };
+        let kind = a.metric_type();
+        let err_text = result.as_ref().err().map(|e| e.to_string());
+        match &result {
+            Ok(what) => {
+                log::info!("repair: pod {key} detected as broken: {what}");
+                metrics::inc(kind, "success");
+            }
+            Err(e) => {
+                log::warn!("repair: pod {key} detected as broken, but the {kind} failed: {e}");
+                metrics::inc(kind, "fail");
+            }
+        }
+        if let Some((reason, message)) = request::event_text(a, err_text.as_deref()) {
+            let ev = request::event_json(f, reason, &message, unix_nanos(), &self.opts.node_name);
+            match json::parse(&ev, "event").and_then(|v| self.client.create_event(&f.namespace, &v))
+            {
+                Ok(()) => {}
+                Err(e) => log::warn!("repair: pod {key}: could not record event {reason}: {e}"),
+            }
+        }
+        result.map(|_| ())
+    }
+}
