@@ -123,8 +123,18 @@ fn bad_json_is_code_6() {
         b"",
         b"[1,2]",
         b"\"str\"",
-        b"\xff\xfe",
+        b"{} trailing",
     ] {
+        let o = run(&dir, &add_env(&dir), stdin);
+        cni_error(&o, 6);
+    }
+}
+
+/// Bytes that are not UTF-8 are a decoding failure (skel: json.Unmarshal → code 6), not an I/O error.
+#[test]
+fn non_utf8_stdin_is_code_6() {
+    let dir = PluginDir::new();
+    for stdin in [&b"\xff\xfe"[..], b"\xc3\x28{}"] {
         let o = run(&dir, &add_env(&dir), stdin);
         cni_error(&o, 6);
     }
