@@ -321,3 +321,37 @@ fn every_generated_document_is_accepted_by_iptables_restore() {
         docs.len()
     );
 }
+
+/// Upstream's TestIPTablesRuleGeneration checks a pod with `runAsUser: 0` and no group against the basic
+/// golden (0 counts as unset): derive that case from pod/basic.
+#[test]
+fn run_as_user_zero_gives_the_basic_rules() {
+    let case = conformance_dir().join("pod/basic");
+    let text = read(&case.join("pod.json"));
+    let mut pod = json::parse_object(&text, "pod.json").unwrap();
+    let spec = match pod.get_mut("spec") {
+        Some(json::Value::Object(s)) => s,
+        _ => panic!("pod/basic: no spec"),
+    };
+    let containers = match spec.get_mut("containers") {
+        Some(json::Value::Array(a)) => a,
+        _ => panic!("pod/basic: no containers"),
+    };
+    let mut patched = 0;
+    for c in containers.iter_mut() {
+        if let json::Value::Object(c) = c {
+            if json::str_of(c, "name") == Some("istio-proxy") {
+                let sc = json::parse("{\"runAsUser\":0}", "sc").unwrap();
+                c.insert("securityContext".to_string(), sc);
+                patched += 1;
+            }
+        }
+    }
+    assert_eq!(patched, 1);
+    let info = PodInfo::from_pod(&pod).unwrap();
+    assert_eq!(info.proxy.as_ref().unwrap().run_as_user, Some(0));
+    assert_eq!(decide(&info), Decision::Redirect);
+    let r = Redirect::from_pod(&info).unwrap();
+    let cfg = CaptureConfig::from_redirect(&r, &|_| None, false).unwrap();
+    assert_eq!(render(&cfg).unwrap().v4, read(&case.join("expected.rules")));
+}

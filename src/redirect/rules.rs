@@ -764,3 +764,7 @@ fn tproxy_rules(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str) {
         ],
     );
 }
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod tests;
