@@ -73,7 +73,7 @@ fn self_exe() -> Result<PathBuf> {
     Ok(p)
 }
 
-fn watcher_for(inst: &Installer) -> Result<Watcher> {
+pub fn watcher_for(inst: &Installer) -> Result<Watcher> {
     let kubeconfig = super::kubeconfig::FILE_NAME;
     let mut w = Watcher::new(Box::new(move |role, name: &str| {
         if crate::fsutil::temp_owner(name).is_some() {

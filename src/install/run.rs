@@ -165,99 +165,139 @@ pub fn run_loop(
         first = false;
         dirty = Changes::default();
 
-        let reason = match inst.check() {
-            Outcome::Valid { warning } => {
-                if let Some(w) = warning {
-                    if last_warning.as_deref() != Some(w.as_str()) {
-                        log::warn!("{w}");
-                        last_warning = Some(w);
-                    }
-                }
-                None
+        let reason = match round(
+            inst,
+            watcher,
+            state,
+            stop,
+            once.is_none(),
+            &mut last_warning,
+        )? {
+            RoundEnd::Invalid(reason) => reason,
+            RoundEnd::Changed(c) => {
+                dirty = c;
+                continue;
             }
-            Outcome::Invalid { reason, .. } => Some(reason),
-        };
-        if let Some(reason) = reason {
-            state.set_ready(false);
-            if inst.installed.is_some() {
-                if let Err(delay) = bucket.take() {
-                    conflicts += 1;
-                    let due =
-                        last_conflict_log.is_none_or(|t| t.elapsed() >= CONFLICT_LOG_INTERVAL);
-                    if due {
-                        log::warn!(
-                            "configuration conflict: our CNI config keeps being invalidated ({reason}); \
-                             {conflicts} throttled reinstalls so far; backing off (is another agent rewriting \
-                             {}? with Cilium set cni.exclusive=false)",
-                            inst.conf_dir().display()
-                        );
-                        last_conflict_log = Some(Instant::now());
-                    }
-                    match wait(watcher, Some(delay))? {
-                        Ok(c) => dirty = c,
-                        Err(end) => return Ok(end),
-                    }
-                    continue;
-                }
-            }
-            log::info!("installing the CNI configuration: {reason}");
-            match inst.write_config() {
-                Ok(ConfigWrite::Waiting(why)) => {
-                    if !waiting_logged {
-                        log::info!(
-                            "Waiting for CNI network config file to be written in {}... ({why})",
-                            inst.conf_dir().display()
-                        );
-                        waiting_logged = true;
-                    }
-                    match wait(watcher, None)? {
-                        Ok(c) => dirty = c,
-                        Err(end) => return Ok(end),
-                    }
-                    continue;
-                }
-                Ok(ConfigWrite::Installed { name, changed }) => {
-                    waiting_logged = false;
-                    err_backoff = Duration::from_millis(200);
-                    if changed {
-                        log::info!(
-                            "wrote the istio-cni configuration to {}/{name}",
-                            inst.conf_dir().display()
-                        );
-                    }
-                }
-                Err(e) => {
-                    state.count(InstallResult::CreateCniConfigFailure);
-                    if once.is_some() {
-                        return Err(e);
-                    }
-                    log::error!("{e}; retrying in {err_backoff:?}");
-                    match wait(watcher, Some(err_backoff))? {
-                        Ok(c) => dirty = c,
-                        Err(end) => return Ok(end),
-                    }
-                    err_backoff = (err_backoff * 2).min(MAX_ERROR_BACKOFF);
-                    continue;
-                }
-            }
-            // Validate what we wrote before reporting ready.
-            continue;
-        }
-        let pending = watcher.drain()?;
-        if pending.any() {
-            dirty = pending;
-            continue;
-        }
-        state.set_ready(true);
-        state.count(InstallResult::Success);
-        if once.is_some() {
-            return Ok(End::Installed);
-        }
-        let c = match wait(watcher, None)? {
-            Ok(c) => c,
-            Err(end) => return Ok(end),
+            RoundEnd::Ready => return Ok(End::Installed),
+            RoundEnd::Stopped => return Ok(End::Stopped),
         };
         state.set_ready(false);
-        dirty = c;
+        if inst.installed.is_some() {
+            if let Err(delay) = bucket.take() {
+                conflicts += 1;
+                let due = last_conflict_log.is_none_or(|t| t.elapsed() >= CONFLICT_LOG_INTERVAL);
+                if due {
+                    log::warn!(
+                        "configuration conflict: our CNI config keeps being invalidated ({reason}); \
+                         {conflicts} throttled reinstalls so far; backing off (is another agent rewriting \
+                         {}? with Cilium set cni.exclusive=false)",
+                        inst.conf_dir().display()
+                    );
+                    last_conflict_log = Some(Instant::now());
+                }
+                match wait(watcher, Some(delay))? {
+                    Ok(c) => dirty = c,
+                    Err(end) => return Ok(end),
+                }
+                continue;
+            }
+        }
+        log::info!("installing the CNI configuration: {reason}");
+        match inst.write_config() {
+            Ok(ConfigWrite::Waiting(why)) => {
+                if !waiting_logged {
+                    log::info!(
+                        "Waiting for CNI network config file to be written in {}... ({why})",
+                        inst.conf_dir().display()
+                    );
+                    waiting_logged = true;
+                }
+                match wait(watcher, None)? {
+                    Ok(c) => dirty = c,
+                    Err(end) => return Ok(end),
+                }
+                continue;
+            }
+            Ok(ConfigWrite::Installed { name, changed }) => {
+                waiting_logged = false;
+                err_backoff = Duration::from_millis(200);
+                if changed {
+                    log::info!(
+                        "wrote the istio-cni configuration to {}/{name}",
+                        inst.conf_dir().display()
+                    );
+                }
+            }
+            Err(e) => {
+                state.count(InstallResult::CreateCniConfigFailure);
+                if once.is_some() {
+                    return Err(e);
+                }
+                log::error!("{e}; retrying in {err_backoff:?}");
+                match wait(watcher, Some(err_backoff))? {
+                    Ok(c) => dirty = c,
+                    Err(end) => return Ok(end),
+                }
+                err_backoff = (err_backoff * 2).min(MAX_ERROR_BACKOFF);
+                continue;
+            }
+        }
+        // Validate what we wrote before reporting ready.
     }
+}
+
+/// How one validation round ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoundEnd {
+    /// The installed configuration is invalid or missing: reinstall (readiness stays false).
+    Invalid(String),
+    /// Something changed (before or after readiness); readiness is false again.
+    Changed(Changes),
+    /// Valid and ready, and the caller asked not to wait (`--once`).
+    Ready,
+    /// The stop descriptor fired.
+    Stopped,
+}
+
+/// One round of upstream's `sleepWatchInstall`: validate; when valid and no event is pending, mark ready
+/// (counting a successful install) and, with `wait`, block until a relevant change; every exit with a
+/// change marks not-ready.
+pub fn round(
+    inst: &mut Installer,
+    watcher: &mut Watcher,
+    state: &State,
+    stop: Option<BorrowedFd<'_>>,
+    wait: bool,
+    last_warning: &mut Option<String>,
+) -> Result<RoundEnd> {
+    match inst.check() {
+        Outcome::Invalid { reason, .. } => {
+            state.set_ready(false);
+            return Ok(RoundEnd::Invalid(reason));
+        }
+        Outcome::Valid { warning: Some(w) } => {
+            if last_warning.as_deref() != Some(w.as_str()) {
+                log::warn!("{w}");
+                *last_warning = Some(w);
+            }
+        }
+        Outcome::Valid { warning: None } => {}
+    }
+    let pending = watcher.drain()?;
+    if pending.any() {
+        state.set_ready(false);
+        return Ok(RoundEnd::Changed(pending));
+    }
+    state.set_ready(true);
+    state.count(InstallResult::Success);
+    if !wait {
+        return Ok(RoundEnd::Ready);
+    }
+    let end = match watcher.wait(stop, None)? {
+        Wake::Stop => RoundEnd::Stopped,
+        Wake::Changed(c) => RoundEnd::Changed(c),
+        Wake::Timeout => RoundEnd::Changed(Changes::default()),
+    };
+    state.set_ready(false);
+    Ok(end)
 }
