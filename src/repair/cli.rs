@@ -258,7 +258,10 @@ fn run(flags: &Flags, env: &dyn Fn(&str) -> Option<String>) -> crate::Result<u32
         let addr = super::metrics::serve(port)?;
         log::info!("repair: metrics on http://{addr}/metrics");
     }
-    super::run(client, opts, &rt)
+    let failed = super::run(client, opts, &rt)?;
+    // One-shot mode: the counters are the pass's summary, for scripts and tests.
+    print!("{}", super::metrics::render());
+    Ok(failed)
 }
 
 #[cfg(test)]
