@@ -124,6 +124,16 @@ impl WatchStream {
     }
 }
 
+impl std::fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "WatchStream({}, rv {:?})",
+            self.what, self.resource_version
+        )
+    }
+}
+
 impl Iterator for WatchStream {
     type Item = Result<WatchEvent>;
 

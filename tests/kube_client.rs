@@ -1,0 +1,682 @@
+//! The Kubernetes client against the HTTPS API double (tests/kube-double): TLS, tokens, retries, faults,
+//! list/watch/patch/delete/events. Loopback only.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use istio_cni::json;
+use istio_cni::kube::status::{REASON_TIMEOUT, REASON_TLS_VERIFY};
+use istio_cni::kube::{
+    get_pod_with_retry, ApiErrorExt, Client, Config, EventKind, ListParams, Timeouts, WatchParams,
+};
+use kube_double::{Fault, Options, Server};
+
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "kube-client-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn path(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn pod_json(ns: &str, name: &str, node: &str) -> String {
+    format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{ns}","labels":{{"app":"{name}"}}}},"spec":{{"nodeName":"{node}","containers":[{{"name":"istio-proxy"}}]}}}}"#
+    )
+}
+
+fn start() -> Server {
+    Server::start(Options::default()).unwrap()
+}
+
+/// A client from the kubeconfig the double writes (our installer's YAML format).
+fn client(srv: &Server, dir: &TempDir) -> Client {
+    let kc = dir.path("kubeconfig");
+    srv.write_kubeconfig(&kc).unwrap();
+    Client::from_kubeconfig(&kc).unwrap()
+}
+
+fn fast_client(srv: &Server, dir: &TempDir, total: Duration) -> Client {
+    let kc = dir.path("kubeconfig");
+    srv.write_kubeconfig(&kc).unwrap();
+    let t = Timeouts {
+        connect: Duration::from_secs(2),
+        total,
+    };
+    Client::with_timeouts(Config::from_kubeconfig(&kc).unwrap(), t).unwrap()
+}
+
+fn name_of(o: &json::Object) -> String {
+    json::obj_of(o, "metadata")
+        .and_then(|m| json::str_of(m, "name"))
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn tls_get_pod_with_the_installer_kubeconfig() {
+    let srv = start();
+    let dir = TempDir::new("tls");
+    srv.add_pod(&pod_json("testNS", "testPod", "n1")).unwrap();
+    let c = client(&srv, &dir);
+    let pod = c.get_pod("testNS", "testPod").unwrap();
+    assert_eq!(name_of(&pod), "testPod");
+    let reqs = srv.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].method, "GET");
+    assert_eq!(reqs[0].path, "/api/v1/namespaces/testNS/pods/testPod");
+    assert_eq!(
+        reqs[0].authorization.as_deref(),
+        Some(format!("Bearer {}", srv.token()).as_str())
+    );
+    // The same client again (connection reuse) and a JSON kubeconfig naming the server by DNS name.
+    c.get_pod("testNS", "testPod").unwrap();
+    let json_kc = format!(
+        r#"{{"apiVersion":"v1","kind":"Config","clusters":[{{"name":"c","cluster":{{"server":"https://localhost:{}","certificate-authority":"ca.pem"}}}}],"users":[{{"name":"u","user":{{"token":"{}"}}}}],"contexts":[{{"name":"x","context":{{"cluster":"c","user":"u"}}}}],"current-context":"x"}}"#,
+        srv.addr().port(),
+        srv.token()
+    );
+    std::fs::write(dir.path("ca.pem"), srv.ca_pem()).unwrap();
+    std::fs::write(dir.path("kc.json"), json_kc).unwrap();
+    let c2 = Client::from_kubeconfig(&dir.path("kc.json")).unwrap();
+    assert_eq!(
+        name_of(&c2.get_pod("testNS", "testPod").unwrap()),
+        "testPod"
+    );
+}
+
+#[test]
+fn ipv6_loopback_server_when_available() {
+    let opts = Options {
+        listen: "[::1]:0".parse().unwrap(),
+        ..Options::default()
+    };
+    let srv = match Server::start(opts) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "NOTE: ipv6_loopback_server_when_available: no IPv6 loopback here ({e}); not run"
+            );
+            return;
+        }
+    };
+    let dir = TempDir::new("v6");
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    let kc = dir.path("kubeconfig");
+    std::fs::write(&kc, srv.kubeconfig_for(&srv.url())).unwrap();
+    assert!(srv.url().starts_with("https://[::1]:"));
+    let c = Client::from_kubeconfig(&kc).unwrap();
+    assert_eq!(name_of(&c.get_pod("ns", "p").unwrap()), "p");
+}
+
+#[test]
+fn wrong_ca_fails_fast_with_tls_verification() {
+    let srv = start();
+    let dir = TempDir::new("wrongca");
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    // A kubeconfig trusting another CA.
+    let kc = srv.kubeconfig().replace(
+        &b64(srv.ca_pem().as_bytes()),
+        &b64(srv.other_ca_pem().as_bytes()),
+    );
+    std::fs::write(dir.path("kc"), kc).unwrap();
+    let c = Client::from_kubeconfig(&dir.path("kc")).unwrap();
+    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30)).unwrap_err();
+    assert_eq!(e.api_reason(), Some(REASON_TLS_VERIFY), "{e}");
+    assert!(!e.is_transient());
+    assert!(e.to_string().contains("attempt 1"), "{e}");
+    assert_eq!(e.cni_code(), 101);
+    assert!(
+        srv.requests().is_empty(),
+        "no request may pass an unverified TLS session"
+    );
+
+    // The right CA, but the server presents a certificate from another CA.
+    let good = client(&srv, &dir);
+    srv.set_fault(Fault::WrongCert, None);
+    let e = get_pod_with_retry(&good, "ns", "p", Duration::from_secs(30)).unwrap_err();
+    assert_eq!(e.api_reason(), Some(REASON_TLS_VERIFY), "{e}");
+    srv.clear_fault();
+    good.get_pod("ns", "p").unwrap();
+}
+
+#[test]
+fn insecure_skip_tls_verify_only_when_asked() {
+    let srv = start();
+    let dir = TempDir::new("insecure");
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    let kc = format!(
+        "apiVersion: v1\nclusters:\n- cluster:\n    insecure-skip-tls-verify: true\n    server: {}\n  name: local\ncontexts:\n- context:\n    cluster: local\n    user: istio-cni\n  name: istio-cni-context\ncurrent-context: istio-cni-context\nkind: Config\nusers:\n- name: istio-cni\n  user:\n    token: {}\n",
+        srv.url(),
+        srv.token()
+    );
+    std::fs::write(dir.path("kc"), &kc).unwrap();
+    let c = Client::from_kubeconfig(&dir.path("kc")).unwrap();
+    assert_eq!(name_of(&c.get_pod("ns", "p").unwrap()), "p");
+    // Without the flag and without a CA: refused before any connection.
+    std::fs::write(
+        dir.path("kc2"),
+        kc.replace("    insecure-skip-tls-verify: true\n", ""),
+    )
+    .unwrap();
+    let e = Client::from_kubeconfig(&dir.path("kc2"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("certificate-authority") && e.contains("insecure-skip-tls-verify"),
+        "{e}"
+    );
+}
+
+#[test]
+fn rotated_service_account_token_is_used_without_restart() {
+    let srv = start();
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    let sa = TempDir::new("sa");
+    std::fs::write(sa.path("ca.crt"), srv.ca_pem()).unwrap();
+    std::fs::write(sa.path("token"), srv.token()).unwrap();
+    let cfg = Config::in_cluster_from(
+        Some("127.0.0.1".into()),
+        Some(srv.addr().port().to_string()),
+        &sa.0,
+    )
+    .unwrap();
+    let c = Client::from_config(cfg).unwrap();
+    c.get_pod("ns", "p").unwrap();
+
+    // The kubelet rotates the token (atomic rename, like the ..data symlink swap); the old one is revoked.
+    let new = "rotated-token-2";
+    std::fs::write(sa.path("token.new"), new).unwrap();
+    std::fs::rename(sa.path("token.new"), sa.path("token")).unwrap();
+    srv.set_token(new);
+    srv.clear_requests();
+    let pod = c.get_pod("ns", "p").unwrap();
+    assert_eq!(name_of(&pod), "p");
+    let auth: Vec<_> = srv
+        .requests()
+        .iter()
+        .map(|r| (r.status, r.authorization.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        auth.last().unwrap(),
+        &(200, format!("Bearer {new}")),
+        "{auth:?}"
+    );
+
+    // Watches pick it up as well.
+    let newer = "rotated-token-3";
+    std::fs::write(sa.path("token"), newer).unwrap();
+    srv.set_token(newer);
+    let mut w = c
+        .watch_pods(&WatchParams {
+            timeout_seconds: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(w.next().unwrap().unwrap().kind, EventKind::Added);
+}
+
+#[test]
+fn transient_failures_are_retried_then_succeed() {
+    let srv = start();
+    let dir = TempDir::new("retry");
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    let c = fast_client(&srv, &dir, Duration::from_millis(700));
+    for fault in [
+        Fault::Status(503),
+        Fault::Status(500),
+        Fault::Status(429),
+        Fault::Drop,
+    ] {
+        srv.clear_requests();
+        srv.set_fault(fault.clone(), Some(2));
+        let pod = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30)).unwrap();
+        assert_eq!(name_of(&pod), "p");
+        let statuses: Vec<u16> = srv.requests().iter().map(|r| r.status).collect();
+        assert_eq!(statuses.len(), 3, "{fault:?}: {statuses:?}");
+        assert_eq!(statuses[2], 200, "{fault:?}");
+    }
+    // A server that accepts and then says nothing: the attempt times out, the next one succeeds.
+    srv.set_fault(Fault::Hang, Some(1));
+    let c = fast_client(&srv, &dir, Duration::from_millis(700));
+    let pod = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30)).unwrap();
+    assert_eq!(name_of(&pod), "p");
+    srv.clear_fault();
+}
+
+#[test]
+fn not_found_is_retried_until_the_pod_appears() {
+    let srv = start();
+    let dir = TempDir::new("404");
+    let c = client(&srv, &dir);
+    let e = c.get_pod("ns", "late").unwrap_err();
+    assert!(e.is_not_found(), "{e}");
+    let adder = std::thread::spawn({
+        let pod = pod_json("ns", "late", "n1");
+        let url = srv.url();
+        let ca = srv.ca_pem();
+        let dir2 = TempDir::new("404-admin");
+        move || {
+            std::thread::sleep(Duration::from_millis(300));
+            // Through the admin endpoint, as a script would.
+            std::fs::write(dir2.path("ca"), ca).unwrap();
+            let out = std::process::Command::new("curl")
+                .args(["-sf", "--cacert"])
+                .arg(dir2.path("ca"))
+                .args(["-X", "POST", "-d", &pod, &format!("{url}/_double/pods")])
+                .output();
+            out.map(|o| o.status.success()).unwrap_or(false)
+        }
+    });
+    let res = get_pod_with_retry(&c, "ns", "late", Duration::from_secs(20));
+    let via_curl = adder.join().unwrap();
+    if !via_curl {
+        // No curl on this machine: add it through the library instead; the retry must still be running.
+        srv.add_pod(&pod_json("ns", "late", "n1")).unwrap();
+    }
+    match res {
+        Ok(pod) => assert_eq!(name_of(&pod), "late"),
+        Err(e) => panic!("pod added after 300 ms was not found within 20 s: {e}"),
+    }
+}
+
+#[test]
+fn retries_stop_at_the_deadline() {
+    let srv = start();
+    let dir = TempDir::new("deadline");
+    let c = fast_client(&srv, &dir, Duration::from_millis(500));
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    srv.set_fault(Fault::Status(500), None);
+    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_millis(1500)).unwrap_err();
+    assert_eq!(e.api_status(), Some(500), "{e}");
+    assert!(e.to_string().contains("gave up after"), "{e}");
+    assert!(srv.requests().len() >= 2);
+
+    // Hung connections: every attempt times out; the deadline still ends the loop. (A new client: the
+    // fault applies to new connections, and the old client holds a kept-alive one.)
+    srv.set_fault(Fault::Hang, None);
+    let c = fast_client(&srv, &dir, Duration::from_millis(500));
+    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_millis(1500)).unwrap_err();
+    assert_eq!(e.api_reason(), Some(REASON_TIMEOUT), "{e}");
+    srv.clear_fault();
+}
+
+#[test]
+fn unauthorized_and_forbidden_fail_fast() {
+    let srv = start();
+    let dir = TempDir::new("authz");
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    let c = client(&srv, &dir);
+    srv.set_fault(Fault::Status(403), None);
+    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30)).unwrap_err();
+    assert_eq!(e.api_status(), Some(403));
+    assert!(e.to_string().contains("Forbidden"), "{e}");
+    assert_eq!(srv.requests().len(), 1);
+    srv.clear_fault();
+
+    srv.clear_requests();
+    srv.set_token("somebody-else");
+    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30)).unwrap_err();
+    assert_eq!(e.api_status(), Some(401), "{e}");
+    assert!(e.to_string().contains("Unauthorized"), "{e}");
+    assert_eq!(
+        srv.requests().len(),
+        1,
+        "a fixed kubeconfig token is not retried"
+    );
+}
+
+#[test]
+fn list_pagination_and_selectors() {
+    let srv = start();
+    let dir = TempDir::new("list");
+    for i in 0..25 {
+        let node = if i % 3 == 0 { "node-b" } else { "node-a" };
+        srv.add_pod(&pod_json(
+            &format!("ns{}", i % 2),
+            &format!("pod-{i:02}"),
+            node,
+        ))
+        .unwrap();
+    }
+    let c = client(&srv, &dir);
+    let mut p = ListParams {
+        field_selector: Some("spec.nodeName=node-a".into()),
+        limit: Some(4),
+        ..Default::default()
+    };
+    let (mut names, mut pages) = (Vec::new(), 0);
+    loop {
+        let page = c.list_pods(&p).unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 4);
+        assert!(!page.resource_version.is_empty());
+        names.extend(page.items.iter().map(name_of));
+        match page.continue_token {
+            Some(t) => p.continue_token = Some(t),
+            None => break,
+        }
+    }
+    let mut want: Vec<String> = (0..25)
+        .filter(|i| i % 3 != 0)
+        .map(|i| format!("pod-{i:02}"))
+        .collect();
+    want.sort();
+    names.sort();
+    assert_eq!(names, want);
+    assert_eq!(pages, 4); // 16 pods, 4 per page; the last full page carries no continue token
+    let q = &srv.requests()[0];
+    assert_eq!(
+        q.param("fieldSelector").as_deref(),
+        Some("spec.nodeName=node-a")
+    );
+    assert!(
+        q.query.contains("fieldSelector=spec.nodeName%3Dnode-a"),
+        "{}",
+        q.query
+    );
+
+    let all = c
+        .list_pods(&ListParams {
+            namespace: Some("ns1".into()),
+            label_selector: Some("app in (pod-01,pod-03,pod-04)".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    let got: Vec<String> = all.items.iter().map(name_of).collect();
+    assert_eq!(got, vec!["pod-01", "pod-03"]);
+    assert!(all.continue_token.is_none());
+}
+
+#[test]
+fn watch_events_bookmarks_and_410_relist() {
+    let srv = Server::start(Options {
+        bookmark_interval: Duration::from_millis(100),
+        ..Options::default()
+    })
+    .unwrap();
+    let dir = TempDir::new("watch");
+    srv.add_pod(&pod_json("ns", "a", "n1")).unwrap();
+    srv.add_pod(&pod_json("ns", "other-node", "n2")).unwrap();
+    let c = client(&srv, &dir);
+    let sel = Some("spec.nodeName=n1".to_string());
+    let list = c
+        .list_pods(&ListParams {
+            field_selector: sel.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    let params = |rv: &str| WatchParams {
+        field_selector: sel.clone(),
+        resource_version: Some(rv.to_string()),
+        allow_bookmarks: true,
+        timeout_seconds: Some(30),
+        ..Default::default()
+    };
+    let mut w = c.watch_pods(&params(&list.resource_version)).unwrap();
+    srv.add_pod(&pod_json("ns", "b", "n1")).unwrap();
+    srv.add_pod(&pod_json("ns", "c", "n2")).unwrap(); // filtered out
+    srv.patch_pod("ns", "a", r#"{"metadata":{"labels":{"x":"y"}}}"#)
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut bookmark = false;
+    while seen.len() < 2 || !bookmark {
+        let ev = w.next().expect("stream ended early").unwrap();
+        match ev.kind {
+            EventKind::Bookmark => bookmark = true,
+            k => seen.push((k, name_of(&ev.object))),
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (EventKind::Added, "b".into()),
+            (EventKind::Modified, "a".into())
+        ]
+    );
+    let last_rv = w.resource_version().unwrap().to_string();
+    assert_eq!(last_rv, srv.resource_version().to_string());
+
+    // Forced expiry: the open stream ends with a 410; re-watching from the old RV is refused; relist works.
+    srv.force_gone();
+    let e = loop {
+        match w.next().expect("stream ended without an error") {
+            Ok(ev) => assert_eq!(ev.kind, EventKind::Bookmark),
+            Err(e) => break e,
+        }
+    };
+    assert!(e.is_gone(), "{e}");
+    assert!(w.next().is_none());
+    let mut stale = c.watch_pods(&params(&last_rv)).unwrap();
+    let e = stale.next().unwrap().unwrap_err();
+    assert!(e.is_gone(), "{e}");
+    let e = c
+        .list_pods(&ListParams {
+            resource_version: Some(last_rv.clone()),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(e.is_gone(), "{e}");
+    let relist = c
+        .list_pods(&ListParams {
+            field_selector: sel.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(relist.items.len(), 2);
+    let mut w = c.watch_pods(&params(&relist.resource_version)).unwrap();
+    srv.delete_pod("ns", "b").unwrap();
+    let ev = loop {
+        let ev = w.next().unwrap().unwrap();
+        if ev.kind != EventKind::Bookmark {
+            break ev;
+        }
+    };
+    assert_eq!(
+        (ev.kind, name_of(&ev.object)),
+        (EventKind::Deleted, "b".into())
+    );
+    let q = srv
+        .requests()
+        .into_iter()
+        .find(|r| r.param("watch").is_some())
+        .unwrap();
+    assert_eq!(q.param("allowWatchBookmarks").as_deref(), Some("true"));
+    assert_eq!(q.param("timeoutSeconds").as_deref(), Some("30"));
+}
+
+#[test]
+fn watch_without_resource_version_starts_with_the_current_pods_and_ends_on_timeout() {
+    let srv = start();
+    let dir = TempDir::new("watch0");
+    srv.add_pod(&pod_json("ns", "a", "n1")).unwrap();
+    let c = client(&srv, &dir);
+    let w = c
+        .watch_pods(&WatchParams {
+            timeout_seconds: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    let events: Vec<_> = w.map(|e| e.unwrap()).collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].kind, EventKind::Added);
+    srv.set_fault(Fault::Status(403), Some(1));
+    let e = c.watch_pods(&WatchParams::default()).unwrap_err();
+    assert_eq!(e.api_status(), Some(403), "{e}");
+}
+
+#[test]
+fn patch_status_delete_with_preconditions_and_events() {
+    let srv = start();
+    let dir = TempDir::new("writes");
+    let stored = srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    let uid = json::obj_of(&stored, "metadata")
+        .and_then(|m| json::str_of(m, "uid"))
+        .unwrap()
+        .to_string();
+    let c = client(&srv, &dir);
+    let patch = json::parse(
+        r#"{"metadata":{"labels":{"cni.istio.io/uninitialized":"true"}}}"#,
+        "patch",
+    )
+    .unwrap();
+    let pod = c.patch_pod_status("ns", "p", &patch).unwrap();
+    let labels = json::obj_of(json::obj_of(&pod, "metadata").unwrap(), "labels").unwrap();
+    assert_eq!(
+        json::str_of(labels, "cni.istio.io/uninitialized"),
+        Some("true")
+    );
+    let r = srv.requests().pop().unwrap();
+    assert_eq!(
+        (r.method.as_str(), r.path.as_str()),
+        ("PATCH", "/api/v1/namespaces/ns/pods/p/status")
+    );
+    assert_eq!(r.body, json::to_compact(&patch));
+    assert!(c
+        .patch_pod_status("ns", "missing", &patch)
+        .unwrap_err()
+        .is_not_found());
+
+    let e = c
+        .delete_pod("ns", "p", Some("not-the-uid"), None)
+        .unwrap_err();
+    assert!(e.is_conflict(), "{e}");
+    assert!(e.to_string().contains("Precondition"), "{e}");
+    let e = c.delete_pod("ns", "p", Some(&uid), Some("1")).unwrap_err();
+    assert!(e.is_conflict(), "{e}");
+    let rv = json::obj_of(&pod, "metadata")
+        .and_then(|m| json::str_of(m, "resourceVersion"))
+        .unwrap();
+    c.delete_pod("ns", "p", Some(&uid), Some(rv)).unwrap();
+    let r = srv.requests().pop().unwrap();
+    assert_eq!(r.method, "DELETE");
+    assert!(r.body.contains(&format!(r#""uid":"{uid}""#)), "{}", r.body);
+    assert!(c.get_pod("ns", "p").unwrap_err().is_not_found());
+    assert!(c
+        .delete_pod("ns", "p", None, None)
+        .unwrap_err()
+        .is_not_found());
+
+    let ev = json::parse(
+        r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"p.1"},"involvedObject":{"kind":"Pod","name":"p","namespace":"ns"},"reason":"Repaired","type":"Warning","message":"m"}"#,
+        "event",
+    )
+    .unwrap();
+    c.create_event("ns", &ev).unwrap();
+    let evs = srv.events();
+    assert_eq!(evs.len(), 1);
+    assert_eq!(json::str_of(&evs[0], "reason"), Some("Repaired"));
+}
+
+#[test]
+fn refused_configuration_never_dials() {
+    let srv = start();
+    let dir = TempDir::new("noserver");
+    let kc = srv
+        .kubeconfig()
+        .replace(&format!("    server: {}\n", srv.url()), "");
+    std::fs::write(dir.path("kc"), kc).unwrap();
+    let e = Client::from_kubeconfig(&dir.path("kc"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("server") && e.contains("localhost:8080"), "{e}");
+    assert!(srv.requests().is_empty());
+}
+
+fn b64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                A[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Latency: median of 100 pod GETs, each in a fresh process (TLS handshake included). Run with
+//   cargo test --release --test kube_client -- --ignored --nocapture fresh_process_get_latency
+
+const CHILD_ENV: &str = "KUBE_CLIENT_BENCH_KUBECONFIG";
+
+#[test]
+#[ignore = "child process of fresh_process_get_latency"]
+fn bench_child_get_once() {
+    let kc = std::env::var(CHILD_ENV).expect("run by fresh_process_get_latency only");
+    let t = Instant::now();
+    let c = Client::from_kubeconfig(Path::new(&kc)).unwrap();
+    let pod = c.get_pod("testNS", "testPod").unwrap();
+    assert_eq!(name_of(&pod), "testPod");
+    println!("IN_PROCESS_US={}", t.elapsed().as_micros());
+}
+
+#[test]
+#[ignore = "benchmark; run explicitly"]
+fn fresh_process_get_latency() {
+    let srv = start();
+    let dir = TempDir::new("bench");
+    srv.add_pod(&pod_json("testNS", "testPod", "n1")).unwrap();
+    srv.write_kubeconfig(&dir.path("kc")).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let (mut wall, mut inproc) = (Vec::new(), Vec::new());
+    for _ in 0..100 {
+        let t = Instant::now();
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "bench_child_get_once",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, dir.path("kc"))
+            .output()
+            .unwrap();
+        wall.push(t.elapsed().as_micros());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let us: u128 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("IN_PROCESS_US="))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("child printed its time");
+        inproc.push(us);
+    }
+    wall.sort();
+    inproc.sort();
+    println!(
+        "fresh-process pod GET over TLS, 100 runs: median wall (spawn..exit) {} us, p90 {} us; \
+         median in-process (config+TLS+GET) {} us, p90 {} us",
+        wall[50], wall[90], inproc[50], inproc[90]
+    );
+    assert_eq!(srv.requests().len(), 100);
+}
