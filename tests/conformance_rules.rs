@@ -355,3 +355,45 @@ fn run_as_user_zero_gives_the_basic_rules() {
     let cfg = CaptureConfig::from_redirect(&r, &|_| None, false).unwrap();
     assert_eq!(render(&cfg).unwrap().v4, read(&case.join("expected.rules")));
 }
+
+/// The CLI's failure and skip paths, on variants of pod/basic: an invalid annotation exits 1 with the
+/// annotation named on stderr and nothing on stdout; a skipped pod prints one `#` line and exits 0.
+#[test]
+fn explain_cli_errors_and_skips() {
+    let case = conformance_dir().join("pod/basic");
+    let text = read(&case.join("pod.json"));
+    let dir = std::env::temp_dir().join(format!("istio-cni-explain-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = text.replace(
+        "\"sidecar.istio.io/status\": \"true\"",
+        "\"sidecar.istio.io/status\": \"true\", \"traffic.sidecar.istio.io/includeInboundPorts\": \"80 -j ACCEPT\"",
+    );
+    assert_ne!(bad, text, "pod/basic changed shape");
+    let bad_path = dir.join("bad.json");
+    std::fs::write(&bad_path, bad).unwrap();
+    let (code, out, err) = explain(&["--pod", bad_path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("traffic.sidecar.istio.io/includeInboundPorts")
+            && err.contains("80 -j ACCEPT"),
+        "{err}"
+    );
+
+    let skip = text.replace("\"sidecar.istio.io/status\": \"true\"", "\"x\": \"y\"");
+    let skip_path = dir.join("skip.json");
+    std::fs::write(&skip_path, skip).unwrap();
+    let (code, out, err) = explain(&["--pod", skip_path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "# no redirection: pod has no sidecar.istio.io/status annotation\n"
+    );
+
+    let (code, _, err) = explain(&["--pod", "/nonexistent/pod.json"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/pod.json"), "{err}");
+    let (code, _, _) = explain(&[]);
+    assert_eq!(code, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -12,12 +12,15 @@
 //! ```
 
 pub mod annotations;
+mod builder;
 pub mod capture;
 mod capture_json;
 pub mod decide;
 pub mod pod;
 pub mod restore;
 pub mod rules;
+mod rules_dns;
+mod rules_steps;
 pub mod values;
 
 pub use annotations::{InterceptionMode, Redirect};
