@@ -22,10 +22,9 @@ pub struct Actor {
 }
 
 /// Applies exactly what the plugin's ADD applies, through the plugin's own code.
-fn program(_pod: &Object, ns_path: &str, _conf: &NetConf) -> Result<String> {
-    Err(Error::other(format!(
-        "repair in place of {ns_path}: the plugin's program_pod is not in this build yet"
-    )))
+fn program(pod: &Object, ns_path: &str, conf: &NetConf) -> Result<String> {
+    let addrs = crate::plugin::sidecar::pod_addresses(&[], ns_path)?;
+    crate::plugin::sidecar::program_pod(pod, ns_path, &addrs, conf)
 }
 
 fn unix_nanos() -> u128 {

@@ -189,6 +189,10 @@ impl Worker {
                     return;
                 }
                 if self.done.get(&key).is_some_and(|u| *u == facts.uid) {
+                    log::debug!(
+                        "repair: pod {key} (uid {}) was already handled; skipping",
+                        facts.uid
+                    );
                     return;
                 }
                 let attempts = self.pending.get(&key).map_or(0, |i| i.attempts);
