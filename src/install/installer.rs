@@ -111,6 +111,17 @@ impl Installer {
         let sa = &s.service_account_dir;
         let token_path = sa.join("token");
         let ca_path = s.kube_ca_file.clone().unwrap_or_else(|| sa.join("ca.crt"));
+        // Host/port errors come first (upstream order), before any file is read.
+        if s.k8s_host.is_empty() || s.k8s_port.is_empty() {
+            kubeconfig::render(&KubeconfigInputs {
+                protocol: &s.k8s_protocol,
+                host: &s.k8s_host,
+                port: &s.k8s_port,
+                ca: None,
+                skip_tls_verify: true,
+                token: b"",
+            })?;
+        }
         let ca = if s.skip_tls_verify {
             None
         } else {
@@ -119,17 +130,6 @@ impl Installer {
                     .io_context(|| format!("read CA file {}", ca_path.display()))?,
             )
         };
-        // Host/port errors come first (upstream order), before the token is read.
-        if s.k8s_host.is_empty() || s.k8s_port.is_empty() {
-            kubeconfig::render(&KubeconfigInputs {
-                protocol: &s.k8s_protocol,
-                host: &s.k8s_host,
-                port: &s.k8s_port,
-                ca: ca.as_deref(),
-                skip_tls_verify: s.skip_tls_verify,
-                token: b"",
-            })?;
-        }
         let token = std::fs::read(&token_path)
             .io_context(|| format!("read service account token {}", token_path.display()))?;
         let text = kubeconfig::render(&KubeconfigInputs {

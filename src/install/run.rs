@@ -259,7 +259,8 @@ pub enum RoundEnd {
     Stopped,
 }
 
-/// One round of upstream's `sleepWatchInstall`: validate; when valid and no event is pending, mark ready
+/// One round of upstream's `sleepWatchInstall`: validate; when valid and no event arrived during the
+/// check, mark ready
 /// (counting a successful install) and, with `wait`, block until a relevant change; every exit with a
 /// change marks not-ready.
 pub fn round(
@@ -270,6 +271,13 @@ pub fn round(
     wait: bool,
     last_warning: &mut Option<String>,
 ) -> Result<RoundEnd> {
+    // Conf-dir events from before the check are reflected by the check itself; other changes are
+    // handed back so the loop refreshes binaries or the kubeconfig first.
+    let before = watcher.drain()?;
+    if before.service_account || before.bin || before.run {
+        state.set_ready(false);
+        return Ok(RoundEnd::Changed(before));
+    }
     match inst.check() {
         Outcome::Invalid { reason, .. } => {
             state.set_ready(false);

@@ -1,0 +1,205 @@
+//! Helpers shared by the installer tests: the conformance dir, temp dirs, file copies, JSON helpers,
+//! the README's deliberate deviations, and a tiny YAML reader for the upstream kubeconfig goldens.
+#![allow(dead_code)]
+
+use istio_cni::json::{self, Value};
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The conformance vectors: env CONFORMANCE_DIR, else `<crate>/../shared/conformance`. Missing → panic.
+pub fn conformance_dir() -> PathBuf {
+    let d = std::env::var_os("CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"));
+    assert!(
+        d.join("install").is_dir() && d.join("kubeconfig").is_dir(),
+        "CONFORMANCE VECTORS MISSING: {} has no install/ and kubeconfig/ (set CONFORMANCE_DIR)",
+        d.display()
+    );
+    d
+}
+
+/// All case dirs of `sub` (install or kubeconfig), sorted.
+pub fn cases(sub: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(conformance_dir().join(sub))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    v.sort();
+    v
+}
+
+pub fn read_json(p: &Path) -> json::Object {
+    json::parse_object(&fs::read_to_string(p).unwrap(), &p.display().to_string()).unwrap()
+}
+
+pub fn opt_json(p: &Path) -> Option<json::Object> {
+    p.exists().then(|| read_json(p))
+}
+
+pub fn s<'a>(o: &'a json::Object, k: &str) -> &'a str {
+    json::str_of(o, k).unwrap_or("")
+}
+
+pub fn b(o: &json::Object, k: &str) -> bool {
+    matches!(o.get(k), Some(Value::Bool(true)))
+}
+
+pub fn strs(o: &json::Object, k: &str) -> Vec<String> {
+    json::arr_of(o, k)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| match v {
+                    Value::String(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+static N: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh empty temp dir.
+pub fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "istio-install-test-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Copies every file of `from` into `to` with `mode` (vectors are read-only; upstream creates 0644).
+pub fn copy_dir(from: &Path, to: &Path, mode: u32) {
+    if !from.is_dir() {
+        return;
+    }
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            let dst = to.join(e.file_name());
+            fs::write(&dst, fs::read(e.path()).unwrap()).unwrap();
+            fs::set_permissions(&dst, fs::Permissions::from_mode(mode)).unwrap();
+        }
+    }
+}
+
+/// Sorted file names of a dir.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = match fs::read_dir(dir) {
+        Ok(rd) => rd
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => vec![],
+    };
+    v.sort();
+    v
+}
+
+pub fn mode(p: &Path) -> u32 {
+    fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// Compact sorted JSON of a text (for JSON-equality).
+pub fn canon(text: &str) -> String {
+    json::to_compact(&json::parse(text, "canon").unwrap())
+}
+
+/// Deviation 1 of the conformance README: a `.conf` converted to `.conflist` keeps its own cniVersion
+/// when it is ≥ 0.3.0. Given upstream's golden and the `.conf` it came from, returns what we must write,
+/// and whether the deviation changed anything.
+pub fn apply_cni_version_deviation(golden: &str, source_conf: &str) -> (String, bool) {
+    let src = json::parse_object(source_conf, "source conf").unwrap();
+    let ours = istio_cni::install::conflist::wrapper_cni_version(json::str_of(&src, "cniVersion"));
+    let upstream_line = "\n  \"cniVersion\": \"0.3.1\",\n";
+    assert!(
+        golden.contains(upstream_line),
+        "golden without the 0.3.1 wrapper line"
+    );
+    if ours == "0.3.1" {
+        return (golden.to_string(), false);
+    }
+    (
+        golden.replacen(
+            upstream_line,
+            &format!("\n  \"cniVersion\": \"{ours}\",\n"),
+            1,
+        ),
+        true,
+    )
+}
+
+/// The cases the README lists under deviation 1.
+pub const DEVIATION_1_CASES: [&str; 3] = [
+    "master-install-specified-conflist-name-finds-conf",
+    "master-install-unspecified-conf-primary-to-conflist",
+    "master-merge-regular-network-file",
+];
+
+/// Reads the YAML subset of upstream's kubeconfig goldens (block maps, `- ` lists, plain scalars, `true`
+/// / `false`) into a JSON value.
+pub fn yaml_to_json(text: &str) -> Value {
+    let lines: Vec<(usize, String)> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .map(|l| (l.len() - l.trim_start().len(), l.trim_start().to_string()))
+        .collect();
+    let mut i = 0;
+    parse_block(&lines, &mut i, 0)
+}
+
+fn scalar(v: &str) -> Value {
+    match v {
+        "true" => Value::Bool(true),
+        "false" => Value::Bool(false),
+        _ => Value::String(v.trim_matches('"').to_string()),
+    }
+}
+
+fn parse_block(lines: &[(usize, String)], i: &mut usize, indent: usize) -> Value {
+    if *i < lines.len() && lines[*i].1.starts_with("- ") {
+        let mut arr = Vec::new();
+        while *i < lines.len() && lines[*i].0 == indent && lines[*i].1.starts_with("- ") {
+            // Rewrite "- x" as "x" at indent+2 and parse that block.
+            let mut sub: Vec<(usize, String)> = vec![(indent + 2, lines[*i].1[2..].to_string())];
+            *i += 1;
+            while *i < lines.len() && lines[*i].0 > indent {
+                sub.push(lines[*i].clone());
+                *i += 1;
+            }
+            let mut j = 0;
+            arr.push(parse_block(&sub, &mut j, indent + 2));
+        }
+        return Value::Array(arr.into_iter().collect());
+    }
+    let mut map = BTreeMap::new();
+    while *i < lines.len() && lines[*i].0 == indent {
+        let line = lines[*i].1.clone();
+        let (k, v) = line.split_once(':').unwrap();
+        let v = v.trim();
+        *i += 1;
+        if v.is_empty() {
+            let child_indent = if *i < lines.len() {
+                lines[*i].0
+            } else {
+                indent
+            };
+            if child_indent > indent || (child_indent == indent && lines[*i].1.starts_with("- ")) {
+                map.insert(k.to_string(), parse_block(lines, i, child_indent));
+            } else {
+                map.insert(k.to_string(), Value::Null);
+            }
+        } else {
+            map.insert(k.to_string(), scalar(v));
+        }
+    }
+    Value::Object(map.into_iter().collect())
+}
