@@ -23,12 +23,14 @@ impl Command {
             "GC" => Command::Gc,
             "STATUS" => Command::Status,
             "VERSION" => Command::Version,
-            other => return Err(Error::env(
-                "CNI_COMMAND",
-                format!(
+            other => {
+                return Err(Error::env(
+                    "CNI_COMMAND",
+                    format!(
                     "unknown command {other:?} (expected ADD, DEL, CHECK, GC, STATUS or VERSION)"
                 ),
-            )),
+                ))
+            }
         })
     }
 
