@@ -203,3 +203,95 @@ fn parse_block(lines: &[(usize, String)], i: &mut usize, indent: usize) -> Value
     }
     Value::Object(map.into_iter().collect())
 }
+
+/// A running `install-cni` process.
+pub struct Proc {
+    pub child: std::process::Child,
+    pub stderr_path: PathBuf,
+}
+
+/// The built multicall binary.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_istio-cni-node"))
+}
+
+/// Starts `istio-cni-node install-cni <args>` with exactly `env` (plus PATH), stderr to a file.
+pub fn spawn_installer(env: &[(String, String)], args: &[&str], stderr_path: &Path) -> Proc {
+    let err = fs::File::create(stderr_path).unwrap();
+    let mut cmd = std::process::Command::new(binary());
+    cmd.arg("install-cni").args(args).env_clear();
+    cmd.env("PATH", std::env::var("PATH").unwrap_or_default());
+    cmd.env("RUST_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdout(std::process::Stdio::null()).stderr(err);
+    Proc {
+        child: cmd.spawn().unwrap(),
+        stderr_path: stderr_path.to_path_buf(),
+    }
+}
+
+impl Proc {
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+    /// Waits for the exit with a limit; panics with the stderr on timeout.
+    pub fn wait_exit(&mut self, limit: std::time::Duration) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("installer did not exit; stderr:\n{}", self.stderr());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls `f` every few ms until it holds; panics with `what` after `limit`.
+pub fn poll_until(what: &str, limit: std::time::Duration, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// A free TCP port on loopback (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Writes `data` to `path` via a temp file and rename, as a primary CNI would.
+pub fn atomic_write(path: &Path, data: &[u8], mode: u32) {
+    let tmp = path.with_file_name(format!(
+        ".{}.primarytmp",
+        path.file_name().unwrap().to_string_lossy()
+    ));
+    fs::write(&tmp, data).unwrap();
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
