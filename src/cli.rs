@@ -21,17 +21,17 @@ pub const APPLETS: &[Applet] = &[
     Applet {
         name: "install-cni",
         about: "the DaemonSet installer: puts the plugin on the node and keeps it there",
-        run: install_cni,
+        run: crate::install::cli::run,
     },
     Applet {
         name: "istio-cni-repair",
         about: "the repair agent: finds pods that started without redirection",
-        run: repair,
+        run: crate::repair::cli::main,
     },
     Applet {
         name: "istio-validation",
         about: "the istio-validation init container: checks that redirection works",
-        run: validation,
+        run: crate::validation::main,
     },
 ];
 
@@ -101,29 +101,6 @@ pub fn main(argv: &[String]) -> i32 {
             2
         }
     }
-}
-
-/// An applet whose implementation has not landed yet: it says so and fails, never pretending to work.
-fn not_yet(name: &str, args: &[String], what: &str) -> i32 {
-    if args.iter().any(|a| a == "--version") {
-        println!("{}", version_text(name));
-        return 0;
-    }
-    eprintln!("Usage: {name} [options]\n  {what}\n");
-    eprintln!("{name}: not yet available in this build: the {what} has not been implemented; refusing to run");
-    3
-}
-
-fn install_cni(name: &str, args: &[String]) -> i32 {
-    crate::install::cli::run(name, args)
-}
-
-fn repair(name: &str, args: &[String]) -> i32 {
-    crate::repair::cli::main(name, args)
-}
-
-fn validation(name: &str, args: &[String]) -> i32 {
-    crate::validation::main(name, args)
 }
 
 #[cfg(test)]
