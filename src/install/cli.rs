@@ -17,6 +17,14 @@ use std::path::PathBuf;
 
 /// Entry point of the `install-cni` applet; returns the exit code.
 pub fn run(name: &str, args: &[String]) -> i32 {
+    // First, so a SIGTERM arriving during start-up is not lost (it ends the loop at its first check).
+    let sigfd = match block_signals() {
+        Ok(fd) => fd,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return 1;
+        }
+    };
     let args = config::normalize_args(args);
     let strs: Vec<&str> = args.iter().map(String::as_str).collect();
     let flags = match Flags::from_args(&[name], &strs) {
@@ -46,7 +54,7 @@ pub fn run(name: &str, args: &[String]) -> i32 {
         }
     };
     crate::logging::init(settings.log_level);
-    match main(settings) {
+    match main(settings, sigfd) {
         Ok(code) => code,
         Err(e) => {
             log::error!("{e}");
@@ -100,8 +108,7 @@ pub fn watcher_for(inst: &Installer) -> Result<Watcher> {
     Ok(w)
 }
 
-fn main(settings: Settings) -> Result<i32> {
-    let sigfd = block_signals()?;
+fn main(settings: Settings, sigfd: SignalFd) -> Result<i32> {
     for d in [&settings.mounted_cni_net_dir, &settings.run_dir] {
         std::fs::create_dir_all(d).io_context(|| format!("create directory {}", d.display()))?;
     }
