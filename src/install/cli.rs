@@ -191,10 +191,36 @@ fn main(settings: Settings, sigfd: SignalFd) -> Result<i32> {
     }
 }
 
+/// REPAIR_ENABLED: the repair agent runs in this process with an in-cluster client (the service
+/// account dir and service host the installer uses). A failure to start it is logged; the installer
+/// keeps running.
 fn start_repair(s: &Settings) {
-    if s.repair.enabled {
-        log::warn!(
-            "REPAIR_ENABLED is true but this build has no in-process repair agent; pods are not repaired"
-        );
+    if !s.repair.enabled {
+        log::info!("repair agent disabled (REPAIR_ENABLED=false)");
+        return;
+    }
+    let client = crate::kube::Config::in_cluster_from(
+        Some(s.k8s_host.clone()),
+        Some(s.k8s_port.clone()),
+        &s.service_account_dir,
+    )
+    .and_then(crate::kube::Client::from_config);
+    let client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            log::error!("repair agent not started: {e}");
+            return;
+        }
+    };
+    let rt = crate::repair::Runtime {
+        host_proc: PathBuf::from(crate::repair::options::DEFAULT_HOST_PROC),
+        cni_agent_run_dir: s.run_dir.display().to_string(),
+        native_nftables: s.native_nftables,
+        monitoring_port: None,
+        run_as_daemon: true,
+    };
+    match crate::repair::run_in_installer(client, s.repair.to_options(), rt) {
+        Ok(_) => log::info!("repair agent started"),
+        Err(e) => log::error!("repair agent not started: {e}"),
     }
 }

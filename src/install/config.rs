@@ -120,7 +120,7 @@ pub struct RepairSettings {
     pub label_pods: bool,
     /// REPAIR_DELETE_PODS / REPAIR_DELETE-PODS (false).
     pub delete_pods: bool,
-    /// REPAIR_REPAIR_PODS (true, the chart default; master only, env only).
+    /// REPAIR_REPAIR_PODS (false, master's code default; the chart sets true; master only, env only).
     pub repair_pods: bool,
     /// REPAIR_BROKEN_POD_LABEL_KEY / REPAIR_BROKEN-POD-LABEL-KEY (cni.istio.io/uninitialized).
     pub broken_pod_label_key: String,
@@ -138,9 +138,27 @@ pub struct RepairSettings {
     pub label_selectors: String,
     /// REPAIR_FIELD_SELECTORS / REPAIR_FIELD-SELECTORS ("").
     pub field_selectors: String,
-    /// REPAIR_RUN_AS_DAEMON / REPAIR_RUN-AS-DAEMON (true here: the installer runs it as a daemon;
-    /// false asks for one list-and-repair pass).
-    pub run_as_daemon: bool,
+}
+
+impl RepairSettings {
+    /// The repair agent's options (field for field upstream's `RepairConfig`).
+    pub fn to_options(&self) -> crate::repair::options::Options {
+        crate::repair::options::Options {
+            enabled: self.enabled,
+            node_name: self.node_name.clone(),
+            label_key: self.broken_pod_label_key.clone(),
+            label_value: self.broken_pod_label_value.clone(),
+            repair_pods: self.repair_pods,
+            delete_pods: self.delete_pods,
+            label_pods: self.label_pods,
+            sidecar_annotation: self.sidecar_annotation.clone(),
+            init_container_name: self.init_container_name.clone(),
+            init_termination_msg: self.init_container_termination_message.clone(),
+            init_exit_code: i64::from(self.init_container_exit_code),
+            label_selectors: self.label_selectors.clone(),
+            field_selectors: self.field_selectors.clone(),
+        }
+    }
 }
 
 /// Validated installer settings.
@@ -249,7 +267,7 @@ pub fn parse_duration(name: &str, v: &str) -> Result<Duration> {
         "h" => n * 3600.0,
         _ => return Err(bad()),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(bad());
     }
     Ok(Duration::from_secs_f64(secs))
@@ -379,7 +397,7 @@ pub fn repair_settings(env: Env<'_>) -> Result<RepairSettings> {
         node_name: t("REPAIR_NODE_NAME", ""),
         label_pods: b("REPAIR_LABEL_PODS", false)?,
         delete_pods: b("REPAIR_DELETE_PODS", false)?,
-        repair_pods: b("REPAIR_REPAIR_PODS", true)?,
+        repair_pods: b("REPAIR_REPAIR_PODS", false)?,
         broken_pod_label_key: t("REPAIR_BROKEN_POD_LABEL_KEY", "cni.istio.io/uninitialized"),
         broken_pod_label_value: t("REPAIR_BROKEN_POD_LABEL_VALUE", "true"),
         sidecar_annotation: t("REPAIR_SIDECAR_ANNOTATION", "sidecar.istio.io/status"),
@@ -388,7 +406,6 @@ pub fn repair_settings(env: Env<'_>) -> Result<RepairSettings> {
         init_container_exit_code: exit_code,
         label_selectors: t("REPAIR_LABEL_SELECTORS", ""),
         field_selectors: t("REPAIR_FIELD_SELECTORS", ""),
-        run_as_daemon: b("REPAIR_RUN_AS_DAEMON", true)?,
     })
 }
 
@@ -658,7 +675,7 @@ mod tests {
         );
         assert_eq!(s.exclude_namespaces, None);
         assert_eq!(s.plugin_log_level, "info");
-        assert!(s.update_binaries && s.repair.enabled && s.repair.repair_pods);
+        assert!(s.update_binaries && s.repair.enabled && !s.repair.repair_pods);
         assert_eq!(s.repair.init_container_exit_code, 126);
     }
 
@@ -745,6 +762,19 @@ mod tests {
         .unwrap();
         assert_eq!(s.repair.node_name, "n19");
         assert!(s.repair.delete_pods && s.repair.label_pods);
+        // The same values as the repair agent's own parser reads from that environment.
+        let m = env_of(&[
+            ("REPAIR_NODE-NAME", "n19"),
+            ("REPAIR_DELETE_PODS", "true"),
+            ("REPAIR_LABEL-PODS", "1"),
+        ]);
+        let theirs = crate::repair::options::from_env(&|k: &str| m.get(k).cloned()).unwrap();
+        assert_eq!(s.repair.to_options(), theirs);
+        let d = resolve_with(&Flags::default(), &[]).unwrap();
+        assert_eq!(
+            d.repair.to_options(),
+            crate::repair::options::Options::default()
+        );
         let s = resolve_with(
             &Flags::default(),
             &[("REPAIR_NODE-NAME", "n19"), ("REPAIR_NODE_NAME", "master")],

@@ -7,6 +7,12 @@
 //! another result format). We keep the `.conf`'s own `cniVersion` when it is 0.3.0 or newer and use `0.3.1`
 //! only when it is absent, unparsable or older (a list needs chaining, which starts at 0.3.0). See
 //! [`wrapper_cni_version`].
+//!
+//! Second deviation: upstream master removes only the *first* `istio-cni` plugin before appending its
+//! entry (and on cleanup), so a list that somehow holds two keeps one stale copy forever and the plugin
+//! runs twice per ADD. We remove every `istio-cni` plugin, so the result holds our entry exactly once
+//! (and none after cleanup), as the seed-era shell installer did. Lists with at most one entry — every
+//! upstream vector — are unaffected.
 
 use crate::error::{Error, Result};
 use crate::json::{self, Array, Number, Object, Value};
@@ -159,7 +165,7 @@ pub fn wrapper_cni_version(conf_version: Option<&str>) -> String {
 /// Upstream's `insertCNIConfig`: merges `entry` into the configuration `existing` (the primary's text) and
 /// returns the new document. A single network (a top-level `type`) becomes a list
 /// `{name: k8s-pod-network, cniVersion, plugins: [existing, entry]}` (cniVersion per
-/// [`wrapper_cni_version`]); a list gets its first `istio-cni` plugin removed and `entry` appended last,
+/// [`wrapper_cni_version`]); a list gets its `istio-cni` plugins removed and `entry` appended last,
 /// everything else kept. Both entries lose their own `cniVersion`.
 pub fn merge(existing: &str, entry: &Object) -> Result<String> {
     let mut entry = entry.clone();
@@ -192,15 +198,7 @@ pub fn merge(existing: &str, entry: &Object) -> Result<String> {
         return Ok(render(&Value::Object(list)));
     }
     let plugins = plugin_list(&conf)?;
-    let mut kept = Array::new();
-    let mut removed = false;
-    for p in plugins {
-        if !removed && is_ours(p) {
-            removed = true;
-            continue;
-        }
-        kept.push(p.clone());
-    }
+    let mut kept: Array = plugins.iter().filter(|p| !is_ours(p)).cloned().collect();
     kept.push(Value::Object(entry));
     conf.insert("plugins".into(), Value::Array(kept));
     Ok(render(&Value::Object(conf)))
@@ -223,7 +221,7 @@ fn is_ours(p: &Value) -> bool {
     matches!(p, Value::Object(o) if json::str_of(o, "type") == Some(PLUGIN_TYPE))
 }
 
-/// Cleanup of a chained list: removes the first `istio-cni` plugin and re-renders (sorted, as upstream).
+/// Cleanup of a chained list: removes the `istio-cni` plugins and re-renders (sorted, as upstream).
 /// Returns `None` when there is no such plugin (nothing to write).
 pub fn remove_entry(text: &str, what: &str) -> Result<Option<String>> {
     let mut conf = match json::parse(text, what)? {
@@ -238,11 +236,10 @@ pub fn remove_entry(text: &str, what: &str) -> Result<Option<String>> {
         Some(p) => p,
         None => return Ok(None),
     };
-    let Some(idx) = plugins.iter().position(is_ours) else {
+    if !plugins.iter().any(is_ours) {
         return Ok(None);
-    };
-    let mut kept = plugins.clone();
-    kept.remove(idx);
+    }
+    let kept: Array = plugins.iter().filter(|p| !is_ours(p)).cloned().collect();
     conf.insert("plugins".into(), Value::Array(kept));
     Ok(Some(render(&Value::Object(conf))))
 }
@@ -301,20 +298,20 @@ mod tests {
     }
 
     #[test]
-    fn merge_replaces_first_entry_and_appends_last() {
+    fn merge_replaces_every_entry_and_appends_last() {
         let primary = r#"{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"istio-cni","old":1},{"type":"calico"},{"type":"istio-cni","second":true}]}"#;
         let out = merge(primary, &entry().to_object()).unwrap();
         let v = json::parse_object(&out, "out").unwrap();
         let plugins = json::arr_of(&v, "plugins").unwrap();
-        assert_eq!(plugins.len(), 3);
+        assert_eq!(plugins.len(), 2);
+        assert_eq!(count_entries(&out), 1);
+        assert!(!out.contains("second") && !out.contains("\"old\""));
         assert!(out.ends_with("}\n") && !out.ends_with("\n\n"));
         // merging again is idempotent
-        assert_eq!(merge(&out, &entry().to_object()).unwrap(), {
-            let again = merge(&out, &entry().to_object()).unwrap();
-            again
-        });
-        let removed = remove_entry(&out, "x").unwrap().unwrap();
-        assert_eq!(count_entries(&removed), 1); // the second, pre-existing one stays
+        assert_eq!(merge(&out, &entry().to_object()).unwrap(), out);
+        let removed = remove_entry(primary, "x").unwrap().unwrap();
+        assert_eq!(count_entries(&removed), 0);
+        assert_eq!(remove_entry(&removed, "x").unwrap(), None);
     }
 
     #[test]

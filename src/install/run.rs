@@ -185,7 +185,7 @@ pub fn run_loop(
         if inst.installed.is_some() {
             if let Err(delay) = bucket.take() {
                 conflicts += 1;
-                let due = last_conflict_log.is_none_or(|t| t.elapsed() >= CONFLICT_LOG_INTERVAL);
+                let due = last_conflict_log.map_or(true, |t| t.elapsed() >= CONFLICT_LOG_INTERVAL);
                 if due {
                     log::warn!(
                         "configuration conflict: our CNI config keeps being invalidated ({reason}); \

@@ -118,7 +118,8 @@ pub fn respond(
         (Endpoints::Metrics, "/metrics") => (
             200,
             "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics_text(),
+            // The in-process repair agent's counters ("" when it never acted).
+            state.metrics_text() + &crate::repair::metrics::render(),
         ),
         _ => (404, "text/plain", "Not Found\n".into()),
     }
