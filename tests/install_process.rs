@@ -572,3 +572,27 @@ fn bad_configuration_fails_at_start_naming_the_setting() {
         p.stderr()
     );
 }
+
+#[test]
+fn a_removed_binary_or_kubeconfig_is_put_back() {
+    let n = Node::new("heal");
+    n.write_primary(1);
+    let mut p = n.start(&[], &[], "stderr");
+    n.wait_ready(&p);
+    let (bin, kc) = (n.bin.join("istio-cni"), n.run.join("istio-cni-kubeconfig"));
+    fs::remove_file(&bin).unwrap();
+    poll_until("binary reinstalled", LONG, || bin.is_file());
+    fs::remove_file(&kc).unwrap();
+    poll_until("kubeconfig rewritten", LONG, || kc.is_file());
+    // Another binary in the bin dir is not ours: its changes are ignored and it is never removed.
+    fs::write(n.bin.join("calico"), b"x").unwrap();
+    n.wait_ready(&p);
+    assert_eq!(
+        fs::read(&bin).unwrap(),
+        fs::read(binary()).unwrap(),
+        "the installed plugin is this very executable"
+    );
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success());
+    assert_eq!(names(&n.bin), vec!["calico"]);
+}

@@ -54,6 +54,9 @@ pub fn run(name: &str, args: &[String]) -> i32 {
         }
     };
     crate::logging::init(settings.log_level);
+    if flags.log_as_json {
+        log::warn!("--log_as_json is not supported: logs are written as text");
+    }
     match main(settings, sigfd) {
         Ok(code) => code,
         Err(e) => {
