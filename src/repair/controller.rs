@@ -18,7 +18,7 @@ pub const MAX_ATTEMPTS: u32 = 5;
 /// First retry delay; doubles per failed attempt.
 pub const RETRY_BASE: Duration = Duration::from_millis(200);
 /// Page size of the LIST: small pages keep the agent's memory flat however many pods the node runs.
-pub const PAGE: u32 = 50;
+pub const PAGE: u32 = 10;
 
 /// What the watcher tells the worker.
 pub enum Msg {

@@ -105,7 +105,9 @@ impl Api {
 
     /// The agent as a command, with a clean environment.
     pub fn agent(&self, args: &[String]) -> Command {
-        let mut c = Command::new(BIN);
+        // ISTIO_CNI_BIN measures another build (e.g. the static musl release) with the same harness.
+        let bin = std::env::var("ISTIO_CNI_BIN").unwrap_or_else(|_| BIN.to_string());
+        let mut c = Command::new(bin);
         c.arg("istio-cni-repair")
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .args(args)
