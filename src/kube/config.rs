@@ -221,9 +221,8 @@ impl Config {
             token: None,
             origin: origin.to_string(),
         };
-        match json::opt_string(ctx, "user", origin)?.filter(|u| !u.is_empty()) {
-            Some(user) => cfg.read_user(named(&doc, "users", "user", &user, origin)?, base)?,
-            None => {}
+        if let Some(user) = json::opt_string(ctx, "user", origin)?.filter(|u| !u.is_empty()) {
+            cfg.read_user(named(&doc, "users", "user", &user, origin)?, base)?;
         }
         Ok(cfg)
     }

@@ -133,7 +133,7 @@ impl Transport {
             .with_config()
             .limit(MAX_BODY)
             .read_to_vec()
-            .map_err(|e| self.map_err(req, e))?;
+            .map_err(|e| self.map_err(req, e, Some(total)))?;
         Ok((code, bytes))
     }
 
@@ -184,12 +184,18 @@ impl Transport {
                 finish!(b).send(req.body.as_deref().unwrap_or("").as_bytes())
             }
         };
-        let res = res.map_err(|e| self.map_err(req, e))?;
+        let res = res.map_err(|e| self.map_err(req, e, total))?;
         Ok((res.status().as_u16(), res.into_body()))
     }
 
-    fn map_err(&self, req: &Request, e: ureq::Error) -> Error {
-        let (reason, detail) = classify(&e);
+    fn map_err(&self, req: &Request, e: ureq::Error, total: Option<Duration>) -> Error {
+        let (reason, mut detail) = classify(&e);
+        if let (ureq::Error::Timeout(_), Some(t)) = (&e, total) {
+            detail = format!(
+                "{detail} (limit {:.1}s for the whole request)",
+                t.as_secs_f64()
+            );
+        }
         let what = format!(
             "{} {}{}",
             req.method.as_str(),
@@ -257,5 +263,10 @@ pub fn classify(e: &ureq::Error) -> (&'static str, String) {
         U::Protocol(_) | U::LargeResponseHeader(..) | U::BodyExceedsLimit(_) => REASON_BAD_RESPONSE,
         _ => status::REASON_TRANSPORT,
     };
-    (reason, e.to_string())
+    let mut detail = e.to_string();
+    // rustls appends a documentation link to some messages; keep the message itself.
+    if let Some(i) = detail.find(": https://docs.rs/") {
+        detail.truncate(i);
+    }
+    (reason, detail)
 }

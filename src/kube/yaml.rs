@@ -162,11 +162,8 @@ fn split_key(text: &str) -> Option<(&str, &str)> {
     let mut quote: Option<u8> = None;
     for (i, &b) in bytes.iter().enumerate() {
         match quote {
-            Some(q) => {
-                if b == q {
-                    quote = None;
-                }
-            }
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
             None if (b == b'"' || b == b'\'') && i == 0 => quote = Some(b),
             None if b == b':' && (i + 1 == bytes.len() || bytes[i + 1] == b' ') => {
                 return Some((text[..i].trim_end(), text[i + 1..].trim()));

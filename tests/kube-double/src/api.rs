@@ -318,7 +318,7 @@ fn visible(
     ns: Option<&str>,
     c: &crate::store::Change,
 ) -> Option<(&'static str, Object)> {
-    let in_ns = |o: &Object| ns.map_or(true, |n| key_of(o).0 == n);
+    let in_ns = |o: &Object| ns.is_none() || ns == Some(key_of(o).0.as_str());
     let now = in_ns(&c.object) && sel.matches(&c.object);
     let before = c.old.as_ref().is_some_and(|o| in_ns(o) && sel.matches(o));
     match (c.kind, before, now) {
@@ -364,7 +364,7 @@ fn watch(shared: &Shared, req: &HttpRequest, conn: &mut Conn) -> Next {
             (u64::MAX, st.store.gone_epoch)
         } else if start_rv == 0 {
             for pod in st.store.pods.values() {
-                if ns.map_or(true, |n| key_of(pod).0 == n) && sel.matches(pod) {
+                if (ns.is_none() || ns == Some(key_of(pod).0.as_str())) && sel.matches(pod) {
                     out.extend(event_line("ADDED", pod.clone()));
                 }
             }

@@ -382,7 +382,7 @@ pub fn labels_match(terms: &[LabelTerm], pod: &Object) -> bool {
         LabelTerm::Exists(k) => get(k).is_some(),
         LabelTerm::NotExists(k) => get(k).is_none(),
         LabelTerm::In(k, set) => get(k).is_some_and(|v| set.contains(&v)),
-        LabelTerm::NotIn(k, set) => get(k).map_or(true, |v| !set.contains(&v)),
+        LabelTerm::NotIn(k, set) => !get(k).is_some_and(|v| set.contains(&v)),
     })
 }
 
