@@ -681,3 +681,47 @@ fn fresh_process_get_latency() {
     );
     assert_eq!(srv.requests().len(), 100);
 }
+
+#[test]
+fn a_thousand_pods_list_in_pages_and_watch_from_scratch() {
+    let srv = start();
+    let dir = TempDir::new("thousand");
+    for i in 0..1000 {
+        srv.add_pod(&pod_json(
+            &format!("ns{}", i % 10),
+            &format!("p{i:04}"),
+            if i % 2 == 0 { "n1" } else { "n2" },
+        ))
+        .unwrap();
+    }
+    let c = client(&srv, &dir);
+    let mut p = ListParams {
+        field_selector: Some("spec.nodeName=n1".into()),
+        limit: Some(120),
+        resource_version: Some("0".into()),
+        ..Default::default()
+    };
+    let mut n = 0;
+    loop {
+        let page = c.list_pods(&p).unwrap();
+        n += page.items.len();
+        p.resource_version = None;
+        match page.continue_token {
+            Some(t) => p.continue_token = Some(t),
+            None => break,
+        }
+    }
+    assert_eq!(n, 500);
+    let w = c
+        .watch_pods(&WatchParams {
+            field_selector: Some("spec.nodeName=n2".into()),
+            timeout_seconds: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    let added = w
+        .map(|e| e.unwrap())
+        .filter(|e| e.kind == EventKind::Added)
+        .count();
+    assert_eq!(added, 500);
+}

@@ -398,7 +398,7 @@ fn watch(shared: &Shared, req: &HttpRequest, conn: &mut Conn) -> Next {
                     gone = true;
                     break;
                 }
-                for c in st.store.history.iter().filter(|c| c.rv > cursor) {
+                for c in st.store.changes_after(cursor) {
                     if let Some((kind, obj)) = visible(&sel, ns, c) {
                         buf.extend(event_line(kind, obj));
                     }

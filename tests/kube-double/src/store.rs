@@ -14,6 +14,9 @@ pub struct Change {
     pub old: Option<Object>,
 }
 
+/// Changes kept for watches that resume from a resource version.
+pub const MAX_HISTORY: usize = 20_000;
+
 #[derive(Default)]
 pub struct Store {
     pub rv: u64,
@@ -104,6 +107,18 @@ impl Store {
             object,
             old,
         });
+        // Bounded history, like etcd compaction: older resource versions become 410 Gone.
+        if self.history.len() > MAX_HISTORY {
+            let cut = self.history.len() - MAX_HISTORY / 2;
+            self.compacted_below = self.history[cut - 1].rv;
+            self.history.drain(..cut);
+        }
+    }
+
+    /// Changes after `rv`, oldest first.
+    pub fn changes_after(&self, rv: u64) -> &[Change] {
+        let i = self.history.partition_point(|c| c.rv <= rv);
+        &self.history[i..]
     }
 
     /// Adds or replaces a pod: namespace defaults to `default`, uid kept or assigned, RV assigned.
