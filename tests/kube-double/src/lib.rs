@@ -255,7 +255,7 @@ impl Server {
         self.kubeconfig_for(&self.url())
     }
 
-    /// Writes [`Server::kubeconfig`] to `path` (mode 0600).
+    /// Writes [`Server::kubeconfig`] to `path` (mode 0600, atomically).
     pub fn write_kubeconfig(&self, path: &Path) -> io::Result<()> {
         write_private(path, self.kubeconfig().as_bytes())
     }
@@ -365,10 +365,13 @@ impl Drop for Server {
     }
 }
 
+/// Writes `data` to `path` atomically (temp file + rename), mode 0600.
 pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp-double");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp-double");
+    let tmp = std::path::PathBuf::from(tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)

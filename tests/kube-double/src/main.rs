@@ -69,7 +69,7 @@ fn main() {
     }
     println!("listening on {}", srv.url());
     if let Some(r) = &ready {
-        std::fs::write(r, format!("{}\n", srv.url()))
+        kube_double::write_private(r, format!("{}\n", srv.url()).as_bytes())
             .unwrap_or_else(|e| fail("write ready file", e));
     }
     loop {
