@@ -519,6 +519,9 @@ fn watch_without_resource_version_starts_with_the_current_pods_and_ends_on_timeo
     srv.set_fault(Fault::Status(403), Some(1));
     let e = c.watch_pods(&WatchParams::default()).unwrap_err();
     assert_eq!(e.api_status(), Some(403), "{e}");
+    // Every watch has a bounded duration: a default timeoutSeconds is sent.
+    let r = srv.requests().pop().unwrap();
+    assert_eq!(r.param("timeoutSeconds").as_deref(), Some("300"));
 }
 
 #[test]

@@ -25,9 +25,10 @@ pub struct PodList {
 }
 
 /// Margin added to a watch's `timeoutSeconds` for the client-side bound.
-const WATCH_MARGIN: Duration = Duration::from_secs(30);
-/// Silence bound for a watch without `timeoutSeconds`.
-const WATCH_IDLE: Duration = Duration::from_secs(600);
+pub const WATCH_MARGIN: Duration = Duration::from_secs(30);
+/// `timeoutSeconds` sent when the caller gives none, so every watch has a bounded total time (client-go
+/// picks 300..600 s at random).
+pub const DEFAULT_WATCH_TIMEOUT: u32 = 300;
 
 struct Inner {
     transport: Transport,
@@ -197,14 +198,14 @@ impl Client {
     }
 
     /// Opens a watch. A non-200 answer (410 included) is the `Err` here; events, `ERROR` events and
-    /// stream failures come from the returned iterator.
+    /// stream failures come from the returned iterator. Without `timeout_seconds`,
+    /// [`DEFAULT_WATCH_TIMEOUT`] is sent; the client gives up [`WATCH_MARGIN`] after it.
     pub fn watch_pods(&self, p: &WatchParams) -> Result<super::WatchStream> {
         let what = "watch pods";
-        let req = request::watch_pods(p).context(what)?;
-        let (total, per_read) = match p.timeout_seconds {
-            Some(t) => (Some(Duration::from_secs(t.into()) + WATCH_MARGIN), None),
-            None => (None, Some(WATCH_IDLE)),
-        };
+        let mut p = p.clone();
+        let secs = *p.timeout_seconds.get_or_insert(DEFAULT_WATCH_TIMEOUT);
+        let req = request::watch_pods(&p).context(what)?;
+        let (total, per_read) = (Some(Duration::from_secs(secs.into()) + WATCH_MARGIN), None);
         let t = &self.inner.transport;
         let (mut code, mut reader) = t
             .stream(&req, self.token().as_deref(), total, per_read)
