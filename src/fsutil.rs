@@ -163,9 +163,29 @@ pub fn remove_if_exists(path: &Path) -> Result<bool> {
     }
 }
 
+/// True for a temp name this module makes: `<name>.tmp.<pid>.<n>` (two digit runs). Go's
+/// `<name>.tmp.<digits>` has one.
+pub fn is_own_temp_name(candidate: &str) -> bool {
+    match temp_owner(candidate) {
+        Some(owner) => {
+            let rest = &candidate[owner.len() + ".tmp.".len()..];
+            matches!(rest.split_once('.'), Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.'))
+        }
+        None => false,
+    }
+}
+
 /// Removes the temp files (`<name>.tmp.<digits.>`) that `keep(name)` accepts from `dir`; returns their
 /// paths. A missing directory has none.
 pub fn remove_stale_temps(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>> {
+    remove_stale_temps_where(dir, |owner, _, _| keep(owner))
+}
+
+/// Like [`remove_stale_temps`], deciding per file with `(owner name, file name, metadata)`.
+pub fn remove_stale_temps_where(
+    dir: &Path,
+    keep: impl Fn(&str, &str, &fs::Metadata) -> bool,
+) -> Result<Vec<PathBuf>> {
     let rd = match fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -176,7 +196,8 @@ pub fn remove_stale_temps(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec
         let ent = ent.io_context(|| format!("list {}", dir.display()))?;
         let name = ent.file_name().to_string_lossy().into_owned();
         if let Some(owner) = temp_owner(&name) {
-            if keep(owner) {
+            let Ok(meta) = ent.metadata() else { continue };
+            if meta.is_file() && keep(owner, &name, &meta) {
                 let p = ent.path();
                 if remove_if_exists(&p)? {
                     removed.push(p);
@@ -235,6 +256,9 @@ mod tests {
         assert!(!is_temp_of("a.conflist.tmp.x1", "a.conflist"));
         assert_eq!(temp_owner("a.conf.tmp.1.2"), Some("a.conf"));
         assert_eq!(temp_owner("a.conf"), None);
+        assert!(is_own_temp_name("a.conf.tmp.1.2"));
+        assert!(!is_own_temp_name("a.conf.tmp.12"));
+        assert!(!is_own_temp_name("a.conf.tmp.1.2.3"));
         let t = temp_path_for(Path::new("/x/10-calico.conflist"));
         assert_eq!(
             temp_owner(&t.file_name().unwrap().to_string_lossy()),

@@ -596,3 +596,33 @@ fn a_removed_binary_or_kubeconfig_is_put_back() {
     assert!(p.wait_exit(LONG).success());
     assert_eq!(names(&n.bin), vec!["calico"]);
 }
+
+#[test]
+fn start_sweeps_our_temp_files_but_not_a_primarys_fresh_one() {
+    let n = Node::new("sweep");
+    n.write_primary(1);
+    let ours = n.conf.join(format!("{PRIMARY}.tmp.1.7"));
+    let go_fresh = n.conf.join(format!("{PRIMARY}.tmp.4242"));
+    let go_old = n.conf.join(format!("{PRIMARY}.tmp.77"));
+    let kc_tmp = n.run.join("istio-cni-kubeconfig.tmp.1.3");
+    for p in [&ours, &go_fresh, &go_old, &kc_tmp] {
+        fs::write(p, b"partial").unwrap();
+    }
+    let f = fs::File::options().write(true).open(&go_old).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(600))
+        .unwrap();
+    drop(f);
+    let mut p = n.start(&[], &[], "stderr");
+    n.wait_ready(&p);
+    assert!(
+        !ours.exists() && !go_old.exists() && !kc_tmp.exists(),
+        "{:?}",
+        names(&n.conf)
+    );
+    assert!(
+        go_fresh.exists(),
+        "a fresh temp file of another writer is left alone"
+    );
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success());
+}

@@ -242,11 +242,21 @@ impl Installer {
         out
     }
 
-    /// The removal of stale temp files in the conf dir: ours and Go's, for config-looking names.
+    /// Removes stale temp files at start. In the conf dir, which the primary CNI shares, our own temp
+    /// names (`<name>.tmp.<pid>.<n>`: only this installer makes them) go at once; Go-style
+    /// `<name>.tmp.<digits>` ones (an upstream installer's) only when older than a minute, so a primary's
+    /// in-flight write is never touched. In the run dir, the kubeconfig's temp files go at once.
     pub fn sweep_conf_temps(&self) -> Result<()> {
         let owned = self.settings.istio_owned_filename.clone();
-        for p in fsutil::remove_stale_temps(self.conf_dir(), |owner| {
-            select::is_candidate_name(owner) || owner == owned
+        let old = |m: &std::fs::Metadata| {
+            m.modified()
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(60))
+        };
+        for p in fsutil::remove_stale_temps_where(self.conf_dir(), |owner, name, meta| {
+            (select::is_candidate_name(owner) || owner == owned)
+                && (fsutil::is_own_temp_name(name) || old(meta))
         })? {
             log::info!("removed stale temp file {}", p.display());
         }
