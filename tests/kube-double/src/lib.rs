@@ -17,10 +17,13 @@
 //! srv.set_fault(kube_double::Fault::Status(503), Some(2)); // the next two API requests get 503
 //! ```
 
+mod admin;
 mod api;
 pub mod http;
+mod selector;
 pub mod store;
 mod tls;
+mod watch;
 
 use std::io::{self, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -272,7 +275,7 @@ impl Server {
 
     /// Adds pods from a JSON file (a pod, a list with `items`, or an array) or every `*.json` in a dir.
     pub fn add_pods_from(&self, path: &Path) -> io::Result<usize> {
-        api::load_pods(&self.shared, path)
+        admin::load_pods(&self.shared, path)
     }
 
     pub fn pod(&self, ns: &str, name: &str) -> Option<Object> {
