@@ -92,6 +92,22 @@ pub fn find_netns_by_ip(proc_dir: &Path, ip: IpAddr) -> Result<String> {
             best = Some((start, pid.to_string()));
         }
     }
+    // Never the host's namespace nor our own (a hostNetwork pod, or an address the node itself owns):
+    // programming pod redirection there would capture the node's traffic. `<proc>/1` may be unreadable
+    // (then our own namespace, the host's in the hostNetwork DaemonSet, still guards).
+    let id = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    let forbidden = [
+        id(&proc_dir.join("1/ns/net")),
+        id(Path::new("/proc/self/ns/net")),
+    ];
+    if let Some((_, pid)) = &best {
+        let theirs = id(&proc_dir.join(pid).join("ns/net"));
+        if theirs.is_some() && forbidden.contains(&theirs) {
+            return Err(Error::other(format!(
+                "pod IP {ip} belongs to the host's (or this agent's) network namespace; refusing to program it"
+            )));
+        }
+    }
     match best {
         Some((_, pid)) => Ok(proc_dir.join(pid).join("ns/net").display().to_string()),
         None => Err(Error::other(format!(
@@ -152,10 +168,10 @@ Local:
     }
 
     #[test]
-    fn finds_our_own_namespace_by_loopback() {
-        // 127.0.0.1 is local in every namespace; the winner must be some process, and a path under /proc.
-        let p = find_netns_by_ip(Path::new("/proc"), "127.0.0.1".parse().unwrap()).unwrap();
-        assert!(p.starts_with("/proc/") && p.ends_with("/ns/net"), "{p}");
+    fn never_returns_the_host_namespace() {
+        // 127.0.0.1 is local in every namespace; the oldest owner is pid 1, the host: refused.
+        let e = find_netns_by_ip(Path::new("/proc"), "127.0.0.1".parse().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("network namespace; refusing"), "{e}");
         let e = find_netns_by_ip(Path::new("/proc"), "203.0.113.77".parse().unwrap()).unwrap_err();
         assert!(e.to_string().contains("203.0.113.77"), "{e}");
     }

@@ -59,9 +59,8 @@ pub fn main(name: &str, args: &[String]) -> i32 {
     if let Some(l) = o.log_level.as_deref() {
         // Istio's form is `scope:level,...`; the last level named wins here.
         if let Some(level) = l
-            .split(',')
-            .filter_map(|t| crate::logging::parse_level(t.rsplit(':').next().unwrap_or(t)))
-            .last()
+            .rsplit(',')
+            .find_map(|t| crate::logging::parse_level(t.rsplit(':').next().unwrap_or(t)))
         {
             crate::logging::set_level(level);
         }
