@@ -268,3 +268,123 @@ fn every_vector_through_the_agent_and_the_api_double() {
     }
     assert_eq!(checked, 51);
 }
+
+fn broken(name: &str) -> Object {
+    json::parse_object(
+        &format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"default","annotations":{{"sidecar.istio.io/status":"{{}}"}}}},
+            "spec":{{"nodeName":"{NODE}"}},
+            "status":{{"initContainerStatuses":[{{"name":"istio-validation","state":{{"waiting":{{"reason":"CrashLoopBackOff"}}}},
+              "lastState":{{"terminated":{{"exitCode":126,"reason":"Error"}}}}}}]}}}}"#
+        ),
+        "pod",
+    )
+    .unwrap()
+}
+
+/// Options from the environment as each era's DaemonSet sets them: 1.9's hyphenated names and master's.
+#[test]
+fn env_names_of_both_eras_drive_the_agent() {
+    let api = Api::new("env19");
+    api.add(&broken("b1"));
+    let out = api
+        .agent(&["--run-as-daemon=false".to_string()])
+        .env("REPAIR_NODE-NAME", NODE)
+        .env("REPAIR_LABEL-PODS", "true")
+        .env("REPAIR_BROKEN-POD-LABEL-KEY", "era")
+        .env("REPAIR_BROKEN-POD-LABEL-VALUE", "1.9")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let p = api.writes_to("PATCH", "/api/v1/namespaces/default/pods/b1/status");
+    assert_eq!(p.len(), 1, "{}", show(&out));
+    assert_eq!(p[0].body, r#"{"metadata":{"labels":{"era":"1.9"}}}"#);
+
+    let api = Api::new("envmaster");
+    api.add(&broken("b2"));
+    let out = api
+        .agent(&[])
+        .env("REPAIR_NODE_NAME", NODE)
+        .env("REPAIR_DELETE_PODS", "true")
+        .env("REPAIR_LABEL_PODS", "true")
+        .env("REPAIR_RUN_AS_DAEMON", "false")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(
+        api.writes_to("DELETE", "/api/v1/namespaces/default/pods/b2")
+            .len(),
+        1,
+        "{}",
+        show(&out)
+    );
+    assert!(api
+        .writes_to("PATCH", "/api/v1/namespaces/default/pods/b2/status")
+        .is_empty());
+    // The node name really selects: pods elsewhere are not listed.
+    let list = api
+        .srv
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "GET")
+        .unwrap();
+    assert_eq!(
+        list.param("fieldSelector").as_deref(),
+        Some("spec.nodeName=test-node")
+    );
+}
+
+/// A one-shot pass whose action keeps failing exits non-zero after 5 attempts; bad options exit 1 with
+/// the option named.
+#[test]
+fn one_shot_failures_and_bad_options_exit_non_zero() {
+    let api = Api::new("fail");
+    api.add(&broken("f1"));
+    api.srv.set_fault(kube_double::Fault::Status(403), None);
+    let out = api.run_once(&[format!("--repair-node-name={NODE}"), "--delete-pods".into()]);
+    // The LIST itself is refused: a clear error, exit 1.
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("403"),
+        "{}",
+        show(&out)
+    );
+    api.srv.clear_fault();
+
+    // Repair in place that cannot succeed (no pod IP): 5 attempts, counted, then exit 1.
+    let out = api.run_once(&[
+        format!("--repair-node-name={NODE}"),
+        "--repair-repair-pods=true".into(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(metric(&stdout, "repair", "fail"), 5, "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("failed to parse addr"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        api.writes().iter().all(|r| r.path.ends_with("/events")),
+        "{:?}",
+        api.writes()
+    );
+
+    let out = api.run_once(&["--label-pods=maybe".into()]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--label-pods"),
+        "{}",
+        show(&out)
+    );
+    let out = api.run_once(&[
+        "--repair-label-selectors=a in b".into(),
+        "--label-pods".into(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("label selector"),
+        "{}",
+        show(&out)
+    );
+}
