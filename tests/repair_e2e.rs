@@ -2,7 +2,7 @@
 //! plugin (the node-startup race), a pause process in it, and the pod object in the HTTPS API double
 //! showing a failed `istio-validation`. The validation applet, run in the pod as uid 1337, exits 126; the
 //! agent finds the namespace from /proc by the pod IP and programs it through the plugin's code; then the
-//! applet exits 0. A later update of the still-broken pod is not repaired a second time (same UID).
+//! applet exits 0, and the pod has exactly the rules ADD gives a twin pod. A later update of the still-broken pod is not repaired a second time (same UID).
 
 mod common;
 mod e2e;
@@ -117,6 +117,25 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
         log_text()
     );
     assert!(String::from_utf8_lossy(&after.stdout).contains("Validation passed"));
+
+    // Exactly what ADD applies: a twin pod that went through the plugin has the same rules.
+    let twin = node.pod("twin", "", "", false);
+    twin.add().assert_success();
+    let mut rules = String::new();
+    for prog in [
+        "iptables-legacy-save",
+        "iptables-nft-save",
+        "ip6tables-legacy-save",
+        "ip6tables-nft-save",
+    ] {
+        let (ours, add) = (pod.save(prog), twin.save(prog));
+        assert_eq!(ours, add, "{prog}: repaired pod vs pod set up by ADD");
+        rules.push_str(&ours);
+    }
+    assert!(
+        rules.contains("-A ISTIO_OUTPUT") && rules.contains("ISTIO_IN_REDIRECT"),
+        "no rules seen:\n{rules}"
+    );
 
     // The same (still broken) pod changes again: no second repair of the same UID, and repair mode
     // beats delete and label: no write to the pod at all.
