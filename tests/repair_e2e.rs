@@ -2,7 +2,8 @@
 //! plugin (the node-startup race), a pause process in it, and the pod object in the HTTPS API double
 //! showing a failed `istio-validation`. The validation applet, run in the pod as uid 1337, exits 126; the
 //! agent finds the namespace from /proc by the pod IP and programs it through the plugin's code; then the
-//! applet exits 0, and the pod has exactly the rules ADD gives a twin pod. A later update of the still-broken pod is not repaired a second time (same UID).
+//! applet exits 0, and the pod has exactly the rules ADD gives a twin pod. A later update of the
+//! still-broken pod is not repaired a second time (same UID).
 
 mod common;
 mod e2e;
