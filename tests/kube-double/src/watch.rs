@@ -22,8 +22,18 @@ fn event_line(kind: &str, object: Object) -> Vec<u8> {
 }
 
 fn bookmark(rv: u64) -> Vec<u8> {
+    bookmark_with(rv, false)
+}
+
+/// A BOOKMARK; `initial_end` adds the `k8s.io/initial-events-end: "true"` annotation (watch-list).
+fn bookmark_with(rv: u64, initial_end: bool) -> Vec<u8> {
     let mut m = Object::new();
     m.insert("resourceVersion".into(), s(&rv.to_string()));
+    if initial_end {
+        let mut a = Object::new();
+        a.insert("k8s.io/initial-events-end".into(), s("true"));
+        m.insert("annotations".into(), Value::Object(a));
+    }
     let mut o = Object::new();
     o.insert("kind".into(), s("Pod"));
     o.insert("apiVersion".into(), s("v1"));
@@ -64,6 +74,8 @@ pub(crate) fn watch(shared: &Shared, req: &HttpRequest, conn: &mut Conn) -> Next
         .param("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
         .map(|t| Instant::now() + Duration::from_secs(t));
+    // Streaming watch-list (client-go >= 1.35): initial ADDED events, then a bookmark marking their end.
+    let watch_list = req.param("sendInitialEvents").is_some_and(|v| v == "true");
     let start_rv = req
         .param("resourceVersion")
         .and_then(|r| r.parse::<u64>().ok())
@@ -81,11 +93,14 @@ pub(crate) fn watch(shared: &Shared, req: &HttpRequest, conn: &mut Conn) -> Next
                 status_obj(410, "Expired", &expired(start_rv, st.store.rv)),
             );
             (u64::MAX, st.store.gone_epoch)
-        } else if start_rv == 0 {
+        } else if start_rv == 0 || watch_list {
             for pod in st.store.pods.values() {
                 if (ns.is_none() || ns == Some(key_of(pod).0.as_str())) && sel.matches(pod) {
                     out.extend(event_line("ADDED", pod.clone()));
                 }
+            }
+            if watch_list {
+                out.extend(bookmark_with(st.store.rv, true));
             }
             (st.store.rv, st.store.gone_epoch)
         } else {
