@@ -63,7 +63,8 @@ impl Default for Options {
     }
 }
 
-/// An injected failure. Connection-level faults (`Hang`, `WrongCert`) apply per accepted connection; the
+/// An injected failure. Connection-level faults (`Hang`, `WrongCert`) apply per newly accepted
+/// connection (a client's already-open keep-alive connection is not affected; use a fresh client); the
 /// others per API request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
