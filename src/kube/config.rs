@@ -2,7 +2,10 @@
 //! or from the in-cluster service account.
 //!
 //! Refused, with the field named: no `server` (we never fall back to `http://localhost:8080`, istio#55894),
-//! `exec` and `auth-provider` users (we never run anything), basic auth, unreadable or empty CA files.
+//! `exec` and `auth-provider` users (we never run anything), `tokenFile` (never send a file named by the
+//! kubeconfig as a credential; upstream's sanitizer refuses it too), basic auth, unreadable or empty CA files.
+//! Certificate files (`certificate-authority`, `client-certificate`, `client-key`) are read, relative to the
+//! kubeconfig's directory.
 
 use std::path::{Path, PathBuf};
 
@@ -247,13 +250,20 @@ impl Config {
                 ));
             }
         }
-        let token_file = json::opt_string(user, "tokenFile", &origin)?.filter(|f| !f.is_empty());
-        let token = json::opt_string(user, "token", &origin)?.filter(|t| !t.trim().is_empty());
-        self.token = match (token_file, token) {
-            (Some(f), _) => Some(TokenSource::file(base.join(f), "user.tokenFile", &origin)?),
-            (None, Some(t)) => Some(TokenSource::fixed(t.trim().to_string())),
-            (None, None) => None,
-        };
+        // Like upstream's sanitizeKubeConfig: a kubeconfig must not make us read an arbitrary file and send
+        // it to a server as a credential. Our installer writes the token inline and rewrites the file on
+        // rotation; long-running roles use the in-cluster token, which is re-read when it changes.
+        if json::opt_string(user, "tokenFile", &origin)?.is_some_and(|f| !f.is_empty()) {
+            return Err(bad(
+                &origin,
+                "user.tokenFile",
+                "not supported (a kubeconfig may not point the client at a file to send as a credential); \
+                 put the token inline",
+            ));
+        }
+        self.token = json::opt_string(user, "token", &origin)?
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| TokenSource::fixed(t.trim().to_string()));
         self.client_cert_pem = data_or_file(user, "client-certificate", base, &origin)?;
         self.client_key_pem = data_or_file(user, "client-key", base, &origin)?;
         match (&self.client_cert_pem, &self.client_key_pem) {

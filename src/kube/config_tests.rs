@@ -105,15 +105,14 @@ fn conformance_kubeconfigs() {
 fn json_kubeconfig_with_files_relative_to_its_dir() {
     let t = TempDir::new("files");
     std::fs::write(t.0.join("ca.pem"), ca_pem()).unwrap();
-    std::fs::write(t.0.join("tok"), "file-token\n").unwrap();
     let text = json_kubeconfig(
         r#""server":"https://[fd00::1]:6443/","certificate-authority":"ca.pem""#,
-        r#""tokenFile":"tok","token":"ignored""#,
+        r#""token":" inline-token\n""#,
     );
     let c = parse(&text, &t.0).unwrap();
     assert_eq!(c.server, "https://[fd00::1]:6443");
-    assert!(c.ca_pem.is_some());
-    assert_eq!(c.token.unwrap().get(), "file-token");
+    assert_eq!(c.ca_pem.as_deref(), Some(&ca_pem()[..]));
+    assert_eq!(c.token.unwrap().get(), "inline-token");
 }
 
 #[test]
@@ -185,6 +184,13 @@ fn refusals_name_the_field() {
         &json_kubeconfig(&srv, r#""username":"a","password":"b""#),
         &t.0,
         &["user.username"],
+    );
+    // Never read a file named by the kubeconfig and send it as a credential.
+    std::fs::write(t.0.join("secret"), "not-a-token").unwrap();
+    refused(
+        &json_kubeconfig(&srv, r#""tokenFile":"secret""#),
+        &t.0,
+        &["user.tokenFile", "not supported"],
     );
     // Unreadable, empty or garbage CA.
     refused(
