@@ -1,7 +1,7 @@
 //! Bearer tokens: fixed (from a kubeconfig `token`) or read from a file that the kubelet rotates (the
-//! service-account token; kubeconfig `tokenFile` is refused by `config`). A file token is re-checked (metadata first, content
-//! only on change) at most every [`RECHECK`], and immediately after a 401; a failed or empty read keeps
-//! the last good token.
+//! service-account token; a kubeconfig `tokenFile` is refused by `config`). A file token is re-checked
+//! (metadata first, content only on change) at most every [`RECHECK`], and immediately after a 401; a
+//! failed or empty read keeps the last good token.
 
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
