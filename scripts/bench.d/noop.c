@@ -1,0 +1,2 @@
+/* scripts/bench floor: the cheapest static program to exec. */
+int main(void) { return 0; }
