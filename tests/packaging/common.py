@@ -28,7 +28,9 @@ def release_binary(arch: str) -> Path:
 
 def run(cmd, **kw) -> subprocess.CompletedProcess:
     """Runs a command, capturing text output; never raises on a non-zero exit (the caller asserts)."""
-    return subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, **kw)
+    if "input" not in kw:
+        kw["stdin"] = subprocess.DEVNULL
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
 def render(kustomization_dir: Path) -> list:

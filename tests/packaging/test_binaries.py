@@ -61,6 +61,19 @@ class TestReleaseBinaries(unittest.TestCase):
         self.assertEqual(self.version([qemu, b, "--list"]).split(),
                          ["istio-cni", "install-cni", "istio-cni-repair", "istio-validation"])
 
+    def test_arm64_plugin_speaks_cni_under_qemu(self):
+        # Beyond --version: the CNI plugin applet answers VERSION with the same JSON on both arches.
+        qemu = shutil.which("qemu-aarch64-static")
+        self.assertIsNotNone(qemu, "qemu-aarch64-static missing: run scripts/setup-packaging")
+        conf = '{"cniVersion":"1.0.0","name":"n","type":"istio-cni"}'
+        env = {"CNI_COMMAND": "VERSION", "PATH": "/usr/bin:/bin"}
+        native = run([str(self.binary("amd64"))], input=conf, env=dict(env, CNI_COMMAND="VERSION"))
+        emulated = run([qemu, "-0", "istio-cni", str(self.binary("arm64"))], input=conf, env=env)
+        self.assertEqual(native.returncode, 0, native.stderr)
+        self.assertEqual(emulated.returncode, 0, emulated.stderr)
+        self.assertIn('"supportedVersions"', emulated.stdout)
+        self.assertEqual(emulated.stdout, native.stdout)
+
     def test_arm64_binary_does_not_run_natively(self):
         # Guards the qemu test: on this x86_64 machine the aarch64 binary must not simply run by itself
         # (that would mean it is not an aarch64 binary, or binfmt_misc runs qemu behind our back).
