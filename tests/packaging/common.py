@@ -10,7 +10,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
-INSTALL_CONFIG = REPO / "src" / "install" / "config.rs"
+INSTALL_DIR = REPO / "src" / "install"
+INSTALL_CONFIG = INSTALL_DIR / "config.rs"
 REPAIR_OPTIONS = REPO / "src" / "repair" / "options.rs"
 
 TRIPLES = {"amd64": "x86_64-unknown-linux-musl", "arm64": "aarch64-unknown-linux-musl"}
@@ -47,15 +48,25 @@ def _without_tests(src: str) -> str:
     return src if i < 0 else src[:i]
 
 
-def env_names_read(path: Path = INSTALL_CONFIG) -> set:
-    """Upper-case string literals in a source file outside its tests: the env names it reads."""
-    src = _without_tests(path.read_text())
-    return set(re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)"', src))
+def install_sources() -> list:
+    """install-cni's settings code: src/install/*.rs without the test files (config.rs, flags.rs,
+    repair_settings.rs, ...; the module is split as it grows, so take all of it)."""
+    files = sorted(p for p in INSTALL_DIR.glob("*.rs") if not p.name.endswith("_tests.rs") and p.name != "tests.rs")
+    assert INSTALL_CONFIG in files, f"{INSTALL_CONFIG} missing"
+    return files
+
+
+def env_names_read() -> set:
+    """Upper-case string literals in install-cni's sources outside tests: the env names it reads."""
+    names = set()
+    for path in install_sources():
+        names |= set(re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)"', _without_tests(path.read_text())))
+    return names
 
 
 def installer_defaults() -> dict:
     """`NAME -> default` for the text settings install-cni resolves as text(&f.x, env, "NAME", "default")."""
-    src = _without_tests(INSTALL_CONFIG.read_text())
+    src = "\n".join(_without_tests(p.read_text()) for p in install_sources())
     found = dict(re.findall(r'text\(\s*&f\.\w+,\s*env,\s*"([A-Z_]+)",\s*"([^"]*)"\s*,?\s*\)', src))
     for name, default in re.findall(r'typed\(\s*&f\.\w+,\s*env,\s*"([A-Z_]+)",\s*(\d+),', src):
         found[name] = default
