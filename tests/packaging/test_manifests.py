@@ -223,6 +223,8 @@ class ManifestChecks:
         for host_ns in ("hostNetwork", "hostPID", "hostIPC"):
             self.assertNotIn(host_ns, spec, f"{host_ns} is not needed")
         self.assertEqual(self.r.ds["metadata"]["namespace"], "kube-system")
+        excluded = [n.strip() for n in self.r.config["EXCLUDE_NAMESPACES"].split(",")]
+        self.assertIn(self.r.ds["metadata"]["namespace"], excluded, "the plugin must skip istio-cni-node's own pods")
         self.assertEqual(self.r.ds["spec"]["updateStrategy"]["type"], "RollingUpdate")
         self.assertEqual(self.r.pod["metadata"]["labels"]["sidecar.istio.io/inject"], "false")
 
