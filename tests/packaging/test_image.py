@@ -2,13 +2,16 @@
 it holds exactly the binary plus the applet symlinks, and its metadata is what the DaemonSet expects.
 Root-only (buildah storage); uses the binaries scripts/build-multiarch already built (--no-build)."""
 
+import json
 import os
 import re
+import shutil
 import tarfile
+import tempfile
 import unittest
 from pathlib import Path
 
-from common import REPO, crate_version, need_root, release_binary, run
+from common import MANIFESTS, REPO, crate_version, need_root, release_binary, render, run
 
 STORE = REPO / "target" / "containers"
 APPLETS = ["install-cni", "istio-cni-repair", "istio-validation", "istio-cni-node"]
@@ -118,6 +121,66 @@ class TestImage(unittest.TestCase):
             # The image has no shell: a RUN step or `sh -c` could not work, by design.
             p = buildah("run", "--isolation", "chroot", ctr, "--", "/bin/sh", "-c", "true")
             self.assertNotEqual(p.returncode, 0)
+        finally:
+            buildah("rm", ctr)
+
+    def test_installs_with_the_daemonsets_mounts_and_env(self):
+        # The base DaemonSet's container, as far as a chroot run can model it: its hostPath mounts at their
+        # container paths (temporary dirs standing in for the node's), the service-account volume, and its
+        # environment (the rendered ConfigMap, the fieldRefs, what the kubelet adds). Then --once and
+        # --uninstall, as the DaemonSet's start and stop would do.
+        docs = render(MANIFESTS / "base")
+        ds = next(d for d in docs if d["kind"] == "DaemonSet")
+        config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+        spec = ds["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        node = Path(tempfile.mkdtemp(prefix="istio-cni-node-"))
+        self.addCleanup(shutil.rmtree, node)
+        args = []
+        for m in container["volumeMounts"]:
+            host = volumes[m["name"]]["hostPath"]["path"]
+            if host == "/proc":
+                continue  # the repair agent's; --once does not start it
+            d = node / host.strip("/").replace("/", "_")
+            d.mkdir()
+            args += ["-v", f"{d}:{m['mountPath']}"]
+        sa = node / "sa"
+        sa.mkdir()
+        (sa / "token").write_text("image-token")
+        (sa / "ca.crt").write_text("ca")
+        args += ["-v", f"{sa}:/var/run/secrets/kubernetes.io/serviceaccount:ro"]
+        env = dict(config, KUBERNETES_SERVICE_HOST="10.96.0.1", KUBERNETES_SERVICE_PORT="443", WAIT_TIMEOUT="10s")
+        for e in container["env"]:
+            env[e["name"]] = {"spec.nodeName": "node-1", "metadata.namespace": "kube-system"}[
+                e["valueFrom"]["fieldRef"]["fieldPath"]]
+        for k, v in env.items():
+            args += ["-e", f"{k}={v}"]
+        conf_dir = node / "etc_cni_net.d"
+        primary = conf_dir / "10-calico.conflist"
+        primary.write_text(json.dumps({"cniVersion": "0.3.1", "name": "k8s-pod-network",
+                                       "plugins": [{"type": "calico"}, {"type": "portmap"}]}))
+
+        p = buildah("from", "--pull-never", f"localhost/install-cni:{self.version}-amd64")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        ctr = p.stdout.strip()
+        try:
+            p = buildah("run", "--isolation", "chroot", *args, ctr, "--", "/usr/local/bin/install-cni", "--once")
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            plugin = node / "opt_cni_bin" / "istio-cni"
+            self.assertEqual(plugin.read_bytes(), release_binary("amd64").read_bytes())
+            merged = json.loads(primary.read_text())
+            self.assertEqual([x["type"] for x in merged["plugins"]], ["calico", "portmap", "istio-cni"])
+            self.assertEqual(merged["plugins"][2]["exclude_namespaces"], config["EXCLUDE_NAMESPACES"].split(","))
+            self.assertEqual(merged["plugins"][2]["plugin_log_level"], config["PLUGIN_LOG_LEVEL"])
+            kubeconfig = node / "var_run_istio-cni" / "istio-cni-kubeconfig"
+            self.assertIn("image-token", kubeconfig.read_text())
+
+            p = buildah("run", "--isolation", "chroot", *args, ctr, "--", "/usr/local/bin/install-cni", "--uninstall")
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertFalse(plugin.exists())
+            self.assertFalse(kubeconfig.exists())
+            self.assertEqual([x["type"] for x in json.loads(primary.read_text())["plugins"]], ["calico", "portmap"])
         finally:
             buildah("rm", ctr)
 
