@@ -169,12 +169,15 @@ impl Client {
         let body = self
             .execute(&req, self.inner.timeouts.total)
             .context(what)?;
-        let o = parse_body(&body, what)?;
-        let items = match o.get("items") {
+        let mut o = parse_body(&body, what)?;
+        drop(body);
+        // Move the items out of the parsed page instead of copying them: a LIST page is the agent's
+        // largest allocation.
+        let items = match o.remove("items") {
             Some(Value::Array(a)) => a
-                .iter()
+                .into_iter()
                 .map(|i| match i {
-                    Value::Object(o) => Ok(o.clone()),
+                    Value::Object(o) => Ok(o),
                     _ => Err(Error::Decode(format!("{what}: an item is not an object"))),
                 })
                 .collect::<Result<Vec<_>>>()?,
