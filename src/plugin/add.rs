@@ -65,8 +65,7 @@ fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration)> {
         &args.pod_namespace,
         &args.pod_name,
         conf.pod_lookup_deadline,
-    )
-    .with_context(|| format!("get pod {}/{}", args.pod_namespace, args.pod_name))?;
+    )?;
     Ok((pod, t.elapsed()))
 }
 
