@@ -26,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agents  # noqa: E402  (installer and repair agent measurements)
+import cgprofile as cg_profile  # noqa: E402  (--profile: callgrind of one invocation per kind)
 
 PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CNI_DIR = "/usr/lib/cni"
@@ -597,10 +598,13 @@ class Bench:
                                     os.path.join(self.work, f"burst-out-{idx}"),
                                     os.path.join(logdir, f"burst-{impl}-{backend}.log"), exe=SPAWN)
                         pids[pid] = idx
+                    t_spawned = time.perf_counter_ns()
+                    done_at = {}
                     while len(rcs) < len(jobs):
                         pid, status, _ = os.wait4(-1, 0)
                         if pid in pids:
                             rcs[pids[pid]] = os.waitstatus_to_exitcode(status)
+                            done_at[pids[pid]] = time.perf_counter_ns()
                     t1 = time.perf_counter_ns()
                     gc.enable()
                     samples = [read_result(os.path.join(self.work, f"burst-res-{i}"), names[i]) for i in range(k)]
@@ -614,9 +618,13 @@ class Bench:
                         if "ISTIO_OUTPUT" not in r.stdout:
                             raise BenchError(f"concurrent ADD ({impl}, {backend}): pod netns {nsname} has no rules")
                     lat = sorted(x.ns / 1e6 for x in samples)
+                    fin = sorted((x - t0) / 1e6 for x in done_at.values())
                     out.append({"impl": impl, "backend": backend, "pods": k, "total_ms": (t1 - t0) / 1e6,
+                                "spawn_all_ms": (t_spawned - t0) / 1e6,
                                 "per_pod_amortized_ms": (t1 - t0) / 1e6 / k, "latency_median_ms": median(lat),
-                                "latency_p99_ms": pct(lat, 99), "latency_max_ms": lat[-1], "all_succeeded": True})
+                                "latency_p99_ms": pct(lat, 99), "latency_max_ms": lat[-1],
+                                "done_since_burst_median_ms": median(fin), "all_succeeded": True,
+                                "serial_case": f"add-redirect-{backend}"})
                     log(f"    {k} concurrent ADDs ({impl}, {backend}): total {(t1 - t0) / 1e6:.1f} ms, all succeeded")
         self.burst_results = out
 
@@ -653,7 +661,9 @@ class Bench:
         if self.double:
             self.double.stop()
         self.nss.cleanup()
-        if not self.a.keep:
+        if self.a.keep:
+            log(f"kept the work directory (logs of every invocation): {self.work}")
+        else:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
@@ -666,7 +676,7 @@ def machine():
                 break
     except OSError:
         pass
-    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": os.uname().release,
+    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": os.uname().release, "loadavg_at_end": os.getloadavg(),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
@@ -718,7 +728,8 @@ def report(b, a, extra):
 def markdown(doc):
     m = doc["machine"]
     out = []
-    out.append(f"Measured {m['date']} on {m['nproc']} × {m['cpu']}, kernel {m['kernel']}; "
+    out.append(f"Measured {m['date']} on {m['nproc']} × {m['cpu']}, kernel {m['kernel']} (load average at the "
+               f"end {m['loadavg_at_end'][0]:.2f}); "
                f"{doc['runs']} runs per case (+{doc['warmup']} warm-up), fresh process per run, "
                f"pods wired by {doc['wiring']}. Binary: {doc['binary']['size_bytes']} bytes "
                f"({doc['binary']['size_bytes'] / 1048576:.2f} MiB).\n")
@@ -744,13 +755,18 @@ def markdown(doc):
                 line += " | | | | |"
         out.append(line)
     if doc.get("concurrent"):
-        out += ["", "| concurrent ADDs | pods | total ms | amortized ms/pod | latency median ms | p99 ms | max ms | all succeeded |",
+        serial = {(r["case"], "ours"): r["median_ms"] for r in doc["cases"] if r["impl"] == "ours"}
+        serial.update({(r["case"], "peer"): r["peer"]["median_ms"] for r in doc["cases"] if r.get("peer")})
+        out += ["", "| concurrent ADDs (redirect) | pods | total ms | amortized ms/pod | ÷ serial median | "
+                "own latency median / p99 / max ms | done after burst start, median ms | all succeeded |",
                 "|---|---:|---:|---:|---:|---:|---:|---|"]
         for c in doc["concurrent"]:
+            s = serial.get((c["serial_case"], c["impl"]))
+            c["amortized_over_serial"] = c["per_pod_amortized_ms"] / s if s else None
             out.append(f"| {c['impl']}, {c['backend']} | {c['pods']} | {fmt(c['total_ms'], 1)} | "
-                       f"{fmt(c['per_pod_amortized_ms'])} | {fmt(c['latency_median_ms'])} | "
-                       f"{fmt(c['latency_p99_ms'])} | {fmt(c['latency_max_ms'])} | "
-                       f"{'yes' if c['all_succeeded'] else 'NO'} |")
+                       f"{fmt(c['per_pod_amortized_ms'])} | {fmt(c['amortized_over_serial'])} | "
+                       f"{fmt(c['latency_median_ms'])} / {fmt(c['latency_p99_ms'])} / {fmt(c['latency_max_ms'])} | "
+                       f"{fmt(c['done_since_burst_median_ms'])} | {'yes' if c['all_succeeded'] else 'NO'} |")
     if doc.get("breakdown"):
         out += ["", "| where ADD's time goes (ours, medians from the plugin's own log) | pod lookup ms | rules built ms | restore ms |",
                 "|---|---:|---:|---:|"]
@@ -760,6 +776,8 @@ def markdown(doc):
     for sec in ("installer", "repair"):
         if doc.get(sec):
             out += ["", agents.markdown(sec, doc[sec])]
+    if doc.get("profile"):
+        out += ["", cg_profile.markdown(doc["profile"])]
     for n in doc.get("notes", []):
         out.append(f"\n- {n}")
     return "\n".join(out) + "\n"
@@ -783,6 +801,7 @@ def main():
     ap.add_argument("--agent-runs", type=int, default=10)
     ap.add_argument("--skip", default="", help="comma list of sections to skip: plugin,burst,installer,repair")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--profile-bin", help="a symbolized build: run one invocation per kind under callgrind")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     if os.geteuid() != 0:
@@ -810,13 +829,17 @@ def main():
             extra["installer"] = agents.installer(b)
         if "repair" not in skip:
             extra["repair"] = agents.repair(b)
+        if a.profile_bin:
+            log("==> profile (callgrind)")
+            os.makedirs(a.out, exist_ok=True)
+            extra["profile"] = cg_profile.profile(b, a.profile_bin)
         doc = report(b, a, extra)
     finally:
         b.cleanup()
     os.makedirs(a.out, exist_ok=True)
+    md = markdown(doc)  # (also adds the derived ratios to doc)
     with open(os.path.join(a.out, "latest.json"), "w") as f:
         json.dump(doc, f, indent=2)
-    md = markdown(doc)
     with open(os.path.join(a.out, "latest.md"), "w") as f:
         f.write(md)
     print(md)
