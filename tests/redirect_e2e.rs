@@ -150,7 +150,12 @@ fn re_add_is_a_no_op_check_finds_tampering_and_re_add_converges() {
     }
     let node = Node::new(14);
     let pod = node.pod("idem", "", "", false);
+    let record = node.dir.join("run/iptables-backend");
+    assert!(!record.exists());
     pod.add().assert_success();
+    // The first ADD on a node without a record probes the backend once and records it for the next ones.
+    let recorded = std::fs::read_to_string(&record).expect("the plugin recorded the backend");
+    assert!(matches!(recorded.trim(), "nft" | "legacy"), "{recorded}");
     let first = pod.save("iptables-save");
     pod.add().assert_success();
     assert_eq!(

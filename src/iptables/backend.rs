@@ -6,10 +6,11 @@
 //! Detection follows Kubernetes' iptables-wrapper: the backend that already holds more rules on the host wins
 //! (kube-proxy and the primary CNI have programmed it); with no rules anywhere, nft.
 
+use super::tool;
 use super::Family;
 use crate::error::{Error, Result};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 /// File in the agent run dir holding the recorded backend name.
 pub const RECORD_FILE: &str = "iptables-backend";
@@ -84,32 +85,36 @@ pub fn record_host_backend(run_dir: &Path) -> Result<String> {
     Ok(b.name().to_string())
 }
 
-/// The recorded backend, or a detection when there is no record.
+/// The recorded backend, or a detection when there is no record. The plugin then records what it found
+/// (best effort), so only the first ADD on a node pays for the probe: the installer runs in an image with
+/// no iptables of its own and can only record the backend when it is given the node's root.
 pub fn for_plugin(run_dir: &Path) -> Result<Backend> {
-    match read_record(run_dir)? {
-        Some(b) => Ok(b),
-        None => {
-            log::info!(
-                "no {RECORD_FILE} in {}: detecting the iptables backend",
-                run_dir.display()
+    if let Some(b) = read_record(run_dir)? {
+        return Ok(b);
+    }
+    log::info!(
+        "no {RECORD_FILE} in {}: detecting the iptables backend",
+        run_dir.display()
+    );
+    let b = detect_host()?;
+    if run_dir.is_dir() {
+        let record = run_dir.join(RECORD_FILE);
+        if let Err(e) =
+            crate::fsutil::write_atomic(&record, format!("{}\n", b.name()).as_bytes(), 0o644)
+        {
+            log::warn!(
+                "could not record the iptables backend in {}: {e}",
+                record.display()
             );
-            detect_host()
         }
     }
-}
-
-fn on_path(prog: &str) -> bool {
-    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into());
-    path.split(':')
-        .any(|d| !d.is_empty() && Path::new(d).join(prog).is_file())
+    Ok(b)
 }
 
 /// Number of rule lines (`-A ...`) `prog` dumps, or None when it cannot run.
 fn rule_count(prog: &str) -> Option<usize> {
-    if !on_path(prog) {
-        return None;
-    }
-    let out = Command::new(prog)
+    let out = tool::find(prog)?
+        .command()
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
@@ -148,7 +153,7 @@ pub fn detect_host() -> Result<Backend> {
         rule_count("iptables-nft-save"),
         rule_count("ip6tables-nft-save"),
     );
-    let b = choose(legacy, nft, on_path("iptables-restore"))?;
+    let b = choose(legacy, nft, tool::find("iptables-restore").is_some())?;
     log::info!(
         "iptables backend: {} (legacy rules {legacy:?}, nft rules {nft:?})",
         b.name()
@@ -156,18 +161,20 @@ pub fn detect_host() -> Result<Backend> {
     Ok(b)
 }
 
-/// The backend's tool for `family`, checked to exist, with an error that says what to install.
-pub fn require(b: Backend, family: Family, tool: &str) -> Result<String> {
+/// The backend's tool for `family`, located, with an error that says what to install.
+pub fn require(b: Backend, family: Family, tool: &str) -> Result<tool::Tool> {
     let prog = b.program(family, tool);
-    if on_path(&prog) {
-        Ok(prog)
-    } else {
-        Err(Error::other(format!(
-            "{prog} not found on PATH ({} backend, {}): install iptables on the node",
+    tool::find(&prog).ok_or_else(|| {
+        let place = match std::env::var_os(tool::HOST_ROOT_ENV) {
+            Some(r) if !r.is_empty() => format!("under the host root {}", r.to_string_lossy()),
+            _ => "on PATH".to_string(),
+        };
+        Error::other(format!(
+            "{prog} not found {place} ({} backend, {}): install iptables on the node",
             b.name(),
             family.name()
-        )))
-    }
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -12,41 +12,9 @@ use std::process::{Command, Stdio};
 const POD_SCOPED_LOCK: &str = "/proc/self/ns/net";
 
 fn command(b: Backend, family: Family, tool: &str) -> Result<Command> {
-    let prog = backend::require(b, family, tool)?;
-    let mut c = Command::new(prog);
+    let mut c = backend::require(b, family, tool)?.command();
     if b.uses_lock() {
         c.env("XTABLES_LOCKFILE", POD_SCOPED_LOCK);
-    }
-    // iptables resolves every `--uid-owner 1337` through NSS (getpwnam) before trying it as a number; on a
-    // node whose nsswitch.conf points at LDAP/sssd that can stall ADD. Like upstream, give the child a private
-    // mount namespace with /dev/null over /etc/nsswitch.conf (plain files lookups). Best effort: when it
-    // cannot be set up the command runs with the node's NSS.
-    // SAFETY: the closure runs in the forked child before exec and only makes raw syscalls (unshare,
-    // mount); it allocates nothing and touches no locks, so it is async-signal-safe.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        c.pre_exec(|| {
-            use nix::mount::{mount, MsFlags};
-            if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).is_ok()
-                && mount(
-                    None::<&str>,
-                    "/",
-                    None::<&str>,
-                    MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                    None::<&str>,
-                )
-                .is_ok()
-            {
-                let _ = mount(
-                    Some("/dev/null"),
-                    "/etc/nsswitch.conf",
-                    None::<&str>,
-                    MsFlags::MS_BIND,
-                    None::<&str>,
-                );
-            }
-            Ok(())
-        });
     }
     Ok(c)
 }

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod exec;
 pub mod save;
 pub mod state;
+pub mod tool;
 
 pub use backend::Backend;
 

@@ -1,0 +1,114 @@
+//! Where the iptables programs are and how to start them.
+//!
+//! The plugin runs on the node and finds them on `PATH`. The installer and the repair agent run in a
+//! FROM-scratch image with no iptables of its own; with `ISTIO_CNI_HOST_ROOT` set (the manifests set it to
+//! `/host/proc/1/root`, the node's root through the read-only host `/proc` mount) they run the node's own
+//! binaries: looked up under that root, and started chrooted into it (needs CAP_SYS_CHROOT).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Run the node's iptables from inside a container by chrooting into this directory.
+pub const HOST_ROOT_ENV: &str = "ISTIO_CNI_HOST_ROOT";
+/// Where to look for the tools under the host root.
+const HOST_PATH: &str = "/usr/local/sbin:/usr/sbin:/sbin:/usr/local/bin:/usr/bin:/bin";
+
+/// A located program: its path as the child sees it, and the root to chroot into, if any.
+#[derive(Debug, Clone)]
+pub struct Tool {
+    pub path: PathBuf,
+    pub root: Option<PathBuf>,
+}
+
+fn host_root() -> Option<PathBuf> {
+    std::env::var_os(HOST_ROOT_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Finds `prog` on `PATH`, or under the host root when [`HOST_ROOT_ENV`] is set.
+pub fn find(prog: &str) -> Option<Tool> {
+    match host_root() {
+        Some(root) => HOST_PATH.split(':').find_map(|d| {
+            let inside = Path::new(d).join(prog);
+            let outside = root.join(inside.strip_prefix("/").unwrap_or(&inside));
+            outside.is_file().then(|| Tool {
+                path: inside,
+                root: Some(root.clone()),
+            })
+        }),
+        None => {
+            let path = std::env::var("PATH").unwrap_or_else(|_| HOST_PATH.into());
+            path.split(':').filter(|d| !d.is_empty()).find_map(|d| {
+                let p = Path::new(d).join(prog);
+                p.is_file().then(|| Tool {
+                    path: p,
+                    root: None,
+                })
+            })
+        }
+    }
+}
+
+impl Tool {
+    /// A command for the tool. In the child, before exec: chroot into the host root when there is one, then
+    /// a private mount namespace with /dev/null over /etc/nsswitch.conf. iptables resolves every
+    /// `--uid-owner 1337` through NSS (getpwnam) before trying it as a number; on a node whose nsswitch.conf
+    /// points at LDAP/sssd that can stall ADD (upstream does the same bind mount). The NSS part is best
+    /// effort: without it the command runs with the node's NSS.
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(&self.path);
+        let root: Option<CString> = self
+            .root
+            .as_ref()
+            .and_then(|r| CString::new(r.as_os_str().as_bytes()).ok());
+        // SAFETY: the closure runs in the forked child before exec and only makes raw syscalls (unshare,
+        // mount, chroot, chdir) on C strings prepared before the fork; nix passes the short literal paths
+        // through a stack buffer. It allocates nothing and takes no locks, so it is async-signal-safe.
+        unsafe {
+            c.pre_exec(move || {
+                use nix::mount::{mount, MsFlags};
+                let private = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).is_ok()
+                    && mount(
+                        None::<&str>,
+                        "/",
+                        None::<&str>,
+                        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                        None::<&str>,
+                    )
+                    .is_ok();
+                if let Some(root) = &root {
+                    nix::unistd::chroot(root.as_c_str())?;
+                    nix::unistd::chdir("/")?;
+                }
+                if private {
+                    let _ = mount(
+                        Some("/dev/null"),
+                        "/etc/nsswitch.conf",
+                        None::<&str>,
+                        MsFlags::MS_BIND,
+                        None::<&str>,
+                    );
+                }
+                Ok(())
+            });
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_tools_on_path_or_under_a_root() {
+        // `sh` exists on every test machine, under / as well.
+        let t = find("sh").expect("sh on PATH");
+        assert!(t.root.is_none() && t.path.is_absolute());
+        assert!(find("no-such-tool-here").is_none());
+    }
+}

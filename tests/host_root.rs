@@ -1,0 +1,46 @@
+//! `ISTIO_CNI_HOST_ROOT`: the installer and repair agent run the node's iptables from a scratch image by
+//! chrooting into the node's root. Here the "node root" is `/proc/self/root` (in the chrooting child that is
+//! its own root, as `/host/proc/1/root` is the node's for a container). Its own test binary: it sets a
+//! process-wide variable. Root only.
+
+mod common;
+
+use common::{conformance_dir, require_root, Netns};
+use istio_cni::iptables::apply::{apply, Outcome, Plan};
+use istio_cni::iptables::{backend, tool, Backend, Family};
+
+#[test]
+fn iptables_run_chrooted_into_the_host_root() {
+    if !require_root() {
+        return;
+    }
+    std::env::set_var(tool::HOST_ROOT_ENV, "/proc/self/root");
+    let t = tool::find("iptables-nft-restore").expect("found under the host root");
+    assert_eq!(
+        t.root.as_deref(),
+        Some(std::path::Path::new("/proc/self/root"))
+    );
+    assert!(
+        t.path.starts_with("/usr") || t.path.starts_with("/sbin"),
+        "{:?}",
+        t.path
+    );
+    assert!(backend::detect_host().is_ok());
+
+    let ns = Netns::new("hostroot");
+    let doc = std::fs::read_to_string(conformance_dir().join("pod/basic/expected.rules")).unwrap();
+    let plan = Plan {
+        docs: vec![(Family::V4, doc)],
+        tproxy: None,
+        ipv6_passthrough: false,
+    };
+    let r = apply(&ns.path(), Backend::Nft, plan).unwrap();
+    assert_eq!(r[0].1, Outcome::Applied);
+    assert!(ns.exec_ok(&["iptables-nft-save"]).contains(":ISTIO_OUTPUT"));
+
+    std::env::set_var(tool::HOST_ROOT_ENV, "/nonexistent-root");
+    let e = backend::require(Backend::Nft, Family::V4, "restore")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("under the host root /nonexistent-root"), "{e}");
+}
