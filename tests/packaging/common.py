@@ -59,7 +59,8 @@ def install_sources() -> list:
 def env_names_read() -> set:
     """Upper-case string literals in install-cni's sources outside tests: the env names it reads."""
     names = set()
-    for path in install_sources():
+    # install-cni also reads ISTIO_CNI_HOST_ROOT through the iptables module it shares with the repair agent.
+    for path in install_sources() + [INSTALL_DIR.parent / "iptables" / "tool.rs"]:
         names |= set(re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)"', _without_tests(path.read_text())))
     return names
 

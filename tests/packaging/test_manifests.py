@@ -23,7 +23,7 @@ from common import (
 # Kubernetes versions validated against: the oldest still commonly run and the newest the schemas know.
 K8S_VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
 
-REPAIR_CAPS = {"SYS_ADMIN", "SYS_PTRACE", "NET_ADMIN", "NET_RAW"}
+REPAIR_CAPS = {"SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT", "NET_ADMIN", "NET_RAW"}
 
 # The repair RBAC each mode needs: (resource, verb) pairs in the core group. None = no repair role at all.
 REPAIR_RULES = {
@@ -205,6 +205,9 @@ class ManifestChecks:
         self.assertEqual(self.r.config["REPAIR_INIT_CONTAINER_NAME"], "istio-validation")
         self.assertEqual(self.r.config["REPAIR_BROKEN_POD_LABEL_KEY"], "cni.istio.io/uninitialized")
         self.assertEqual(self.r.config["REPAIR_BROKEN_POD_LABEL_VALUE"], "true")
+        # The node's iptables run through the host /proc mount, which only repair in place has.
+        want_root = "/host/proc/1/root" if mode == "repair" else ""
+        self.assertEqual(self.r.config.get("ISTIO_CNI_HOST_ROOT", ""), want_root)
 
     def test_chained_mode(self):
         self.assertEqual(go_bool(self.r.config["CHAINED_CNI_PLUGIN"]), self.variant["chained"])
