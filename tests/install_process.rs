@@ -364,6 +364,8 @@ fn sigterm_twice_uninstalls_cleanly() {
         n.injected(1500) && n.bin.join("istio-cni").exists()
     });
     assert!(n.run.join("log.sock").exists() && n.run.join("istio-cni-kubeconfig").exists());
+    // The backend record (written by the installer or by the plugin's first ADD) goes with the rest.
+    fs::write(n.run.join("iptables-backend"), "nft\n").unwrap();
     p.signal(Signal::SIGTERM);
     p.signal(Signal::SIGTERM);
     let st = p.wait_exit(LONG);
@@ -377,6 +379,7 @@ fn sigterm_twice_uninstalls_cleanly() {
     assert_eq!(names(&n.conf), vec![PRIMARY]);
     assert!(!n.bin.join("istio-cni").exists());
     assert!(!n.run.join("istio-cni-kubeconfig").exists() && !n.run.join("log.sock").exists());
+    assert!(!n.run.join("iptables-backend").exists());
 }
 
 #[test]

@@ -19,15 +19,23 @@ pub enum Outcome {
 
 /// True when both files have the same bytes.
 pub fn same_content(a: &Path, b: &Path) -> Result<bool> {
-    let (ma, mb) = match (std::fs::metadata(a), std::fs::metadata(b)) {
+    // Sizes from the opened files, not a separate stat of the paths: under qemu-user a stat of
+    // /proc/self/exe describes qemu, while opening it gives our binary.
+    let (mut fa, mut fb) = match (File::open(a), File::open(b)) {
         (Ok(x), Ok(y)) => (x, y),
         _ => return Ok(false),
     };
-    if ma.len() != mb.len() {
+    let la = fa
+        .metadata()
+        .io_context(|| format!("stat {}", a.display()))?
+        .len();
+    let lb = fb
+        .metadata()
+        .io_context(|| format!("stat {}", b.display()))?
+        .len();
+    if la != lb {
         return Ok(false);
     }
-    let mut fa = File::open(a).io_context(|| format!("open {}", a.display()))?;
-    let mut fb = File::open(b).io_context(|| format!("open {}", b.display()))?;
     let (mut ba, mut bb) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
     loop {
         let n = read_full(&mut fa, &mut ba).io_context(|| format!("read {}", a.display()))?;

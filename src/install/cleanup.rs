@@ -79,7 +79,7 @@ pub fn scan_and_remove(dir: &Path, owned_name: Option<&str>) -> Result<Vec<Strin
     }
 }
 
-/// Full cleanup for an installer: config, kubeconfig, binary, log socket.
+/// Full cleanup for an installer: config, kubeconfig, binary, log socket, backend record.
 pub fn cleanup(inst: &Installer) -> Result<()> {
     let s = &inst.settings;
     let mut first_err: Option<Error> = None;
@@ -125,14 +125,17 @@ pub fn cleanup(inst: &Installer) -> Result<()> {
             )
         }));
     }
-    let sock = s.run_dir.join(super::relay::SOCKET_NAME);
-    note(fsutil::remove_if_exists(&sock).map(|r| {
-        format!(
-            "{}: {}",
-            sock.display(),
-            if r { "removed" } else { "absent" }
-        )
-    }));
+    // The relay socket and the iptables backend record (a later install records it afresh).
+    for f in [
+        super::relay::SOCKET_NAME,
+        crate::iptables::backend::RECORD_FILE,
+    ] {
+        let p = s.run_dir.join(f);
+        note(
+            fsutil::remove_if_exists(&p)
+                .map(|r| format!("{}: {}", p.display(), if r { "removed" } else { "absent" })),
+        );
+    }
     match first_err {
         Some(e) => Err(e),
         None => Ok(()),
