@@ -21,13 +21,14 @@ pub struct Outcome {
 /// Runs the CNI command `cmd` for this process: real environment, stdin and stdout.
 pub fn run_cni(cmd: &str) -> i32 {
     logging::init(log::LevelFilter::Info);
-    let mut stdin = String::new();
+    let mut bytes = Vec::new();
     // Bounded read: a runtime never sends megabytes; anything larger is refused as a decode error.
     let read = std::io::stdin()
         .take(crate::json::MAX_INPUT as u64 + 1)
-        .read_to_string(&mut stdin);
+        .read_to_end(&mut bytes);
     let stdin = match read {
-        Ok(_) => Ok(stdin),
+        Ok(_) => String::from_utf8(bytes)
+            .map_err(|_| Error::Decode("network configuration: stdin is not valid UTF-8".into())),
         Err(e) => Err(Error::io("read network configuration from stdin", e)),
     };
     let out = handle(cmd, &|k| std::env::var(k).ok(), stdin);
