@@ -387,4 +387,12 @@ fn one_shot_failures_and_bad_options_exit_non_zero() {
         "{}",
         show(&out)
     );
+    // Without a node name the agent would only ever see unscheduled pods: refuse instead.
+    let out = api.run_once(&["--label-pods".into()]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("REPAIR_NODE_NAME"),
+        "{}",
+        show(&out)
+    );
 }

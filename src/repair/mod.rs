@@ -45,6 +45,12 @@ pub fn net_conf(rt: &Runtime) -> Result<crate::cni::NetConf> {
 /// pods that could not be acted on (one-shot mode).
 pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> {
     let det = detect::Detector::new(opts.clone())?;
+    // Upstream would then watch `spec.nodeName=` (unscheduled pods only) and silently never repair anything.
+    if opts.node_name.trim().is_empty() {
+        return Err(crate::Error::config(
+            "repair: no node name: set REPAIR_NODE_NAME (or --repair-node-name) from the pod's spec.nodeName",
+        ));
+    }
     let actor = action::Actor {
         client: client.clone(),
         opts: opts.clone(),
