@@ -9,6 +9,7 @@ plugin exec is timed. The API is the HTTPS kube-double on 127.0.0.1.
 """
 
 import argparse
+import concurrent.futures
 import ctypes
 import gc
 import http.client
@@ -30,6 +31,7 @@ import cgprofile as cg_profile  # noqa: E402  (--profile: callgrind of one invoc
 
 PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CNI_DIR = "/usr/lib/cni"
+PODS_PER_NODE = 100
 CLONE_NEWNET = 0x40000000
 LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -267,6 +269,7 @@ class Bench:
         self.node = self.nss.new_names(1)[0]
         self.nss.create([self.node])
         self.nss.run_in(self.node, ["ip", "addr", "add", "10.199.0.1/32", "dev", "lo"], check=True)
+        self.cur_node, self.node_seq, self.node_pods = self.node, 0, 0
         self.bins = {"ours": self.plugin_dir("ours", a.bin)}
         if a.peer:
             self.bins["peer"] = self.plugin_dir("peer", a.peer)
@@ -292,36 +295,55 @@ class Bench:
         return d
 
     def make_pods(self, count, dual):
-        """`count` pod namespaces wired by ptp + host-local inside the node namespace; returns
-        [(netns name, ptp result)]."""
+        """`count` pod namespaces wired by ptp + host-local inside a node namespace; returns
+        [(netns name, ptp result)]. ptp runs in parallel threads (each enters the node namespace for its
+        own spawn): dual-stack wiring waits ~1 s per pod for IPv6 duplicate address detection."""
         names = self.nss.new_names(count)
         self.nss.create(names)
-        out = []
+        work = []
         for n in names:
-            ranges = [[{"subnet": "10.200.0.0/16"}]]
+            # A real node has at most ~110 pods (kubelet's default max-pods): a new node namespace, with its
+            # own /24, every PODS_PER_NODE pods (thousands of veths in one namespace make ptp slow).
+            if self.node_pods >= PODS_PER_NODE:
+                self.node_pods = 0
+                self.node_seq += 1
+                nn = self.nss.new_names(1)[0]
+                self.nss.create([nn])
+                self.cur_node = nn
+            self.node_pods += 1
+            k = self.node_seq
+            ranges = [[{"subnet": f"10.{200 + k // 256}.{k % 256}.0/24"}]]
             routes = [{"dst": "0.0.0.0/0"}]
             if dual:
-                ranges.append([{"subnet": "fd00:200::/64"}])
+                ranges.append([{"subnet": f"fd00:200:{k:x}::/64"}])
                 routes.append({"dst": "::/0"})
-            if self.a.wiring == "bare":
-                ip = f"10.201.{(self.pod_seq // 250) % 250}.{self.pod_seq % 250 + 2}"
+            work.append((n, self.cur_node, ranges, routes))
+        if self.a.wiring == "bare":
+            out = []
+            for n, _, _, _ in work:
                 self.pod_seq += 1
+                ip = f"10.201.{(self.pod_seq // 250) % 250}.{self.pod_seq % 250 + 2}"
                 ips = [{"address": f"{ip}/16", "interface": 0}]
                 if dual:
                     ips.append({"address": f"fd00:201::{self.pod_seq:x}/64", "interface": 0})
-                res = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": f"/run/netns/{n}"}],
-                       "ips": ips}
-                out.append((n, res))
-                continue
+                out.append((n, {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": f"/run/netns/{n}"}],
+                                "ips": ips}))
+            return out
+
+        def wire(item):
+            n, node, ranges, routes = item
             conf = {"cniVersion": "1.0.0", "name": "bench", "type": "ptp", "ipMasq": False,
                     "ipam": {"type": "host-local", "dataDir": self.ipam_dir, "ranges": ranges, "routes": routes}}
             env = {"PATH": PATH_ENV, "CNI_COMMAND": "ADD", "CNI_CONTAINERID": n, "CNI_NETNS": f"/run/netns/{n}",
                    "CNI_IFNAME": "eth0", "CNI_PATH": CNI_DIR}
-            r = self.nss.run_in(self.node, [os.path.join(CNI_DIR, "ptp")], input=json.dumps(conf), text=True,
+            r = self.nss.run_in(node, [os.path.join(CNI_DIR, "ptp")], input=json.dumps(conf), text=True,
                                 capture_output=True, env=env)
             if r.returncode != 0:
                 raise BenchError(f"ptp ADD for {n} failed: {r.stdout.strip()} {r.stderr.strip()}")
-            out.append((n, json.loads(r.stdout)))
+            return n, json.loads(r.stdout)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=64 if dual else 8) as ex:
+            out = list(ex.map(wire, work))
         return out
 
     def conf(self, backend, prev, cni_version="1.0.0"):
