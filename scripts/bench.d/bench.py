@@ -93,6 +93,14 @@ class Namespaces:
             setns(self.host_fd)
             os.close(fd)
 
+    def delete(self, names):
+        names = set(names)
+        if not names:
+            return
+        batch = "".join(f"netns del {n}\n" for n in names)
+        subprocess.run(["ip", "-force", "-batch", "-"], input=batch, text=True, capture_output=True)
+        self.names = [n for n in self.names if n not in names]
+
     def cleanup(self):
         if not self.names:
             return
@@ -390,9 +398,9 @@ class Bench:
         return "".join(blocks), None
 
     # ---- the cases
-    def plan(self):
-        """Builds the case list: each case has jobs (one per run, warm-up included) and a floor."""
-        n = self.a.runs + self.a.warmup
+    def plan(self, n, tag):
+        """Builds the case list for `n` rounds: each case has jobs (one per run) and a floor. `tag` keeps pod
+        names unique across chunks."""
         a = self.a
         cases = []
         impls = list(self.bins)
@@ -431,7 +439,7 @@ class Bench:
 
         # ADD of a pod without sidecar: one GET.
         pods = []
-        names = [f"plain-{i}" for i in range(n)]
+        names = [f"plain-{tag}{i}" for i in range(n)]
         for nm in names:
             pods.append(pod_object(nm, sidecar=False))
         double.add_pods(pods)
@@ -455,7 +463,9 @@ class Bench:
         ]
         for case, label, backend, ann, penv, dual in variants:
             if backend not in self.backends:
-                self.notes.append(f"{case}: skipped, iptables backend {backend} not available")
+                note = f"{case}: skipped, iptables backend {backend} not available"
+                if note not in self.notes:
+                    self.notes.append(note)
                 continue
             # Documents for the floors, from a representative pod.
             rep = pod_object("rep", annotations=ann, env=penv,
@@ -482,7 +492,7 @@ class Bench:
                      kind="floor", check=(backend, [x[0] for x in fr]))
             # Floor: GET + restore in one minimal process.
             fc = self.make_pods(n, dual)
-            names = [f"fl-{case}-{i}" for i in range(n)]
+            names = [f"fl-{case}-{tag}{i}" for i in range(n)]
             double.add_pods([pod_object(nm, annotations=ann, env=penv) for nm in names])
             jobs = []
             for (nsname, _), nm in zip(fc, names):
@@ -495,7 +505,7 @@ class Bench:
                      kind="floor", check=(backend, [x[0] for x in fc]))
             for impl in impls:
                 pp = self.make_pods(n, dual)
-                names = [f"{impl}-{case}-{i}" for i in range(n)]
+                names = [f"{impl}-{case}-{tag}{i}" for i in range(n)]
                 objs = []
                 jobs = []
                 for (nsname, prev), nm in zip(pp, names):
@@ -517,7 +527,7 @@ class Bench:
                              floor="floor-noop")
             if case == "add-redirect-nft":
                 fs = self.make_pods(n, False)
-                names = [f"fs-{i}" for i in range(n)]
+                names = [f"fs-{tag}{i}" for i in range(n)]
                 double.add_pods([pod_object(nm) for nm in names])
                 jobs = [([floor_exe, "get", double.ca, double.token, f"{api}/api/v1/namespaces/default/pods/{nm}",
                           "netns", f"/run/netns/{nsname}", "save", "iptables-nft-save"], self.base_env, None, None)
@@ -574,23 +584,49 @@ class Bench:
                                  f"after the run:\n{r.stdout[:1500]}")
 
     def run_cases(self):
-        os.makedirs(os.path.join(self.work, "logs"), exist_ok=True)
-        log("==> planning cases (creating pod namespaces, pods in the double, floor documents)")
-        t = time.time()
-        cases = self.plan()
-        log(f"    {len(cases)} case columns, {len(self.nss.names)} namespaces, set-up {time.time() - t:.1f} s")
-        n = self.a.runs + self.a.warmup
-        log(f"==> timing: {self.a.warmup} warm-up + {self.a.runs} runs per case, interleaved")
-        gc.disable()
-        t = time.time()
-        for i in range(n):
+        """Interleaved rounds, in chunks: each chunk's pods (about 13 per round) exist only while it runs, so
+        the node never holds more pod namespaces than a real one (each is a mount under /run/netns, and the
+        mount table's size shows in what children of a new mount namespace pay)."""
+        total = self.a.runs + self.a.warmup
+        log(f"==> timing: {self.a.warmup} warm-up + {self.a.runs} runs per case, interleaved, in chunks of "
+            f"{self.a.chunk} rounds (pods created before each chunk, deleted after it)")
+        merged, order = {}, []
+        done, chunk, setup_s, loop_s, most = 0, 0, 0.0, 0.0, 0
+        while done < total:
+            k = min(self.a.chunk, total - done)
+            first = len(self.nss.names)
+            self.node_pods = PODS_PER_NODE  # a fresh node namespace per chunk
+            t = time.time()
+            cases = self.plan(k, f"c{chunk}-")
+            setup_s += time.time() - t
+            most = max(most, len(self.nss.names))
+            self.settle()
+            gc.disable()
+            t = time.time()
+            for i in range(k):
+                for c in cases:
+                    self.run_job(c, c["jobs"][i], keep=done + i >= self.a.warmup)
+            loop_s += time.time() - t
+            gc.enable()
             for c in cases:
-                self.run_job(c, c["jobs"][i], keep=i >= self.a.warmup)
-        gc.enable()
-        log(f"    timed loop {time.time() - t:.1f} s")
-        for c in cases:
-            self.verify(c)
-        self.cases = cases
+                self.verify(c)
+                key = (c["name"], c["impl"])
+                if key in merged:
+                    merged[key]["samples"].extend(c["samples"])
+                else:
+                    merged[key] = c
+                    order.append(key)
+                c["jobs"] = None
+            self.nss.delete(self.nss.names[first:])
+            done += k
+            chunk += 1
+        log(f"    {len(order)} case columns, {chunk} chunks, at most {most} namespaces at a time; set-up "
+            f"{setup_s:.1f} s, timed loops {loop_s:.1f} s")
+        self.cases = [merged[k] for k in order]
+
+    def settle(self):
+        """Lets the kernel finish tearing down deleted namespaces (async work) before timing again."""
+        time.sleep(self.a.settle)
 
     # ---- 50 concurrent ADDs
     def concurrency(self):
@@ -599,6 +635,8 @@ class Bench:
             for impl in self.bins:
                 for rep in range(self.a.bursts):
                     k = self.a.burst
+                    first = len(self.nss.names)
+                    self.node_pods = PODS_PER_NODE
                     pp = self.make_pods(k, False)
                     names = [f"burst-{impl}-{backend}-{rep}-{i}" for i in range(k)]
                     objs, jobs = [], []
@@ -610,6 +648,7 @@ class Bench:
                                            f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={nm}")
                         jobs.append((self.argv(impl), env, conf))
                     self.double.add_pods(objs)
+                    self.settle()
                     logdir = os.path.join(self.work, "logs")
                     pids, rcs = {}, {}
                     gc.disable()
@@ -639,6 +678,7 @@ class Bench:
                         r = self.nss.run_in(nsname, [f"iptables-{backend}-save"], capture_output=True, text=True)
                         if "ISTIO_OUTPUT" not in r.stdout:
                             raise BenchError(f"concurrent ADD ({impl}, {backend}): pod netns {nsname} has no rules")
+                    self.nss.delete(self.nss.names[first:])
                     lat = sorted(x.ns / 1e6 for x in samples)
                     fin = sorted((x - t0) / 1e6 for x in done_at.values())
                     out.append({"impl": impl, "backend": backend, "pods": k, "total_ms": (t1 - t0) / 1e6,
@@ -816,6 +856,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=8, help="rounds per chunk of pods (13 pods per round)")
+    ap.add_argument("--settle", type=float, default=1.0, help="seconds to wait after deleting namespaces")
     ap.add_argument("--burst", type=int, default=50)
     ap.add_argument("--bursts", type=int, default=3)
     ap.add_argument("--wiring", choices=("ptp", "bare"), default="ptp")
