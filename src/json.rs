@@ -15,10 +15,15 @@ pub const MAX_DEPTH: usize = 64;
 
 /// Parses a JSON document; `what` names it in the error ("network configuration", a file path).
 pub fn parse(text: &str, what: &str) -> Result<Value> {
-    if text.len() > MAX_INPUT {
+    parse_bounded(text, what, MAX_INPUT)
+}
+
+/// [`parse`] with another size bound (API list pages can be larger than any configuration); the depth
+/// bound is always [`MAX_DEPTH`].
+pub fn parse_bounded(text: &str, what: &str, max_len: usize) -> Result<Value> {
+    if text.len() > max_len {
         return Err(Error::Decode(format!(
-            "{what}: larger than {} bytes",
-            MAX_INPUT
+            "{what}: larger than {max_len} bytes"
         )));
     }
     if nesting_depth(text) > MAX_DEPTH {

@@ -48,50 +48,15 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// Parses a response body that must be a JSON object. Pages of pods may exceed `json::MAX_INPUT`, so
-/// this has its own (larger) bound; depth is bounded the same way.
+/// Parses a response body that must be a JSON object. Pages of pods may exceed `json::MAX_INPUT`, so the
+/// bound is the transport's body limit; depth is bounded as everywhere.
 fn parse_body(body: &[u8], what: &str) -> Result<Object> {
     let text = std::str::from_utf8(body)
         .map_err(|_| Error::Decode(format!("{what}: response is not UTF-8")))?;
-    if text.len() <= json::MAX_INPUT {
-        return json::parse_object(text, what);
+    match json::parse_bounded(text, what, super::transport::MAX_BODY as usize)? {
+        Value::Object(o) => Ok(o),
+        _ => Err(Error::Decode(format!("{what}: expected a JSON object"))),
     }
-    if depth(text) > json::MAX_DEPTH {
-        return Err(Error::Decode(format!(
-            "{what}: nested deeper than {} levels",
-            json::MAX_DEPTH
-        )));
-    }
-    match miniserde::json::from_str::<Value>(text) {
-        Ok(Value::Object(o)) => Ok(o),
-        Ok(_) => Err(Error::Decode(format!("{what}: expected a JSON object"))),
-        Err(_) => Err(Error::Decode(format!("{what}: not valid JSON"))),
-    }
-}
-
-fn depth(text: &str) -> usize {
-    let (mut d, mut max, mut in_str, mut esc) = (0usize, 0usize, false, false);
-    for b in text.bytes() {
-        if in_str {
-            match (esc, b) {
-                (true, _) => esc = false,
-                (false, b'\\') => esc = true,
-                (false, b'"') => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_str = true,
-            b'[' | b'{' => {
-                d += 1;
-                max = max.max(d);
-            }
-            b']' | b'}' => d = d.saturating_sub(1),
-            _ => {}
-        }
-    }
-    max
 }
 
 impl Client {
