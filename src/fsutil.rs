@@ -70,6 +70,30 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 /// Writes `data` to `path` atomically with exactly `mode`: temp file in the same directory, chmod, write,
 /// fsync, rename over `path`, fsync the directory. Readers see the old or the new content, never a mix.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    replace_with(path, mode, |f, tmp| {
+        f.write_all(data)
+            .io_context(|| format!("write temp file {}", tmp.display()))
+    })
+}
+
+/// Copies the file at `src` to `dst` atomically (same scheme as [`write_atomic`]) with `mode`.
+/// Streams the content, so large binaries are never held in memory.
+pub fn copy_atomic(src: &Path, dst: &Path, mode: u32) -> Result<()> {
+    let mut input = File::open(src).io_context(|| format!("open {}", src.display()))?;
+    replace_with(dst, mode, |f, tmp| {
+        std::io::copy(&mut input, f)
+            .map(|_| ())
+            .io_context(|| format!("copy {} to {}", src.display(), tmp.display()))
+    })
+}
+
+/// The shared scheme: a new temp file next to `path` with `mode`, filled by `fill`, fsynced, renamed over
+/// `path`, then the directory fsynced; the temp file is removed on any failure.
+fn replace_with(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut File, &Path) -> Result<()>,
+) -> Result<()> {
     let tmp = temp_path_for(path);
     let res = (|| -> Result<()> {
         let mut f = OpenOptions::new()
@@ -81,8 +105,7 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
         // The umask applied at create time; set the mode explicitly.
         f.set_permissions(fs::Permissions::from_mode(mode))
             .io_context(|| format!("chmod {:o} {}", mode, tmp.display()))?;
-        f.write_all(data)
-            .io_context(|| format!("write temp file {}", tmp.display()))?;
+        fill(&mut f, &tmp)?;
         f.sync_all()
             .io_context(|| format!("fsync temp file {}", tmp.display()))?;
         drop(f);
@@ -95,36 +118,6 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
         return res;
     }
     fsync_dir(&parent_of(path))
-}
-
-/// Copies the file at `src` to `dst` atomically (same scheme as [`write_atomic`]) with `mode`.
-/// Streams the content, so large binaries are never held in memory.
-pub fn copy_atomic(src: &Path, dst: &Path, mode: u32) -> Result<()> {
-    let tmp = temp_path_for(dst);
-    let res = (|| -> Result<()> {
-        let mut input = File::open(src).io_context(|| format!("open {}", src.display()))?;
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)
-            .io_context(|| format!("create temp file {}", tmp.display()))?;
-        f.set_permissions(fs::Permissions::from_mode(mode))
-            .io_context(|| format!("chmod {:o} {}", mode, tmp.display()))?;
-        std::io::copy(&mut input, &mut f)
-            .io_context(|| format!("copy {} to {}", src.display(), tmp.display()))?;
-        f.sync_all()
-            .io_context(|| format!("fsync temp file {}", tmp.display()))?;
-        drop(f);
-        fs::rename(&tmp, dst)
-            .io_context(|| format!("rename {} to {}", tmp.display(), dst.display()))?;
-        Ok(())
-    })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-        return res;
-    }
-    fsync_dir(&parent_of(dst))
 }
 
 /// Renames `from` to `to` and makes the rename durable.
