@@ -45,6 +45,22 @@ pub fn version_text(applet: &str) -> String {
     )
 }
 
+/// Parses an applet's arguments with argh, `name` shown in `--help`. `Err(code)` when parsing ended the run:
+/// help printed on stdout (0) or a usage error on stderr (2).
+pub fn parse_args<T: argh::FromArgs>(name: &str, args: &[String]) -> Result<T, i32> {
+    let strs: Vec<&str> = args.iter().map(String::as_str).collect();
+    T::from_args(&[name], &strs).map_err(|early| match early.status {
+        Ok(()) => {
+            println!("{}", early.output);
+            0
+        }
+        Err(()) => {
+            eprintln!("{}", early.output);
+            2
+        }
+    })
+}
+
 fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }

@@ -9,7 +9,6 @@ use super::server::{self, Endpoints, State};
 use super::watch::{Role, Watcher};
 use super::{cleanup, relay};
 use crate::error::{Context, IoContext, Result};
-use argh::FromArgs;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
@@ -26,21 +25,9 @@ pub fn run(name: &str, args: &[String]) -> i32 {
         }
     };
     let args = config::normalize_args(args);
-    let strs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let flags = match Flags::from_args(&[name], &strs) {
+    let flags: Flags = match crate::cli::parse_args(name, &args) {
         Ok(f) => f,
-        Err(early) => {
-            return match early.status {
-                Ok(()) => {
-                    println!("{}", early.output);
-                    0
-                }
-                Err(()) => {
-                    eprintln!("{}", early.output);
-                    2
-                }
-            }
-        }
+        Err(code) => return code,
     };
     if flags.version {
         println!("{}", crate::cli::version_text(name));

@@ -48,21 +48,9 @@ pub fn run(name: &str, args: &[String]) -> i32 {
         );
         return 0;
     }
-    let strs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let parsed = match Args::from_args(&[name], &strs) {
+    let parsed: Args = match crate::cli::parse_args(name, args) {
         Ok(a) => a,
-        Err(early) => {
-            return match early.status {
-                Ok(()) => {
-                    println!("{}", early.output);
-                    0
-                }
-                Err(()) => {
-                    eprintln!("{}", early.output);
-                    2
-                }
-            }
-        }
+        Err(code) => return code,
     };
     if parsed.version {
         println!("{}", crate::cli::version_text(name));
