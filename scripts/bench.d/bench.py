@@ -617,12 +617,18 @@ class Bench:
                     merged[key] = c
                     order.append(key)
                 c["jobs"] = None
-            self.nss.delete(self.nss.names[first:])
+            self.drop_since(first)
             done += k
             chunk += 1
         log(f"    {len(order)} case columns, {chunk} chunks, at most {most} namespaces at a time; set-up "
             f"{setup_s:.1f} s, timed loops {loop_s:.1f} s")
         self.cases = [merged[k] for k in order]
+
+    def drop_since(self, first):
+        """Deletes the namespaces created since index `first` (pods and their node namespaces); the next pod
+        gets a new node namespace."""
+        self.nss.delete(self.nss.names[first:])
+        self.node_pods = PODS_PER_NODE
 
     def settle(self):
         """Lets the kernel finish tearing down deleted namespaces (async work) before timing again."""
@@ -678,7 +684,7 @@ class Bench:
                         r = self.nss.run_in(nsname, [f"iptables-{backend}-save"], capture_output=True, text=True)
                         if "ISTIO_OUTPUT" not in r.stdout:
                             raise BenchError(f"concurrent ADD ({impl}, {backend}): pod netns {nsname} has no rules")
-                    self.nss.delete(self.nss.names[first:])
+                    self.drop_since(first)
                     lat = sorted(x.ns / 1e6 for x in samples)
                     fin = sorted((x - t0) / 1e6 for x in done_at.values())
                     out.append({"impl": impl, "backend": backend, "pods": k, "total_ms": (t1 - t0) / 1e6,
