@@ -53,25 +53,67 @@ pub fn find(prog: &str) -> Option<Tool> {
     }
 }
 
+/// NSS sources that answer locally and quickly; anything else (ldap, sss, nis, winbind, ...) may need the
+/// network, and then every iptables child gets the isolation described in [`Tool::command`].
+const LOCAL_NSS_SOURCES: [&str; 4] = ["files", "compat", "systemd", "db"];
+
+/// Whether the `passwd` or `group` lines of an nsswitch.conf name a source that is not local (pure).
+pub fn nss_may_block(nsswitch: &str) -> bool {
+    nsswitch.lines().any(|line| {
+        let line = line.split('#').next().unwrap_or("");
+        match line.split_once(':') {
+            Some((db, sources)) if matches!(db.trim(), "passwd" | "group") => sources
+                .split_whitespace()
+                .filter(|w| !w.starts_with('['))
+                .any(|w| !LOCAL_NSS_SOURCES.contains(&w)),
+            _ => false,
+        }
+    })
+}
+
+/// [`nss_may_block`] for the nsswitch.conf the tools will see (under the host root when there is one).
+fn isolate_nss(root: Option<&Path>) -> bool {
+    let path = match root {
+        Some(r) => r.join("etc/nsswitch.conf"),
+        None => PathBuf::from("/etc/nsswitch.conf"),
+    };
+    let isolate = std::fs::read_to_string(&path)
+        .map(|t| nss_may_block(&t))
+        .unwrap_or(false);
+    if isolate {
+        log::debug!(
+            "{} names a remote passwd/group source: iptables get files-only NSS",
+            path.display()
+        );
+    }
+    isolate
+}
+
 impl Tool {
-    /// A command for the tool. In the child, before exec: chroot into the host root when there is one, then
-    /// a private mount namespace with /dev/null over /etc/nsswitch.conf. iptables resolves every
-    /// `--uid-owner 1337` through NSS (getpwnam) before trying it as a number; on a node whose nsswitch.conf
-    /// points at LDAP/sssd that can stall ADD (upstream does the same bind mount). The NSS part is best
-    /// effort: without it the command runs with the node's NSS.
+    /// A command for the tool, chrooted into the host root when there is one. iptables resolves every
+    /// `--uid-owner 1337` through NSS (getpwnam) before trying it as a number; on a node whose
+    /// nsswitch.conf sends passwd/group lookups to LDAP, sssd or similar, that can stall ADD. Only there
+    /// (like upstream, which does it always) the child gets a private mount namespace with /dev/null over
+    /// /etc/nsswitch.conf, i.e. plain files lookups. Elsewhere we skip it: copying a busy node's mount table
+    /// into a new namespace costs every pod start. The isolation is best effort.
     pub fn command(&self) -> Command {
         let mut c = Command::new(&self.path);
         let root: Option<CString> = self
             .root
             .as_ref()
             .and_then(|r| CString::new(r.as_os_str().as_bytes()).ok());
+        let isolate = isolate_nss(self.root.as_deref());
+        if root.is_none() && !isolate {
+            return c;
+        }
         // SAFETY: the closure runs in the forked child before exec and only makes raw syscalls (unshare,
         // mount, chroot, chdir) on C strings prepared before the fork; nix passes the short literal paths
         // through a stack buffer. It allocates nothing and takes no locks, so it is async-signal-safe.
         unsafe {
             c.pre_exec(move || {
                 use nix::mount::{mount, MsFlags};
-                let private = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).is_ok()
+                let private = isolate
+                    && nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).is_ok()
                     && mount(
                         None::<&str>,
                         "/",
@@ -103,6 +145,19 @@ impl Tool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_remote_nss_sources_need_isolation() {
+        assert!(!nss_may_block(
+            "passwd: files systemd\ngroup: files systemd\nhosts: files dns\n"
+        ));
+        assert!(!nss_may_block(
+            "passwd: compat [NOTFOUND=return] files\n# group: ldap\n"
+        ));
+        assert!(nss_may_block("passwd: files sss\ngroup: files sss\n"));
+        assert!(nss_may_block("group:  files ldap\n"));
+        assert!(!nss_may_block("hosts: files ldap\n"));
+    }
 
     #[test]
     fn finds_tools_on_path_or_under_a_root() {

@@ -221,6 +221,34 @@ impl Pod<'_> {
         )
     }
 
+    /// ADD with the node's `/etc/nsswitch.conf` replaced (in a private mount namespace) by `nsswitch`.
+    pub fn add_with_nsswitch(&self, nsswitch: &str) -> PluginOutput {
+        let conf = self.node.dir.write("nsswitch.conf", nsswitch);
+        let env = CniEnv::new(
+            "ADD",
+            &self.name,
+            &self.ns.path(),
+            &self.node.plugins.cni_path(),
+        )
+        .with_args(&format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
+            self.name
+        ));
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            r#"mount --bind "$1" /etc/nsswitch.conf && exec "$2""#,
+            "sh",
+        ])
+        .arg(conf)
+        .arg(self.node.plugins.istio_cni());
+        run_cmd(cmd, &env, self.conf.as_bytes())
+    }
+
     pub fn add(&self) -> PluginOutput {
         self.run("ADD")
     }
