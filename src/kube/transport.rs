@@ -109,6 +109,11 @@ impl Transport {
             .timeout_global(Some(timeouts.total))
             .user_agent(concat!("istio-cni-node/", env!("CARGO_PKG_VERSION")))
             .accept("application/json")
+            // ureq allocates and zero-fills both buffers per connection (128 KiB each by default): most of a
+            // short-lived plugin's API-call instructions. Requests and response headers are a few KB; bodies
+            // stream through, so 16 KiB is plenty.
+            .input_buffer_size(16 * 1024)
+            .output_buffer_size(16 * 1024)
             .build()
             .into();
         Ok(Transport {
