@@ -42,18 +42,18 @@ pub fn run_cni(cmd: &str) -> i32 {
 
 /// The whole protocol, with the environment and stdin passed in (tests call this directly).
 pub fn handle(cmd: &str, env: &dyn Fn(&str) -> Option<String>, stdin: Result<String>) -> Outcome {
-    // The version for an error reply: the configuration's, when it can be read.
-    let conf_version = stdin
-        .as_ref()
-        .ok()
-        .and_then(|s| crate::json::parse_object(s, "stdin").ok())
-        .and_then(|o| crate::json::str_of(&o, "cniVersion").map(str::to_string))
-        .filter(|v| version::SUPPORTED.contains(&v.as_str()))
-        .unwrap_or_else(|| version::CURRENT.to_string());
+    // Kept for an error reply, which carries the configuration's version when it can be read; parsed only
+    // then, so a successful ADD parses its configuration once.
+    let raw = stdin.as_ref().ok().cloned();
     match dispatch(cmd, env, stdin) {
         Ok(stdout) => Outcome { stdout, code: 0 },
         Err(e) => {
             log::error!("{cmd}: {e}");
+            let conf_version = raw
+                .and_then(|s| crate::json::parse_object(&s, "stdin").ok())
+                .and_then(|o| crate::json::str_of(&o, "cniVersion").map(str::to_string))
+                .filter(|v| version::SUPPORTED.contains(&v.as_str()))
+                .unwrap_or_else(|| version::CURRENT.to_string());
             Outcome {
                 stdout: result::error_reply(&e, &conf_version),
                 code: 1,
