@@ -14,7 +14,6 @@ import ctypes
 import gc
 import http.client
 import json
-import math
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agents  # noqa: E402  (installer and repair agent measurements)
 import cgprofile as cg_profile  # noqa: E402  (--profile: callgrind of one invocation per kind)
+from report import fmt, machine, markdown, median, pct, report, summarize  # noqa: E402,F401
 
 PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CNI_DIR = "/usr/lib/cni"
@@ -225,32 +225,6 @@ def timed(argv, env, stdin=None, stdout=os.devnull, stderr=os.devnull, exe=None,
     if os.waitstatus_to_exitcode(status) != 0:
         raise BenchError(f"bench-spawn failed for {argv[0]} (status {status})")
     return read_result(res, argv[0])
-
-
-def pct(sorted_vals, p):
-    if not sorted_vals:
-        return None
-    k = max(0, math.ceil(p / 100.0 * len(sorted_vals)) - 1)
-    return sorted_vals[k]
-
-
-def median(vals):
-    s = sorted(vals)
-    n = len(s)
-    if n == 0:
-        return None
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-
-def summarize(samples):
-    ms = sorted(s.ns / 1e6 for s in samples)
-    rss = [s.rss_kb for s in samples]
-    return {
-        "n": len(ms),
-        "median_ms": median(ms), "p99_ms": pct(ms, 99), "min_ms": ms[0], "max_ms": ms[-1],
-        "rss_kb_max": max(rss), "rss_kb_median": median(rss),
-        "cpu_ms_median": median([s.cpu_s * 1000 for s in samples]),
-    }
 
 
 # --- the bench ----------------------------------------------------------------------------------------
@@ -733,122 +707,6 @@ class Bench:
             log(f"kept the work directory (logs of every invocation): {self.work}")
         else:
             shutil.rmtree(self.work, ignore_errors=True)
-
-
-def machine():
-    cpu = "unknown"
-    try:
-        for l in open("/proc/cpuinfo"):
-            if l.startswith("model name"):
-                cpu = l.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": os.uname().release, "loadavg_at_end": os.getloadavg(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-
-
-def fmt(v, d=2):
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{d}f}"
-    return str(v)
-
-
-def report(b, a, extra):
-    by = {}
-    for c in b.cases:
-        by[(c["name"], c["impl"])] = c
-    rows = []
-    order = []
-    for c in b.cases:
-        if c["name"] not in order:
-            order.append(c["name"])
-    peer = "peer" in b.bins
-    for name in order:
-        for impl in ("ours", "floor"):
-            c = by.get((name, impl))
-            if not c:
-                continue
-            s = summarize(c["samples"])
-            row = {"case": name, "label": c["label"], "impl": impl, **s}
-            if c["floor"]:
-                f = summarize(by[(c["floor"], "floor")]["samples"])
-                row["floor"] = c["floor"]
-                row["floor_median_ms"] = f["median_ms"]
-                row["ratio_to_floor"] = s["median_ms"] / f["median_ms"]
-            if peer and (name, "peer") in by:
-                p = summarize(by[(name, "peer")]["samples"])
-                row["peer"] = p
-                row["ratio_to_peer"] = s["median_ms"] / p["median_ms"]
-                if c["floor"]:
-                    p["ratio_to_floor"] = p["median_ms"] / row["floor_median_ms"]
-            rows.append(row)
-    m = machine()
-    doc = {"machine": m, "binary": {"path": a.bin, "size_bytes": os.path.getsize(a.bin)},
-           "peer": {"path": a.peer, "size_bytes": os.path.getsize(a.peer)} if a.peer else None,
-           "runs": a.runs, "warmup": a.warmup, "wiring": a.wiring, "cases": rows,
-           "concurrent": b.burst_results, "breakdown": b.breakdown(), "notes": b.notes, **extra}
-    return doc
-
-
-def markdown(doc):
-    m = doc["machine"]
-    out = []
-    out.append(f"Measured {m['date']} on {m['nproc']} × {m['cpu']}, kernel {m['kernel']} (load average at the "
-               f"end {m['loadavg_at_end'][0]:.2f}); "
-               f"{doc['runs']} runs per case (+{doc['warmup']} warm-up), fresh process per run, "
-               f"pods wired by {doc['wiring']}. Binary: {doc['binary']['size_bytes']} bytes "
-               f"({doc['binary']['size_bytes'] / 1048576:.2f} MiB).\n")
-    peer = doc.get("peer")
-    hdr = "| case | median ms | p99 ms | min ms | max ms | peak RSS KiB | floor median ms | × floor |"
-    sep = "|---|---:|---:|---:|---:|---:|---:|---:|"
-    if peer:
-        hdr += " peer median ms | peer p99 ms | peer RSS KiB | peer × floor | ours ÷ peer |"
-        sep += "---:|---:|---:|---:|---:|"
-    if doc["cases"]:
-        out += [hdr, sep]
-    for r in doc["cases"]:
-        label = r["label"] if r["impl"] != "floor" else f"*floor:* {r['label']}"
-        line = (f"| {label} | {fmt(r['median_ms'])} | {fmt(r['p99_ms'])} | {fmt(r['min_ms'])} | "
-                f"{fmt(r['max_ms'])} | {r['rss_kb_max']} | {fmt(r.get('floor_median_ms'))} | "
-                f"{fmt(r.get('ratio_to_floor'))} |")
-        if peer:
-            p = r.get("peer")
-            if p:
-                line += (f" {fmt(p['median_ms'])} | {fmt(p['p99_ms'])} | {p['rss_kb_max']} | "
-                         f"{fmt(p.get('ratio_to_floor'))} | {fmt(r.get('ratio_to_peer'))} |")
-            else:
-                line += " | | | | |"
-        out.append(line)
-    if doc.get("concurrent"):
-        serial = {(r["case"], "ours"): r["median_ms"] for r in doc["cases"] if r["impl"] == "ours"}
-        serial.update({(r["case"], "peer"): r["peer"]["median_ms"] for r in doc["cases"] if r.get("peer")})
-        out += ["", "| concurrent ADDs (redirect) | pods | total ms | amortized ms/pod | ÷ serial median | "
-                "own latency median / p99 / max ms | done after burst start, median ms | all succeeded |",
-                "|---|---:|---:|---:|---:|---:|---:|---|"]
-        for c in doc["concurrent"]:
-            s = serial.get((c["serial_case"], c["impl"]))
-            c["amortized_over_serial"] = c["per_pod_amortized_ms"] / s if s else None
-            out.append(f"| {c['impl']}, {c['backend']} | {c['pods']} | {fmt(c['total_ms'], 1)} | "
-                       f"{fmt(c['per_pod_amortized_ms'])} | {fmt(c['amortized_over_serial'])} | "
-                       f"{fmt(c['latency_median_ms'])} / {fmt(c['latency_p99_ms'])} / {fmt(c['latency_max_ms'])} | "
-                       f"{fmt(c['done_since_burst_median_ms'])} | {'yes' if c['all_succeeded'] else 'NO'} |")
-    if doc.get("breakdown"):
-        out += ["", "| where ADD's time goes (ours, medians from the plugin's own log) | pod lookup ms | rules built ms | restore ms |",
-                "|---|---:|---:|---:|"]
-        for k, v in doc["breakdown"].items():
-            rs = ", ".join(f"{kk[8:-3]} {fmt(vv)}" for kk, vv in v.items() if kk.startswith("restore_"))
-            out.append(f"| {k} | {fmt(v.get('pod_lookup_ms'))} | {fmt(v.get('rules_built_ms'))} | {rs or '–'} |")
-    for sec in ("installer", "repair"):
-        if doc.get(sec):
-            out += ["", agents.markdown(sec, doc[sec])]
-    if doc.get("profile"):
-        out += ["", cg_profile.markdown(doc["profile"])]
-    for n in doc.get("notes", []):
-        out.append(f"\n- {n}")
-    return "\n".join(out) + "\n"
 
 
 def main():
