@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 use ureq::Agent;
 
 use super::config::Config;
@@ -16,6 +18,45 @@ use crate::error::{Error, Result};
 
 /// Largest response body read into memory (a page of pods); watch streams are read line by line.
 pub const MAX_BODY: u64 = 64 << 20;
+
+/// ureq's resolver, except that an IP-literal host (what `KUBERNETES_SERVICE_HOST` always is) resolves
+/// inline: with a connect timeout set, the default resolver starts a lookup thread for every request, even
+/// for a literal.
+#[derive(Debug, Default)]
+struct LiteralFirst(DefaultResolver);
+
+/// The address of an IP-literal URI (`https://10.96.0.1:443/...`, `https://[fd00::1]:6443/...`).
+fn literal_addr(uri: &ureq::http::Uri) -> Option<std::net::SocketAddr> {
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let ip: std::net::IpAddr = host.parse().ok()?;
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("http") {
+            80
+        } else {
+            443
+        });
+    Some(std::net::SocketAddr::new(ip, port))
+}
+
+impl Resolver for LiteralFirst {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> std::result::Result<ResolvedSocketAddrs, ureq::Error> {
+        match literal_addr(uri) {
+            // Whatever URI ureq resolves (the server's, or a proxy's), a literal is its own address.
+            Some(addr) => {
+                let mut out = self.empty();
+                out.push(addr);
+                Ok(out)
+            }
+            _ => self.0.resolve(uri, config, timeout),
+        }
+    }
+}
 
 /// Per-request time limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +142,7 @@ impl Transport {
                 cfg.origin, cfg.server
             )));
         }
-        let agent: Agent = Agent::config_builder()
+        let config = Agent::config_builder()
             .tls_config(tls.build())
             .http_status_as_error(false)
             .max_redirects(0)
@@ -114,8 +155,8 @@ impl Transport {
             // stream through, so 16 KiB is plenty.
             .input_buffer_size(16 * 1024)
             .output_buffer_size(16 * 1024)
-            .build()
-            .into();
+            .build();
+        let agent = Agent::with_parts(config, DefaultConnector::default(), LiteralFirst::default());
         Ok(Transport {
             agent,
             server: cfg.server.clone(),
@@ -274,4 +315,31 @@ pub fn classify(e: &ureq::Error) -> (&'static str, String) {
         detail.truncate(i);
     }
     (reason, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_literals_resolve_inline() {
+        let uri = |s: &str| s.parse::<ureq::http::Uri>().unwrap();
+        assert_eq!(
+            literal_addr(&uri("https://10.96.0.1:443/api")),
+            Some("10.96.0.1:443".parse().unwrap())
+        );
+        assert_eq!(
+            literal_addr(&uri("https://10.96.0.1/api")),
+            Some("10.96.0.1:443".parse().unwrap())
+        );
+        assert_eq!(
+            literal_addr(&uri("https://[fd00::1]:6443/x")),
+            Some("[fd00::1]:6443".parse().unwrap())
+        );
+        assert_eq!(
+            literal_addr(&uri("http://127.0.0.1/x")),
+            Some("127.0.0.1:80".parse().unwrap())
+        );
+        assert_eq!(literal_addr(&uri("https://kubernetes.default.svc/x")), None);
+    }
 }
