@@ -45,7 +45,9 @@ pub(crate) fn inbound(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str
         Table::Nat
     };
     b.append(table, PREROUTING, args!["-p", "tcp", "-j", ISTIO_INBOUND]);
-    match &cfg.inbound_ports_include {
+    // With `*` every port is captured after the excluded ones RETURN; with a list, only those ports (the
+    // excludes are then ignored, as upstream). The capture rules differ only by the `--dport P` match.
+    let dports: Vec<Vec<String>> = match &cfg.inbound_ports_include {
         Ports::All => {
             for p in &cfg.inbound_ports_exclude {
                 b.append(
@@ -54,66 +56,41 @@ pub(crate) fn inbound(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str
                     args!["-p", "tcp", "--dport", p, "-j", "RETURN"],
                 );
             }
-            if tproxy {
-                b.append(
-                    Table::Mangle,
-                    ISTIO_INBOUND,
-                    args![
-                        "-p",
-                        "tcp",
-                        "-m",
-                        "conntrack",
-                        "--ctstate",
-                        "RELATED,ESTABLISHED",
-                        "-j",
-                        ISTIO_DIVERT
-                    ],
-                );
-                b.append(
-                    Table::Mangle,
-                    ISTIO_INBOUND,
-                    args!["-p", "tcp", "-j", ISTIO_TPROXY],
-                );
-            } else {
-                b.append(
-                    Table::Nat,
-                    ISTIO_INBOUND,
-                    args!["-p", "tcp", "-j", ISTIO_IN_REDIRECT],
-                );
-            }
+            vec![vec![]]
         }
-        Ports::List(ports) => {
-            for p in ports {
-                if tproxy {
-                    b.append(
-                        Table::Mangle,
-                        ISTIO_INBOUND,
-                        args![
-                            "-p",
-                            "tcp",
-                            "--dport",
-                            p,
-                            "-m",
-                            "conntrack",
-                            "--ctstate",
-                            "RELATED,ESTABLISHED",
-                            "-j",
-                            ISTIO_DIVERT
-                        ],
-                    );
-                    b.append(
-                        Table::Mangle,
-                        ISTIO_INBOUND,
-                        args!["-p", "tcp", "--dport", p, "-j", ISTIO_TPROXY],
-                    );
-                } else {
-                    b.append(
-                        Table::Nat,
-                        ISTIO_INBOUND,
-                        args!["-p", "tcp", "--dport", p, "-j", ISTIO_IN_REDIRECT],
-                    );
-                }
-            }
+        Ports::List(ports) => ports.iter().map(|p| args!["--dport", p]).collect(),
+    };
+    for dport in dports {
+        let rule = |tail: Vec<String>| {
+            let mut r = args!["-p", "tcp"];
+            r.extend(dport.iter().cloned());
+            r.extend(tail);
+            r
+        };
+        if tproxy {
+            b.append(
+                Table::Mangle,
+                ISTIO_INBOUND,
+                rule(args![
+                    "-m",
+                    "conntrack",
+                    "--ctstate",
+                    "RELATED,ESTABLISHED",
+                    "-j",
+                    ISTIO_DIVERT
+                ]),
+            );
+            b.append(
+                Table::Mangle,
+                ISTIO_INBOUND,
+                rule(args!["-j", ISTIO_TPROXY]),
+            );
+        } else {
+            b.append(
+                Table::Nat,
+                ISTIO_INBOUND,
+                rule(args!["-j", ISTIO_IN_REDIRECT]),
+            );
         }
     }
 }
