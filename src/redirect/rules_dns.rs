@@ -4,12 +4,14 @@
 
 use super::builder::{args, Builder};
 use super::capture::CaptureConfig;
-use super::restore::Table;
+use super::restore::{Op, Table};
 use super::rules::*;
 
 pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
     let all = cfg.capture_all_dns;
     let (s4, s6) = (&cfg.dns_servers_v4, &cfg.dns_servers_v6);
+    // (IPv6?, servers, host prefix) for the per-server rules.
+    let per_family = [(false, s4, "/32"), (true, s6, "/128")];
     b.append(Table::Raw, OUTPUT, args!["-j", ISTIO_OUTPUT_DNS]);
     if all || !s4.is_empty() {
         b.append_v4(Table::Nat, ISTIO_OUTPUT, args!["-j", ISTIO_OUTPUT_DNS]);
@@ -26,41 +28,14 @@ pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
                 args!["-p", proto, "--dport", "53", "-j", "REDIRECT", to, DNS_PORT],
             );
         } else {
-            for s in s4 {
-                b.append_v4(
-                    Table::Nat,
-                    ISTIO_OUTPUT_DNS,
-                    args![
-                        "-p",
-                        proto,
-                        "--dport",
-                        "53",
-                        "-d",
-                        format!("{s}/32"),
-                        "-j",
-                        "REDIRECT",
-                        to,
-                        DNS_PORT
-                    ],
-                );
-            }
-            for s in s6 {
-                b.append_v6(
-                    Table::Nat,
-                    ISTIO_OUTPUT_DNS,
-                    args![
-                        "-p",
-                        proto,
-                        "--dport",
-                        "53",
-                        "-d",
-                        format!("{s}/128"),
-                        "-j",
-                        "REDIRECT",
-                        to,
-                        DNS_PORT
-                    ],
-                );
+            for (v6, servers, bits) in per_family {
+                for srv in servers {
+                    let d = format!("{srv}{bits}");
+                    let rule = args![
+                        "-p", proto, "--dport", "53", "-d", d, "-j", "REDIRECT", to, DNS_PORT
+                    ];
+                    b.push(v6, Table::Nat, ISTIO_OUTPUT_DNS, Op::Append, rule);
+                }
             }
         }
     }
@@ -102,78 +77,23 @@ pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
         );
         return;
     }
-    if !s4.is_empty() {
-        b.append_v4(Table::Raw, PREROUTING, args!["-j", ISTIO_INBOUND]);
-    }
-    for s in s4 {
-        b.append_v4(
-            Table::Raw,
-            ISTIO_OUTPUT_DNS,
-            args![
-                "-p",
-                "udp",
-                "--dport",
-                "53",
-                "-d",
-                format!("{s}/32"),
-                "-j",
-                "CT",
-                "--zone",
-                "2"
-            ],
-        );
-        b.append_v4(
-            Table::Raw,
-            ISTIO_INBOUND,
-            args![
-                "-p",
-                "udp",
-                "--sport",
-                "53",
-                "-s",
-                format!("{s}/32"),
-                "-j",
-                "CT",
-                "--zone",
-                "1"
-            ],
-        );
-    }
-    if !s6.is_empty() {
-        b.append_v6(Table::Raw, PREROUTING, args!["-j", ISTIO_INBOUND]);
-    }
-    for s in s6 {
-        b.append_v6(
-            Table::Raw,
-            ISTIO_OUTPUT_DNS,
-            args![
-                "-p",
-                "udp",
-                "--dport",
-                "53",
-                "-d",
-                format!("{s}/128"),
-                "-j",
-                "CT",
-                "--zone",
-                "2"
-            ],
-        );
-        b.append_v6(
-            Table::Raw,
-            ISTIO_INBOUND,
-            args![
-                "-p",
-                "udp",
-                "--sport",
-                "53",
-                "-s",
-                format!("{s}/128"),
-                "-j",
-                "CT",
-                "--zone",
-                "1"
-            ],
-        );
+    // Per server: only the families that have servers get the PREROUTING jump.
+    for (v6, servers, bits) in per_family {
+        if !servers.is_empty() {
+            b.push(
+                v6,
+                Table::Raw,
+                PREROUTING,
+                Op::Append,
+                args!["-j", ISTIO_INBOUND],
+            );
+        }
+        for srv in servers {
+            let addr = format!("{srv}{bits}");
+            let out = args!["-p", "udp", "--dport", "53", "-d", addr, "-j", "CT", "--zone", "2"];
+            b.push(v6, Table::Raw, ISTIO_OUTPUT_DNS, Op::Append, out);
+            let back = args!["-p", "udp", "--sport", "53", "-s", addr, "-j", "CT", "--zone", "1"];
+            b.push(v6, Table::Raw, ISTIO_INBOUND, Op::Append, back);
+        }
     }
 }
