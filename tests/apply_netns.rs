@@ -15,18 +15,7 @@ fn doc(rel: &str) -> String {
 
 /// `iptables-save` of our tables, without comments and counters, for equality checks.
 fn saved(ns: &Netns, prog: &str) -> String {
-    ns.exec_ok(&[prog])
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            if l.starts_with(':') {
-                l.split(" [").next().unwrap_or(l).to_string()
-            } else {
-                l.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    ns.saved_rules(prog)
 }
 
 fn v4(d: String) -> Plan {

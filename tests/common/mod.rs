@@ -429,6 +429,26 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// `prog` (an `iptables-save` variant) inside the namespace, without comments and counters, for
+    /// comparing two dumps.
+    pub fn saved_rules(&self, prog: &str) -> String {
+        self.exec_ok(&[prog])
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            // `:CHAIN POLICY [packets:bytes]`: drop the counters.
+            .map(|l| {
+                if l.starts_with(':') {
+                    l.split(" [").next().unwrap_or(l)
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = sh("ip", &["netns", "del", &self.name]);

@@ -255,19 +255,7 @@ impl Pod<'_> {
 
     /// `prog` (an iptables-save) inside the pod, without comments and counters.
     pub fn save(&self, prog: &str) -> String {
-        self.ns
-            .exec_ok(&[prog])
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(|l| {
-                if l.starts_with(':') {
-                    l.split(" [").next().unwrap_or(l).to_string()
-                } else {
-                    l.to_string()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        self.ns.saved_rules(prog)
     }
 }
 
