@@ -72,7 +72,15 @@ pub fn nss_may_block(nsswitch: &str) -> bool {
 }
 
 /// [`nss_may_block`] for the nsswitch.conf the tools will see (under the host root when there is one).
+/// Read once per process and root: a dual-stack ADD starts two iptables children.
 fn isolate_nss(root: Option<&Path>) -> bool {
+    static SEEN: std::sync::Mutex<Option<(Option<PathBuf>, bool)>> = std::sync::Mutex::new(None);
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((r, isolate)) = seen.as_ref() {
+        if r.as_deref() == root {
+            return *isolate;
+        }
+    }
     let path = match root {
         Some(r) => r.join("etc/nsswitch.conf"),
         None => PathBuf::from("/etc/nsswitch.conf"),
@@ -86,6 +94,7 @@ fn isolate_nss(root: Option<&Path>) -> bool {
             path.display()
         );
     }
+    *seen = Some((root.map(Path::to_path_buf), isolate));
     isolate
 }
 
