@@ -6,6 +6,8 @@
 use crate::error::{Error, Result};
 pub use miniserde::json::{Array, Number, Object, Value};
 
+mod parser;
+
 /// Largest JSON document we accept on any input (the CNI stdin, a conflist, an API response).
 pub const MAX_INPUT: usize = 4 << 20;
 
@@ -31,8 +33,8 @@ pub fn parse_bounded(text: &str, what: &str, max_len: usize) -> Result<Value> {
             "{what}: nested deeper than {MAX_DEPTH} levels"
         )));
     }
-    miniserde::json::from_str::<Value>(text)
-        .map_err(|_| Error::Decode(format!("{what}: not valid JSON")))
+    parser::Parser::parse(text, MAX_DEPTH)
+        .map_err(|why| Error::Decode(format!("{what}: not valid JSON ({why})")))
 }
 
 /// Parses a JSON document that must be an object.
@@ -219,32 +221,31 @@ fn write_number(out: &mut String, n: &Number) {
     }
 }
 
-/// Go's float64 encoding: shortest representation, 'f' format unless the exponent is < -6 or >= 21.
-fn go_float(f: f64) -> String {
+/// Go `encoding/json`'s float64 encoding (`floatEncoder`): the shortest representation that reads back
+/// exactly, in `strconv.FormatFloat` 'f' format unless `|f|` is below 1e-6 or at least 1e21, then 'e'
+/// format with a signed exponent of at least two digits, except that `e-0X` is shortened to `e-X`
+/// (so `1e-7`, `1e+21`, `1.2345678901234568e+29`, `-0`).
+pub fn go_float(f: f64) -> String {
     if !f.is_finite() {
+        // Go refuses to marshal these; our parser never produces them.
         return "null".to_string();
     }
     let abs = f.abs();
     if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
-        // Rust's `{:e}` is shortest-roundtrip like Go's 'e' with precision -1; Go writes e+XX / e-XX
-        // with at least two exponent digits.
+        // Rust's `{:e}` is the shortest round-trip mantissa, like Go's 'e' with precision -1.
         let s = format!("{f:e}");
         if let Some((mant, exp)) = s.split_once('e') {
-            let (sign, digits) = match exp.strip_prefix('-') {
-                Some(d) => ('-', d),
-                None => ('+', exp),
+            return match exp.strip_prefix('-') {
+                Some(d) => format!("{mant}e-{d}"),
+                None if exp.len() < 2 => format!("{mant}e+0{exp}"),
+                None => format!("{mant}e+{exp}"),
             };
-            let digits = if digits.len() < 2 {
-                format!("0{digits}")
-            } else {
-                digits.to_string()
-            };
-            return format!("{mant}e{sign}{digits}");
         }
         return s;
     }
-    let s = format!("{f}");
-    s
+    // Rust's `Display` for f64 is the shortest round-trip form without an exponent, as Go's 'f' with
+    // precision -1, including `-0` for negative zero.
+    format!("{f}")
 }
 
 /// Writes a JSON string the way Go does: `<`, `>`, `&`, U+2028 and U+2029 escaped as `\u00XX`.
@@ -301,7 +302,104 @@ mod tests {
         assert_eq!(go_float(1500.0), "1500");
         assert_eq!(go_float(0.5), "0.5");
         assert_eq!(go_float(1e21), "1e+21");
-        assert_eq!(go_float(1e-7), "1e-07");
+        assert_eq!(go_float(1e-7), "1e-7");
+        assert_eq!(go_float(1e-10), "1e-10");
+        assert_eq!(go_float(-1e-7), "-1e-7");
+        assert_eq!(go_float(0.000001), "0.000001");
+        assert_eq!(go_float(-0.0), "-0");
+        assert_eq!(go_float(0.0), "0");
+        assert_eq!(go_float(1e20), "100000000000000000000");
+        assert_eq!(
+            go_float(123456789012345678901234567890.0),
+            "1.2345678901234568e+29"
+        );
+        assert_eq!(go_float(5e-324), "5e-324");
+        assert_eq!(go_float(f64::MAX), "1.7976931348623157e+308");
+        assert_eq!(
+            go_float(999_999_999_999_999_868_928.0),
+            "999999999999999900000"
+        );
+    }
+
+    /// Numbers are read as Go's decoder reads them: exactly, `-0` stays negative, out-of-range is refused.
+    #[test]
+    fn numbers_read_as_go() {
+        let v = parse("[1.0, 10000000000000001, -0, -0.0, 2.5E+3, 123456789012345678901234567890, 0.1, 18446744073709551616, -9223372036854775809]", "n").unwrap();
+        let Value::Array(a) = v else { panic!("array") };
+        let f = |i: usize| match &a[i] {
+            Value::Number(Number::F64(f)) => *f,
+            other => panic!("{i}: {other:?}"),
+        };
+        assert_eq!(f(0), 1.0);
+        assert_eq!(f(1), 10000000000000000.0);
+        assert!(f(2) == 0.0 && f(2).is_sign_negative());
+        assert!(f(3).is_sign_negative());
+        assert_eq!(f(4), 2500.0);
+        assert_eq!(f(5), 1.2345678901234568e29);
+        assert_eq!(f(6), 0.1);
+        assert_eq!(f(7), 18446744073709551616.0);
+        assert_eq!(f(8), -9223372036854775809.0);
+        assert!(parse("1e400", "n").is_err());
+        assert!(parse("01", "n").is_err());
+        assert!(parse("1.", "n").is_err());
+        assert!(parse("-", "n").is_err());
+        assert!(parse(".5", "n").is_err());
+    }
+
+    /// The differential case: upstream's install-cni re-marshals this primary; its after-cleanup file is
+    /// that primary re-printed by Go (the istio-cni entry removed again), byte for byte.
+    #[test]
+    fn number_formatting_go_marshal_case() {
+        let root = std::env::var_os("CONFORMANCE_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance")
+            });
+        let dir = root.join("differential/install/number-formatting-go-marshal");
+        let before = std::fs::read_to_string(dir.join("before/10-calico.conflist")).unwrap();
+        let want = std::fs::read_to_string(dir.join("after-cleanup/10-calico.conflist")).unwrap();
+        let got = to_pretty(&parse(&before, "before").unwrap(), "  ") + "\n";
+        assert_eq!(got, want);
+        assert!(want.contains("    1e-7,\n    0.000001,\n    -0,\n    -0,\n"));
+    }
+
+    #[test]
+    fn strings_read_as_go() {
+        let v = parse(
+            r#"["\ud800", "\ud83d\ude00", "\ud800\u0041", "a\/b\u00e9", "\udc00"]"#,
+            "s",
+        )
+        .unwrap();
+        let Value::Array(a) = v else { panic!("array") };
+        let s: Vec<&str> = a
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => s.as_str(),
+                _ => "?",
+            })
+            .collect();
+        assert_eq!(
+            s,
+            [
+                "\u{fffd}",
+                "\u{1f600}",
+                "\u{fffd}A",
+                "a/b\u{e9}",
+                "\u{fffd}"
+            ]
+        );
+        assert!(parse(r#""a\u0001""#, "s").is_ok());
+        assert!(parse("\"a\x01\"", "s").is_err());
+        assert!(parse(r#""a\q""#, "s").is_err());
+        assert!(
+            parse("{\"a\":1,\"a\":2}", "d")
+                .map(|v| to_compact(&v))
+                .unwrap()
+                == r#"{"a":2}"#
+        );
+        assert!(parse("[1,]", "s").is_err());
+        assert!(parse("{\"a\":1} x", "s").is_err());
+        assert!(parse(" {} ", "s").is_ok());
     }
 
     #[test]
