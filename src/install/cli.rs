@@ -40,9 +40,9 @@ pub fn run(name: &str, args: &[String]) -> i32 {
             return 2;
         }
     };
-    crate::logging::init(settings.log_level);
-    if flags.log_as_json {
-        log::warn!("--log_as_json is not supported: logs are written as text");
+    crate::logging::init_with(&settings.log);
+    for w in &settings.warnings {
+        log::warn!("{w}");
     }
     match main(settings, sigfd) {
         Ok(code) => code,
@@ -121,7 +121,10 @@ fn main(settings: Settings, sigfd: SignalFd) -> Result<i32> {
         inst.settings.bin_dir.display()
     );
     inst.sweep_conf_temps()?;
-    match crate::iptables::backend::record_host_backend(&inst.settings.run_dir) {
+    match crate::iptables::backend::record_host_backend(
+        &inst.settings.run_dir,
+        inst.settings.forced_iptables_backend,
+    ) {
         Ok(b) => log::info!("host iptables backend: {b}"),
         Err(e) => log::warn!(
             "could not record the host iptables backend (the plugin will detect it): {e}"

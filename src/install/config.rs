@@ -8,7 +8,11 @@
 
 pub use super::flags::{normalize_args, Flags};
 pub use super::repair_settings::{repair_settings, RepairSettings};
+use super::selectors::EnablementSelector;
+pub use super::values::{parse_bool, parse_duration, parse_mode, parse_port};
 use crate::error::{Error, Result};
+use crate::iptables::Backend;
+use crate::logging::levels::{self, Scopes};
 use log::LevelFilter;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,8 +36,15 @@ pub struct Settings {
     pub exclude_namespaces: Option<Vec<String>>,
     pub pod_namespace: String,
     pub native_nftables: bool,
-    pub log_level: LevelFilter,
+    /// The installer's own logging: per-scope levels, text or JSON lines.
+    pub log: crate::logging::Config,
+    /// Things worth a warning once logging runs (e.g. a level word we did not know).
+    pub warnings: Vec<String>,
     pub plugin_log_level: String,
+    /// AMBIENT_ENABLEMENT_SELECTOR, parsed; written into our entry even with ambient off, as upstream.
+    pub enablement_selectors: Vec<EnablementSelector>,
+    /// FORCE_IPTABLES_BINARY: record this backend instead of detecting the host's.
+    pub forced_iptables_backend: Option<Backend>,
     pub k8s_protocol: String,
     pub k8s_host: String,
     pub k8s_port: String,
@@ -68,101 +79,14 @@ pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// Go's `strconv.ParseBool`.
-pub fn parse_bool(name: &str, v: &str) -> Result<bool> {
-    match v.trim() {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        other => Err(Error::env(
-            name,
-            format!("{other:?} is not a boolean (true or false)"),
-        )),
-    }
-}
-
-/// A file mode: `0600`, `0o600` and `600` are octal (as chmod); plain decimal with digits 8/9 (`384`) is
-/// taken as decimal, as upstream's integer flag.
-pub fn parse_mode(name: &str, v: &str) -> Result<u32> {
-    let t = v.trim();
-    let bad = || Error::env(name, format!("{v:?} is not a file mode (e.g. 0600)"));
-    let m = if let Some(o) = t.strip_prefix("0o").or_else(|| t.strip_prefix("0O")) {
-        u32::from_str_radix(o, 8).map_err(|_| bad())?
-    } else if t.bytes().all(|b| (b'0'..=b'7').contains(&b)) && !t.is_empty() {
-        u32::from_str_radix(t, 8).map_err(|_| bad())?
-    } else {
-        t.parse::<u32>().map_err(|_| bad())?
-    };
-    if m > 0o7777 {
-        return Err(bad());
-    }
-    Ok(m)
-}
-
-/// A duration: `250ms`, `30s`, `2m`, `1h`, or bare seconds.
-pub fn parse_duration(name: &str, v: &str) -> Result<Duration> {
-    let t = v.trim();
-    let bad = || {
-        Error::env(
-            name,
-            format!("{v:?} is not a duration (e.g. 30s, 500ms, 2m)"),
-        )
-    };
-    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => t.split_at(i),
-        None => (t, "s"),
-    };
-    let n: f64 = num.parse().map_err(|_| bad())?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(bad()),
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-fn parse_port(name: &str, v: &str) -> Result<u16> {
-    v.trim()
-        .parse::<u16>()
-        .map_err(|_| Error::env(name, format!("{v:?} is not a port number (0-65535)")))
-}
-
-fn parse_level(name: &str, v: &str) -> Result<LevelFilter> {
-    crate::logging::parse_level(v).ok_or_else(|| {
-        Error::env(
+fn check_plugin_level(name: &str, v: &str) -> Result<String> {
+    match crate::logging::nearest_level(v) {
+        Some(_) => Ok(v.trim().to_ascii_lowercase()),
+        None => Err(Error::env(
             name,
             format!("{v:?} is not a log level (debug, info, warn, error, none)"),
-        )
-    })
-}
-
-fn check_plugin_level(name: &str, v: &str) -> Result<String> {
-    parse_level(name, v)?;
-    Ok(v.trim().to_ascii_lowercase())
-}
-
-/// The plugin level from `--log_output_level` (`scope:level` pairs, comma-separated; the `cni-plugin`
-/// scope, else `default`, else a bare level).
-fn plugin_level_from_scopes(v: &str) -> Result<Option<String>> {
-    let mut found = None;
-    let mut default = None;
-    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.split_once(':') {
-            Some(("cni-plugin", l)) => found = Some(check_plugin_level("--log_output_level", l)?),
-            Some(("default", l)) | Some(("all", l)) => {
-                default = Some(check_plugin_level("--log_output_level", l)?)
-            }
-            Some((_, l)) => {
-                check_plugin_level("--log_output_level", l)?;
-            }
-            None => default = Some(check_plugin_level("--log_output_level", part)?),
-        }
+        )),
     }
-    Ok(found.or(default))
 }
 
 /// Resolves one setting: the flag, else the env var, else `None`.
@@ -212,8 +136,85 @@ fn plain_file_name(name: &str, v: &str) -> Result<()> {
     Ok(())
 }
 
+/// The plugin level, the installer's log configuration and warnings about level words we did not know.
+///
+/// `plugin_log_level` is PLUGIN_LOG_LEVEL (flag or env), else the `cni-plugin` scope of
+/// `--log_output_level`, else `info`: a bare or `default:` level is the installer's own (upstream keeps
+/// the plugin at `info` with `--log_output_level=debug`). The installer's scopes are
+/// `--log_output_level`, then LOG_LEVEL (either form; seed-era and maistra docs set it) on top; unknown
+/// words are warnings, never a refusal to start.
+fn logging(f: &Flags, env: Env<'_>) -> Result<(String, crate::logging::Config, Vec<String>)> {
+    let mut scopes = Scopes::default();
+    let mut warnings = Vec::new();
+    if let Some(spec) = &f.log_output_level {
+        warnings.extend(scopes.extend(spec));
+    }
+    if let Some((name, v)) = pick(&f.log_level, env, "LOG_LEVEL") {
+        for w in scopes.extend(&v) {
+            warnings.push(format!("{name}: {w}"));
+        }
+    }
+    let explicit_plugin = match pick(&f.plugin_log_level, env, "PLUGIN_LOG_LEVEL") {
+        Some((_, v)) if v.trim().is_empty() && f.plugin_log_level.is_none() => None,
+        Some((name, v)) => Some(check_plugin_level(&name, &v)?),
+        None => None,
+    };
+    let scoped_plugin = scopes.level_of(levels::PLUGIN_SCOPES);
+    let plugin_log_level = match (explicit_plugin, scoped_plugin) {
+        (Some(l), _) => l,
+        (None, Some(l)) => level_word(l).to_string(),
+        (None, None) => "info".to_string(),
+    };
+    let relay_level = scoped_plugin.unwrap_or_else(|| {
+        crate::logging::nearest_level(&plugin_log_level).unwrap_or(LevelFilter::Info)
+    });
+    let log = crate::logging::Config {
+        default: scopes
+            .level_of(levels::DEFAULT_SCOPES)
+            .unwrap_or(LevelFilter::Info),
+        install: scopes.level_of(levels::INSTALL_SCOPES),
+        repair: scopes.level_of(levels::REPAIR_SCOPES),
+        plugin: relay_level,
+        json: f.log_as_json || typed(&None, env, "LOG_AS_JSON", false, parse_bool)?,
+    };
+    Ok((plugin_log_level, log, warnings))
+}
+
+/// The plugin's name for a level (what `plugin_log_level` holds).
+fn level_word(l: LevelFilter) -> &'static str {
+    match l {
+        LevelFilter::Off => "none",
+        LevelFilter::Error => "error",
+        LevelFilter::Warn => "warn",
+        LevelFilter::Info => "info",
+        LevelFilter::Debug | LevelFilter::Trace => "debug",
+    }
+}
+
+/// FORCE_IPTABLES_BINARY (upstream's override of the backend detection): `iptables-nft`,
+/// `iptables-legacy` or `iptables` (also `nft`, `legacy`, `plain`); empty is unset.
+fn forced_backend(env: Env<'_>) -> Result<Option<Backend>> {
+    let Some(v) = env("FORCE_IPTABLES_BINARY").filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    Backend::from_binary_name(&v).map(Some).ok_or_else(|| {
+        Error::env(
+            "FORCE_IPTABLES_BINARY",
+            format!("{v:?} is not an iptables binary (iptables-nft, iptables-legacy or iptables)"),
+        )
+    })
+}
+
 /// Resolves and validates every setting.
 pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
+    super::legacy::refuse_legacy(
+        &[
+            ("CNI_NETWORK_CONFIG", &f.cni_network_config),
+            ("CNI_NETWORK_CONFIG_FILE", &f.cni_network_config_file),
+            ("KUBECFG_FILE_NAME", &f.kubecfg_file_name),
+        ],
+        env,
+    )?;
     let mounted = abs_path(
         "MOUNTED_CNI_NET_DIR",
         text(
@@ -287,27 +288,7 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .collect();
-    let log_level = typed(
-        &f.log_level,
-        env,
-        "LOG_LEVEL",
-        LevelFilter::Info,
-        parse_level,
-    )?;
-    let mut plugin_log_level = typed(
-        &f.plugin_log_level,
-        env,
-        "PLUGIN_LOG_LEVEL",
-        "info".to_string(),
-        check_plugin_level,
-    )?;
-    if let Some(scopes) = &f.log_output_level {
-        if let Some(l) = plugin_level_from_scopes(scopes)? {
-            if f.plugin_log_level.is_none() {
-                plugin_log_level = l;
-            }
-        }
-    }
+    let (plugin_log_level, log, warnings) = logging(f, env)?;
     let sa_dir = abs_path(
         "SERVICE_ACCOUNT_DIR",
         text(
@@ -386,8 +367,13 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
             false,
             parse_bool,
         )?,
-        log_level,
+        log,
+        warnings,
         plugin_log_level,
+        enablement_selectors: super::selectors::parse(
+            &env("AMBIENT_ENABLEMENT_SELECTOR").unwrap_or_default(),
+        )?,
+        forced_iptables_backend: forced_backend(env)?,
         k8s_protocol: env("KUBERNETES_SERVICE_PROTOCOL").unwrap_or_default(),
         k8s_host: env("KUBERNETES_SERVICE_HOST").unwrap_or_default(),
         k8s_port: env("KUBERNETES_SERVICE_PORT").unwrap_or_default(),

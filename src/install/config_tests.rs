@@ -77,15 +77,20 @@ fn malformed_values_name_the_setting() {
     let e = resolve_with(&Flags::default(), &[("AMBIENT_ENABLED", "true")]).unwrap_err();
     assert!(e.to_string().contains("AMBIENT_ENABLED"), "{e}");
     assert!(resolve_with(&Flags::default(), &[("CNI_CONF_NAME", "../x")]).is_err());
-    assert!(resolve_with(&Flags::default(), &[("LOG_LEVEL", "loud")]).is_err());
 }
 
 #[test]
 fn modes_and_lists() {
-    assert_eq!(parse_mode("m", "0600").unwrap(), 0o600);
-    assert_eq!(parse_mode("m", "640").unwrap(), 0o640);
-    assert_eq!(parse_mode("m", "0o644").unwrap(), 0o644);
-    assert_eq!(parse_mode("m", "384").unwrap(), 0o600);
+    // Go base-0 integers, as upstream's KUBECONFIG_MODE (differential kubeconfig-mode-decimal-420).
+    let mode = |v: &str| {
+        resolve_with(&Flags::default(), &[("KUBECONFIG_MODE", v)]).map(|s| s.kubeconfig_mode)
+    };
+    assert_eq!(mode("420").unwrap(), 0o644);
+    assert_eq!(mode("0600").unwrap(), 0o600);
+    assert_eq!(mode("0o600").unwrap(), 0o600);
+    assert_eq!(mode("0x1a4").unwrap(), 0o644);
+    assert_eq!(mode("").unwrap(), 0o600);
+    assert!(mode("640").unwrap_err().to_string().contains("0640"));
     let s = resolve_with(
         &Flags::default(),
         &[
@@ -157,4 +162,167 @@ fn scopes_and_equals_args() {
         ..Flags::default()
     };
     assert_eq!(resolve_with(&f, &[]).unwrap().plugin_log_level, "debug");
+}
+
+#[test]
+fn every_log_level_word_starts() {
+    for w in [
+        "panic",
+        "fatal",
+        "error",
+        "warn",
+        "warning",
+        "info",
+        "debug",
+        "trace",
+        "none",
+        "default:debug,cni:info",
+        "loud",
+    ] {
+        let s = resolve_with(&Flags::default(), &[("LOG_LEVEL", w)]).unwrap();
+        assert_eq!(s.warnings.is_empty(), w != "loud", "{w}: {:?}", s.warnings);
+    }
+    let level = |w: &str| {
+        resolve_with(&Flags::default(), &[("LOG_LEVEL", w)])
+            .unwrap()
+            .log
+    };
+    assert_eq!(level("panic").default, LevelFilter::Error);
+    assert_eq!(level("warning").default, LevelFilter::Warn);
+    assert_eq!(level("none").default, LevelFilter::Off);
+    assert_eq!(level("loud").default, LevelFilter::Info);
+    let l = level("default:debug,cni:info");
+    assert_eq!(
+        (l.default, l.plugin),
+        (LevelFilter::Debug, LevelFilter::Info)
+    );
+    let f = Flags {
+        log_output_level: Some("default:debug,install:warn,repair:error,cni-plugin:warn".into()),
+        log_as_json: true,
+        ..Flags::default()
+    };
+    let s = resolve_with(&f, &[]).unwrap();
+    assert_eq!(
+        s.log,
+        crate::logging::Config {
+            default: LevelFilter::Debug,
+            install: Some(LevelFilter::Warn),
+            repair: Some(LevelFilter::Error),
+            plugin: LevelFilter::Warn,
+            json: true,
+        }
+    );
+    assert_eq!(s.plugin_log_level, "warn");
+}
+
+/// upstream keeps the plugin at `info` when `--log_output_level` is a bare `debug`: only PLUGIN_LOG_LEVEL
+/// (or the `cni-plugin` scope) sets it (differential ambient-enablement-selector-chart-default).
+#[test]
+fn plugin_level_is_not_the_installer_level() {
+    let f = Flags {
+        log_output_level: Some("debug".into()),
+        ..Flags::default()
+    };
+    let s = resolve_with(&f, &[("LOG_LEVEL", "debug")]).unwrap();
+    assert_eq!(s.plugin_log_level, "info");
+    assert_eq!(s.log.default, LevelFilter::Debug);
+    let f = Flags {
+        log_output_level: Some("default:debug".into()),
+        ..Flags::default()
+    };
+    assert_eq!(resolve_with(&f, &[]).unwrap().plugin_log_level, "info");
+    let s = resolve_with(&f, &[("PLUGIN_LOG_LEVEL", "debug")]).unwrap();
+    assert_eq!(
+        (s.plugin_log_level.as_str(), s.log.plugin),
+        ("debug", LevelFilter::Debug)
+    );
+    assert!(resolve_with(&Flags::default(), &[("PLUGIN_LOG_LEVEL", "loud")]).is_err());
+}
+
+#[test]
+fn enablement_selectors_are_read_with_ambient_off() {
+    let chart = "- podSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n";
+    let s = resolve_with(
+        &Flags::default(),
+        &[
+            ("AMBIENT_ENABLED", "false"),
+            ("AMBIENT_ENABLEMENT_SELECTOR", chart),
+        ],
+    )
+    .unwrap();
+    assert_eq!(s.enablement_selectors.len(), 1);
+    let e = resolve_with(
+        &Flags::default(),
+        &[("AMBIENT_ENABLEMENT_SELECTOR", "a: [")],
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("failed to parse ambient enablement selector"),
+        "{e}"
+    );
+}
+
+#[test]
+fn forced_iptables_binary() {
+    use crate::iptables::Backend;
+    let b = |v: &str| resolve_with(&Flags::default(), &[("FORCE_IPTABLES_BINARY", v)]);
+    assert_eq!(
+        b("iptables-legacy").unwrap().forced_iptables_backend,
+        Some(Backend::Legacy)
+    );
+    assert_eq!(
+        b("iptables-nft").unwrap().forced_iptables_backend,
+        Some(Backend::Nft)
+    );
+    assert_eq!(b("").unwrap().forced_iptables_backend, None);
+    let e = b("ebpf").unwrap_err().to_string();
+    assert!(
+        e.contains("FORCE_IPTABLES_BINARY") && e.contains("ebpf"),
+        "{e}"
+    );
+}
+
+#[test]
+fn legacy_template_settings_are_refused_at_start() {
+    for var in [
+        "CNI_NETWORK_CONFIG",
+        "CNI_NETWORK_CONFIG_FILE",
+        "KUBECFG_FILE_NAME",
+    ] {
+        let e = resolve_with(&Flags::default(), &[(var, "x")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(var) && e.contains("not supported"), "{e}");
+        assert!(resolve_with(&Flags::default(), &[(var, "")]).is_ok());
+    }
+    let f = Flags {
+        cni_network_config: Some("{}".into()),
+        ..Flags::default()
+    };
+    assert!(resolve_with(&f, &[])
+        .unwrap_err()
+        .to_string()
+        .contains("--cni-network-config"));
+}
+
+/// Item 8 of the differential issue: CHAINED_CNI_PLUGIN="" means chained (upstream's default), "yes" is
+/// refused (upstream's viper reads it as false and silently goes standalone); a CNI_CONF_NAME with a
+/// directory part is refused.
+#[test]
+fn chained_and_conf_name_deviations() {
+    assert!(
+        resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", "")])
+            .unwrap()
+            .chained
+    );
+    assert!(resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", "yes")]).is_err());
+    for n in [
+        "sub/10-calico.conflist",
+        "/etc/cni/net.d/10-calico.conflist",
+        "..",
+    ] {
+        let e = resolve_with(&Flags::default(), &[("CNI_CONF_NAME", n)]).unwrap_err();
+        assert!(e.to_string().contains("CNI_CONF_NAME"), "{e}");
+    }
 }

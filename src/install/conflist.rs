@@ -35,6 +35,8 @@ pub struct PluginEntry {
     pub exclude_namespaces: Option<Vec<String>>,
     pub pod_namespace: String,
     pub native_nftables: bool,
+    /// AMBIENT_ENABLEMENT_SELECTOR, written even with ambient off, as upstream does.
+    pub enablement_selectors: Vec<super::selectors::EnablementSelector>,
 }
 
 impl PluginEntry {
@@ -54,7 +56,10 @@ impl PluginEntry {
             json::string(&self.cni_agent_run_dir),
         );
         o.insert("ambient_enabled".into(), Value::Bool(self.ambient_enabled));
-        o.insert("enablement_selectors".into(), Value::Array(Array::new()));
+        o.insert(
+            "enablement_selectors".into(),
+            super::selectors::to_value(&self.enablement_selectors),
+        );
         o.insert("exclude_namespaces".into(), self.exclude_value());
         o.insert("pod_namespace".into(), json::string(&self.pod_namespace));
         o.insert("native_nftables".into(), Value::Bool(self.native_nftables));
@@ -71,37 +76,49 @@ impl PluginEntry {
 
     /// The standalone file: upstream's struct field order (not sorted), `cniVersion` 0.3.1, trailing newline.
     pub fn standalone_text(&self) -> String {
+        // Values are at depth 1 of the document; re-indent the nested lines.
+        let pretty = |v: &Value| json::to_pretty(v, "  ").replace('\n', "\n  ");
+        let fields = [
+            ("cniVersion", pretty(&json::string(UPSTREAM_CNI_VERSION))),
+            ("name", pretty(&json::string(PLUGIN_TYPE))),
+            ("type", pretty(&json::string(PLUGIN_TYPE))),
+            ("ipam", pretty(&Value::Object(Object::new()))),
+            ("dns", pretty(&Value::Object(Object::new()))),
+            (
+                "plugin_log_level",
+                pretty(&json::string(&self.plugin_log_level)),
+            ),
+            (
+                "cni_agent_run_dir",
+                pretty(&json::string(&self.cni_agent_run_dir)),
+            ),
+            (
+                "ambient_enabled",
+                pretty(&Value::Bool(self.ambient_enabled)),
+            ),
+            (
+                "enablement_selectors",
+                super::selectors::to_struct_text(&self.enablement_selectors, "  ", 1),
+            ),
+            ("exclude_namespaces", pretty(&self.exclude_value())),
+            ("pod_namespace", pretty(&json::string(&self.pod_namespace))),
+            (
+                "native_nftables",
+                pretty(&Value::Bool(self.native_nftables)),
+            ),
+            (
+                "enable_ambient_detection_retry",
+                pretty(&Value::Bool(false)),
+            ),
+        ];
         let mut out = String::from("{\n");
-        let mut field = |k: &str, v: &Value, last: bool| {
+        for (i, (k, text)) in fields.iter().enumerate() {
             out.push_str("  ");
             json::write_string(&mut out, k);
             out.push_str(": ");
-            // Values are at depth 1 of the document; re-indent the nested lines.
-            let text = json::to_pretty(v, "  ").replace('\n', "\n  ");
-            out.push_str(&text);
-            out.push_str(if last { "\n" } else { ",\n" });
-        };
-        field("cniVersion", &json::string(UPSTREAM_CNI_VERSION), false);
-        field("name", &json::string(PLUGIN_TYPE), false);
-        field("type", &json::string(PLUGIN_TYPE), false);
-        field("ipam", &Value::Object(Object::new()), false);
-        field("dns", &Value::Object(Object::new()), false);
-        field(
-            "plugin_log_level",
-            &json::string(&self.plugin_log_level),
-            false,
-        );
-        field(
-            "cni_agent_run_dir",
-            &json::string(&self.cni_agent_run_dir),
-            false,
-        );
-        field("ambient_enabled", &Value::Bool(self.ambient_enabled), false);
-        field("enablement_selectors", &Value::Array(Array::new()), false);
-        field("exclude_namespaces", &self.exclude_value(), false);
-        field("pod_namespace", &json::string(&self.pod_namespace), false);
-        field("native_nftables", &Value::Bool(self.native_nftables), false);
-        field("enable_ambient_detection_retry", &Value::Bool(false), true);
+            out.push_str(text);
+            out.push_str(if i + 1 == fields.len() { "\n" } else { ",\n" });
+        }
         out.push_str("}\n");
         out
     }
@@ -284,6 +301,7 @@ mod tests {
             exclude_namespaces: Some(vec!["kube-system".into()]),
             pod_namespace: "istio-system".into(),
             native_nftables: false,
+            enablement_selectors: Vec::new(),
         }
     }
 

@@ -27,7 +27,7 @@ pub struct Flags {
     /// kubeconfig, log.sock and backend record dir [CNI_AGENT_RUN_DIR, /var/run/istio-cni]
     #[argh(option)]
     pub cni_agent_run_dir: Option<String>,
-    /// kubeconfig file mode, octal [KUBECONFIG_MODE, 0600]
+    /// kubeconfig file mode, a Go integer: 0600 (octal), 384 (decimal), 0o600, 0x180 [KUBECONFIG_MODE, 0600]
     #[argh(option)]
     pub kubeconfig_mode: Option<String>,
     /// 0640 instead of 0600 for files we create [CNI_CONF_GROUP_READ, false]
@@ -57,7 +57,7 @@ pub struct Flags {
     /// ambient mode; not supported by this build, must be false [AMBIENT_ENABLED, false]
     #[argh(option)]
     pub ambient_enabled: Option<String>,
-    /// the installer's log level: debug, info, warn, error, none [LOG_LEVEL, info]
+    /// the installer's log level (debug, info, warn, error, none, ...) or scopes "default:debug,cni-plugin:info" [LOG_LEVEL, info]
     #[argh(option)]
     pub log_level: Option<String>,
     /// istio logging scopes, e.g. "default:info,cni-plugin:debug"; cni-plugin sets the plugin level
@@ -66,9 +66,18 @@ pub struct Flags {
     /// the plugin's log level [PLUGIN_LOG_LEVEL, info]
     #[argh(option)]
     pub plugin_log_level: Option<String>,
-    /// accepted for compatibility; logs are text
+    /// write log lines as JSON (time, level, scope, msg) [LOG_AS_JSON, false]
     #[argh(switch)]
     pub log_as_json: bool,
+    /// release-1.9/maistra entry template: refused, the entry is built from the settings [CNI_NETWORK_CONFIG]
+    #[argh(option)]
+    pub cni_network_config: Option<String>,
+    /// release-1.9/maistra entry template file: refused [CNI_NETWORK_CONFIG_FILE]
+    #[argh(option)]
+    pub cni_network_config_file: Option<String>,
+    /// release-1.9/maistra kubeconfig name in the conf dir: refused, see CNI_AGENT_RUN_DIR [KUBECFG_FILE_NAME]
+    #[argh(option)]
+    pub kubecfg_file_name: Option<String>,
     /// target dir for the plugin binary [CNI_BIN_DIR, /host/opt/cni/bin]
     #[argh(option)]
     pub cni_bin_dir: Option<String>,

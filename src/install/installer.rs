@@ -63,6 +63,7 @@ impl Installer {
             exclude_namespaces: s.exclude_namespaces.clone(),
             pod_namespace: s.pod_namespace.clone(),
             native_nftables: s.native_nftables,
+            enablement_selectors: s.enablement_selectors.clone(),
         }
     }
 

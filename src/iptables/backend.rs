@@ -43,6 +43,23 @@ impl Backend {
         }
     }
 
+    /// FORCE_IPTABLES_BINARY's values (upstream names the binary): `iptables-nft`, `iptables-legacy`,
+    /// `iptables` (also the `ip6tables` spellings and our record's `nft`, `legacy`, `plain`).
+    pub fn from_binary_name(s: &str) -> Option<Backend> {
+        let t = s.trim();
+        let t = t.rsplit('/').next().unwrap_or(t);
+        let t = t
+            .strip_suffix("-restore")
+            .or_else(|| t.strip_suffix("-save"))
+            .unwrap_or(t);
+        match t {
+            "iptables-nft" | "ip6tables-nft" | "nft" => Some(Backend::Nft),
+            "iptables-legacy" | "ip6tables-legacy" | "legacy" => Some(Backend::Legacy),
+            "iptables" | "ip6tables" | "plain" => Some(Backend::Plain),
+            _ => None,
+        }
+    }
+
     /// The program for `tool` ("restore" or "save") in `family`.
     pub fn program(self, family: Family, tool: &str) -> String {
         let base = match family {
@@ -74,9 +91,19 @@ pub fn read_record(run_dir: &Path) -> Result<Option<Backend>> {
     }
 }
 
-/// Detects the host's backend and records it in `run_dir` (atomically). Called once by the installer.
-pub fn record_host_backend(run_dir: &Path) -> Result<String> {
-    let b = detect_host()?;
+/// Records `forced` (FORCE_IPTABLES_BINARY), else the detected host backend, in `run_dir` (atomically).
+/// Called once by the installer; with `forced` nothing is probed.
+pub fn record_host_backend(run_dir: &Path, forced: Option<Backend>) -> Result<String> {
+    let b = match forced {
+        Some(b) => {
+            log::info!(
+                "iptables backend forced by FORCE_IPTABLES_BINARY: {}",
+                b.name()
+            );
+            b
+        }
+        None => detect_host()?,
+    };
     crate::fsutil::write_atomic(
         &run_dir.join(RECORD_FILE),
         format!("{}\n", b.name()).as_bytes(),
@@ -208,5 +235,38 @@ mod tests {
         );
         assert!(Backend::parse("ebpf").is_err());
         assert_eq!(Backend::parse("legacy\n").unwrap(), Backend::Legacy);
+    }
+
+    #[test]
+    fn forced_binary_names() {
+        assert_eq!(
+            Backend::from_binary_name("iptables-legacy"),
+            Some(Backend::Legacy)
+        );
+        assert_eq!(
+            Backend::from_binary_name("iptables-nft"),
+            Some(Backend::Nft)
+        );
+        assert_eq!(
+            Backend::from_binary_name("/usr/sbin/iptables-nft-restore"),
+            Some(Backend::Nft)
+        );
+        assert_eq!(Backend::from_binary_name("iptables"), Some(Backend::Plain));
+        assert_eq!(Backend::from_binary_name("legacy"), Some(Backend::Legacy));
+        assert_eq!(Backend::from_binary_name("nftables"), None);
+    }
+
+    /// A forced backend is recorded as given, without probing (a detection would need iptables tools and
+    /// could pick another backend); the plugin then reads exactly that record.
+    #[test]
+    fn forced_backend_is_recorded_without_detection() {
+        let dir = std::env::temp_dir().join(format!("backend-forced-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for b in [Backend::Legacy, Backend::Plain, Backend::Nft] {
+            assert_eq!(record_host_backend(&dir, Some(b)).unwrap(), b.name());
+            assert_eq!(read_record(&dir).unwrap(), Some(b));
+            assert_eq!(for_plugin(&dir).unwrap(), b);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,7 +16,7 @@ pub mod status;
 pub mod token;
 pub mod transport;
 pub mod watch;
-mod yaml;
+pub(crate) mod yaml;
 
 pub use client::{Client, PodList};
 pub use config::Config;

@@ -1,0 +1,132 @@
+//! One log line, as text or as the JSON Istio's zap encoder writes with `--log_as_json`:
+//! `{"time":"2026-01-02T03:04:05.123456Z","level":"info","scope":"default","msg":"..."}`.
+
+use log::Level;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Our scope for a record target (module path, or `cni-plugin` for relayed plugin lines).
+pub fn scope_of(target: &str) -> &'static str {
+    if target == super::PLUGIN_TARGET {
+        "cni-plugin"
+    } else if target.starts_with("istio_cni::install") {
+        "install"
+    } else if target.starts_with("istio_cni::repair") {
+        "repair"
+    } else {
+        "default"
+    }
+}
+
+/// zap's level names.
+pub fn level_name(l: Level) -> &'static str {
+    match l {
+        Level::Error => "error",
+        Level::Warn => "warn",
+        Level::Info => "info",
+        Level::Debug | Level::Trace => "debug",
+    }
+}
+
+/// UTC time as RFC 3339 with microseconds (Istio's time format).
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_micros()
+    )
+}
+
+/// A JSON string as zap writes it (no HTML escaping; control characters as `\u00XX`).
+fn push_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// One JSON log line (no newline).
+pub fn json_line(time: SystemTime, level: Level, scope: &str, msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len() + 80);
+    out.push_str("{\"time\":");
+    push_json_str(&mut out, &rfc3339(time));
+    out.push_str(",\"level\":");
+    push_json_str(&mut out, level_name(level));
+    out.push_str(",\"scope\":");
+    push_json_str(&mut out, scope);
+    out.push_str(",\"msg\":");
+    push_json_str(&mut out, msg);
+    out.push('}');
+    out
+}
+
+/// One text line (no newline): `<time> <level> <target>: msg`; relayed plugin lines keep their
+/// `istio-cni: ` prefix.
+pub fn text_line(time: SystemTime, level: Level, target: &str, msg: &str) -> String {
+    if target == super::PLUGIN_TARGET {
+        return format!("istio-cni: {msg}");
+    }
+    format!("{} {:<5} {target}] {msg}", rfc3339(time), level)
+}
+
+/// Makes a relayed message harmless on a terminal: control characters (but tabs) become spaces.
+pub fn sanitise(msg: &str) -> String {
+    msg.trim_end_matches(['\n', '\r'])
+        .chars()
+        .map(|c| if c.is_control() && c != '\t' { ' ' } else { c })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn times() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+        let t = UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123456Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn json_lines_use_istios_field_names() {
+        let l = json_line(UNIX_EPOCH, Level::Warn, "install", "a \"b\" <c>\n");
+        assert_eq!(
+            l,
+            r#"{"time":"1970-01-01T00:00:00.000000Z","level":"warn","scope":"install","msg":"a \"b\" <c>\n"}"#
+        );
+        let v = crate::json::parse_object(&l, "line").unwrap();
+        for k in ["time", "level", "scope", "msg"] {
+            assert!(v.get(k).is_some(), "{k}");
+        }
+        assert_eq!(scope_of("istio_cni::install::cli"), "install");
+        assert_eq!(scope_of(super::super::PLUGIN_TARGET), "cni-plugin");
+        assert_eq!(scope_of("istio_cni::kube::client"), "default");
+    }
+}
