@@ -146,6 +146,7 @@ impl Node {
             exclude_namespaces: None,
             pod_namespace: String::new(),
             native_nftables: false,
+            enablement_selectors: Vec::new(),
         };
         conflist::merge(&primary_text(mtu), &entry.to_object()).unwrap()
     }
