@@ -259,3 +259,67 @@ fn legacy_template_refused_at_start() {
     );
     assert!(names(&d.conf).is_empty());
 }
+
+/// README deviation: an unmergeable primary (named explicitly, so selection cannot skip it) keeps the
+/// installer up and not ready, retrying when the file changes; upstream exits 1 (a restart loop).
+#[test]
+fn unmergeable_primary_stays_up_not_ready() {
+    let d = Dirs::new("unmergeable");
+    fs::write(d.conf.join("10-bad.conflist"), "Not JSON at all\n").unwrap();
+    let env = d.env(&[("CNI_CONF_NAME".into(), "10-bad.conflist".into())]);
+    let mut p = spawn_installer(&env, &[], &d.root.join("stderr"));
+    poll_until("the merge error logged", LONG, || {
+        p.stderr().contains("10-bad.conflist")
+    });
+    // Still running, and not ready, a while after the failure.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(p.child.try_wait().unwrap().is_none(), "{}", p.stderr());
+    assert_eq!(get(d.health, "/readyz"), Some(503));
+    assert_eq!(
+        fs::read_to_string(d.conf.join("10-bad.conflist")).unwrap(),
+        "Not JSON at all\n"
+    );
+    let primary = case_dir("number-formatting-go-marshal").join("before/10-calico.conflist");
+    atomic_write(
+        &d.conf.join("10-bad.conflist"),
+        &fs::read(primary).unwrap(),
+        0o644,
+    );
+    d.wait_ready(&p);
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success());
+}
+
+/// README deviation: ISTIO_OWNED_CNI_CONFIG=true without ambient writes the merged list to
+/// 02-istio-cni.conflist and never touches the primary, also on cleanup (upstream edits the primary in
+/// place and its cleanup then deletes the primary).
+#[test]
+fn istio_owned_without_ambient_keeps_the_primary() {
+    let d = Dirs::new("owned");
+    let before = case_dir("number-formatting-go-marshal").join("before");
+    copy_dir(&before, &d.conf, 0o644);
+    let primary = fs::read(d.conf.join("10-calico.conflist")).unwrap();
+    let env = d.env(&[
+        ("ISTIO_OWNED_CNI_CONFIG".into(), "true".into()),
+        ("AMBIENT_ENABLED".into(), "false".into()),
+    ]);
+    let mut p = spawn_installer(&env, &[], &d.root.join("stderr"));
+    d.wait_ready(&p);
+    assert_eq!(
+        names(&d.conf),
+        vec!["02-istio-cni.conflist", "10-calico.conflist"]
+    );
+    assert_eq!(
+        fs::read(d.conf.join("10-calico.conflist")).unwrap(),
+        primary
+    );
+    let owned = fs::read_to_string(d.conf.join("02-istio-cni.conflist")).unwrap();
+    assert!(owned.contains("\"type\": \"istio-cni\"") && owned.contains("\"type\": \"calico\""));
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success());
+    assert_eq!(names(&d.conf), vec!["10-calico.conflist"]);
+    assert_eq!(
+        fs::read(d.conf.join("10-calico.conflist")).unwrap(),
+        primary
+    );
+}

@@ -17,6 +17,13 @@ REPAIR_OPTIONS = REPO / "src" / "repair" / "options.rs"
 TRIPLES = {"amd64": "x86_64-unknown-linux-musl", "arm64": "aarch64-unknown-linux-musl"}
 
 
+def conformance_dir() -> Path:
+    """The conformance vectors: $CONFORMANCE_DIR, else <repo>/../shared/conformance (as the Rust tests)."""
+    d = Path(os.environ.get("CONFORMANCE_DIR") or REPO.parent / "shared" / "conformance")
+    assert (d / "chart").is_dir(), f"conformance vectors not found at {d} (set CONFORMANCE_DIR)"
+    return d
+
+
 def crate_version() -> str:
     m = re.search(r'^version\s*=\s*"([^"]+)"', (REPO / "Cargo.toml").read_text(), re.M)
     assert m, "no version in Cargo.toml"

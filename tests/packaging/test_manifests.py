@@ -9,10 +9,12 @@ import unittest
 from pathlib import Path
 
 import kubernetes_validate
+import yaml
 
 from common import (
     MANIFESTS,
     REPO,
+    conformance_dir,
     crate_version,
     env_names_read,
     host_proc_default,
@@ -20,10 +22,19 @@ from common import (
     render,
 )
 
-# Kubernetes versions validated against: the oldest still commonly run and the newest the schemas know.
-K8S_VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
+# Kubernetes versions validated against: the oldest still commonly run (1.30: the first with
+# securityContext.appArmorProfile) and the newest the schemas know.
+K8S_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
 
-REPAIR_CAPS = {"SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT", "NET_ADMIN", "NET_RAW"}
+REPAIR_CAPS = {"SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT", "NET_ADMIN", "NET_RAW", "DAC_OVERRIDE"}
+# What we add beyond upstream's chart, and why: the image has no iptables, so the node's own run chrooted
+# into the node's root (manifests/base/daemonset.yaml).
+BEYOND_UPSTREAM_CAPS = {"SYS_CHROOT"}
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/install-cni"
+# What istiod's untaint controller (pilot.taint.enabled) looks for: pods with this label in its CNI
+# namespace (pilot.taint.namespace), Ready on the node; then it removes this taint.
+UNTAINT_LABEL = ("k8s-app", "istio-cni-node")
+NOT_READY_TAINT = "cni.istio.io/not-ready"
 
 # The repair RBAC each mode needs: (resource, verb) pairs in the core group. None = no repair role at all.
 REPAIR_RULES = {
@@ -69,6 +80,15 @@ COMPOSED = {
                                        dict(mode="delete", chained=False, bin="/var/lib/cni/bin",
                                             conf="/etc/cni/multus/net.d", multus=True)),
 }
+
+
+def upstream_chart_caps():
+    """The capabilities upstream's istio-cni chart adds (conformance/chart/default.yaml, as rendered by Helm)."""
+    docs = [d for d in yaml.safe_load_all((conformance_dir() / "chart" / "default.yaml").read_text()) if d]
+    ds = one(docs, "DaemonSet", "istio-cni-node")
+    c = ds["spec"]["template"]["spec"]["containers"][0]
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    return set(c["securityContext"]["capabilities"]["add"])
 
 
 def by_kind(docs, kind):
@@ -291,6 +311,9 @@ class ManifestChecks:
         if self.variant["mode"] == "repair":
             self.assertEqual(add, REPAIR_CAPS)
             self.assertNotIn("allowPrivilegeEscalation", sc)
+            # Upstream's chart's set, and only what the README explains beyond it.
+            self.assertEqual(add - upstream_chart_caps(), BEYOND_UPSTREAM_CAPS)
+            self.assertEqual(upstream_chart_caps() - add, set())
         else:
             self.assertEqual(add, set(), "no capability without repair in place")
             self.assertIs(sc["allowPrivilegeEscalation"], False)
@@ -299,6 +322,39 @@ class ManifestChecks:
             self.assertEqual(sc["seLinuxOptions"], {"type": "spc_t"})
         else:
             self.assertNotIn("seLinuxOptions", sc)
+
+    def test_apparmor_unconfined(self):
+        # Both forms, as upstream's chart (annotation) and Kubernetes >= 1.30 (field); they must agree.
+        self.assertEqual(self.r.pod["metadata"]["annotations"][APPARMOR_ANNOTATION], "unconfined")
+        self.assertEqual(self.r.c["securityContext"]["appArmorProfile"], {"type": "Unconfined"})
+
+    def test_untaint_controller_finds_the_pod(self):
+        # istiod's untaint controller lists pods labelled k8s-app=istio-cni-node in its CNI namespace and
+        # untaints a node once that pod is Ready there: the label on the pod (and the selector), a
+        # readiness probe that reports the installer's readiness, and the namespace the README tells
+        # istiod about (pilot.taint.namespace).
+        k, v = UNTAINT_LABEL
+        self.assertEqual(self.r.pod["metadata"]["labels"].get(k), v)
+        self.assertEqual(self.r.ds["spec"]["selector"]["matchLabels"].get(k), v)
+        self.assertEqual(self.r.c["readinessProbe"]["httpGet"]["path"], "/readyz")
+        # The pod must run on a tainted node: a toleration that covers NOT_READY_TAINT (NoSchedule).
+        tol = self.r.pod["spec"]["tolerations"]
+        self.assertTrue(any(t.get("operator") == "Exists" and "key" not in t and t.get("effect") == "NoSchedule"
+                            for t in tol), f"no toleration for {NOT_READY_TAINT}")
+        ns = self.r.ds["metadata"]["namespace"]
+        readme = (MANIFESTS / "README.md").read_text()
+        self.assertIn(f"pilot.taint.namespace={ns}", readme)
+        self.assertIn(f"{k}: {v}", readme)
+
+    def test_grace_period_and_resources(self):
+        spec = self.r.pod["spec"]
+        self.assertEqual(spec["terminationGracePeriodSeconds"], 30, "upstream's chart value")
+        res = self.r.c["resources"]
+        self.assertEqual(set(res), {"requests"}, "requests only: a limit can kill or throttle the installer")
+        readme = (MANIFESTS / "README.md").read_text()
+        self.assertIn(f"terminationGracePeriodSeconds: {spec['terminationGracePeriodSeconds']}", readme)
+        for k, v in res["requests"].items():
+            self.assertIn(f"{k} {v}", readme, "resources documented in manifests/README.md")
 
     def test_openshift_multus(self):
         nads = by_kind(self.r.docs, "NetworkAttachmentDefinition")
