@@ -3,6 +3,7 @@
 //! ready, compare with `after/` byte for byte, SIGTERM, compare with `after-cleanup/`), and the log
 //! format (`--log_as_json`, scoped levels) of the installer's own and the relayed plugin lines.
 
+mod common;
 mod install_common;
 
 use install_common::*;
@@ -321,5 +322,39 @@ fn istio_owned_without_ambient_keeps_the_primary() {
     assert_eq!(
         fs::read(d.conf.join("10-calico.conflist")).unwrap(),
         primary
+    );
+}
+
+/// The real plugin sends each log record to the installer's relay socket as `{"level":..,"msg":..}`, the
+/// form the installer re-logs under the `cni-plugin` scope with its level.
+#[test]
+fn plugin_sends_level_and_msg_to_the_relay() {
+    let d = Dirs::new("plugin-relay");
+    let sock = std::os::unix::net::UnixDatagram::bind(d.run.join("log.sock")).unwrap();
+    sock.set_read_timeout(Some(LONG)).unwrap();
+    let dir = common::PluginDir::new();
+    let stdin = format!(
+        r#"{{"cniVersion":"1.0.0","name":"n","type":"istio-cni","plugin_log_level":"debug",
+        "cni_agent_run_dir":"{}","exclude_namespaces":["kube-system"]}}"#,
+        d.run.display()
+    );
+    let env = common::CniEnv::new("ADD", "c0ffee02", "/run/netns/absent", &dir.cni_path())
+        .with_args("K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=p;IgnoreUnknown=1");
+    let bin = dir.istio_cni();
+    let o = common::run_plugin(&bin, bin.to_str().unwrap(), &env, stdin.as_bytes());
+    o.assert_success();
+    let mut buf = vec![0u8; 65536];
+    let n = sock.recv(&mut buf).expect("no datagram from the plugin");
+    let text = String::from_utf8(buf[..n].to_vec()).unwrap();
+    let rec = json::parse_object(&text, "datagram").unwrap();
+    let level = s(&rec, "level");
+    assert!(
+        ["debug", "info", "warn", "error"].contains(&level),
+        "{text}"
+    );
+    assert!(!s(&rec, "msg").is_empty(), "{text}");
+    assert_eq!(
+        istio_cni::logging::parse_relayed(text.as_bytes()).1,
+        s(&rec, "msg")
     );
 }

@@ -440,6 +440,24 @@ class TestReadme(unittest.TestCase):
         missing = [o for o in self.SEED_OPTIONS if o not in firsts]
         self.assertEqual(missing, [], "seed options without a row in manifests/README.md")
 
+    def test_aks_exclusions_are_the_seed_list(self):
+        # The list the AKS section gives is what upstream's chart renders for the seed blog's exclusions.
+        docs = [d for d in yaml.safe_load_all((conformance_dir() / "chart" / "aks-seed.yaml").read_text()) if d]
+        want = one(docs, "ConfigMap", "istio-cni-config")["data"]["EXCLUDE_NAMESPACES"]
+        readme = (MANIFESTS / "README.md").read_text()
+        self.assertIn(f"EXCLUDE_NAMESPACES={want}", readme)
+
+    def test_istiod_side_is_documented(self):
+        readme = (MANIFESTS / "README.md").read_text()
+        for fact in ("pilot.cni.enabled", "values.istio_cni.enabled", "istio-validation", "istio-init",
+                     "pilot.taint.enabled", NOT_READY_TAINT, "k8s.v1.cni.cncf.io/networks", "runAsUser: 1337",
+                     "traffic.sidecar.istio.io/excludeOutboundIPRanges", APPARMOR_ANNOTATION):
+            self.assertIn(fact, readme)
+        # The capabilities the README names for repair in place are the base's.
+        r = Rendered(render(MANIFESTS / "base"))
+        for cap in r.c["securityContext"]["capabilities"]["add"]:
+            self.assertIn(f"`{cap}`", readme)
+
     def test_readme_paths_exist(self):
         text = (MANIFESTS / "README.md").read_text()
         for p in set(re.findall(r"manifests/[\w./-]+", text)):
