@@ -358,3 +358,25 @@ fn plugin_sends_level_and_msg_to_the_relay() {
         s(&rec, "msg")
     );
 }
+
+/// FORCE_IPTABLES_BINARY: the installer records that backend for the plugin instead of detecting the
+/// node's (here the test host's, which would record `nft` or `plain`).
+#[test]
+fn forced_iptables_binary_is_recorded() {
+    let d = Dirs::new("forced-backend");
+    copy_dir(
+        &case_dir("number-formatting-go-marshal").join("before"),
+        &d.conf,
+        0o644,
+    );
+    let env = d.env(&[("FORCE_IPTABLES_BINARY".into(), "iptables-legacy".into())]);
+    let mut p = spawn_installer(&env, &[], &d.root.join("stderr"));
+    d.wait_ready(&p);
+    assert_eq!(
+        fs::read_to_string(d.run.join("iptables-backend")).unwrap(),
+        "legacy\n"
+    );
+    assert!(p.stderr().contains("forced by FORCE_IPTABLES_BINARY"));
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success());
+}
