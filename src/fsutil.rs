@@ -94,8 +94,25 @@ fn replace_with(
     mode: u32,
     fill: impl FnOnce(&mut File, &Path) -> Result<()>,
 ) -> Result<()> {
+    replace_inner(path, mode, fill, |_| Ok(true))
+}
+
+/// [`write_atomic`] through a symlink: when `path` is a link, the link is kept and its target is replaced
+/// atomically next to itself (a primary CNI config that links elsewhere stays a link).
+pub fn write_atomic_through(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    write_atomic(&write_target(path)?, data, mode)
+}
+
+/// [`replace_with`] on a resolved path; `proceed` decides, right before the rename, whether to rename
+/// (false: the temp file is removed and nothing changes).
+fn replace_inner(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut File, &Path) -> Result<()>,
+    proceed: impl FnOnce(&Path) -> Result<bool>,
+) -> Result<()> {
     let tmp = temp_path_for(path);
-    let res = (|| -> Result<()> {
+    let res = (|| -> Result<bool> {
         let mut f = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -109,15 +126,24 @@ fn replace_with(
         f.sync_all()
             .io_context(|| format!("fsync temp file {}", tmp.display()))?;
         drop(f);
+        if !proceed(path)? {
+            return Ok(false);
+        }
         fs::rename(&tmp, path)
             .io_context(|| format!("rename {} to {}", tmp.display(), path.display()))?;
-        Ok(())
+        Ok(true)
     })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-        return res;
+    match res {
+        Ok(true) => fsync_dir(&parent_of(path)),
+        Ok(false) => {
+            let _ = fs::remove_file(&tmp);
+            Ok(())
+        }
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    fsync_dir(&parent_of(path))
 }
 
 /// Renames `from` to `to` and makes the rename durable.
@@ -133,6 +159,146 @@ pub fn mode_of(path: &Path) -> Result<Option<u32>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(crate::Error::io(format!("stat {}", path.display()), e)),
     }
+}
+
+/// Largest configuration file we read (the JSON layer's input bound).
+pub const MAX_CONFIG_BYTES: u64 = crate::json::MAX_INPUT as u64;
+
+/// Reads a configuration file safely: only a regular file (after following links), its size checked
+/// before reading and at most `limit + 1` bytes read, opened non-blocking (a FIFO swapped in after the
+/// check cannot hang us). `None` when it does not exist. A FIFO, a device (a link to `/dev/zero`), a
+/// directory or an oversized (e.g. sparse 1 GB) file is an error naming the path and what it is.
+pub fn read_config(path: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = |m: &fs::Metadata| {
+        use std::os::unix::fs::FileTypeExt;
+        let ft = m.file_type();
+        let what = if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_char_device() || ft.is_block_device() {
+            "a device"
+        } else if ft.is_dir() {
+            "a directory"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        crate::Error::config(format!(
+            "{}: is {what}, not a regular file; ignored",
+            path.display()
+        ))
+    };
+    let too_large = |n: u64| {
+        crate::Error::config(format!(
+            "{}: {n} bytes, larger than the {limit}-byte limit for a CNI configuration; ignored",
+            path.display()
+        ))
+    };
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(crate::Error::io(format!("stat {}", path.display()), e)),
+    };
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    if meta.len() > limit {
+        return Err(too_large(meta.len()));
+    }
+    let f = match OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(crate::Error::io(format!("open {}", path.display()), e)),
+    };
+    let meta = f
+        .metadata()
+        .io_context(|| format!("stat {}", path.display()))?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    let mut buf = Vec::with_capacity(meta.len().min(limit) as usize);
+    f.take(limit + 1)
+        .read_to_end(&mut buf)
+        .io_context(|| format!("read {}", path.display()))?;
+    if buf.len() as u64 > limit {
+        return Err(too_large(buf.len() as u64));
+    }
+    Ok(Some(buf))
+}
+
+/// What identifies one version of a file: device, inode, size, mtime and ctime (nanoseconds). An atomic
+/// rename by another writer changes the inode; an in-place write changes mtime/ctime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// The [`Stamp`] of `path` (links followed); `None` when it does not exist.
+pub fn stamp(path: &Path) -> Result<Option<Stamp>> {
+    use std::os::unix::fs::MetadataExt;
+    match fs::metadata(path) {
+        Ok(m) => Ok(Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(crate::Error::io(format!("stat {}", path.display()), e)),
+    }
+}
+
+/// Where a write to `path` must go: `path` itself, or, when it is a symlink, the file it points to (so
+/// the link is kept and the target replaced atomically next to itself).
+pub fn write_target(path: &Path) -> Result<PathBuf> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            fs::canonicalize(path).io_context(|| format!("resolve symlink {}", path.display()))
+        }
+        _ => Ok(path.to_path_buf()),
+    }
+}
+
+/// Replaces the file at `path` (following a symlink, see [`write_target`]) with `data`, atomically, but
+/// only if it is still the version `expected` (its [`Stamp`] and its bytes `expected_bytes`) right before
+/// the rename; returns `false` (nothing written, no temp file left) when another writer changed it
+/// meanwhile, so the caller can redo its merge on the new content.
+pub fn replace_if_unchanged(
+    path: &Path,
+    data: &[u8],
+    mode: u32,
+    expected: Stamp,
+    expected_bytes: &[u8],
+) -> Result<bool> {
+    let target = write_target(path)?;
+    let mut moved = false;
+    replace_inner(
+        &target,
+        mode,
+        |f, tmp| {
+            f.write_all(data)
+                .io_context(|| format!("write temp file {}", tmp.display()))
+        },
+        |_| {
+            let still = stamp(&target)? == Some(expected)
+                && read_config(&target, MAX_CONFIG_BYTES)?.as_deref() == Some(expected_bytes)
+                && stamp(&target)? == Some(expected);
+            moved = !still;
+            Ok(still)
+        },
+    )?;
+    Ok(!moved)
 }
 
 /// Reads a file; `None` when it does not exist.

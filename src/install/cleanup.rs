@@ -18,7 +18,7 @@ use std::path::Path;
 /// Returns a line for the log.
 pub fn remove_config(dir: &Path, name: &str, delete_whole_file: bool) -> Result<String> {
     let path = dir.join(name);
-    let Some(bytes) = fsutil::read_opt(&path)? else {
+    let Some(bytes) = fsutil::read_config(&path, fsutil::MAX_CONFIG_BYTES)? else {
         return Ok(format!(
             "CNI config file {} no longer exists; nothing to remove from it",
             path.display()
@@ -29,15 +29,21 @@ pub fn remove_config(dir: &Path, name: &str, delete_whole_file: bool) -> Result<
             .with_context(|| format!("failed to remove CNI config file {}", path.display()))?;
         return Ok(format!("removed CNI config file {}", path.display()));
     }
-    let text = String::from_utf8_lossy(&bytes);
+    let text = super::libcni::go_text(&bytes);
     let what = path.display().to_string();
     let updated = conflist::remove_entry(&text, &what)
         .with_context(|| format!("failed to read CNI config map from file {what}"))?;
     match updated {
         None => Ok(format!("no istio-cni entry in {what}; left unchanged")),
+        Some(new) if conflist::has_empty_plugins(&new) => {
+            // Only our entry was in it: libcni rejects `"plugins": []`, so the file goes.
+            fsutil::remove_if_exists(&path)
+                .with_context(|| format!("failed to remove CNI config file {what}"))?;
+            Ok(format!("removed {what}: it held only the istio-cni entry"))
+        }
         Some(new) => {
             let mode = fsutil::mode_of(&path)?.unwrap_or(0o600);
-            fsutil::write_atomic(&path, new.as_bytes(), mode)
+            fsutil::write_atomic_through(&path, new.as_bytes(), mode)
                 .with_context(|| format!("failed to write updated CNI config to file {what}"))?;
             Ok(format!("removed the istio-cni entry from {what}"))
         }
@@ -53,7 +59,7 @@ pub fn scan_and_remove(dir: &Path, owned_name: Option<&str>) -> Result<Vec<Strin
     cands.sort_by(|a, b| a.name.cmp(&b.name));
     for c in cands {
         let Ok(bytes) = &c.content else { continue };
-        let Ok(Value::Object(o)) = json::parse(&String::from_utf8_lossy(bytes), &c.name) else {
+        let Ok(Value::Object(o)) = json::parse(&super::libcni::go_text(bytes), &c.name) else {
             continue;
         };
         let ours_whole =
