@@ -87,17 +87,20 @@ pub fn check(
     let path_of = |n: &str| format!("{}/{}", ctx.dir, n);
     let installed_path = ctx.installed.map(path_of).unwrap_or_default();
     let mut warning = None;
+    let mut preempted = None;
     if Some(first.as_str()) != ctx.installed {
         if ctx.chained && ctx.owned.is_none() {
             let Some(configured) = ctx.configured else {
                 return invalid(format!(
-                    "the container runtime now uses {} (highest-priority valid config); moving our entry there from {}",
+                    "perform initial update of highest priority config {} using existing configuration from file {first} \
+                     (the container runtime uses it; our entry moves there from {})",
                     path_of(first),
                     ctx.installed.map(path_of).as_deref().unwrap_or("nowhere")
                 ));
             };
             if !read(first).is_some_and(|b| holds_entry(&b)) {
-                return Outcome::Preempted {
+                // Reported once the installed file itself checks out (upstream's errors come first).
+                preempted = Some(Outcome::Preempted {
                     runtime_file: first.clone(),
                     reason: format!(
                         "the container runtime now uses {} (it sorts before CNI_CONF_NAME={configured}) and it has no \
@@ -105,7 +108,7 @@ pub fn check(
                          CNI_CONF_NAME={first} (or unset CNI_CONF_NAME to follow the runtime's choice)",
                         path_of(first)
                     ),
-                };
+                });
             }
         }
         warning = Some(format!(
@@ -191,5 +194,5 @@ pub fn check(
             }
         }
     }
-    Outcome::Valid { warning }
+    preempted.unwrap_or(Outcome::Valid { warning })
 }
