@@ -94,7 +94,12 @@ fn replace_with(
     mode: u32,
     fill: impl FnOnce(&mut File, &Path) -> Result<()>,
 ) -> Result<()> {
-    replace_inner(path, mode, fill, |_| Ok(true))
+    replace_inner(path, mode, fill, |tmp| {
+        fs::rename(tmp, path)
+            .io_context(|| format!("rename {} to {}", tmp.display(), path.display()))?;
+        Ok(true)
+    })
+    .map(|_| ())
 }
 
 /// [`write_atomic`] through a symlink: when `path` is a link, the link is kept and its target is replaced
@@ -103,14 +108,14 @@ pub fn write_atomic_through(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     write_atomic(&write_target(path)?, data, mode)
 }
 
-/// [`replace_with`] on a resolved path; `proceed` decides, right before the rename, whether to rename
-/// (false: the temp file is removed and nothing changes).
+/// The shared scheme with the final step given: `commit(tmp)` moves the filled, fsynced temp file into
+/// place (or decides not to) and says whether it did; whatever is left at the temp path is removed.
 fn replace_inner(
     path: &Path,
     mode: u32,
     fill: impl FnOnce(&mut File, &Path) -> Result<()>,
-    proceed: impl FnOnce(&Path) -> Result<bool>,
-) -> Result<()> {
+    commit: impl FnOnce(&Path) -> Result<bool>,
+) -> Result<bool> {
     let tmp = temp_path_for(path);
     let res = (|| -> Result<bool> {
         let mut f = OpenOptions::new()
@@ -126,24 +131,12 @@ fn replace_inner(
         f.sync_all()
             .io_context(|| format!("fsync temp file {}", tmp.display()))?;
         drop(f);
-        if !proceed(path)? {
-            return Ok(false);
-        }
-        fs::rename(&tmp, path)
-            .io_context(|| format!("rename {} to {}", tmp.display(), path.display()))?;
-        Ok(true)
+        commit(&tmp)
     })();
-    match res {
-        Ok(true) => fsync_dir(&parent_of(path)),
-        Ok(false) => {
-            let _ = fs::remove_file(&tmp);
-            Ok(())
-        }
-        Err(e) => {
-            let _ = fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+    let _ = fs::remove_file(&tmp);
+    let done = res?;
+    fsync_dir(&parent_of(path))?;
+    Ok(done)
 }
 
 /// Renames `from` to `to` and makes the rename durable.
@@ -270,10 +263,60 @@ pub fn write_target(path: &Path) -> Result<PathBuf> {
     }
 }
 
+impl Stamp {
+    /// The same version of the content: same inode, size and mtime (a rename changes the ctime of the
+    /// inodes it moves, so ctime is not compared here).
+    fn same_version(&self, o: &Stamp) -> bool {
+        (self.dev, self.ino, self.size, self.mtime) == (o.dev, o.ino, o.size, o.mtime)
+    }
+}
+
+/// `renameat2(from, to, RENAME_EXCHANGE)`: swaps the two names atomically. `Ok(false)` when the kernel
+/// or the file system does not support it (the caller falls back to a plain rename).
+fn exchange(from: &Path, to: &Path) -> Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    const RENAME_EXCHANGE: nix::libc::c_uint = 1 << 1;
+    let cstr = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| crate::Error::config(format!("{}: NUL byte in path", p.display())))
+    };
+    let (a, b) = (cstr(from)?, cstr(to)?);
+    // SAFETY: both pointers come from live CStrings (NUL-terminated, valid for the call); the syscall
+    // reads them and touches no other memory of ours.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_renameat2,
+            nix::libc::AT_FDCWD,
+            a.as_ptr(),
+            nix::libc::AT_FDCWD,
+            b.as_ptr(),
+            RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(nix::libc::EINVAL) | Some(nix::libc::ENOSYS) | Some(nix::libc::EOPNOTSUPP) => {
+            Ok(false)
+        }
+        _ => Err(crate::Error::io(
+            format!("exchange {} with {}", from.display(), to.display()),
+            err,
+        )),
+    }
+}
+
 /// Replaces the file at `path` (following a symlink, see [`write_target`]) with `data`, atomically, but
-/// only if it is still the version `expected` (its [`Stamp`] and its bytes `expected_bytes`) right before
-/// the rename; returns `false` (nothing written, no temp file left) when another writer changed it
-/// meanwhile, so the caller can redo its merge on the new content.
+/// only if it is still the version `expected` (its [`Stamp`] and its bytes `expected_bytes`); returns
+/// `false` (nothing changed, no temp file left) when another writer changed it meanwhile, so the caller
+/// can redo its merge on the new content.
+///
+/// No window is left between the last check and the rename: the new file is swapped in with
+/// `RENAME_EXCHANGE`, and the file that came out is checked. When it is not the expected version (a write
+/// landed in between), it is swapped back, so the other writer's newer content is never lost. Without
+/// `RENAME_EXCHANGE` support, a plain rename follows the check (a microseconds-wide window).
 pub fn replace_if_unchanged(
     path: &Path,
     data: &[u8],
@@ -282,7 +325,11 @@ pub fn replace_if_unchanged(
     expected_bytes: &[u8],
 ) -> Result<bool> {
     let target = write_target(path)?;
-    let mut moved = false;
+    let unchanged = || -> Result<bool> {
+        Ok(stamp(&target)? == Some(expected)
+            && read_config(&target, MAX_CONFIG_BYTES)?.as_deref() == Some(expected_bytes)
+            && stamp(&target)? == Some(expected))
+    };
     replace_inner(
         &target,
         mode,
@@ -290,15 +337,39 @@ pub fn replace_if_unchanged(
             f.write_all(data)
                 .io_context(|| format!("write temp file {}", tmp.display()))
         },
-        |_| {
-            let still = stamp(&target)? == Some(expected)
-                && read_config(&target, MAX_CONFIG_BYTES)?.as_deref() == Some(expected_bytes)
-                && stamp(&target)? == Some(expected);
-            moved = !still;
-            Ok(still)
+        |tmp| {
+            if !unchanged()? {
+                return Ok(false);
+            }
+            let ours = stamp(tmp)?;
+            if !exchange(tmp, &target)? {
+                fs::rename(tmp, &target)
+                    .io_context(|| format!("rename {} to {}", tmp.display(), target.display()))?;
+                return Ok(true);
+            }
+            // `tmp` now names what was at `target` just before the swap.
+            let out = stamp(tmp)?;
+            if out.is_some_and(|o| o.same_version(&expected)) {
+                let _ = fs::remove_file(tmp);
+                return Ok(true);
+            }
+            // A write landed between the check and the swap: put it back.
+            if !exchange(tmp, &target)? {
+                fs::rename(tmp, &target)
+                    .io_context(|| format!("rename {} to {}", tmp.display(), target.display()))?;
+                return Ok(false);
+            }
+            let back = stamp(tmp)?;
+            if back.is_some_and(|b| ours.is_some_and(|o| o.same_version(&b))) {
+                // Ours came back out: the target holds the other writer's content again.
+                return Ok(false);
+            }
+            // Yet another, newer write had replaced ours meanwhile: it is the newest, keep it.
+            fs::rename(tmp, &target)
+                .io_context(|| format!("rename {} to {}", tmp.display(), target.display()))?;
+            Ok(false)
         },
-    )?;
-    Ok(!moved)
+    )
 }
 
 /// Reads a file; `None` when it does not exist.
