@@ -408,3 +408,31 @@ fn the_kubeconfig_log_names_server_and_ca_fingerprint_only() {
     );
     assert!(!log.contains("certificate-authority-data"), "{log}");
 }
+
+#[test]
+fn an_istio_cni_conf_primary_gets_one_entry_and_cleanup_leaves_no_empty_list() {
+    let n = Node::new("ownconf");
+    fs::write(
+        n.conf.join("10-istio.conf"),
+        "{\"cniVersion\":\"0.3.1\",\"name\":\"istio-cni\",\"type\":\"istio-cni\"}\n",
+    )
+    .unwrap();
+    let mut p = n.start(&[]);
+    n.settle_ready(&p, "istio-cni .conf primary");
+    assert_eq!(names(&n.conf), vec!["10-istio.conflist"]);
+    assert_eq!(
+        n.entries("10-istio.conflist"),
+        1,
+        "exactly one istio-cni entry"
+    );
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+    for f in names(&n.conf) {
+        let t = fs::read_to_string(n.conf.join(&f)).unwrap();
+        assert!(
+            !istio_cni::install::conflist::has_empty_plugins(&t),
+            "{f}: {t}"
+        );
+    }
+    assert!(names(&n.conf).is_empty(), "{:?}", names(&n.conf));
+}
