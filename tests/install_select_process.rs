@@ -362,6 +362,23 @@ fn a_symlinked_primary_stays_a_link() {
     assert_eq!(n.entries("10-calico.conflist"), 1);
     let temps = |d: &Path| names(d).into_iter().filter(|f| f.contains(".tmp")).count();
     assert_eq!(temps(&outside) + temps(&n.conf), 0);
+    // The primary CNI rewrites its file where it lives: our entry comes back, the link stays.
+    let rewritten =
+        list_text("k8s-pod-network", "calico").replace("calico\" }", "calico\", \"mtu\": 1400 }");
+    atomic_write(
+        &outside.join("calico.conflist"),
+        rewritten.as_bytes(),
+        0o644,
+    );
+    poll_until("entry back after the target was rewritten", LONG, || {
+        n.entries("10-calico.conflist") == 1
+            && fs::read_to_string(&link).is_ok_and(|t| t.contains("1400"))
+    });
+    n.settle_ready(&p, "after the target was rewritten");
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     p.signal(Signal::SIGTERM);
     assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
     assert!(
@@ -374,7 +391,7 @@ fn a_symlinked_primary_stays_a_link() {
     let restored = fs::read_to_string(outside.join("calico.conflist")).unwrap();
     assert_eq!(
         canon(&restored),
-        canon(&original),
+        canon(&rewritten),
         "cleanup restores the target"
     );
     assert_eq!(names(&outside), vec!["calico.conflist"]);

@@ -237,6 +237,18 @@ pub fn run_loop(
             }
             Ok(ConfigWrite::Installed { name, changed }) => {
                 waiting_logged = false;
+                // A symlinked primary is rewritten where its target lives: watch that directory too.
+                let link = inst.conf_dir().join(&name);
+                if link.is_symlink() {
+                    if let Some(dir) = std::fs::canonicalize(&link)
+                        .ok()
+                        .and_then(|t| t.parent().map(|p| p.to_path_buf()))
+                    {
+                        if let Err(e) = watcher.ensure(&dir, super::watch::Role::ConfDir) {
+                            log::warn!("changes to the symlinked primary's target will not be noticed: {e}");
+                        }
+                    }
+                }
                 err_backoff = Duration::from_millis(200);
                 if changed {
                     log::info!(
