@@ -263,6 +263,7 @@ fn install_cases() {
                 before_names,
                 "{name}: nothing written while waiting"
             );
+            fs::remove_dir_all(&conf).unwrap();
             continue;
         }
         assert!(matches!(w, ConfigWrite::Installed { .. }), "{name}: {w:?}");
