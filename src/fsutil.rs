@@ -11,6 +11,11 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod guarded;
+pub use guarded::{
+    read_config, replace_if_unchanged, stamp, write_target, Stamp, MAX_CONFIG_BYTES,
+};
+
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// The directory holding `path` (`.` for a bare name).
@@ -94,8 +99,30 @@ fn replace_with(
     mode: u32,
     fill: impl FnOnce(&mut File, &Path) -> Result<()>,
 ) -> Result<()> {
+    replace_inner(path, mode, fill, |tmp| {
+        fs::rename(tmp, path)
+            .io_context(|| format!("rename {} to {}", tmp.display(), path.display()))?;
+        Ok(true)
+    })
+    .map(|_| ())
+}
+
+/// [`write_atomic`] through a symlink: when `path` is a link, the link is kept and its target is replaced
+/// atomically next to itself (a primary CNI config that links elsewhere stays a link).
+pub fn write_atomic_through(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    write_atomic(&write_target(path)?, data, mode)
+}
+
+/// The shared scheme with the final step given: `commit(tmp)` moves the filled, fsynced temp file into
+/// place (or decides not to) and says whether it did; whatever is left at the temp path is removed.
+pub(crate) fn replace_inner(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut File, &Path) -> Result<()>,
+    commit: impl FnOnce(&Path) -> Result<bool>,
+) -> Result<bool> {
     let tmp = temp_path_for(path);
-    let res = (|| -> Result<()> {
+    let res = (|| -> Result<bool> {
         let mut f = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -109,15 +136,12 @@ fn replace_with(
         f.sync_all()
             .io_context(|| format!("fsync temp file {}", tmp.display()))?;
         drop(f);
-        fs::rename(&tmp, path)
-            .io_context(|| format!("rename {} to {}", tmp.display(), path.display()))?;
-        Ok(())
+        commit(&tmp)
     })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-        return res;
-    }
-    fsync_dir(&parent_of(path))
+    let _ = fs::remove_file(&tmp);
+    let done = res?;
+    fsync_dir(&parent_of(path))?;
+    Ok(done)
 }
 
 /// Renames `from` to `to` and makes the rename durable.

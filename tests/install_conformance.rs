@@ -263,6 +263,7 @@ fn install_cases() {
                 before_names,
                 "{name}: nothing written while waiting"
             );
+            fs::remove_dir_all(&conf).unwrap();
             continue;
         }
         assert!(matches!(w, ConfigWrite::Installed { .. }), "{name}: {w:?}");
@@ -303,10 +304,15 @@ fn install_cases() {
                 assert_eq!(mode(&conf.join(f)), want, "{name}: mode of {f}");
             }
         }
-        // And the result validates.
+        // And the result validates. README deviation (issue 11 item 1): CNI_CONF_NAME=list.conflist is
+        // pinned while bridge.conf, without our entry, sorts first and is the runtime's choice: we report
+        // not ready (preempted) where upstream says valid.
+        let out = inst.check();
+        let deviation = name == "master-install-specified-existing-conflist"
+            && matches!(&out, Outcome::Preempted { runtime_file, .. } if runtime_file == "bridge.conf");
         assert!(
-            matches!(inst.check(), Outcome::Valid { .. }),
-            "{name}: installed state invalid"
+            matches!(out, Outcome::Valid { .. }) || deviation,
+            "{name}: installed state invalid: {out:?}"
         );
         fs::remove_dir_all(&conf).unwrap();
     }
@@ -344,7 +350,15 @@ fn check_cases() {
         let valid = b(&ex, "valid");
         match (&out, valid) {
             (Outcome::Valid { .. }, true) => {}
-            (Outcome::Invalid { reason, .. }, false) => {
+            // README deviation (issue 11 item 1): with CNI_CONF_NAME pinned, a higher-priority file
+            // without our entry is the runtime's choice, so pods would start unredirected: we report not
+            // ready where upstream says valid.
+            (Outcome::Preempted { runtime_file, .. }, true)
+                if name == "master-check-intentional-preempted-config" =>
+            {
+                assert_eq!(runtime_file, "bridge.conf", "{name}");
+            }
+            (Outcome::Invalid { reason }, false) => {
                 if let Some(err) = expected_error(&case, &conf) {
                     assert!(reason.contains(&err), "{name}: {reason:?} lacks {err:?}");
                 }
@@ -352,7 +366,14 @@ fn check_cases() {
             _ => panic!("{name}: expected valid={valid}, got {out:?}"),
         }
         if let Some(pin) = json::str_of(&ex, "pins_cni_conf_name") {
-            assert_eq!(inst.pinned.as_deref(), Some(pin), "{name}: pin");
+            // README deviation: we do not pin (master does); we follow the runtime's choice, which is
+            // the same file here: the reinstall goes into it, and nothing is pinned.
+            assert_eq!(inst.configured, None, "{name}: nothing pinned");
+            assert_eq!(
+                inst.choose(),
+                Choice::Use(pin.to_string()),
+                "{name}: target"
+            );
         }
         fs::remove_dir_all(&conf).unwrap();
     }

@@ -1,5 +1,11 @@
 //! Validation of the installed state, upstream master's `checkValidCNIConfig` (installer.md §2.10), pure:
 //! the caller lists the conf dir and provides a reader.
+//!
+//! The readiness invariant (issue 11): in chained mode we are valid (ready) only while the file the
+//! runtime will pick — libcni's first valid configuration — holds our entry. Without CNI_CONF_NAME a new
+//! first file means "reinstall there" (we follow the runtime, release-1.9's rule; master pins its first
+//! choice, a deviation we reject). With CNI_CONF_NAME pinned, a higher-priority file without our entry
+//! makes us [`Outcome::Preempted`]: not ready, nothing rewritten, the operator told what to do.
 
 use super::conflist::{self, PLUGIN_TYPE};
 use super::select::Listing;
@@ -14,7 +20,7 @@ pub struct CheckCtx<'a> {
     pub chained: bool,
     /// The Istio-owned file name when owned mode is on.
     pub owned: Option<&'a str>,
-    /// CNI_CONF_NAME (or the name pinned after the first check).
+    /// CNI_CONF_NAME as the operator set it.
     pub configured: Option<&'a str>,
     /// The file the Istio configuration was last written to (a name in `dir`).
     pub installed: Option<&'a str>,
@@ -23,16 +29,38 @@ pub struct CheckCtx<'a> {
 /// The verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// Installed and valid; `warning` reports a preemption that upstream master only warns about.
+    /// Installed and valid; `warning` reports a preemption that does not break the invariant (standalone
+    /// mode, or a higher-priority file that holds our entry too).
     Valid { warning: Option<String> },
-    /// A (re)install is needed; `pin` is the name upstream pins as CNI_CONF_NAME.
-    Invalid { reason: String, pin: Option<String> },
+    /// A (re)install is needed.
+    Invalid { reason: String },
+    /// Not ready and nothing to rewrite: CNI_CONF_NAME is pinned and the runtime uses another file
+    /// without our entry. `runtime_file` is that file; `reason` tells the operator what to do.
+    Preempted {
+        runtime_file: String,
+        reason: String,
+    },
 }
 
 fn invalid(reason: impl Into<String>) -> Outcome {
     Outcome::Invalid {
         reason: reason.into(),
-        pin: None,
+    }
+}
+
+/// Whether a configuration text holds an `istio-cni` plugin (a list entry, or a `.conf` of that type).
+pub fn holds_entry(bytes: &[u8]) -> bool {
+    let text = super::libcni::go_text(bytes);
+    match json::parse(&text, "CNI config") {
+        Ok(Value::Object(o)) => {
+            super::libcni::plugin_type(&o) == Some(PLUGIN_TYPE)
+                || json::arr_of(&o, "plugins").is_some_and(|a| {
+                    a.iter().any(|p| {
+                        matches!(p, Value::Object(po) if super::libcni::plugin_type(po) == Some(PLUGIN_TYPE))
+                    })
+                })
+        }
+        _ => false,
     }
 }
 
@@ -59,21 +87,29 @@ pub fn check(
     let path_of = |n: &str| format!("{}/{}", ctx.dir, n);
     let installed_path = ctx.installed.map(path_of).unwrap_or_default();
     let mut warning = None;
+    let mut preempted = None;
     if Some(first.as_str()) != ctx.installed {
-        if ctx.configured.is_none() && ctx.chained {
-            let pin = if ctx.owned.is_some() {
-                valid.get(1).cloned()
-            } else {
-                Some(first.clone())
-            };
-            return Outcome::Invalid {
-                reason: format!(
-                    "perform initial update of highest priority config {} using existing configuration from file {}",
+        if ctx.chained && ctx.owned.is_none() {
+            let Some(configured) = ctx.configured else {
+                return invalid(format!(
+                    "perform initial update of highest priority config {} using existing configuration from file {first} \
+                     (the container runtime uses it; our entry moves there from {})",
                     path_of(first),
-                    pin.as_deref().unwrap_or("")
-                ),
-                pin,
+                    ctx.installed.map(path_of).as_deref().unwrap_or("nowhere")
+                ));
             };
+            if !read(first).is_some_and(|b| holds_entry(&b)) {
+                // Reported once the installed file itself checks out (upstream's errors come first).
+                preempted = Some(Outcome::Preempted {
+                    runtime_file: first.clone(),
+                    reason: format!(
+                        "the container runtime now uses {} (it sorts before CNI_CONF_NAME={configured}) and it has no \
+                         istio-cni entry: pods started now are NOT redirected. Remove or rename that file, or set \
+                         CNI_CONF_NAME={first} (or unset CNI_CONF_NAME to follow the runtime's choice)",
+                        path_of(first)
+                    ),
+                });
+            }
         }
         warning = Some(format!(
             "CNI config file \"{installed_path}\" preempted by \"{}\"",
@@ -86,7 +122,7 @@ pub fn check(
     let Some(bytes) = read(installed) else {
         return invalid(format!("CNI config file removed: {installed_path}"));
     };
-    let text = String::from_utf8_lossy(&bytes);
+    let text = super::libcni::go_text(&bytes);
     let obj = match json::parse(&text, &installed_path) {
         Ok(Value::Object(o)) => o,
         Ok(_) => return invalid(format!("{installed_path}: not a JSON object")),
@@ -112,7 +148,14 @@ pub fn check(
                 "{installed_path}: error reading plugin from CNI config plugin list"
             ));
         };
-        match po.get("type") {
+        // libcni matches the key ignoring case (`"TYPE"` runs the plugin); so do we (upstream reads
+        // only `type` and then never becomes ready: a deviation, README).
+        let ty = po.get("type").or_else(|| {
+            po.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("type"))
+                .map(|(_, v)| v)
+        });
+        match ty {
             Some(Value::String(t)) => types.push(t.clone()),
             Some(other) => {
                 return invalid(format!(
@@ -136,8 +179,7 @@ pub fn check(
             .or_else(|| valid.iter().find(|n| n.as_str() != owned).cloned());
         if let Some(primary) = primary {
             if let Some(pbytes) = read(&primary) {
-                match conflist::plugin_types(&String::from_utf8_lossy(&pbytes), &path_of(&primary))
-                {
+                match conflist::plugin_types(&super::libcni::go_text(&pbytes), &path_of(&primary)) {
                     Ok(ptypes) => {
                         for t in ptypes {
                             if !types.contains(&t) {
@@ -152,5 +194,5 @@ pub fn check(
             }
         }
     }
-    Outcome::Valid { warning }
+    preempted.unwrap_or(Outcome::Valid { warning })
 }

@@ -18,30 +18,46 @@ use std::path::Path;
 /// Returns a line for the log.
 pub fn remove_config(dir: &Path, name: &str, delete_whole_file: bool) -> Result<String> {
     let path = dir.join(name);
-    let Some(bytes) = fsutil::read_opt(&path)? else {
-        return Ok(format!(
-            "CNI config file {} no longer exists; nothing to remove from it",
-            path.display()
-        ));
-    };
-    if delete_whole_file {
-        fsutil::remove_if_exists(&path)
-            .with_context(|| format!("failed to remove CNI config file {}", path.display()))?;
-        return Ok(format!("removed CNI config file {}", path.display()));
-    }
-    let text = String::from_utf8_lossy(&bytes);
     let what = path.display().to_string();
-    let updated = conflist::remove_entry(&text, &what)
-        .with_context(|| format!("failed to read CNI config map from file {what}"))?;
-    match updated {
-        None => Ok(format!("no istio-cni entry in {what}; left unchanged")),
-        Some(new) => {
-            let mode = fsutil::mode_of(&path)?.unwrap_or(0o600);
-            fsutil::write_atomic(&path, new.as_bytes(), mode)
-                .with_context(|| format!("failed to write updated CNI config to file {what}"))?;
-            Ok(format!("removed the istio-cni entry from {what}"))
+    // The primary's CNI may rewrite the file meanwhile: the edit is swapped in only over the version it
+    // was made from, and redone otherwise (never a lost update, also at shutdown).
+    for _ in 0..50 {
+        let stamp = fsutil::stamp(&path)?;
+        let Some(bytes) = fsutil::read_config(&path, fsutil::MAX_CONFIG_BYTES)? else {
+            return Ok(format!(
+                "CNI config file {what} no longer exists; nothing to remove from it"
+            ));
+        };
+        let Some(stamp) = stamp else { continue };
+        if delete_whole_file {
+            fsutil::remove_if_exists(&path)
+                .with_context(|| format!("failed to remove CNI config file {what}"))?;
+            return Ok(format!("removed CNI config file {what}"));
+        }
+        let text = super::libcni::go_text(&bytes);
+        let updated = conflist::remove_entry(&text, &what)
+            .with_context(|| format!("failed to read CNI config map from file {what}"))?;
+        match updated {
+            None => return Ok(format!("no istio-cni entry in {what}; left unchanged")),
+            Some(new) if conflist::has_empty_plugins(&new) => {
+                // Only our entry was in it: libcni rejects `"plugins": []`, so the file goes.
+                fsutil::remove_if_exists(&path)
+                    .with_context(|| format!("failed to remove CNI config file {what}"))?;
+                return Ok(format!("removed {what}: it held only the istio-cni entry"));
+            }
+            Some(new) => {
+                let mode = fsutil::mode_of(&path)?.unwrap_or(0o600);
+                if fsutil::replace_if_unchanged(&path, new.as_bytes(), mode, stamp, &bytes)
+                    .with_context(|| format!("failed to write updated CNI config to file {what}"))?
+                {
+                    return Ok(format!("removed the istio-cni entry from {what}"));
+                }
+            }
         }
     }
+    Err(crate::error::Error::other(format!(
+        "{what} kept changing while we removed our entry from it"
+    )))
 }
 
 /// `--uninstall` without a record of what was written: every candidate file that is ours (top-level type
@@ -53,7 +69,7 @@ pub fn scan_and_remove(dir: &Path, owned_name: Option<&str>) -> Result<Vec<Strin
     cands.sort_by(|a, b| a.name.cmp(&b.name));
     for c in cands {
         let Ok(bytes) = &c.content else { continue };
-        let Ok(Value::Object(o)) = json::parse(&String::from_utf8_lossy(bytes), &c.name) else {
+        let Ok(Value::Object(o)) = json::parse(&super::libcni::go_text(bytes), &c.name) else {
             continue;
         };
         let ours_whole =

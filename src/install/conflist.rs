@@ -209,7 +209,11 @@ pub fn merge(existing: &str, entry: &Object) -> Result<String> {
             json::string(&wrapper_cni_version(own.as_deref())),
         );
         let mut plugins = Array::new();
-        plugins.push(Value::Object(conf));
+        // A `.conf` that is itself an istio-cni entry (a standalone leftover) is replaced by ours, not
+        // kept beside it: exactly one entry (upstream writes two).
+        if !is_ours(&Value::Object(conf.clone())) {
+            plugins.push(Value::Object(conf));
+        }
         plugins.push(Value::Object(entry));
         list.insert("plugins".into(), Value::Array(plugins));
         return Ok(render(&Value::Object(list)));
@@ -235,7 +239,16 @@ fn plugin_list(conf: &Object) -> Result<&Array> {
 }
 
 fn is_ours(p: &Value) -> bool {
-    matches!(p, Value::Object(o) if json::str_of(o, "type") == Some(PLUGIN_TYPE))
+    matches!(p, Value::Object(o) if super::libcni::plugin_type(o) == Some(PLUGIN_TYPE))
+}
+
+/// True when a list's `plugins` is an empty array (libcni rejects it: cleanup deletes such a file
+/// rather than leave it).
+pub fn has_empty_plugins(text: &str) -> bool {
+    match json::parse(text, "CNI config") {
+        Ok(Value::Object(o)) => json::arr_of(&o, "plugins").is_some_and(|a| a.is_empty()),
+        _ => false,
+    }
 }
 
 /// Cleanup of a chained list: removes the `istio-cni` plugins and re-renders (sorted, as upstream).
@@ -330,6 +343,17 @@ mod tests {
         let removed = remove_entry(primary, "x").unwrap().unwrap();
         assert_eq!(count_entries(&removed), 0);
         assert_eq!(remove_entry(&removed, "x").unwrap(), None);
+    }
+
+    #[test]
+    fn wrapping_an_istio_cni_conf_leaves_one_entry() {
+        let conf = r#"{"cniVersion":"0.3.1","name":"istio-cni","type":"istio-cni","old":true}"#;
+        let out = merge(conf, &entry().to_object()).unwrap();
+        assert_eq!(count_entries(&out), 1, "{out}");
+        assert!(!out.contains("\"old\""), "{out}");
+        let removed = remove_entry(&out, "x").unwrap().unwrap();
+        assert!(has_empty_plugins(&removed));
+        assert!(!has_empty_plugins(&out));
     }
 
     #[test]

@@ -26,8 +26,9 @@ pub struct Installer {
     pub settings: Settings,
     /// The executable installed as `istio-cni`.
     pub exe: PathBuf,
-    /// CNI_CONF_NAME, or the name pinned by the first check (upstream master's preemption rule).
-    pub pinned: Option<String>,
+    /// CNI_CONF_NAME as the operator set it. Without it we follow libcni's choice whenever it changes
+    /// (release-1.9's behaviour; master pins its first choice, a deviation we reject: README).
+    pub configured: Option<String>,
     /// The conf-dir file our configuration was last written to.
     pub installed: Option<String>,
     /// Bin dirs holding our binary.
@@ -36,11 +37,11 @@ pub struct Installer {
 
 impl Installer {
     pub fn new(settings: Settings, exe: PathBuf) -> Installer {
-        let pinned = settings.cni_conf_name.clone();
+        let configured = settings.cni_conf_name.clone();
         Installer {
             settings,
             exe,
-            pinned,
+            configured,
             installed: None,
             bin_dirs: Vec::new(),
         }
@@ -133,14 +134,15 @@ impl Installer {
         };
         let token = std::fs::read(&token_path)
             .io_context(|| format!("read service account token {}", token_path.display()))?;
-        let text = kubeconfig::render(&KubeconfigInputs {
+        let inputs = KubeconfigInputs {
             protocol: &s.k8s_protocol,
             host: &s.k8s_host,
             port: &s.k8s_port,
             ca: ca.as_deref(),
             skip_tls_verify: s.skip_tls_verify,
             token: &token,
-        })?;
+        };
+        let text = kubeconfig::render(&inputs)?;
         let path = self.kubeconfig_path();
         let same = fsutil::read_opt(&path)?.is_some_and(|old| old == text.as_bytes())
             && fsutil::mode_of(&path)? == Some(s.kubeconfig_mode);
@@ -149,9 +151,9 @@ impl Installer {
         }
         fsutil::write_atomic(&path, text.as_bytes(), s.kubeconfig_mode)?;
         log::info!(
-            "wrote kubeconfig {}: {}",
+            "wrote kubeconfig {} ({})",
             path.display(),
-            kubeconfig::redacted(&text)
+            kubeconfig::log_summary(&inputs)
         );
         Ok(true)
     }
@@ -160,19 +162,24 @@ impl Installer {
     pub fn choose(&self) -> Choice {
         let s = &self.settings;
         let dir = self.conf_dir().to_path_buf();
-        let listing = if s.chained && self.pinned.is_none() {
+        let listing = if s.chained && self.configured.is_none() {
             self.listing()
         } else {
             Ok(Listing::default())
         };
         let owned = s.istio_owned.then_some(s.istio_owned_filename.as_str());
-        select::choose(s.chained, self.pinned.as_deref(), &listing, owned, &|n| {
-            dir.join(n).is_file()
-        })
+        select::choose(
+            s.chained,
+            self.configured.as_deref(),
+            &listing,
+            owned,
+            &|n| dir.join(n).is_file(),
+        )
     }
 
     /// Writes our configuration (upstream `createCNIConfigFile`): merge into the primary, or the
-    /// Istio-owned list, or the standalone file. Identical content is not rewritten.
+    /// Istio-owned list, or the standalone file. Identical content is not rewritten. When the primary
+    /// moved to another file (the runtime's choice changed), our entry is taken out of the old one.
     pub fn write_config(&mut self) -> Result<ConfigWrite> {
         let name = match self.choose() {
             Choice::Use(n) => n,
@@ -180,50 +187,89 @@ impl Installer {
         };
         let s = &self.settings;
         let dir = self.conf_dir().to_path_buf();
-        let src = dir.join(&name);
         if !s.chained {
             let text = self.entry().standalone_text();
-            let changed = write_if_changed(&src, text.as_bytes(), s.created_mode())?;
+            let changed = write_if_changed(&dir.join(&name), text.as_bytes(), s.created_mode())?;
             self.installed = Some(name.clone());
             return Ok(ConfigWrite::Installed { name, changed });
         }
-        let existing = std::fs::read(&src).io_context(|| format!("read {}", src.display()))?;
-        let existing = String::from_utf8(existing)
-            .map_err(|_| Error::config(format!("{}: not UTF-8", src.display())))?;
-        let merged = conflist::merge(&existing, &self.entry().to_object())
-            .with_context(|| format!("create CNI config file {}", src.display()))?;
-        if s.istio_owned {
-            let owned = s.istio_owned_filename.clone();
-            let changed = write_if_changed(&dir.join(&owned), merged.as_bytes(), s.created_mode())?;
-            self.installed = Some(owned.clone());
-            return Ok(ConfigWrite::Installed {
-                name: owned,
-                changed,
-            });
-        }
-        let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
-        let (final_name, changed) = if let Some(stem) = name.strip_suffix(".conf") {
-            // .conf → .conflist: write the list first, then drop the .conf (crash-safe order: until the
-            // unlink, the .conf still sorts first and is the unmodified original).
-            let list = format!("{stem}.conflist");
-            write_if_changed(&dir.join(&list), merged.as_bytes(), mode)?;
-            fsutil::remove_if_exists(&src)?;
-            (list, true)
-        } else {
-            let changed = merged != existing;
-            if changed {
-                fsutil::write_atomic(&src, merged.as_bytes(), mode)?;
+        let (final_name, changed) = self.merge_into(&name)?;
+        let previous = self.installed.replace(final_name.clone());
+        if let Some(old) = previous.filter(|o| *o != final_name && !self.settings.istio_owned) {
+            match super::cleanup::remove_config(&dir, &old, false) {
+                Ok(note) => log::info!(
+                    "the container runtime now uses {}/{final_name} instead of {old}: {note}",
+                    dir.display()
+                ),
+                Err(e) => {
+                    log::warn!("could not take our entry out of the previous primary {old}: {e}")
+                }
             }
-            (name, changed)
-        };
-        self.installed = Some(final_name.clone());
+        }
         Ok(ConfigWrite::Installed {
             name: final_name,
             changed,
         })
     }
 
-    /// upstream `checkValidCNIConfig`; applies the pin it asks for.
+    /// Merges our entry into the primary `name` (or writes the Istio-owned list from it); returns the file
+    /// written and whether it changed. The primary is re-verified right before the rename; when its CNI
+    /// rewrote it meanwhile, the merge is redone on the new content (no lost update).
+    fn merge_into(&self, name: &str) -> Result<(String, bool)> {
+        const ATTEMPTS: usize = 50;
+        let s = &self.settings;
+        let dir = self.conf_dir().to_path_buf();
+        let src = dir.join(name);
+        let entry = self.entry().to_object();
+        for _ in 0..ATTEMPTS {
+            let Some(stamp) = fsutil::stamp(&src)? else {
+                return Err(Error::config(format!(
+                    "CNI config file {} disappeared before our entry could be added",
+                    src.display()
+                )));
+            };
+            let Some(bytes) = fsutil::read_config(&src, fsutil::MAX_CONFIG_BYTES)? else {
+                continue;
+            };
+            let existing = super::libcni::go_text(&bytes);
+            let merged = conflist::merge(&existing, &entry)
+                .with_context(|| format!("create CNI config file {}", src.display()))?;
+            if s.istio_owned {
+                let owned = s.istio_owned_filename.clone();
+                let changed =
+                    write_if_changed(&dir.join(&owned), merged.as_bytes(), s.created_mode())?;
+                return Ok((owned, changed));
+            }
+            let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
+            if let Some(stem) = name.strip_suffix(".conf") {
+                // .conf → .conflist: write the list first, then drop the .conf (crash-safe order: until
+                // the unlink, the .conf still sorts first and is the unmodified original).
+                let list = format!("{stem}.conflist");
+                write_if_changed(&dir.join(&list), merged.as_bytes(), mode)?;
+                if fsutil::stamp(&src)? != Some(stamp) {
+                    continue;
+                }
+                fsutil::remove_if_exists(&src)?;
+                return Ok((list, true));
+            }
+            if merged.as_bytes() == bytes.as_slice() {
+                return Ok((name.to_string(), false));
+            }
+            if fsutil::replace_if_unchanged(&src, merged.as_bytes(), mode, stamp, &bytes)? {
+                return Ok((name.to_string(), true));
+            }
+            log::info!(
+                "{} changed while we merged into it; merging again",
+                src.display()
+            );
+        }
+        Err(Error::other(format!(
+            "{} keeps changing while we merge into it ({ATTEMPTS} attempts)",
+            src.display()
+        )))
+    }
+
+    /// upstream `checkValidCNIConfig`, with the readiness invariant (see [`check::check`]).
     pub fn check(&mut self) -> Outcome {
         let s = &self.settings;
         let dir_display = self.conf_dir_display();
@@ -233,14 +279,14 @@ impl Installer {
             dir: &dir_display,
             chained: s.chained,
             owned: s.istio_owned.then_some(s.istio_owned_filename.as_str()),
-            configured: self.pinned.as_deref(),
+            configured: self.configured.as_deref(),
             installed: self.installed.as_deref(),
         };
-        let out = check::check(&ctx, &listing, &|n| std::fs::read(dir.join(n)).ok());
-        if let Outcome::Invalid { pin: Some(p), .. } = &out {
-            self.pinned = Some(p.clone());
-        }
-        out
+        check::check(&ctx, &listing, &|n| {
+            fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)
+                .ok()
+                .flatten()
+        })
     }
 
     /// Removes stale temp files at start. In the conf dir, which the primary CNI shares, our own temp
@@ -272,11 +318,14 @@ impl Installer {
 
 /// Writes atomically unless the file already has exactly these bytes and this mode.
 pub fn write_if_changed(path: &Path, data: &[u8], mode: u32) -> Result<bool> {
-    if fsutil::read_opt(path)?.is_some_and(|old| old == data)
+    if fsutil::read_config(path, fsutil::MAX_CONFIG_BYTES)
+        .ok()
+        .flatten()
+        .is_some_and(|old| old == data)
         && fsutil::mode_of(path)? == Some(mode)
     {
         return Ok(false);
     }
-    fsutil::write_atomic(path, data, mode)?;
+    fsutil::write_atomic_through(path, data, mode)?;
     Ok(true)
 }

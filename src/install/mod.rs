@@ -1,6 +1,6 @@
 //! The `install-cni` applet: puts the plugin on the node and keeps it there, takes it away cleanly.
 //!
-//! Pure: [`config`] (settings), [`select`] (primary choice), [`conflist`] (merge/remove, byte-exact
+//! Pure: [`config`] (settings), [`select`] (primary choice), [`libcni`] (libcni's validity rules), [`conflist`] (merge/remove, byte-exact
 //! output), [`check`] (validity of the installed state), [`kubeconfig`] (rendering).
 //! Effects: [`binaries`], [`installer`] (the steps), [`watch`] (inotify), [`run`] (the loop), [`server`]
 //! (health and metrics), [`relay`] (plugin log relay), [`cleanup`], [`cli`] (entry point).
@@ -15,6 +15,7 @@ pub mod flags;
 pub mod installer;
 pub mod kubeconfig;
 pub mod legacy;
+pub mod libcni;
 pub mod relay;
 pub mod repair_settings;
 pub mod run;

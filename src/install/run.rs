@@ -88,6 +88,7 @@ pub fn run_loop(
     let mut bucket = Bucket::new();
     let mut conflicts = 0u64;
     let mut last_conflict_log: Option<Instant> = None;
+    let mut last_preempt_log: Option<Instant> = None;
     let mut waiting_logged = false;
     let mut err_backoff = Duration::from_millis(200);
     let mut last_warning: Option<String> = None;
@@ -178,6 +179,22 @@ pub fn run_loop(
                 dirty = c;
                 continue;
             }
+            RoundEnd::Preempted(reason) => {
+                state.set_ready(false);
+                let due = last_preempt_log.map_or(true, |t| t.elapsed() >= CONFLICT_LOG_INTERVAL);
+                if due {
+                    log::warn!("not ready: {reason}");
+                    last_preempt_log = Some(Instant::now());
+                }
+                let next_log = last_preempt_log
+                    .map(|t| CONFLICT_LOG_INTERVAL.saturating_sub(t.elapsed()))
+                    .unwrap_or(CONFLICT_LOG_INTERVAL);
+                match wait(watcher, Some(next_log))? {
+                    Ok(c) => dirty = c,
+                    Err(end) => return Ok(end),
+                }
+                continue;
+            }
             RoundEnd::Ready => return Ok(End::Installed),
             RoundEnd::Stopped => return Ok(End::Stopped),
         };
@@ -220,6 +237,18 @@ pub fn run_loop(
             }
             Ok(ConfigWrite::Installed { name, changed }) => {
                 waiting_logged = false;
+                // A symlinked primary is rewritten where its target lives: watch that directory too.
+                let link = inst.conf_dir().join(&name);
+                if link.is_symlink() {
+                    if let Some(dir) = std::fs::canonicalize(&link)
+                        .ok()
+                        .and_then(|t| t.parent().map(|p| p.to_path_buf()))
+                    {
+                        if let Err(e) = watcher.ensure(&dir, super::watch::Role::ConfDir) {
+                            log::warn!("changes to the symlinked primary's target will not be noticed: {e}");
+                        }
+                    }
+                }
                 err_backoff = Duration::from_millis(200);
                 if changed {
                     log::info!(
@@ -251,6 +280,9 @@ pub fn run_loop(
 pub enum RoundEnd {
     /// The installed configuration is invalid or missing: reinstall (readiness stays false).
     Invalid(String),
+    /// CNI_CONF_NAME is pinned and the runtime uses another file without our entry: not ready, nothing
+    /// to rewrite; wait for a change.
+    Preempted(String),
     /// Something changed (before or after readiness); readiness is false again.
     Changed(Changes),
     /// Valid and ready, and the caller asked not to wait (`--once`).
@@ -279,9 +311,13 @@ pub fn round(
         return Ok(RoundEnd::Changed(before));
     }
     match inst.check() {
-        Outcome::Invalid { reason, .. } => {
+        Outcome::Invalid { reason } => {
             state.set_ready(false);
             return Ok(RoundEnd::Invalid(reason));
+        }
+        Outcome::Preempted { reason, .. } => {
+            state.set_ready(false);
+            return Ok(RoundEnd::Preempted(reason));
         }
         Outcome::Valid { warning: Some(w) } => {
             if last_warning.as_deref() != Some(w.as_str()) {

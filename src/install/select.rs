@@ -3,7 +3,7 @@
 //! skipped with a warning. The decision is pure; [`list_candidates`] is the only effect.
 
 use crate::error::{Error, IoContext, Result};
-use crate::json::{self, Value};
+use crate::fsutil;
 use std::path::Path;
 
 /// Standalone mode's default file name.
@@ -23,16 +23,20 @@ pub struct Listing {
     pub skipped: Vec<(String, String)>,
 }
 
-/// True for names libcni considers: extension exactly `.conf` or `.conflist`.
+/// True for names libcni considers: Go's `filepath.Ext(name)` is exactly `.conf` or `.conflist` (the
+/// suffix from the last dot, so a file named just `.conf` is a candidate).
 pub fn is_candidate_name(name: &str) -> bool {
     matches!(
-        Path::new(name).extension().and_then(|e| e.to_str()),
-        Some("conf") | Some("conflist")
+        name.rfind('.').map(|i| &name[i..]),
+        Some(".conf") | Some(".conflist")
     )
 }
 
-/// Lists and reads the candidate files of `dir` (non-directories with a candidate name). A missing
-/// directory lists as empty, as libcni.
+/// Lists and reads the candidate files of `dir`: names with a candidate extension that are not
+/// directories. Each is read with [`fsutil::read_config`]: only regular files (links followed), size
+/// checked first, at most the limit + 1 bytes read, so a FIFO, a link to `/dev/zero` or a huge sparse file
+/// is an invalid candidate (with the reason) instead of a hang or a memory blow-up. A missing directory
+/// lists as empty, as libcni.
 pub fn list_candidates(dir: &Path) -> Result<Vec<Candidate>> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
@@ -52,7 +56,12 @@ pub fn list_candidates(dir: &Path) -> Result<Vec<Candidate>> {
         if ft.is_dir() {
             continue;
         }
-        let content = std::fs::read(ent.path()).map_err(|e| e.to_string());
+        let content = match fsutil::read_config(&ent.path(), fsutil::MAX_CONFIG_BYTES) {
+            Ok(Some(b)) => Ok(b),
+            // Removed between the listing and the read: not a candidate any more.
+            Ok(None) => continue,
+            Err(e) => Err(e.to_string()),
+        };
         out.push(Candidate { name, content });
     }
     Ok(out)
@@ -71,80 +80,13 @@ pub fn plugin_dir_has_confs(dir: &Path, name: &str) -> bool {
     }
 }
 
-fn check_plugin(p: &Value) -> std::result::Result<(), String> {
-    let Value::Object(o) = p else {
-        return Err("error parsing configuration: plugin is not a JSON object".into());
-    };
-    for key in ["name", "cniVersion"] {
-        if !matches!(
-            o.get(key),
-            None | Some(Value::String(_)) | Some(Value::Null)
-        ) {
-            return Err(format!(
-                "error parsing configuration: {key:?} is not a string"
-            ));
-        }
-    }
-    match o.get("type") {
-        Some(Value::String(t)) if !t.is_empty() => Ok(()),
-        Some(Value::String(_)) | None | Some(Value::Null) => {
-            Err("error parsing configuration: missing 'type'".into())
-        }
-        Some(_) => Err("error parsing configuration: 'type' is not a string".into()),
-    }
-}
-
-/// libcni's validity of one candidate; `Err` carries the warning text.
+/// libcni's validity of one candidate; `Err` carries the warning text (see [`super::libcni`]).
 pub fn validate(
     name: &str,
     content: &[u8],
     plugin_dir_has_confs: &dyn Fn(&str) -> bool,
 ) -> std::result::Result<(), String> {
-    let text = std::str::from_utf8(content)
-        .map_err(|_| "error parsing configuration: not UTF-8".to_string())?;
-    let v = json::parse(text, "configuration")
-        .map_err(|e| format!("error parsing configuration: {e}"))?;
-    let Value::Object(o) = v else {
-        return Err("error parsing configuration: not a JSON object".into());
-    };
-    if name.ends_with(".conflist") {
-        let list_name = match o.get("name") {
-            Some(Value::String(n)) => n.clone(),
-            Some(_) => return Err("error parsing configuration list: invalid name type".into()),
-            None => return Err("error parsing configuration list: no name".into()),
-        };
-        if !matches!(o.get("cniVersion"), None | Some(Value::String(_))) {
-            return Err("error parsing configuration list: invalid cniVersion type".into());
-        }
-        match o.get("disableCheck") {
-            None | Some(Value::Bool(_)) => {}
-            Some(Value::String(s)) if s.parse::<bool>().is_ok() => {}
-            Some(_) => {
-                return Err("error parsing configuration list: invalid disableCheck value".into())
-            }
-        }
-        match o.get("plugins") {
-            None => {
-                if plugin_dir_has_confs(&list_name) {
-                    Ok(())
-                } else {
-                    Err("error parsing configuration list: no 'plugins' key".into())
-                }
-            }
-            Some(Value::Array(a)) if a.is_empty() => {
-                Err("error parsing configuration list: no plugins in list".into())
-            }
-            Some(Value::Array(a)) => a.iter().try_for_each(check_plugin),
-            Some(_) => Err("error parsing configuration list: 'plugins' is not a list".into()),
-        }
-    } else {
-        if !o.contains_key("type") && o.contains_key("plugins") {
-            return Err(
-                "error parsing configuration: missing 'type'; perhaps this is a .conflist?".into(),
-            );
-        }
-        check_plugin(&Value::Object(o))
-    }
+    super::libcni::validate(name, content, plugin_dir_has_confs)
 }
 
 /// upstream `getConfigFilenames`: the valid configurations sorted bytewise; `no networks found in <dir>`

@@ -88,6 +88,15 @@ impl Watcher {
         Ok(())
     }
 
+    /// Watches `dir` for `role` unless it is watched already (the directory of a symlinked primary's
+    /// target, which can change at run time).
+    pub fn ensure(&mut self, dir: &Path, role: Role) -> Result<()> {
+        if self.dirs.iter().any(|(_, r, d)| *r == role && d == dir) {
+            return Ok(());
+        }
+        self.add(dir, role)
+    }
+
     /// Reads what is pending, without blocking.
     pub fn drain(&mut self) -> Result<Changes> {
         let mut ch = Changes::default();

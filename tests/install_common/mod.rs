@@ -210,9 +210,12 @@ pub struct Proc {
     pub stderr_path: PathBuf,
 }
 
-/// The built multicall binary.
+/// The built multicall binary, or `INSTALLER_BINARY_UNDER_TEST` (to measure an older build with the same
+/// tests, e.g. the before/after figures of an issue).
 pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_istio-cni-node"))
+    std::env::var_os("INSTALLER_BINARY_UNDER_TEST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_istio-cni-node")))
 }
 
 /// Starts `istio-cni-node install-cni <args>` with exactly `env` (plus PATH), stderr to a file.
