@@ -309,3 +309,29 @@ fn accepted_values_render_clean_tokens() {
     assert!(!d.v4.contains("  "), "{}", d.v4);
     assert!(d.v6.is_none() && d.tproxy_route.is_none());
 }
+
+// Issue 16 item 2: upstream consults the inbound excludes only when the include is `*`, so an exclude `*`
+// with an explicit (or empty) include list programs the normal rules; with an include `*` it cannot.
+#[test]
+fn exclude_inbound_wildcard_is_ignored_unless_include_is_wildcard() {
+    for include in ["8080", "", "8080,9090"] {
+        let r = redirect(&[
+            (INCLUDE_INBOUND_PORTS, include),
+            (EXCLUDE_INBOUND_PORTS, "*"),
+        ]);
+        let want = redirect(&[(INCLUDE_INBOUND_PORTS, include)]);
+        assert_eq!(r, want, "include {include:?}");
+    }
+    for include in [None, Some("*")] {
+        let mut a = vec![(EXCLUDE_INBOUND_PORTS, " * ")];
+        if let Some(i) = include {
+            a.push((INCLUDE_INBOUND_PORTS, i));
+        }
+        let (key, value, reason) = error(&a);
+        assert_eq!(
+            (key.as_str(), value.as_str()),
+            (EXCLUDE_INBOUND_PORTS, " * ")
+        );
+        assert!(reason.contains("wildcard"), "{reason}");
+    }
+}
