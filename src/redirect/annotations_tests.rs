@@ -335,3 +335,20 @@ fn exclude_inbound_wildcard_is_ignored_unless_include_is_wildcard() {
         assert!(reason.contains("wildcard"), "{reason}");
     }
 }
+
+// The README's deviations for port annotations (issue 16 item 3), as the code does them.
+#[test]
+fn leading_zeros_are_decimal_blanks_are_empty_repeats_are_kept_once() {
+    let r = redirect(&[
+        (INCLUDE_INBOUND_PORTS, "080,8080, 80"),
+        (INCLUDE_OUTBOUND_PORTS, "0443,443"),
+        (EXCLUDE_OUTBOUND_PORTS, "  "),
+    ]);
+    assert_eq!(r.include_inbound_ports, Ports::List(vec![80, 8080]));
+    assert_eq!(r.include_outbound_ports, vec![443]);
+    assert!(r.exclude_outbound_ports.is_empty());
+    assert_eq!(
+        redirect(&[(INCLUDE_INBOUND_PORTS, " \t ")]).include_inbound_ports,
+        Ports::List(vec![])
+    );
+}
