@@ -36,6 +36,8 @@ pub enum Outcome {
 pub struct Report {
     pub ipv6: bool,
     pub tproxy: bool,
+    /// Microseconds to read the namespace's addresses and build the rules.
+    pub plan_us: u128,
     /// Per family: outcome and microseconds.
     pub families: Vec<(Family, Outcome, u128)>,
 }
@@ -51,7 +53,9 @@ where
     F: FnOnce(&Addresses) -> Result<Plan> + Send + 'static,
 {
     netns::run_in(netns_path, move || {
+        let t = Instant::now();
         let plan = planner(&crate::netlink::addresses()?)?;
+        let plan_us = t.elapsed().as_micros();
         let mut families = Vec::new();
         for (family, doc) in &plan.docs {
             let t = Instant::now();
@@ -71,6 +75,7 @@ where
         Ok(Report {
             ipv6,
             tproxy: plan.tproxy.is_some(),
+            plan_us,
             families,
         })
     })

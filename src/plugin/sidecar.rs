@@ -86,11 +86,11 @@ pub fn program_pod(pod: &Object, netns_path: &str, conf: &NetConf) -> Result<Str
         .map(|(f, o, us)| format!("{} {:?} in {:.1} ms", f.name(), o, *us as f64 / 1000.0))
         .collect();
     Ok(format!(
-        "redirected ({} mode, {}, iptables backend {}): pod decided in {:.2} ms, {}",
+        "redirected ({} mode, {}, iptables backend {}): rules built in {:.2} ms, {}",
         if report.tproxy { "TPROXY" } else { "REDIRECT" },
         if report.ipv6 { "IPv4+IPv6" } else { "IPv4" },
         b.name(),
-        decide_us as f64 / 1000.0,
+        (decide_us + report.plan_us) as f64 / 1000.0,
         steps.join(", ")
     ))
 }
