@@ -254,7 +254,7 @@ pub fn addresses() -> Result<Vec<(u32, IpAddr)>> {
     let msg = message_with(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, &[0u8; 8], &[]);
     send(fd.as_raw_fd(), &msg, MsgFlags::empty()).map_err(io)?;
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 32 * 1024];
+    let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(io)?;
         if n == 0 {

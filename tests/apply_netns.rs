@@ -254,3 +254,43 @@ fn a_rule_inserted_before_our_jumps_fails_check_and_reapply_puts_ours_first() {
         );
     }
 }
+
+/// The planner sees the namespace's real addresses from the rtnetlink dump, in the order upstream's
+/// `getLocalIP` reads them: by interface, IPv4 before IPv6, whatever order they were added in.
+#[test]
+fn the_planner_gets_the_namespace_addresses_in_kernel_order() {
+    if !require_root() {
+        return;
+    }
+    let ns = Netns::new("addrs");
+    ns.exec_ok(&[
+        "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
+    ]);
+    for a in ["fd00:7::2/64", "10.7.0.2/24", "10.7.1.2/24"] {
+        let mut argv = vec!["ip", "addr", "add", a, "dev", "eth0"];
+        if a.contains(':') {
+            argv.push("nodad");
+        }
+        ns.exec_ok(&argv);
+    }
+    let basic = doc("pod/basic/expected.rules");
+    let (tx, rx) = std::sync::mpsc::channel();
+    apply::apply(&ns.path(), Backend::Nft, move |addrs: &Addresses| {
+        tx.send(addrs.to_vec()).unwrap();
+        Ok(v4(basic))
+    })
+    .unwrap();
+    let got = istio_cni::redirect::kernel_address_order(&rx.recv().unwrap());
+    let want: Vec<std::net::IpAddr> = ["127.0.0.1", "::1", "10.7.0.2", "10.7.1.2", "fd00:7::2"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    // eth0's link-local IPv6 may or may not be there yet (the peer is down); it never decides anything.
+    let got: Vec<_> = got
+        .into_iter()
+        .filter(|a| !matches!(a, std::net::IpAddr::V6(v) if v.segments()[0] == 0xfe80))
+        .collect();
+    assert_eq!(got, want);
+    assert!(!istio_cni::redirect::enable_ipv6(&got, false).unwrap());
+    assert!(istio_cni::redirect::enable_ipv6(&got, true).unwrap());
+}
