@@ -131,22 +131,65 @@ impl Error {
     }
 }
 
+/// How much of an input value an error quotes; longer values are cut there and their length is given.
+pub const QUOTE_LIMIT: usize = 200;
+
+/// `value` as `"..."`, at most [`QUOTE_LIMIT`] bytes of it (cut on a character boundary), then its length
+/// when it was longer: an error never echoes a megabyte annotation back.
+pub fn quoted(value: &str) -> String {
+    if value.len() <= QUOTE_LIMIT {
+        return format!("{value:?}");
+    }
+    let cut = (0..=QUOTE_LIMIT)
+        .rev()
+        .find(|i| value.is_char_boundary(*i))
+        .unwrap_or(0);
+    format!("{:?}... ({} bytes)", &value[..cut], value.len())
+}
+
+/// Free text that may embed input (a reason quoting a token of the value, a message): bounded the same way,
+/// with room for the words around the value.
+fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
+    const LIMIT: usize = 2 * QUOTE_LIMIT + 200;
+    if text.len() <= LIMIT {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let cut = (0..=LIMIT)
+        .rev()
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    std::borrow::Cow::Owned(format!("{}... ({} bytes in all)", &text[..cut], text.len()))
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::IncompatibleVersion(m) => write!(f, "incompatible CNI versions: {m}"),
             Error::UnsupportedField { field, value } => {
-                write!(f, "unsupported value {value:?} for field {field:?}")
+                write!(
+                    f,
+                    "unsupported value {} for field {}",
+                    quoted(value),
+                    quoted(field)
+                )
             }
             Error::UnknownContainer(m) => write!(f, "unknown container: {m}"),
-            Error::InvalidEnv { var, reason } => write!(f, "environment variable {var}: {reason}"),
+            Error::InvalidEnv { var, reason } => {
+                write!(f, "environment variable {var}: {}", bounded(reason))
+            }
             Error::Io { what, source } => write!(f, "{what}: {source}"),
-            Error::Decode(m) => write!(f, "{m}"),
-            Error::InvalidConfig(m) => write!(f, "{m}"),
-            Error::TryAgain(m) => write!(f, "{m}"),
-            Error::NotAvailable(m) => write!(f, "{m}"),
+            Error::Decode(m) => write!(f, "{}", bounded(m)),
+            Error::InvalidConfig(m) => write!(f, "{}", bounded(m)),
+            Error::TryAgain(m) => write!(f, "{}", bounded(m)),
+            Error::NotAvailable(m) => write!(f, "{}", bounded(m)),
             Error::Annotation { key, value, reason } => {
-                write!(f, "annotation {key}={value:?} is invalid: {reason}")
+                write!(
+                    f,
+                    "annotation {}={} is invalid: {}",
+                    bounded(key),
+                    quoted(value),
+                    bounded(reason)
+                )
             }
             Error::Api {
                 status,
@@ -154,9 +197,14 @@ impl fmt::Display for Error {
                 message,
             } => {
                 if *status == 0 {
-                    write!(f, "{reason}: {message}")
+                    write!(f, "{}: {}", bounded(reason), bounded(message))
                 } else {
-                    write!(f, "kubernetes API answered {status} {reason}: {message}")
+                    write!(
+                        f,
+                        "kubernetes API answered {status} {}: {}",
+                        bounded(reason),
+                        bounded(message)
+                    )
                 }
             }
             Error::Exec {
@@ -166,13 +214,14 @@ impl fmt::Display for Error {
             } => {
                 let stderr = stderr.trim();
                 if stderr.is_empty() {
-                    write!(f, "{cmd} failed ({status})")
+                    write!(f, "{} failed ({status})", bounded(cmd))
                 } else {
-                    write!(f, "{cmd} failed ({status}): {stderr}")
+                    write!(f, "{} failed ({status}): {stderr}", bounded(cmd))
                 }
             }
+            // Our own list of rules (CHECK's findings): every line matters.
             Error::Rules(m) => write!(f, "{m}"),
-            Error::Other(m) => write!(f, "{m}"),
+            Error::Other(m) => write!(f, "{}", bounded(m)),
             Error::Context { context, source } => write!(f, "{context}: {source}"),
         }
     }
@@ -240,5 +289,40 @@ mod tests {
             "{s}"
         );
         assert_eq!(e.cni_code(), 100);
+    }
+
+    #[test]
+    fn huge_values_are_quoted_bounded_with_their_length() {
+        let huge = "9".repeat(1 << 20);
+        let e = Error::Annotation {
+            key: "traffic.sidecar.istio.io/includeInboundPorts".into(),
+            value: huge.clone(),
+            reason: format!("port {huge} is out of range (0-65535)"),
+        };
+        let e = Err::<(), _>(e).context("pod default/p").unwrap_err();
+        let s = e.to_string();
+        assert!(s.len() < 1200, "{} bytes", s.len());
+        assert!(s.contains("includeInboundPorts"), "{s}");
+        assert!(s.contains("1048576 bytes"), "{s}");
+        assert!(s.contains(&"9".repeat(150)), "{s}");
+        // The CNI error reply (what the runtime logs) is bounded with it: 2 MB before.
+        let reply = crate::cni::result::error_reply(&e, "1.0.0");
+        assert!(reply.len() < 1500, "{} bytes", reply.len());
+        let e = Error::UnsupportedField {
+            field: "f".into(),
+            value: "é".repeat(300_000),
+        };
+        let s = e.to_string();
+        assert!(s.len() < 600 && s.contains("600000 bytes"), "{s}");
+        // Short values are quoted whole, without a length.
+        let e = Error::Annotation {
+            key: "k".into(),
+            value: "80 -j ACCEPT".into(),
+            reason: "\"80 -j ACCEPT\" is not a port number".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "annotation k=\"80 -j ACCEPT\" is invalid: \"80 -j ACCEPT\" is not a port number"
+        );
     }
 }

@@ -1,7 +1,8 @@
-//! The three rtnetlink requests redirection needs, without exec'ing `ip`: add an address to `lo` (`::6/128`
-//! for inbound passthrough), add the TPROXY policy rule `fwmark 1337 lookup 133`, and add the route
-//! `local default dev lo table 133`. Call from a thread inside the pod's namespace ([`crate::netns`]).
-//! Every request is idempotent: "already exists" counts as success.
+//! The rtnetlink requests redirection needs, without exec'ing `ip`: list the namespace's addresses (which
+//! decide IPv6, as upstream's `getLocalIP`), add an address to `lo` (`::6/128` for inbound passthrough), add
+//! the TPROXY policy rule `fwmark 1337 lookup 133`, and add the route `local default dev lo table 133`. Call
+//! from a thread inside the pod's namespace ([`crate::netns`]). Every add is idempotent: "already exists"
+//! counts as success.
 
 use crate::error::{Error, Result};
 use nix::sys::socket::{
@@ -14,7 +15,10 @@ const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
 const NLM_F_EXCL: u16 = 0x200;
 const NLM_F_CREATE: u16 = 0x400;
+const NLM_F_DUMP: u16 = 0x300;
 const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const RTM_GETADDR: u16 = 22;
 const RTM_NEWADDR: u16 = 20;
 const RTM_NEWROUTE: u16 = 24;
 const RTM_NEWRULE: u16 = 32;
@@ -45,6 +49,15 @@ fn family(v6: bool) -> u8 {
 
 /// A netlink request: header, fixed body, attributes (pure; unit-tested).
 fn message(kind: u16, body: &[u8], attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
+    message_with(
+        kind,
+        NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+        body,
+        attrs,
+    )
+}
+
+fn message_with(kind: u16, flags: u16, body: &[u8], attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
     let mut m = vec![0u8; 16];
     m.extend_from_slice(body);
     for (t, payload) in attrs {
@@ -59,7 +72,6 @@ fn message(kind: u16, body: &[u8], attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
     let total = m.len() as u32;
     m[0..4].copy_from_slice(&total.to_ne_bytes());
     m[4..6].copy_from_slice(&kind.to_ne_bytes());
-    let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
     m[6..8].copy_from_slice(&flags.to_ne_bytes());
     m[8..12].copy_from_slice(&1u32.to_ne_bytes()); // seq
     m
@@ -77,8 +89,7 @@ fn lo_index() -> Result<u32> {
         .map_err(|e| Error::io("find interface lo", std::io::Error::from(e)))
 }
 
-/// Sends one request and waits for its acknowledgement; EEXIST is success.
-fn request(what: &str, msg: &[u8]) -> Result<()> {
+fn open(what: &str) -> Result<OwnedFd> {
     let io = |e: nix::Error| Error::io(format!("netlink: {what}"), std::io::Error::from(e));
     let fd: OwnedFd = socket(
         AddressFamily::Netlink,
@@ -88,6 +99,13 @@ fn request(what: &str, msg: &[u8]) -> Result<()> {
     )
     .map_err(io)?;
     nix::sys::socket::bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0)).map_err(io)?;
+    Ok(fd)
+}
+
+/// Sends one request and waits for its acknowledgement; EEXIST is success.
+fn request(what: &str, msg: &[u8]) -> Result<()> {
+    let io = |e: nix::Error| Error::io(format!("netlink: {what}"), std::io::Error::from(e));
+    let fd = open(what)?;
     send(fd.as_raw_fd(), msg, MsgFlags::empty()).map_err(io)?;
     let mut buf = [0u8; 1024];
     let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(io)?;
@@ -169,6 +187,89 @@ fn local_route_msg(v6: bool, table: u32, ifindex: u32) -> Vec<u8> {
     )
 }
 
+/// The addresses of one `RTM_NEWADDR` dump chunk as `(interface index, address)`, in message order (pure).
+/// Like Go's `net.InterfaceAddrs`, the address is `IFA_LOCAL` when present (point-to-point), else
+/// `IFA_ADDRESS`. Returns whether the dump is complete (`NLMSG_DONE` seen) and the errno of an error reply.
+fn parse_addresses(buf: &[u8], out: &mut Vec<(u32, IpAddr)>) -> std::result::Result<bool, i32> {
+    let mut off = 0;
+    while off + 16 <= buf.len() {
+        let len = u32::from_ne_bytes([buf[off], buf[off + 1], buf[off + 2], buf[off + 3]]) as usize;
+        let kind = u16::from_ne_bytes([buf[off + 4], buf[off + 5]]);
+        if len < 16 || off + len > buf.len() {
+            break;
+        }
+        let msg = &buf[off..off + len];
+        match kind {
+            NLMSG_DONE => return Ok(true),
+            NLMSG_ERROR => match ack_errno(msg) {
+                Some(0) | None => {}
+                Some(e) => return Err(e),
+            },
+            RTM_NEWADDR if msg.len() >= 24 => {
+                let fam = msg[16];
+                let index = u32::from_ne_bytes([msg[20], msg[21], msg[22], msg[23]]);
+                let (mut local, mut address) = (None, None);
+                let mut a = 24;
+                while a + 4 <= msg.len() {
+                    let alen = u16::from_ne_bytes([msg[a], msg[a + 1]]) as usize;
+                    let atype = u16::from_ne_bytes([msg[a + 2], msg[a + 3]]);
+                    if alen < 4 || a + alen > msg.len() {
+                        break;
+                    }
+                    let v = &msg[a + 4..a + alen];
+                    let ip = match (fam, v.len()) {
+                        (AF_INET, 4) => Some(IpAddr::from([v[0], v[1], v[2], v[3]])),
+                        (AF_INET6, 16) => {
+                            let mut o = [0u8; 16];
+                            o.copy_from_slice(v);
+                            Some(IpAddr::from(o))
+                        }
+                        _ => None,
+                    };
+                    match atype {
+                        IFA_LOCAL => local = local.or(ip),
+                        IFA_ADDRESS => address = address.or(ip),
+                        _ => {}
+                    }
+                    a += (alen + 3) & !3;
+                }
+                if let Some(ip) = local.or(address) {
+                    out.push((index, ip));
+                }
+            }
+            _ => {}
+        }
+        off += (len + 3) & !3;
+    }
+    Ok(false)
+}
+
+/// Every address in this namespace as `(interface index, address)`, in the kernel's dump order (IPv4 before
+/// IPv6; `ip addr`). See [`crate::redirect::kernel_address_order`] for the order upstream sees.
+pub fn addresses() -> Result<Vec<(u32, IpAddr)>> {
+    let what = "list the namespace's addresses";
+    let io = |e: nix::Error| Error::io(format!("netlink: {what}"), std::io::Error::from(e));
+    let fd = open(what)?;
+    // struct ifaddrmsg with family AF_UNSPEC: every family.
+    let msg = message_with(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, &[0u8; 8], &[]);
+    send(fd.as_raw_fd(), &msg, MsgFlags::empty()).map_err(io)?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(io)?;
+        if n == 0 {
+            return Err(Error::other(format!(
+                "netlink: {what}: the kernel closed the dump early"
+            )));
+        }
+        match parse_addresses(&buf[..n], &mut out) {
+            Ok(true) => return Ok(out),
+            Ok(false) => {}
+            Err(e) => return Err(io(nix::errno::Errno::from_raw(e))),
+        }
+    }
+}
+
 /// `ip addr add <ip>/<prefix> dev lo`.
 pub fn add_loopback_address(ip: IpAddr, prefix: u8) -> Result<()> {
     request(
@@ -223,6 +324,40 @@ mod tests {
             (rt[16], rt[22], rt[23]),
             (AF_INET6, RT_SCOPE_HOST, RTN_LOCAL)
         );
+    }
+
+    fn newaddr(fam: u8, index: u32, attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
+        let mut body = vec![fam, 24, 0, 0];
+        body.extend_from_slice(&index.to_ne_bytes());
+        let mut m = message_with(RTM_NEWADDR, 2, &body, attrs);
+        m[4..6].copy_from_slice(&RTM_NEWADDR.to_ne_bytes());
+        m
+    }
+
+    #[test]
+    fn address_dump_parsing() {
+        let v4: IpAddr = "10.0.0.2".parse().unwrap();
+        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        let v6: IpAddr = "fd00::2".parse().unwrap();
+        let mut buf = newaddr(AF_INET, 2, &[(IFA_ADDRESS, addr_bytes(v4))]);
+        // Point-to-point: IFA_ADDRESS is the peer, IFA_LOCAL ours.
+        buf.extend(newaddr(
+            AF_INET,
+            3,
+            &[(IFA_ADDRESS, addr_bytes(peer)), (IFA_LOCAL, addr_bytes(v4))],
+        ));
+        buf.extend(newaddr(AF_INET6, 2, &[(IFA_ADDRESS, addr_bytes(v6))]));
+        let mut out = Vec::new();
+        assert_eq!(parse_addresses(&buf, &mut out), Ok(false));
+        assert_eq!(out, vec![(2, v4), (3, v4), (2, v6)]);
+        let mut done = vec![0u8; 20];
+        done[0..4].copy_from_slice(&20u32.to_ne_bytes());
+        done[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
+        assert_eq!(parse_addresses(&done, &mut out), Ok(true));
+        // Truncated input is not read past its end.
+        let mut out = Vec::new();
+        assert_eq!(parse_addresses(&buf[..30], &mut out), Ok(false));
+        assert!(out.is_empty());
     }
 
     #[test]

@@ -16,6 +16,7 @@ where
     F: FnOnce() -> Result<R> + Send + 'static,
 {
     let ns = File::open(path).io_context(|| format!("open network namespace {path}"))?;
+    refuse_host_namespace(path, &ns)?;
     let path_owned = path.to_string();
     spawn(move || {
         setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|e| {
@@ -26,6 +27,48 @@ where
         })?;
         f()
     })
+}
+
+/// A namespace's identity: `(st_dev, st_ino)` of its nsfs file.
+pub type NsId = (u64, u64);
+
+fn id_of(m: &std::fs::Metadata) -> NsId {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
+}
+
+/// Which host namespace `target` is, if any: the plugin's own or PID 1's (pure).
+pub fn host_namespace(target: NsId, own: Option<NsId>, init: Option<NsId>) -> Option<&'static str> {
+    if own == Some(target) {
+        Some("the plugin's own")
+    } else if init == Some(target) {
+        Some("PID 1's (the host's)")
+    } else {
+        None
+    }
+}
+
+/// Refuses to enter the namespace we already run in or the host's (PID 1's): programming it would rewrite
+/// the node's own nat table. A PID 1 namespace we cannot stat (no host PID namespace) is not compared.
+fn refuse_host_namespace(path: &str, ns: &File) -> Result<()> {
+    let target = id_of(
+        &ns.metadata()
+            .io_context(|| format!("stat network namespace {path}"))?,
+    );
+    let own = std::fs::metadata("/proc/thread-self/ns/net")
+        .or_else(|_| std::fs::metadata("/proc/self/ns/net"))
+        .ok()
+        .map(|m| id_of(&m));
+    let init = std::fs::metadata("/proc/1/ns/net").ok().map(|m| id_of(&m));
+    match host_namespace(target, own, init) {
+        None => Ok(()),
+        Some(which) => Err(Error::env(
+            "CNI_NETNS",
+            format!(
+                "{path} is {which} network namespace, not a pod's; refusing to program the host's rules"
+            ),
+        )),
+    }
 }
 
 /// Runs `f` on a new thread inside a fresh, empty network namespace that disappears with the thread (used
@@ -67,4 +110,21 @@ pub fn inode(path: &str) -> Result<u64> {
     std::fs::metadata(path)
         .map(|m| m.ino())
         .io_context(|| format!("stat {path}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_namespaces_are_recognised_by_device_and_inode() {
+        let own = Some((4, 100));
+        let init = Some((4, 200));
+        assert_eq!(host_namespace((4, 300), own, init), None);
+        assert!(host_namespace((4, 100), own, init).is_some());
+        assert!(host_namespace((4, 200), own, init).is_some());
+        // Same inode on another device is another namespace.
+        assert_eq!(host_namespace((5, 100), own, init), None);
+        assert_eq!(host_namespace((4, 200), own, None), None);
+    }
 }

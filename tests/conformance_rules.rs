@@ -1,12 +1,17 @@
-//! Every vector in `<CONFORMANCE_DIR>/capture` and `<CONFORMANCE_DIR>/pod`, byte-exact, through the library
-//! and through `istio-cni explain`; and every generated document accepted by the real
-//! `iptables-restore --test --noflush` / `ip6tables-restore` inside a fresh network namespace.
+//! Every vector in `<CONFORMANCE_DIR>/capture`, `<CONFORMANCE_DIR>/pod` and `<CONFORMANCE_DIR>/differential/pod`
+//! (upstream's own binaries' outputs), byte-exact, through the library and through `istio-cni explain`; every
+//! generated document accepted by the real `iptables-restore --test --noflush` / `ip6tables-restore` inside a
+//! fresh network namespace; and every differential pod through a real ADD (root): our binary against the
+//! API double, in a test-created namespace with the case's addresses on `eth0`.
+
+mod common;
 
 use istio_cni::cni::{conf, K8sArgs};
 use istio_cni::json;
 use istio_cni::plugin::add::shortcut;
 use istio_cni::redirect::{
-    decide, enable_ipv6, render, CaptureConfig, Decision, Documents, PodInfo, Redirect,
+    decide, enable_ipv6, pod_ips_in_kernel_order, render, CaptureConfig, Decision, Documents,
+    PodInfo, Redirect,
 };
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -80,7 +85,7 @@ fn pod_docs(case: &Path) -> istio_cni::Result<Option<Documents>> {
         Decision::Skip(_) => Ok(None),
         Decision::Redirect => {
             let r = Redirect::from_pod(&info)?;
-            let v6 = enable_ipv6(&info.pod_ips, r.dual_stack)?;
+            let v6 = enable_ipv6(&pod_ips_in_kernel_order(&info.pod_ips), r.dual_stack)?;
             let cfg = CaptureConfig::from_redirect(&r, &|_| None, v6)?;
             render(&cfg).map(Some)
         }
@@ -107,9 +112,12 @@ fn capture_vectors_through_the_library() {
     println!("{} capture vectors byte-exact", all.len());
 }
 
+/// The pod-format vectors: upstream's goldens and the differential cases.
+const POD_KINDS: [&str; 2] = ["pod", "differential/pod"];
+
 #[test]
 fn pod_vectors_through_the_library() {
-    let all = cases("pod");
+    let all: Vec<PathBuf> = POD_KINDS.iter().flat_map(|k| cases(k)).collect();
     for case in &all {
         match (pod_expectation(case), pod_docs(case)) {
             (None, Ok(Some(docs))) => {
@@ -181,7 +189,7 @@ fn capture_vectors_through_explain() {
 
 #[test]
 fn pod_vectors_through_explain() {
-    let all = cases("pod");
+    let all: Vec<PathBuf> = POD_KINDS.iter().flat_map(|k| cases(k)).collect();
     for case in &all {
         let pod = case.join("pod.json");
         let conf = case.join("conf.json");
@@ -289,7 +297,7 @@ fn every_generated_document_is_accepted_by_iptables_restore() {
             docs.push((format!("capture/{}", name(&case)), "ip6tables-restore", v6));
         }
     }
-    for case in cases("pod") {
+    for case in POD_KINDS.iter().flat_map(|k| cases(k)) {
         if let Ok(Some(d)) = pod_docs(&case) {
             docs.push((format!("pod/{}", name(&case)), "iptables-restore", d.v4));
         }
@@ -396,4 +404,152 @@ fn explain_cli_errors_and_skips() {
     let (code, _, _) = explain(&[]);
     assert_eq!(code, 2);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `<dump>` without comments, counters and empty tables' noise: the lines `iptables-save` prints for rules and
+/// chains, for comparing two namespaces.
+fn rule_lines(ns: &common::Netns, prog: &str) -> String {
+    ns.saved_rules(prog)
+}
+
+/// A case's `case.json`.
+fn case_meta(case: &Path) -> json::Object {
+    json::parse_object(&read(&case.join("case.json")), "case.json").unwrap()
+}
+
+fn str_list(o: &json::Object, key: &str) -> Vec<String> {
+    match o.get(key) {
+        Some(json::Value::Array(a)) => a
+            .iter()
+            .map(|v| match v {
+                json::Value::String(s) => s.clone(),
+                other => panic!("{key}: not a string: {other:?}"),
+            })
+            .collect(),
+        other => panic!("case.json {key}: not a list: {other:?}"),
+    }
+}
+
+/// `ip -o addr show dev <dev>` as `addr/prefix` strings, in the kernel's order.
+fn addresses_on(ns: &common::Netns, dev: &str) -> Vec<String> {
+    ns.exec_ok(&["ip", "-o", "addr", "show", "dev", dev])
+        .lines()
+        .filter_map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            t.iter()
+                .position(|x| *x == "inet" || *x == "inet6")
+                .and_then(|i| t.get(i + 1))
+                .map(|s| s.to_string())
+        })
+        .collect()
+}
+
+/// Every differential pod case through a real ADD of our binary, as upstream's was run: a fresh namespace
+/// whose `eth0` gets `netns_addresses` in that order, the pod served by the API double, the case's conf with
+/// our run dir. ADD exits 0 and prints the prevResult; the namespace then holds exactly the IPv4 rules
+/// `expected.rules` gives when restored into a fresh namespace, no IPv6 rules unless `expect_ipv6_rules`, and
+/// `lo` has exactly `expect_lo_addresses`.
+#[test]
+fn differential_pod_vectors_through_add() {
+    if !require_root("differential_pod_vectors_through_add") {
+        return;
+    }
+    let plugins = common::PluginDir::new();
+    let run = common::TempDir::new("diffrun");
+    let srv = kube_double::Server::start(kube_double::Options::default()).expect("API double");
+    srv.write_kubeconfig(&run.join("istio-cni-kubeconfig"))
+        .unwrap();
+    run.write("iptables-backend", "nft\n");
+    let all = cases("differential/pod");
+    for case in &all {
+        let n = name(case);
+        let meta = case_meta(case);
+        assert_eq!(json::str_of(&meta, "expect"), Some("rules"), "{n}");
+        srv.add_pod(&read(&case.join("pod.json")))
+            .unwrap_or_else(|e| panic!("{n}: pod.json: {e}"));
+        let conf_text = read(&case.join("conf.json"))
+            .replace("/var/run/istio-cni", run.path().to_str().unwrap());
+        let conf = json::parse_object(&conf_text, "conf.json").unwrap();
+        let prev = conf
+            .get("prevResult")
+            .cloned()
+            .expect("conf has a prevResult");
+
+        let ns = common::Netns::new("diff");
+        // A veth pair (the kernel here may lack the dummy driver); the peer stays down and addressless.
+        ns.exec_ok(&[
+            "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
+        ]);
+        for a in str_list(&meta, "netns_addresses") {
+            let mut argv = vec!["ip", "addr", "add", a.as_str(), "dev", "eth0"];
+            if a.contains(':') {
+                argv.push("nodad");
+            }
+            ns.exec_ok(&argv);
+        }
+        ns.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+
+        let args = read(&case.join("cni_args.txt")).trim().to_string();
+        let env = common::CniEnv::new("ADD", &format!("ctr-{n}"), &ns.path(), &plugins.cni_path())
+            .with_args(&args);
+        let out = common::run_plugin(
+            &plugins.istio_cni(),
+            "istio-cni",
+            &env,
+            conf_text.as_bytes(),
+        );
+        assert_eq!(out.code, 0, "{n}: ADD failed:\n{out}");
+        common::assert_json_eq(
+            &out.json(),
+            &prev,
+            &format!("{n}: ADD result vs prevResult"),
+        );
+
+        let reference = common::Netns::new("diffref");
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                reference.name(),
+                "iptables-nft-restore",
+                "--noflush",
+            ])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(read(&case.join("expected.rules")).as_bytes())
+            .unwrap();
+        assert!(
+            child.wait().unwrap().success(),
+            "{n}: expected.rules did not restore"
+        );
+        let want = rule_lines(&reference, "iptables-nft-save");
+        assert!(want.contains(":ISTIO_OUTPUT"), "{n}: {want}");
+        assert_eq!(
+            rule_lines(&ns, "iptables-nft-save"),
+            want,
+            "{n}: IPv4 rules"
+        );
+
+        let v6 = rule_lines(&ns, "ip6tables-nft-save");
+        let expect_v6 = matches!(meta.get("expect_ipv6_rules"), Some(json::Value::Bool(true)));
+        assert!(
+            !expect_v6,
+            "{n}: no case expects IPv6 rules; extend this test first"
+        );
+        assert!(
+            !v6.contains("ISTIO") && !v6.lines().any(|l| l.starts_with("-A ")),
+            "{n}: IPv6 rules were programmed:\n{v6}"
+        );
+        let mut lo = addresses_on(&ns, "lo");
+        let mut want_lo = str_list(&meta, "expect_lo_addresses");
+        lo.sort();
+        want_lo.sort();
+        assert_eq!(lo, want_lo, "{n}: addresses on lo");
+    }
+    println!("{} differential pod vectors through ADD", all.len());
 }

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{conformance_dir, require_root, Netns};
-use istio_cni::iptables::apply::{apply, Outcome, Plan};
+use istio_cni::iptables::apply::{apply, Addresses, Outcome, Plan};
 use istio_cni::iptables::{backend, tool, Backend, Family};
 
 #[test]
@@ -34,8 +34,8 @@ fn iptables_run_chrooted_into_the_host_root() {
         tproxy: None,
         ipv6_passthrough: false,
     };
-    let r = apply(&ns.path(), Backend::Nft, plan).unwrap();
-    assert_eq!(r[0].1, Outcome::Applied);
+    let r = apply(&ns.path(), Backend::Nft, move |_: &Addresses| Ok(plan)).unwrap();
+    assert_eq!(r.families[0].1, Outcome::Applied);
     assert!(ns.exec_ok(&["iptables-nft-save"]).contains(":ISTIO_OUTPUT"));
 
     std::env::set_var(tool::HOST_ROOT_ENV, "/nonexistent-root");

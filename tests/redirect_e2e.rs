@@ -143,6 +143,59 @@ fn dual_stack_pod_gets_ipv6_rules_and_traffic_is_captured() {
     assert_eq!(original_dst(&got), app_port);
 }
 
+/// Issue 11 item 4 through the binary, both families: `-I OUTPUT 1 -j ACCEPT` and `-I PREROUTING 1 -j ACCEPT`
+/// after ADD stop all capture; CHECK must fail naming them, and a re-ADD must put our jumps first again so
+/// traffic is captured once more.
+#[test]
+fn a_rule_inserted_before_our_jumps_fails_check_and_re_add_restores_capture() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(19);
+    let env = r#"{"name": "ISTIO_DUAL_STACK", "value": "true"}"#;
+    let pod = node.pod("bypass", "", env, true);
+    pod.add().assert_success();
+    pod.run("CHECK").assert_success();
+    for prog in ["iptables", "ip6tables"] {
+        for chain in ["OUTPUT", "PREROUTING"] {
+            pod.ns
+                .exec_ok(&[prog, "-t", "nat", "-I", chain, "1", "-j", "ACCEPT"]);
+        }
+    }
+    let envoy_out = listen_in(&pod.ns.path(), "0.0.0.0:15001".parse().unwrap(), false);
+    let node_9090 = listen_in(&node.ns.path(), "0.0.0.0:9090".parse().unwrap(), false);
+    let dst: SocketAddr = "10.252.19.1:9090".parse().unwrap();
+    let _c = connect_from(&pod.ns.path(), dst, None).expect("app connect");
+    assert!(
+        accept_within(&node_9090).is_some(),
+        "the inserted ACCEPT should bypass capture (the test's premise)"
+    );
+
+    let msg = pod.run("CHECK").assert_cni_error(103);
+    for fam in ["IPv4", "IPv6"] {
+        for chain in ["OUTPUT", "PREROUTING"] {
+            let want = format!("{fam}: unexpected -t nat -A {chain} -j ACCEPT (before our rules");
+            assert!(msg.contains(&want), "{want} not in {msg}");
+        }
+    }
+    let out = pod.add();
+    out.assert_success();
+    assert!(
+        out.stderr.contains("Converged") && !out.stderr.contains("AlreadyInPlace"),
+        "{out}"
+    );
+    pod.run("CHECK").assert_success();
+    let _c = connect_from(&pod.ns.path(), dst, None).expect("app connect");
+    let got = accept_within(&envoy_out).expect("outbound not captured after re-ADD");
+    assert_eq!(original_dst(&got), dst);
+    drop(envoy_out);
+    let envoy_out = listen_in(&pod.ns.path(), "[::]:15001".parse().unwrap(), false);
+    let dst6: SocketAddr = "[fd00:252:19::1]:9090".parse().unwrap();
+    let _c = connect_from(&pod.ns.path(), dst6, None).expect("v6 app connect");
+    let got = accept_within(&envoy_out).expect("IPv6 outbound not captured after re-ADD");
+    assert_eq!(original_dst(&got), dst6);
+}
+
 #[test]
 fn re_add_is_a_no_op_check_finds_tampering_and_re_add_converges() {
     if !require_root() {

@@ -31,20 +31,39 @@ pub enum Outcome {
     Converged,
 }
 
-/// Applies `plan` inside the namespace at `netns_path`.
-pub fn apply(
-    netns_path: &str,
-    backend: Backend,
-    plan: Plan,
-) -> Result<Vec<(Family, Outcome, u128)>> {
+/// What was programmed, for the decision log.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub ipv6: bool,
+    pub tproxy: bool,
+    /// Microseconds to read the namespace's addresses and build the rules.
+    pub plan_us: u128,
+    /// Per family: outcome and microseconds.
+    pub families: Vec<(Family, Outcome, u128)>,
+}
+
+/// The namespace's addresses as `(interface index, address)` in the kernel's dump order: what a planner
+/// decides IPv6 from (upstream decides it inside the pod's namespace, plugin.md §4.3).
+pub type Addresses = [(u32, IpAddr)];
+
+/// Enters the namespace at `netns_path` once: reads its addresses, asks `planner` (pure) what to program,
+/// and applies that.
+pub fn apply<F>(netns_path: &str, backend: Backend, planner: F) -> Result<Report>
+where
+    F: FnOnce(&Addresses) -> Result<Plan> + Send + 'static,
+{
     netns::run_in(netns_path, move || {
-        let mut report = Vec::new();
+        let t = Instant::now();
+        let plan = planner(&crate::netlink::addresses()?)?;
+        let plan_us = t.elapsed().as_micros();
+        let mut families = Vec::new();
         for (family, doc) in &plan.docs {
             let t = Instant::now();
             let outcome = apply_family(backend, *family, doc)?;
-            report.push((*family, outcome, t.elapsed().as_micros()));
+            families.push((*family, outcome, t.elapsed().as_micros()));
         }
-        if plan.ipv6_passthrough && plan.docs.iter().any(|(f, _)| *f == Family::V6) {
+        let ipv6 = plan.docs.iter().any(|(f, _)| *f == Family::V6);
+        if plan.ipv6_passthrough && ipv6 {
             let six: IpAddr = IpAddr::V6(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6));
             crate::netlink::add_loopback_address(six, 128)?;
         }
@@ -53,7 +72,12 @@ pub fn apply(
                 crate::netlink::add_tproxy_routing(*family == Family::V6, mark, table)?;
             }
         }
-        Ok(report)
+        Ok(Report {
+            ipv6,
+            tproxy: plan.tproxy.is_some(),
+            plan_us,
+            families,
+        })
     })
 }
 
@@ -105,11 +129,16 @@ fn normalize(b: Backend, family: Family, doc: &str) -> Result<save::Dump> {
     Ok(save::parse(&text))
 }
 
-/// CHECK: every desired rule is present in the namespace and nothing of ours is extra.
-pub fn check(netns_path: &str, backend: Backend, docs: Vec<(Family, String)>) -> Result<()> {
+/// CHECK: every desired rule is present in the namespace and nothing of ours is extra. The plan comes from
+/// `planner` inside the namespace, as for [`apply`].
+pub fn check<F>(netns_path: &str, backend: Backend, planner: F) -> Result<()>
+where
+    F: FnOnce(&Addresses) -> Result<Plan> + Send + 'static,
+{
     let problems = netns::run_in(netns_path, move || {
+        let plan = planner(&crate::netlink::addresses()?)?;
         let mut problems = Vec::new();
-        for (family, doc) in &docs {
+        for (family, doc) in &plan.docs {
             let expected = normalize(backend, *family, doc)?;
             let actual = save::parse(&exec::save(backend, *family)?);
             let d = state::diff(&expected, &actual);

@@ -45,6 +45,20 @@ fn ours(name: &str, t: &Table, expected: &Dump) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
+/// Rules of a built-in chain we hook that are not ours and come before our first rule there: whatever they
+/// accept or return never reaches our jump (`iptables -t nat -I OUTPUT 1 -j ACCEPT` disables redirection).
+fn bypasses(table: &str, chain: &str, t: &Table, expected: &Dump) -> Vec<String> {
+    let rules = match t.chains.get(chain) {
+        Some(r) => r,
+        None => return Vec::new(),
+    };
+    let first_ours = rules
+        .iter()
+        .position(|r| builtin_rule_is_ours(table, chain, r, expected))
+        .unwrap_or(rules.len());
+    rules[..first_ours].to_vec()
+}
+
 /// What differs between the desired and the actual state, as lines an operator can read.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Diff {
@@ -94,6 +108,16 @@ pub fn diff(expected: &Dump, actual: &Dump) -> Diff {
                 d.missing.push(format!("-t {name} -N {chain}"));
             }
         }
+        let actual_table = actual.get(name).unwrap_or(&empty);
+        for chain in want.keys().filter(|c| is_builtin(c)) {
+            d.unexpected.extend(
+                bypasses(name, chain, actual_table, expected)
+                    .into_iter()
+                    .map(|r| {
+                        format!("-t {name} -A {chain} {r} (before our rules: it bypasses them)")
+                    }),
+            );
+        }
         for (chain, rules) in &have {
             if !want.contains_key(chain) {
                 if is_builtin(chain) {
@@ -126,8 +150,9 @@ fn sections(doc: &str) -> Vec<(String, Vec<String>)> {
 }
 
 /// One `iptables-restore --noflush` document that takes `actual` to the desired `doc` atomically: delete our
-/// rules from built-in chains, flush our chains, delete the ones no longer wanted, create the new ones, then
-/// add every desired rule.
+/// rules from built-in chains, flush our chains, delete the ones no longer wanted, create the new ones, add
+/// every desired rule of our chains, then insert our built-in-chain rules (as `expected` has them) at the
+/// top of those chains, so nothing another program inserted there runs before them.
 pub fn converge_document(doc: &str, expected: &Dump, actual: &Dump) -> String {
     let empty = Table::default();
     let desired = sections(doc);
@@ -174,8 +199,20 @@ pub fn converge_document(doc: &str, expected: &Dump, actual: &Dump) -> String {
                     continue;
                 }
             }
+            let mut toks = line.split_whitespace();
+            if matches!(toks.next(), Some("-A" | "-I")) && toks.next().is_some_and(is_builtin) {
+                continue;
+            }
             out.push_str(line);
             out.push('\n');
+        }
+        // Our rules in built-in chains go first, in the desired order, ahead of anything else there.
+        if let Some(want) = expected.get(&name) {
+            for (chain, rules) in want.chains.iter().filter(|(c, _)| is_builtin(c)) {
+                for (i, r) in rules.iter().enumerate() {
+                    out.push_str(&format!("-I {chain} {} {r}\n", i + 1));
+                }
+            }
         }
         out.push_str("COMMIT\n");
     }

@@ -44,7 +44,7 @@ pub fn find(prog: &str) -> Option<Tool> {
             let path = std::env::var("PATH").unwrap_or_else(|_| HOST_PATH.into());
             path.split(':').filter(|d| !d.is_empty()).find_map(|d| {
                 let p = Path::new(d).join(prog);
-                p.is_file().then(|| Tool {
+                p.is_file().then_some(Tool {
                     path: p,
                     root: None,
                 })

@@ -5,7 +5,6 @@ use crate::cni::{result, CmdEnv, K8sArgs, NetConf};
 use crate::error::{Context, Result};
 use crate::json::Object;
 use crate::kube;
-use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -40,19 +39,10 @@ pub fn shortcut(conf: &NetConf, args: &K8sArgs) -> Option<Shortcut> {
     if !args.is_pod() {
         return Some(Shortcut::NotKubernetes);
     }
-    if conf
-        .exclude_namespaces
-        .iter()
-        .any(|n| *n == args.pod_namespace)
-    {
+    if conf.exclude_namespaces.contains(&args.pod_namespace) {
         return Some(Shortcut::ExcludedNamespace);
     }
     None
-}
-
-/// The pod's addresses according to the previous plugin's result.
-fn prev_ips(prev: &result::CniResult) -> Vec<IpAddr> {
-    prev.ips.iter().filter_map(|ip| ip.addr()).collect()
 }
 
 fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration)> {
@@ -91,8 +81,7 @@ pub fn add(conf: &NetConf, env: &CmdEnv) -> Result<String> {
             args.pod_namespace, args.pod_name
         )
     })?;
-    let addrs = sidecar::pod_addresses(&prev_ips(&prev), &env.netns)?;
-    let msg = sidecar::program_pod(&pod, &env.netns, &addrs, conf)
+    let msg = sidecar::program_pod(&pod, &env.netns, conf)
         .with_context(|| format!("pod {}/{}", args.pod_namespace, args.pod_name))?;
     log::info!(
         "{who}: {msg}; pod lookup {:.1} ms",
@@ -104,15 +93,15 @@ pub fn add(conf: &NetConf, env: &CmdEnv) -> Result<String> {
 /// CHECK: the pod's rules are all present (upstream's CHECK checks nothing).
 pub fn check(conf: &NetConf, env: &CmdEnv) -> Result<()> {
     let args = K8sArgs::parse(&env.args).context("failed to load args")?;
-    let prev = match &conf.prev_result {
-        Some(p) => result::parse_prev(p, &conf.cni_version)?,
-        None => result::CniResult::default(),
-    };
+    // The previous result must be readable, but it does not decide anything: IPv6 is decided from the
+    // namespace's own addresses, as ADD does.
+    if let Some(p) = &conf.prev_result {
+        result::parse_prev(p, &conf.cni_version)?;
+    }
     if shortcut(conf, &args).is_some() {
         return Ok(());
     }
     let (pod, _) = pod_lookup(conf, &args)?;
-    let addrs = sidecar::pod_addresses(&prev_ips(&prev), &env.netns)?;
-    sidecar::check_pod(&pod, &env.netns, &addrs, conf)
+    sidecar::check_pod(&pod, &env.netns, conf)
         .with_context(|| format!("CHECK pod {}/{}", args.pod_namespace, args.pod_name))
 }

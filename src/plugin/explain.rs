@@ -1,7 +1,8 @@
 //! `istio-cni explain`: prints what ADD would apply, with no cluster.
 //!
 //! * `--pod POD.json [--conf CONF.json]`: the IPv4 `iptables-restore` document, then the IPv6 one when the
-//!   pod's `status.podIPs` say IPv6 (plugin.md §4.3, with the proxy's `ISTIO_DUAL_STACK`); a pod that would
+//!   pod's `status.podIPs` say IPv6 as ADD would see them in the pod's namespace (IPv4 listed first;
+//!   plugin.md §4.3, with the proxy's `ISTIO_DUAL_STACK`); a pod that would
 //!   not be redirected prints one `# no redirection: <reason>` line. Invalid annotations fail (stderr, exit 1)
 //!   with the error ADD gives.
 //! * `--capture CONFIG.json`: the documents for a raw capture configuration (conformance schema).
@@ -15,7 +16,8 @@ use crate::cni::{conf, K8sArgs, NetConf};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::json;
 use crate::redirect::{
-    decide, enable_ipv6, render, CaptureConfig, Decision, Documents, PodInfo, Redirect, TproxyRoute,
+    decide, enable_ipv6, pod_ips_in_kernel_order, render, CaptureConfig, Decision, Documents,
+    PodInfo, Redirect, TproxyRoute,
 };
 
 /// The configuration explain assumes without `--conf`: no excluded namespaces, no agent namespace.
@@ -122,7 +124,9 @@ fn explain_pod(
         );
         false
     } else {
-        enable_ipv6(&info.pod_ips, r.dual_stack).context("pod status.podIPs")?
+        // The pod's IPs all sit on its one interface, where the kernel lists IPv4 first: decide as ADD does.
+        enable_ipv6(&pod_ips_in_kernel_order(&info.pod_ips), r.dual_stack)
+            .context("pod status.podIPs")?
     };
     let cfg = CaptureConfig::from_redirect(&r, env, ipv6)?;
     Ok(format_docs(&render(&cfg)?, &notes))

@@ -161,6 +161,14 @@ fn ipv6_pod_gets_both_documents_and_dual_stack_is_honoured() {
         None,
     ));
     assert_eq!(documents(&out).len(), 1, "{out}");
+    // IPv6 listed first (a dual-stack pod's podIPs follow the CNI result) is still IPv4 only: inside the
+    // pod's namespace the kernel lists IPv4 first, which is what upstream decides from.
+    let out = ok(run_pod(
+        &t,
+        &pod("ns", "p", STATUS, "", &["fd00::2", "10.0.0.2"]),
+        None,
+    ));
+    assert_eq!(documents(&out).len(), 1, "{out}");
     let ds = r#","env":[{"name":"ISTIO_DUAL_STACK","value":"true"}]"#;
     let out = ok(run_pod(
         &t,

@@ -132,9 +132,13 @@ impl Redirect {
             }
             Some(v) => parse_cidr_list(v).map_err(|r| invalid(EXCLUDE_OUTBOUND_IP_RANGES, v, r))?,
         };
-        let mut exclude_inbound_ports = match ann(EXCLUDE_INBOUND_PORTS) {
-            None => Vec::new(),
-            Some(v) => port_list(EXCLUDE_INBOUND_PORTS, v)?,
+        // Upstream reads the inbound excludes only when the include is `*`, so an exclude `*` is harmless
+        // with an explicit (even empty) include list and cannot be programmed with `*`.
+        let exclude_inbound = ann(EXCLUDE_INBOUND_PORTS);
+        let exclude_wildcard = exclude_inbound.filter(|v| v.trim() == "*");
+        let mut exclude_inbound_ports = match exclude_inbound {
+            Some(v) if exclude_wildcard.is_none() => port_list(EXCLUDE_INBOUND_PORTS, v)?,
+            _ => Vec::new(),
         };
         exclude_inbound_ports.extend(ALWAYS_EXCLUDED_INBOUND);
         let mut seen = Vec::new();
@@ -149,6 +153,14 @@ impl Redirect {
                 Ports::List(parse_port_list(v).map_err(|r| invalid(INCLUDE_INBOUND_PORTS, v, r))?)
             }
         };
+        if let (Some(v), Ports::All) = (exclude_wildcard, &include_inbound_ports) {
+            return Err(invalid(
+                EXCLUDE_INBOUND_PORTS,
+                v,
+                "a wildcard cannot be excluded while every inbound port is captured \
+                 (includeInboundPorts \"*\"); list the ports",
+            ));
+        }
         let exclude_outbound_ports = match ann(EXCLUDE_OUTBOUND_PORTS) {
             None => vec![DEFAULT_EXCLUDED_OUTBOUND],
             Some(v) => port_list(EXCLUDE_OUTBOUND_PORTS, v)?,

@@ -309,3 +309,46 @@ fn accepted_values_render_clean_tokens() {
     assert!(!d.v4.contains("  "), "{}", d.v4);
     assert!(d.v6.is_none() && d.tproxy_route.is_none());
 }
+
+// Issue 16 item 2: upstream consults the inbound excludes only when the include is `*`, so an exclude `*`
+// with an explicit (or empty) include list programs the normal rules; with an include `*` it cannot.
+#[test]
+fn exclude_inbound_wildcard_is_ignored_unless_include_is_wildcard() {
+    for include in ["8080", "", "8080,9090"] {
+        let r = redirect(&[
+            (INCLUDE_INBOUND_PORTS, include),
+            (EXCLUDE_INBOUND_PORTS, "*"),
+        ]);
+        let want = redirect(&[(INCLUDE_INBOUND_PORTS, include)]);
+        assert_eq!(r, want, "include {include:?}");
+    }
+    for include in [None, Some("*")] {
+        let mut a = vec![(EXCLUDE_INBOUND_PORTS, " * ")];
+        if let Some(i) = include {
+            a.push((INCLUDE_INBOUND_PORTS, i));
+        }
+        let (key, value, reason) = error(&a);
+        assert_eq!(
+            (key.as_str(), value.as_str()),
+            (EXCLUDE_INBOUND_PORTS, " * ")
+        );
+        assert!(reason.contains("wildcard"), "{reason}");
+    }
+}
+
+// The README's deviations for port annotations (issue 16 item 3), as the code does them.
+#[test]
+fn leading_zeros_are_decimal_blanks_are_empty_repeats_are_kept_once() {
+    let r = redirect(&[
+        (INCLUDE_INBOUND_PORTS, "080,8080, 80"),
+        (INCLUDE_OUTBOUND_PORTS, "0443,443"),
+        (EXCLUDE_OUTBOUND_PORTS, "  "),
+    ]);
+    assert_eq!(r.include_inbound_ports, Ports::List(vec![80, 8080]));
+    assert_eq!(r.include_outbound_ports, vec![443]);
+    assert!(r.exclude_outbound_ports.is_empty());
+    assert_eq!(
+        redirect(&[(INCLUDE_INBOUND_PORTS, " \t ")]).include_inbound_ports,
+        Ports::List(vec![])
+    );
+}

@@ -178,6 +178,22 @@ fn is_link_local(ip: IpAddr) -> bool {
     }
 }
 
+/// The order upstream's `getLocalIP` sees a namespace's addresses in (Go's `net.InterfaceAddrs`): by
+/// interface, and within an interface every IPv4 address before every IPv6 one (the kernel dumps the families
+/// in that order), each family in the kernel's order. Input is `(interface index, address)` in dump order.
+pub fn kernel_address_order(addrs: &[(u32, IpAddr)]) -> Vec<IpAddr> {
+    let mut v = addrs.to_vec();
+    v.sort_by_key(|(index, a)| (*index, a.is_ipv6()));
+    v.into_iter().map(|(_, a)| a).collect()
+}
+
+/// The same order for a pod's `status.podIPs`, which all sit on the pod's one interface: IPv4 first. So
+/// `explain` decides IPv6 from the pod object exactly as ADD decides it inside the namespace.
+pub fn pod_ips_in_kernel_order(ips: &[IpAddr]) -> Vec<IpAddr> {
+    let on_one_interface: Vec<(u32, IpAddr)> = ips.iter().map(|a| (0, *a)).collect();
+    kernel_address_order(&on_one_interface)
+}
+
 /// Whether the pod gets the IPv6 document (upstream `getLocalIP`, plugin.md §4.3): the first address that
 /// is neither loopback nor link-local decides; with dual-stack, any such IPv6 address enables it. No usable
 /// address is an error.
@@ -229,6 +245,30 @@ mod tests {
             assert_eq!(e.to_string(), "no valid local IP address found");
             assert!(enable_ipv6(&ips(none), true).is_err());
         }
+    }
+
+    #[test]
+    fn address_order_is_the_kernels() {
+        let a = |s: &str| s.parse::<IpAddr>().unwrap();
+        // Listed IPv6 first (as a dual-stack prevResult may): the kernel still lists IPv4 first.
+        let dump = [
+            (2, a("fd00::2")),
+            (1, a("::1")),
+            (1, a("127.0.0.1")),
+            (2, a("10.0.0.2")),
+        ];
+        assert_eq!(
+            kernel_address_order(&dump),
+            vec![a("127.0.0.1"), a("::1"), a("10.0.0.2"), a("fd00::2")]
+        );
+        assert!(!enable_ipv6(&kernel_address_order(&dump), false).unwrap());
+        // An interface with only IPv6 that comes first decides IPv6.
+        let dump = [(3, a("10.0.0.2")), (2, a("fd00::2"))];
+        assert!(enable_ipv6(&kernel_address_order(&dump), false).unwrap());
+        assert_eq!(
+            pod_ips_in_kernel_order(&[a("fd00::2"), a("10.0.0.2"), a("fd00::3")]),
+            vec![a("10.0.0.2"), a("fd00::2"), a("fd00::3")]
+        );
     }
 
     #[test]

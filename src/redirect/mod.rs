@@ -24,7 +24,10 @@ mod rules_steps;
 pub mod values;
 
 pub use annotations::{InterceptionMode, Redirect};
-pub use capture::{enable_ipv6, CaptureConfig, OwnerGroups, TproxyRoute};
+pub use capture::{
+    enable_ipv6, kernel_address_order, pod_ips_in_kernel_order, CaptureConfig, OwnerGroups,
+    TproxyRoute,
+};
 pub use decide::{decide, Decision};
 pub use pod::{PodInfo, ProxyContainer};
 pub use rules::{render, Documents, RuleSet};

@@ -30,14 +30,22 @@ pub fn parse_port(s: &str) -> Result<u16, String> {
         .map_err(|_| format!("port {t} is out of range (0-65535)"))
 }
 
-/// A comma list of ports as the annotations spell it: the whole value is trimmed; `""` is an empty list;
-/// every element must be a port (so a trailing comma is an error).
+/// A comma list of ports as the annotations spell it: the whole value is trimmed; `""` (or blanks) is an
+/// empty list; every element must be a port (so a trailing comma is an error); a repeated port is kept once,
+/// at its first place (upstream renders one rule per repetition).
 pub fn parse_port_list(s: &str) -> Result<Vec<u16>, String> {
     let t = s.trim();
     if t.is_empty() {
         return Ok(Vec::new());
     }
-    t.split(',').map(parse_port).collect()
+    let mut out: Vec<u16> = Vec::new();
+    for p in t.split(',') {
+        let p = parse_port(p)?;
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    Ok(out)
 }
 
 /// A port list as istio-iptables' configuration spells it (`config.Split`: empty elements are skipped).
@@ -290,6 +298,8 @@ mod tests {
         assert_eq!(parse_port_list(" 80, 443 ").unwrap(), vec![80, 443]);
         assert_eq!(parse_port_list("").unwrap(), Vec::<u16>::new());
         assert_eq!(parse_port_list("   ").unwrap(), Vec::<u16>::new());
+        // Leading zeros are decimal; repeats are kept once, in first-seen order.
+        assert_eq!(parse_port_list("080,443, 80,0443").unwrap(), vec![80, 443]);
         for bad in [
             "70000",
             "-1",

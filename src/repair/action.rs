@@ -23,8 +23,7 @@ pub struct Actor {
 
 /// Applies exactly what the plugin's ADD applies, through the plugin's own code.
 fn program(pod: &Object, ns_path: &str, conf: &NetConf) -> Result<String> {
-    let addrs = crate::plugin::sidecar::pod_addresses(&[], ns_path)?;
-    crate::plugin::sidecar::program_pod(pod, ns_path, &addrs, conf)
+    crate::plugin::sidecar::program_pod(pod, ns_path, conf)
 }
 
 fn unix_nanos() -> u128 {

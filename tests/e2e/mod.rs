@@ -144,8 +144,9 @@ impl Node {
         }
     }
 
-    /// A pod namespace with no interfaces but `lo`, and a prevResult naming 10.253.<i>.2 (enough to program
-    /// rules: nothing sends traffic). Served by the double.
+    /// A pod namespace with no interfaces but `lo`, holding 10.253.<i>.2/24 (the address IPv6 is decided
+    /// from, as upstream does inside the namespace), and a prevResult naming it (enough to program rules:
+    /// nothing sends traffic). Served by the double.
     pub fn bare_pod(&self, name: &str, i: u8) -> Pod<'_> {
         let p = self.pod_without_api_object_at(name, i);
         self.srv
@@ -162,6 +163,7 @@ impl Node {
     fn pod_without_api_object_at(&self, name: &str, i: u8) -> Pod<'_> {
         let ns = Netns::new("bare");
         let ip4: IpAddr = format!("10.253.{i}.2").parse().unwrap();
+        ns.exec_ok(&["ip", "addr", "add", &format!("{ip4}/24"), "dev", "lo"]);
         let result = parse_json(&format!(
             r#"{{"cniVersion":"1.0.0","interfaces":[{{"name":"eth0","sandbox":"{}"}}],"ips":[{{"address":"{ip4}/24","interface":0}}]}}"#,
             ns.path()
