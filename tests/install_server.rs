@@ -205,3 +205,19 @@ fn measure_readyz_latency_under_attack() {
         println!("MEASURE /readyz under 100 idle + 10 trickling: {d:?} {r:?}");
     }
 }
+
+#[test]
+fn the_standalone_repair_agents_metrics_server_is_as_robust() {
+    let addr = istio_cni::repair::metrics::serve(0).unwrap();
+    let stop = attack(local(addr.port()), 100, 10, Duration::from_millis(300));
+    let limit = Duration::from_secs(3);
+    for _ in 0..3 {
+        assert_eq!(get(local(addr.port()), "/metrics", limit), Ok(200));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::SeqCst);
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port()));
+        assert_eq!(get(v6, "/metrics", limit), Ok(200));
+    }
+}
