@@ -95,8 +95,9 @@ enum Ended {
     Failed(crate::error::Error),
 }
 
-/// Opens one watch from `rv` and forwards its events; returns how it ended (and advances `rv`).
-fn watch_once(client: &Client, det: &Detector, tx: &Sender<Msg>, rv: &mut String) -> Ended {
+/// Opens one watch from `rv` and forwards its events; returns how it ended and whether it delivered any
+/// change (and advances `rv`).
+fn watch_once(client: &Client, det: &Detector, tx: &Sender<Msg>, rv: &mut String) -> (Ended, bool) {
     let params = WatchParams {
         label_selector: Some(det.opts.label_selectors.clone()).filter(|s| !s.is_empty()),
         field_selector: Some(det.opts.effective_field_selector()),
@@ -107,19 +108,22 @@ fn watch_once(client: &Client, det: &Detector, tx: &Sender<Msg>, rv: &mut String
     };
     let mut stream = match client.watch_pods(&params) {
         Ok(s) => s,
-        Err(e) if e.is_gone() => return Ended::Gone(e),
-        Err(e) => return Ended::Failed(e),
+        Err(e) if e.is_gone() => return (Ended::Gone(e), false),
+        Err(e) => return (Ended::Failed(e), false),
     };
     let mut failure = None;
+    let mut delivered = false;
     for ev in &mut stream {
         match ev {
             Ok(ev) => match ev.kind {
                 EventKind::Bookmark => {}
                 EventKind::Deleted => {
+                    delivered = true;
                     let f = det.facts(&ev.object);
                     let _ = tx.send(Msg::Gone(f.key()));
                 }
                 EventKind::Added | EventKind::Modified => {
+                    delivered = true;
                     let _ = tx.send(message(det, ev.object));
                 }
             },
@@ -132,17 +136,18 @@ fn watch_once(client: &Client, det: &Detector, tx: &Sender<Msg>, rv: &mut String
     if let Some(r) = stream.resource_version() {
         *rv = r.to_string();
     }
-    match failure {
+    let ended = match failure {
         None => Ended::Closed,
         Some(e) if e.is_gone() => Ended::Gone(e),
         Some(e) => Ended::Failed(e),
-    }
+    };
+    (ended, delivered)
 }
 
 /// Runs forever: list, watch, relist on 410, re-watch otherwise. Every restart (a failed list, a watch
 /// closed by the server, a 410, a failed watch) first waits with backoff and jitter ([`Pace`]), reset
-/// only after a watch that stayed up [`super::pace::HEALTHY_WATCH`]; so a server that ends every watch
-/// at once sees a few requests per minute, not thousands. Lines that would repeat on every restart are
+/// only after a watch that delivered changes or stayed up [`super::pace::HEALTHY_WATCH`]; so a server
+/// that ends every watch at once sees a few requests per minute, not thousands. Lines that would repeat on every restart are
 /// written at most once per [`LOG_WINDOW`] each.
 pub fn watch_forever(client: &Client, det: &Detector, tx: &Sender<Msg>) {
     let mut pace = Pace::default();
@@ -163,7 +168,7 @@ pub fn watch_forever(client: &Client, det: &Detector, tx: &Sender<Msg>) {
                     r
                 }
                 Err(e) => {
-                    let d = pace.next(Duration::ZERO, random());
+                    let d = pace.next(Duration::ZERO, false, random());
                     if let Some(n) = logs.allow("list-failed", Instant::now()) {
                         log::warn!(
                             "repair: list pods failed (retry in {d:.1?}): {e}{}",
@@ -175,8 +180,8 @@ pub fn watch_forever(client: &Client, det: &Detector, tx: &Sender<Msg>) {
                 }
             },
         };
-        let ended = watch_once(client, det, tx, &mut at);
-        let d = pace.next(began.elapsed(), random());
+        let (ended, delivered) = watch_once(client, det, tx, &mut at);
+        let d = pace.next(began.elapsed(), delivered, random());
         let now = Instant::now();
         match ended {
             Ended::Closed => {

@@ -51,10 +51,11 @@ impl Default for Pace {
 }
 
 impl Pace {
-    /// The wait before the next restart, after a watch (or list) that lasted `lived`; `r` is random.
-    /// A watch that lasted [`HEALTHY_WATCH`] resets the backoff first.
-    pub fn next(&mut self, lived: Duration, r: u64) -> Duration {
-        if lived >= HEALTHY_WATCH {
+    /// The wait before the next restart, after a watch (or list) that lasted `lived` and `delivered`
+    /// changes (ADDED/MODIFIED/DELETED events, not bookmarks); `r` is random. A watch that lasted
+    /// [`HEALTHY_WATCH`] or delivered changes resets the backoff first: the server was working.
+    pub fn next(&mut self, lived: Duration, delivered: bool, r: u64) -> Duration {
+        if delivered || lived >= HEALTHY_WATCH {
             self.backoff.reset();
         }
         jittered(self.backoff.next_delay(), r)
@@ -123,14 +124,16 @@ mod tests {
     fn restarts_back_off_with_jitter_and_reset_after_a_healthy_watch() {
         let mut p = Pace::default();
         let ms = |d: Duration| d.as_millis();
-        assert_eq!(ms(p.next(Duration::ZERO, 0)), 800);
-        assert_eq!(ms(p.next(Duration::ZERO, 0)), 1600);
-        assert_eq!(ms(p.next(Duration::from_secs(59), u64::MAX)), 4800);
+        assert_eq!(ms(p.next(Duration::ZERO, false, 0)), 800);
+        assert_eq!(ms(p.next(Duration::ZERO, false, 0)), 1600);
+        assert_eq!(ms(p.next(Duration::from_secs(59), false, u64::MAX)), 4800);
         for _ in 0..10 {
-            p.next(Duration::ZERO, 0);
+            p.next(Duration::ZERO, false, 0);
         }
-        assert_eq!(p.next(Duration::ZERO, 0), RESTART_MAX);
-        assert_eq!(ms(p.next(HEALTHY_WATCH, 0)), 800);
+        assert_eq!(p.next(Duration::ZERO, false, 0), RESTART_MAX);
+        assert_eq!(ms(p.next(HEALTHY_WATCH, false, 0)), 800);
+        p.next(Duration::ZERO, false, 0);
+        assert_eq!(ms(p.next(Duration::ZERO, true, 0)), 800);
         assert_eq!(ms(jittered(Duration::from_secs(2), u64::MAX / 2)), 2500);
     }
 
@@ -140,7 +143,7 @@ mod tests {
         let mut t = Duration::ZERO;
         let mut n = 0;
         while t < Duration::from_secs(60) {
-            t += p.next(Duration::ZERO, random());
+            t += p.next(Duration::ZERO, false, random());
             n += 1;
         }
         assert!(n <= 8, "{n} restarts in a minute");
