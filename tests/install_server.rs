@@ -164,13 +164,16 @@ fn ipv4_still_served_in_a_namespace_with_ipv6_disabled() {
         return;
     }
     let ns = common::Netns::new("srv6off");
+    // The namespace's own sysctls (`ip netns exec` remounts /proc/sys/net for it); not the host's.
     for k in ["all", "default", "lo"] {
-        ns.exec_ok(&[
-            "sysctl",
-            "-qw",
-            &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-        ]);
+        let f = format!("/proc/sys/net/ipv6/conf/{k}/disable_ipv6");
+        ns.exec_ok(&["sh", "-c", &format!("echo 1 > {f} && test $(cat {f}) = 1")]);
     }
+    assert!(
+        !ns.exec_ok(&["ip", "-6", "addr", "show", "dev", "lo"])
+            .contains("::1"),
+        "IPv6 still on in the namespace"
+    );
     let path = ns.path();
     let res = std::thread::spawn(move || -> Result<u16, String> {
         let f = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
