@@ -54,10 +54,17 @@ const MIN_ATTEMPT: Duration = Duration::from_millis(50);
 /// one stalled request (TLS done, then silence) leaves time for at least three more-or-less full attempts.
 pub const DEADLINE_SHARE: u32 = 4;
 
+/// No attempt is cut shorter than this by [`DEADLINE_SHARE`] (a TLS handshake to a busy API server takes
+/// a while); only a shorter deadline or client limit makes it shorter.
+const MIN_CAP: Duration = Duration::from_millis(500);
+
 /// How long one attempt may take under `deadline` with a client whose own per-request limit is
 /// `client_total`.
 pub fn attempt_cap(deadline: Duration, client_total: Duration) -> Duration {
-    client_total.min(deadline / DEADLINE_SHARE).max(MIN_ATTEMPT)
+    (deadline / DEADLINE_SHARE)
+        .max(MIN_CAP.min(deadline))
+        .min(client_total)
+        .max(MIN_ATTEMPT)
 }
 
 /// Extra time an attempt's watchdog allows the transport to report its own timeout first.
@@ -179,6 +186,11 @@ mod tests {
         assert_eq!(attempt_cap(s(30), s(2)), s(2));
         assert_eq!(attempt_cap(s(20), s(30)), s(5));
         assert_eq!(attempt_cap(Duration::ZERO, s(30)), MIN_ATTEMPT);
+        assert_eq!(attempt_cap(s(1), s(30)), MIN_CAP);
+        assert_eq!(
+            attempt_cap(Duration::from_millis(300), s(30)),
+            Duration::from_millis(300)
+        );
         assert_eq!(attempts(1), "1 attempt");
         assert_eq!(attempts(2), "2 attempts");
     }
