@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod conflist;
 pub mod flags;
+pub mod httpd;
 pub mod installer;
 pub mod kubeconfig;
 pub mod legacy;

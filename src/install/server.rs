@@ -1,15 +1,15 @@
 //! Readiness, metrics, and a tiny HTTP/1.x responder for them: `/healthz` (always 200), `/readyz` (200 when
 //! installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
 //! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`).
-//! The responder is deliberately small: GET only, the request head bounded to 8 KiB, 2 s socket timeouts,
-//! one connection at a time per listener, `Connection: close`.
+//! The responder is deliberately small: GET only, the request head bounded to 8 KiB and due within 2 s of
+//! accept, `Connection: close`; [`super::httpd`] multiplexes the connections so none can hold up another,
+//! and listens dual-stack.
 
+use super::httpd::{self, MAX_HEAD};
 use crate::error::{IoContext, Result};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Install results, upstream's label values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,8 +93,6 @@ pub enum Endpoints {
     Metrics,
 }
 
-const MAX_HEAD: usize = 8 * 1024;
-
 /// The response for a request path.
 pub fn respond(
     state: &State,
@@ -137,28 +135,14 @@ fn reason(code: u16) -> &'static str {
     }
 }
 
-fn handle(mut conn: TcpStream, state: &State, which: Endpoints) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    let complete = loop {
-        if buf.windows(4).any(|w| w == b"\r\n\r\n") || buf.windows(2).any(|w| w == b"\n\n") {
-            break true;
-        }
-        if buf.len() >= MAX_HEAD {
-            break false;
-        }
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => break !buf.is_empty() && buf.contains(&b'\n'),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    };
-    let head = String::from_utf8_lossy(&buf);
+/// The whole response for a request head; `eof`: the client closed its side before the blank line.
+pub fn answer(state: &State, which: Endpoints, buf: &[u8], eof: bool) -> Vec<u8> {
+    let complete = super::httpd::head_complete_or(buf, eof);
+    let head = String::from_utf8_lossy(buf);
     let line = head.lines().next().unwrap_or("");
     let mut parts = line.split_whitespace();
     let (code, ctype, body, method) = match (complete, parts.next(), parts.next()) {
-        (false, _, _) if buf.len() >= MAX_HEAD => (
+        _ if buf.len() >= MAX_HEAD => (
             431,
             "text/plain",
             "Request Header Fields Too Large\n".to_string(),
@@ -178,31 +162,20 @@ fn handle(mut conn: TcpStream, state: &State, which: Endpoints) {
     if method != "HEAD" {
         resp.push_str(&body);
     }
-    let _ = conn.write_all(resp.as_bytes());
-    let _ = conn.flush();
+    resp.into_bytes()
 }
 
-/// Binds `0.0.0.0:port` (0 = any free port) and serves `which` on a background thread. Returns the bound
-/// address.
+/// Binds `[::]:port` dual-stack (or `0.0.0.0:port` where the node has no IPv6; 0 = any free port) and
+/// serves `which` on a background thread. Returns the bound address.
 pub fn serve(port: u16, state: Arc<State>, which: Endpoints) -> Result<SocketAddr> {
-    let listener = TcpListener::bind(("0.0.0.0", port))
+    let listener = httpd::bind_with(port, httpd::bind_dual_stack)
         .io_context(|| format!("listen on :{port} for {which:?}"))?;
     let addr = listener
         .local_addr()
         .io_context(|| format!("local address of :{port}"))?;
     std::thread::Builder::new()
         .name(format!("http-{which:?}").to_lowercase())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                match conn {
-                    Ok(c) => handle(c, &state, which),
-                    Err(e) => {
-                        log::warn!("accept on {addr}: {e}");
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            }
-        })
+        .spawn(move || httpd::run(listener, |head, eof| answer(&state, which, head, eof)))
         .io_context(|| "spawn HTTP server thread".to_string())?;
     Ok(addr)
 }
@@ -210,6 +183,8 @@ pub fn serve(port: u16, state: Arc<State>, which: Endpoints) -> Result<SocketAdd
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
 
     fn get(addr: SocketAddr, path: &str) -> (u16, String) {
         let mut c = TcpStream::connect(("127.0.0.1", addr.port())).unwrap();

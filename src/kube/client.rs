@@ -102,17 +102,35 @@ impl Client {
     }
 
     /// Sends `req`; a 2xx gives the body, anything else the API error. A 401 re-reads a rotating token
-    /// file once and, if the token changed, retries with the new one.
+    /// file once and, if the token changed, retries with the new one within what is left of `total`.
     fn execute(&self, req: &Request, total: Duration) -> Result<Vec<u8>> {
+        self.execute_hinted(req, total).0
+    }
+
+    /// [`Client::execute`], plus the server's `Retry-After` hint on a failure that carried one.
+    fn execute_hinted(
+        &self,
+        req: &Request,
+        total: Duration,
+    ) -> (Result<Vec<u8>>, Option<Duration>) {
         let t = &self.inner.transport;
-        let (mut code, mut body) = t.send(req, self.token().as_deref(), total)?;
-        if code == 401 && self.inner.token.as_ref().is_some_and(TokenSource::refresh) {
-            (code, body) = t.send(req, self.token().as_deref(), total)?;
+        let start = std::time::Instant::now();
+        let mut res = t.send(req, self.token().as_deref(), total);
+        if matches!(&res, Ok(r) if r.code == 401)
+            && self.inner.token.as_ref().is_some_and(TokenSource::refresh)
+        {
+            let left = total.saturating_sub(start.elapsed());
+            if !left.is_zero() {
+                res = t.send(req, self.token().as_deref(), left);
+            }
         }
-        if (200..300).contains(&code) {
-            Ok(body)
-        } else {
-            Err(status::decode(code, &body).into_error())
+        match res {
+            Err(e) => (Err(e), None),
+            Ok(r) if (200..300).contains(&r.code) => (Ok(r.body), None),
+            Ok(r) => (
+                Err(status::decode(r.code, &r.body).into_error()),
+                r.retry_after,
+            ),
         }
     }
 
@@ -122,10 +140,27 @@ impl Client {
 
     /// [`Client::get_pod`] with an explicit total time limit for this one request.
     pub fn get_pod_within(&self, ns: &str, name: &str, total: Duration) -> Result<Object> {
+        self.get_pod_attempt(ns, name, total).0
+    }
+
+    /// One pod GET bounded by `total` (connecting included), with the server's `Retry-After` hint when
+    /// it failed with one: what [`super::get_pod_with_retry`] needs per attempt.
+    pub fn get_pod_attempt(
+        &self,
+        ns: &str,
+        name: &str,
+        total: Duration,
+    ) -> (Result<Object>, Option<Duration>) {
         let what = || format!("get pod {ns}/{name}");
-        let req = request::get_pod(ns, name).with_context(what)?;
-        let body = self.execute(&req, total).with_context(what)?;
-        parse_body(&body, &what())
+        let req = match request::get_pod(ns, name).with_context(what) {
+            Ok(r) => r,
+            Err(e) => return (Err(e), None),
+        };
+        let (res, hint) = self.execute_hinted(&req, total);
+        let res = res
+            .with_context(what)
+            .and_then(|body| parse_body(&body, &what()));
+        (res, hint)
     }
 
     pub fn list_pods(&self, p: &ListParams) -> Result<PodList> {

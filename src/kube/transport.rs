@@ -79,6 +79,29 @@ impl Default for Timeouts {
 pub struct Transport {
     agent: Agent,
     server: String,
+    connect: Duration,
+}
+
+/// A whole response: status, body and the server's `Retry-After` hint.
+#[derive(Debug)]
+pub struct Response {
+    pub code: u16,
+    pub body: Vec<u8>,
+    pub retry_after: Option<Duration>,
+}
+
+/// Longest `Retry-After` we take literally; anything longer is clamped to it.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+
+/// `Retry-After` in delta-seconds (what the API server sends with 429 and 503). HTTP dates and garbage
+/// give `None`.
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let secs: u64 = v.parse().ok()?;
+    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
 fn pem_items(pem: &[u8], origin: &str, field: &str) -> Result<Vec<PemItem<'static>>> {
@@ -160,6 +183,7 @@ impl Transport {
         Ok(Transport {
             agent,
             server: cfg.server.clone(),
+            connect: timeouts.connect,
         })
     }
 
@@ -167,20 +191,27 @@ impl Transport {
         &self.server
     }
 
-    /// Sends `req` and returns the status and the response body (at most [`MAX_BODY`] bytes).
-    pub fn send(
-        &self,
-        req: &Request,
-        token: Option<&str>,
-        total: Duration,
-    ) -> Result<(u16, Vec<u8>)> {
-        let (code, mut body) = self.call(req, token, Some(total), None)?;
-        let bytes = body
+    /// Sends `req` and returns the status, the response body (at most [`MAX_BODY`] bytes) and the
+    /// `Retry-After` hint. `total` bounds the whole request, connecting included.
+    pub fn send(&self, req: &Request, token: Option<&str>, total: Duration) -> Result<Response> {
+        let res = self.call(req, token, Some(total), None)?;
+        let retry_after = res
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let code = res.status().as_u16();
+        let body = res
+            .into_body()
             .with_config()
             .limit(MAX_BODY)
             .read_to_vec()
             .map_err(|e| self.map_err(req, e, Some(total)))?;
-        Ok((code, bytes))
+        Ok(Response {
+            code,
+            body,
+            retry_after,
+        })
     }
 
     /// Sends `req` and returns the status and a reader over the (streamed) body. `total` bounds the
@@ -192,8 +223,9 @@ impl Transport {
         total: Option<Duration>,
         per_read: Option<Duration>,
     ) -> Result<(u16, Box<dyn Read + Send>)> {
-        let (code, body) = self.call(req, token, total, per_read)?;
-        let reader = body.into_with_config().limit(u64::MAX).reader();
+        let res = self.call(req, token, total, per_read)?;
+        let code = res.status().as_u16();
+        let reader = res.into_body().into_with_config().limit(u64::MAX).reader();
         Ok((code, Box::new(reader)))
     }
 
@@ -203,7 +235,7 @@ impl Transport {
         token: Option<&str>,
         total: Option<Duration>,
         per_read: Option<Duration>,
-    ) -> Result<(u16, ureq::Body)> {
+    ) -> Result<ureq::http::Response<ureq::Body>> {
         let url = format!("{}{}", self.server, req.path);
         let auth = token.map(|t| format!("Bearer {t}"));
         macro_rules! finish {
@@ -214,6 +246,8 @@ impl Transport {
                 }
                 b.config()
                     .timeout_global(total)
+                    // A request given less time than the agent's connect limit connects within it too.
+                    .timeout_connect(Some(total.map_or(self.connect, |t| t.min(self.connect))))
                     .timeout_per_read(per_read)
                     .build()
             }};
@@ -230,8 +264,7 @@ impl Transport {
                 finish!(b).send(req.body.as_deref().unwrap_or("").as_bytes())
             }
         };
-        let res = res.map_err(|e| self.map_err(req, e, total))?;
-        Ok((res.status().as_u16(), res.into_body()))
+        res.map_err(|e| self.map_err(req, e, total))
     }
 
     fn map_err(&self, req: &Request, e: ureq::Error, total: Option<Duration>) -> Error {
@@ -341,5 +374,23 @@ mod tests {
             Some("127.0.0.1:80".parse().unwrap())
         );
         assert_eq!(literal_addr(&uri("https://kubernetes.default.svc/x")), None);
+    }
+
+    #[test]
+    fn retry_after_in_seconds_only() {
+        let s = |n| Some(Duration::from_secs(n));
+        assert_eq!(parse_retry_after("1"), s(1));
+        assert_eq!(parse_retry_after(" 30 "), s(30));
+        assert_eq!(parse_retry_after("0"), s(0));
+        assert_eq!(parse_retry_after("99999"), Some(MAX_RETRY_AFTER));
+        for bad in [
+            "",
+            "-1",
+            "1.5",
+            "Wed, 21 Oct 2015 07:28:00 GMT",
+            "99999999999999999999",
+        ] {
+            assert_eq!(parse_retry_after(bad), None, "{bad}");
+        }
     }
 }

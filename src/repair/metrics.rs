@@ -3,10 +3,9 @@
 //! increment, as upstream.
 
 use crate::error::{IoContext, Result};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use crate::install::httpd;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 pub const NAME: &str = "istio_cni_repair_pods_repaired_total";
 const HELP: &str = "Total number of pods repaired by repair controller";
@@ -49,52 +48,40 @@ pub fn render() -> String {
     format!("# HELP {NAME} {HELP}\n# TYPE {NAME} counter\n{lines}")
 }
 
-fn answer(mut c: std::net::TcpStream) {
-    let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = c.set_write_timeout(Some(Duration::from_secs(2)));
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 512];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
-        match c.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-        }
-    }
-    let line = String::from_utf8_lossy(&head);
+fn answer(head: &[u8]) -> Vec<u8> {
+    let line = String::from_utf8_lossy(head);
     let mut parts = line.split_whitespace();
     let (code, body) = match (
         parts.next(),
         parts.next().map(|p| p.split('?').next().unwrap_or(p)),
     ) {
+        _ if head.len() >= httpd::MAX_HEAD => (
+            "431 Request Header Fields Too Large",
+            "Request Header Fields Too Large\n".to_string(),
+        ),
         (Some("GET"), Some("/metrics")) => ("200 OK", render()),
         (Some("GET"), Some(_)) => ("404 Not Found", "Not Found\n".to_string()),
         _ => ("400 Bad Request", "Bad Request\n".to_string()),
     };
-    let _ = write!(
-        c,
+    format!(
         "HTTP/1.1 {code}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    );
+    )
+    .into_bytes()
 }
 
-/// Serves `GET /metrics` on `0.0.0.0:port` (0 = any free port) from a background thread; returns the
-/// bound address.
+/// Serves `GET /metrics` dual-stack on `[::]:port` (`0.0.0.0` without IPv6; 0 = any free port) from a
+/// background thread, every connection independently (the installer's [`httpd`]); returns the bound
+/// address.
 pub fn serve(port: u16) -> Result<SocketAddr> {
-    let l = TcpListener::bind(("0.0.0.0", port))
+    let l = httpd::bind_with(port, httpd::bind_dual_stack)
         .io_context(|| format!("repair: listen on :{port} for metrics"))?;
     let addr = l
         .local_addr()
         .io_context(|| "repair: metrics listener address".into())?;
     std::thread::Builder::new()
         .name("repair-metrics".into())
-        .spawn(move || {
-            for c in l.incoming() {
-                match c {
-                    Ok(c) => answer(c),
-                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
-                }
-            }
-        })
+        .spawn(move || httpd::run(l, |head, _eof| answer(head)))
         .io_context(|| "repair: spawn the metrics thread".into())?;
     Ok(addr)
 }
@@ -102,6 +89,7 @@ pub fn serve(port: u16) -> Result<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
 
     #[test]
     fn series_appear_after_first_increment_and_are_served() {

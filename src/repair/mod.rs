@@ -8,6 +8,7 @@ pub mod controller;
 pub mod detect;
 pub mod metrics;
 pub mod options;
+pub mod pace;
 pub mod procfs;
 pub mod request;
 pub mod selector;

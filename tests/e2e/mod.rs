@@ -255,6 +255,14 @@ impl Pod<'_> {
         self.run("ADD")
     }
 
+    /// This pod's configuration with `pod_lookup_timeout_seconds` set to `secs` (the node's is 2).
+    pub fn set_lookup_timeout(&mut self, secs: u32) {
+        self.conf = self.conf.replace(
+            r#""pod_lookup_timeout_seconds":2"#,
+            &format!(r#""pod_lookup_timeout_seconds":{secs}"#),
+        );
+    }
+
     /// `prog` (an iptables-save) inside the pod, without comments and counters.
     pub fn save(&self, prog: &str) -> String {
         self.ns.saved_rules(prog)

@@ -98,6 +98,10 @@ pub(crate) fn admin(shared: &Shared, req: &HttpRequest) -> Reply {
                 "drop" => Fault::Drop,
                 "wrong-cert" => Fault::WrongCert,
                 "status" => Fault::Status(num("code").unwrap_or(500) as u16),
+                "stall" => Fault::Stall,
+                "retry-after" => Fault::RetryAfter(num("seconds").unwrap_or(1) as u32),
+                "watch-close" => Fault::WatchClose,
+                "watch-gone" => Fault::WatchGone,
                 other => return fail(400, &format!("unknown fault {other:?}")),
             };
             let times = num("times").map(|t| t as u32);
@@ -124,10 +128,7 @@ pub(crate) fn admin(shared: &Shared, req: &HttpRequest) -> Reply {
                     Value::Object(x)
                 })
                 .collect();
-            Reply {
-                code: 200,
-                body: json::to_string(&Value::Array(arr)).into_bytes(),
-            }
+            Reply::new(200, json::to_string(&Value::Array(arr)).into_bytes())
         }
         ("DELETE", "/_double/requests") => {
             shared.lock().requests.clear();
@@ -142,10 +143,7 @@ pub(crate) fn admin(shared: &Shared, req: &HttpRequest) -> Reply {
                 .cloned()
                 .map(Value::Object)
                 .collect();
-            Reply {
-                code: 200,
-                body: json::to_string(&Value::Array(evs)).into_bytes(),
-            }
+            Reply::new(200, json::to_string(&Value::Array(evs)).into_bytes())
         }
         ("POST", "/_double/gone") => {
             shared.lock().store.force_gone();

@@ -9,7 +9,7 @@ use rustls::{ServerConnection, StreamOwned};
 
 use crate::http::{self, HttpRequest};
 use crate::store::{number, s, str_at, Selector};
-use crate::{Fault, RecordedRequest, Shared};
+use crate::{At, Fault, RecordedRequest, Shared};
 
 pub enum Next {
     KeepAlive,
@@ -50,24 +50,34 @@ pub(crate) fn reason_for(code: u16) -> &'static str {
 pub(crate) struct Reply {
     pub code: u16,
     pub body: Vec<u8>,
+    /// `Retry-After` seconds, sent as a header when set.
+    pub retry_after: Option<u32>,
+}
+
+impl Reply {
+    pub fn new(code: u16, body: Vec<u8>) -> Reply {
+        Reply {
+            code,
+            body,
+            retry_after: None,
+        }
+    }
 }
 
 pub(crate) fn ok(code: u16, o: Object) -> Reply {
-    Reply {
-        code,
-        body: json::to_string(&Value::Object(o)).into_bytes(),
-    }
+    Reply::new(code, json::to_string(&Value::Object(o)).into_bytes())
 }
 
 pub(crate) fn fail(code: u16, message: &str) -> Reply {
-    Reply {
-        code,
-        body: status_body(code, reason_for(code), message),
-    }
+    Reply::new(code, status_body(code, reason_for(code), message))
 }
 
 pub(crate) fn send(conn: &mut Conn, r: &Reply, close: bool) -> Next {
-    match http::write_response(conn.get_mut(), r.code, &r.body, close) {
+    let extra = r
+        .retry_after
+        .map(|s| format!("Retry-After: {s}\r\n"))
+        .unwrap_or_default();
+    match http::write_response_with(conn.get_mut(), r.code, &r.body, close, &extra) {
         Ok(()) if !close => Next::KeepAlive,
         _ => Next::Close,
     }
@@ -87,7 +97,8 @@ pub fn handle(shared: &Shared, req: HttpRequest, conn: &mut Conn) -> Next {
         authorization: req.header("authorization").map(str::to_string),
         status: 0,
     };
-    let fault = shared.take_fault(false);
+    let at = if is_watch(&req) { At::Watch } else { At::Request };
+    let fault = shared.take_fault(at);
     if let Some(Fault::Delay(d)) = &fault {
         std::thread::sleep(*d);
     }
@@ -96,7 +107,21 @@ pub fn handle(shared: &Shared, req: HttpRequest, conn: &mut Conn) -> Next {
             shared.lock().requests.push(rec);
             return Next::Drop;
         }
+        Some(Fault::Stall) => {
+            shared.lock().requests.push(rec);
+            crate::hold_until_cleared(shared);
+            return Next::Drop;
+        }
         Some(Fault::Status(code)) => fail(code, &format!("injected fault: HTTP {code}")),
+        Some(Fault::RetryAfter(secs)) => Reply {
+            retry_after: Some(secs),
+            ..fail(429, "injected fault: too many requests, retry later")
+        },
+        Some(f @ (Fault::WatchClose | Fault::WatchGone)) => {
+            rec.status = 200;
+            shared.lock().requests.push(rec);
+            return crate::watch::injected(conn, f == Fault::WatchGone);
+        }
         _ => {
             let want = format!("Bearer {}", shared.lock().token);
             if rec.authorization.as_deref() != Some(want.as_str()) {

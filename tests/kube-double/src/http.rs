@@ -191,8 +191,19 @@ pub fn reason_phrase(code: u16) -> &'static str {
 }
 
 pub fn write_response(w: &mut impl Write, code: u16, body: &[u8], close: bool) -> io::Result<()> {
+    write_response_with(w, code, body, close, "")
+}
+
+/// [`write_response`] with `extra` header lines (each ending in CRLF).
+pub fn write_response_with(
+    w: &mut impl Write,
+    code: u16,
+    body: &[u8],
+    close: bool,
+    extra: &str,
+) -> io::Result<()> {
     let head = format!(
-        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}\r\n",
+        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}{extra}\r\n",
         reason_phrase(code),
         body.len(),
         if close { "Connection: close\r\n" } else { "" }

@@ -78,11 +78,31 @@ pub enum Fault {
     Status(u16),
     /// Complete the TLS handshake with a certificate from another CA.
     WrongCert,
+    /// Read the request (TLS done), then never answer until the fault is cleared or the server stops.
+    Stall,
+    /// Answer 429 `TooManyRequests` with `Retry-After: <seconds>`.
+    RetryAfter(u32),
+    /// Watch requests only: answer 200, then end the stream at once without an event.
+    WatchClose,
+    /// Watch requests only: answer 200 with one `ERROR` event 410 `Expired`, then end the stream.
+    WatchGone,
+}
+
+/// Where a fault is taken: a new connection, a watch request, any other API request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum At {
+    Connection,
+    Watch,
+    Request,
 }
 
 impl Fault {
-    fn per_connection(&self) -> bool {
-        matches!(self, Fault::Hang | Fault::WrongCert)
+    fn applies(&self, at: At) -> bool {
+        match self {
+            Fault::Hang | Fault::WrongCert => at == At::Connection,
+            Fault::WatchClose | Fault::WatchGone => at == At::Watch,
+            _ => at != At::Connection,
+        }
     }
 }
 
@@ -141,10 +161,10 @@ impl Shared {
     }
 
     /// Takes one use of the current fault if it applies at this level.
-    pub fn take_fault(&self, per_connection: bool) -> Option<Fault> {
+    pub fn take_fault(&self, at: At) -> Option<Fault> {
         let mut st = self.lock();
         let rule = st.fault.as_mut()?;
-        if rule.fault.per_connection() != per_connection {
+        if !rule.fault.applies(at) {
             return None;
         }
         let f = rule.fault.clone();
@@ -292,8 +312,8 @@ impl Server {
         self.shared.lock().store.pods.len()
     }
 
-    /// Injects `fault` for the next `times` requests (connections for `Hang`/`WrongCert`), or until
-    /// cleared when `None`.
+    /// Injects `fault` for the next `times` requests (connections for `Hang`/`WrongCert`, watch
+    /// requests for `WatchClose`/`WatchGone`), or until cleared when `None`.
     pub fn set_fault(&self, fault: Fault, times: Option<u32>) {
         let mut st = self.shared.lock();
         st.fault = Some(FaultRule {
@@ -301,6 +321,9 @@ impl Server {
             remaining: times,
         });
         st.fault_epoch += 1;
+        drop(st);
+        // Stalled requests of an earlier fault are released.
+        self.shared.changed.notify_all();
     }
 
     /// Removes any fault and releases hung connections.
@@ -400,19 +423,24 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
+/// Blocks until the fault is cleared (or replaced) or the server stops.
+pub(crate) fn hold_until_cleared(shared: &Shared) {
+    let mut st = shared.lock();
+    let epoch = st.fault_epoch;
+    while !shared.stop.load(Ordering::SeqCst) && st.fault_epoch == epoch {
+        st = match shared.changed.wait_timeout(st, Duration::from_millis(200)) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+    }
+}
+
 fn serve_connection(tcp: TcpStream, shared: Arc<Shared>) {
     let _ = tcp.set_nodelay(true);
-    let config = match shared.take_fault(true) {
+    let config = match shared.take_fault(At::Connection) {
         Some(Fault::Hang) => {
             // Hold the socket silently until the fault is cleared or the server stops.
-            let epoch = shared.lock().fault_epoch;
-            let mut st = shared.lock();
-            while !shared.stop.load(Ordering::SeqCst) && st.fault_epoch == epoch {
-                st = match shared.changed.wait_timeout(st, Duration::from_millis(200)) {
-                    Ok((g, _)) => g,
-                    Err(p) => p.into_inner().0,
-                };
-            }
+            hold_until_cleared(&shared);
             return;
         }
         Some(Fault::WrongCert) => shared.wrong.config.clone(),

@@ -173,6 +173,25 @@ pub(crate) fn watch(shared: &Shared, req: &HttpRequest, conn: &mut Conn) -> Next
     }
 }
 
+/// An injected watch answer: 200, then at once either the end of the stream or one ERROR 410 event.
+pub(crate) fn injected(conn: &mut Conn, gone: bool) -> Next {
+    let w = conn.get_mut();
+    if http::start_chunked(w).is_err() {
+        return Next::Close;
+    }
+    if gone {
+        let line = event_line(
+            "ERROR",
+            status_obj(410, "Expired", "injected fault: too old resource version"),
+        );
+        if http::write_chunk(w, &line).is_err() {
+            return Next::Close;
+        }
+    }
+    let _ = http::end_chunked(w);
+    Next::Close
+}
+
 fn write_chunk_io(w: &mut impl Write, buf: &[u8]) -> io::Result<()> {
     http::write_chunk(w, buf)
 }
