@@ -25,12 +25,12 @@ pub fn run(name: &str, args: &[String]) -> i32 {
         }
     };
     let args = config::normalize_args(args);
-    let flags: Flags = match crate::cli::parse_args(name, &args) {
+    let flags: Flags = match crate::applet::parse_args(name, &args) {
         Ok(f) => f,
         Err(code) => return code,
     };
     if flags.version {
-        println!("{}", crate::cli::version_text(name));
+        println!("{}", crate::applet::version_text(name));
         return 0;
     }
     let settings = match config::resolve(&flags, &config::process_env) {
@@ -212,7 +212,7 @@ fn start_repair(s: &Settings) {
         monitoring_port: None,
         run_as_daemon: true,
     };
-    match crate::repair::run_in_installer(client, s.repair.to_options(), rt) {
+    match crate::repair::run_in_installer(client, s.repair.clone(), rt) {
         Ok(_) => log::info!("repair agent started"),
         Err(e) => log::error!("repair agent not started: {e}"),
     }

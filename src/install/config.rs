@@ -3,19 +3,22 @@
 //! bad value. An empty environment variable means "unset" for booleans and numbers (use the default) and
 //! the empty string for text settings, where upstream master's `AllowEmptyEnv` gives the same result.
 //!
-//! Also parses the `REPAIR_*` settings (master names, and the dashed release-1.9 names as aliases) into
-//! [`RepairSettings`] for the repair agent.
+//! The `REPAIR_*` settings (master names, and the dashed release-1.9 names as aliases) are read by the
+//! repair agent's own parser, [`crate::repair::options::from_installer_env`].
 
 pub use super::flags::{normalize_args, Flags};
-pub use super::repair_settings::{repair_settings, RepairSettings};
 use super::selectors::EnablementSelector;
-pub use super::values::{parse_bool, parse_duration, parse_mode, parse_port};
 use crate::error::{Error, Result};
 use crate::iptables::Backend;
 use crate::logging::levels::{self, Scopes};
+use crate::settings::{self, EmptyEnv, Found};
+pub use crate::settings::{parse_bool, parse_duration, parse_mode, parse_port, process_env, Env};
 use log::LevelFilter;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// The repair agent's settings as the installer reads them.
+pub type RepairSettings = crate::repair::options::Options;
 
 /// Validated installer settings.
 #[derive(Debug, Clone)]
@@ -71,14 +74,6 @@ impl Settings {
     }
 }
 
-/// Looks up an environment variable.
-pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
-
-/// The process environment.
-pub fn process_env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
-}
-
 fn check_plugin_level(name: &str, v: &str) -> Result<String> {
     match crate::logging::nearest_level(v) {
         Some(_) => Ok(v.trim().to_ascii_lowercase()),
@@ -89,25 +84,18 @@ fn check_plugin_level(name: &str, v: &str) -> Result<String> {
     }
 }
 
-/// Resolves one setting: the flag, else the env var, else `None`.
-fn pick(flag: &Option<String>, env: Env<'_>, var: &str) -> Option<(String, String)> {
-    match flag {
-        Some(v) => Some((
-            format!("--{}", var.to_ascii_lowercase().replace('_', "-")),
-            v.clone(),
-        )),
-        None => env(var).map(|v| (var.to_string(), v)),
-    }
+/// One setting: the flag, else the env var (set to "" counts, as `AllowEmptyEnv`), else `None`.
+fn pick(flag: &Option<String>, env: Env<'_>, var: &str) -> Option<Found> {
+    let flag = flag.clone().map(|v| (settings::flag_name(var), v));
+    settings::pick(flag, env, &[var], EmptyEnv::Value)
 }
 
 /// Text setting with a default.
 fn text(flag: &Option<String>, env: Env<'_>, var: &str, default: &str) -> String {
-    pick(flag, env, var)
-        .map(|(_, v)| v)
-        .unwrap_or_else(|| default.to_string())
+    pick(flag, env, var).map_or_else(|| default.to_string(), |f| f.value)
 }
 
-/// Typed setting: flag > env (empty env = unset) > default.
+/// Typed setting: flag > env (blank env = unset) > default.
 fn typed<T>(
     flag: &Option<String>,
     env: Env<'_>,
@@ -115,11 +103,36 @@ fn typed<T>(
     default: T,
     parse: impl Fn(&str, &str) -> Result<T>,
 ) -> Result<T> {
-    match pick(flag, env, var) {
-        Some((_, v)) if v.trim().is_empty() && flag.is_none() => Ok(default),
-        Some((name, v)) => parse(&name, &v),
-        None => Ok(default),
+    settings::typed(pick(flag, env, var), default, parse)
+}
+
+/// An absolute directory or file setting with a default.
+fn path(flag: &Option<String>, env: Env<'_>, var: &str, default: &str) -> Result<PathBuf> {
+    abs_path(var, text(flag, env, var, default))
+}
+
+/// An optional absolute path: "" is none.
+fn opt_path(
+    flag: &Option<String>,
+    env: Env<'_>,
+    var: &str,
+    default: &str,
+) -> Result<Option<PathBuf>> {
+    let v = text(flag, env, var, default);
+    if v.is_empty() {
+        return Ok(None);
     }
+    abs_path(var, v).map(Some)
+}
+
+/// A list setting: split on `sep`, trimmed, empty items dropped.
+fn list(flag: &Option<String>, env: Env<'_>, var: &str, sep: impl Fn(char) -> bool) -> Vec<String> {
+    text(flag, env, var, "")
+        .split(sep)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn abs_path(name: &str, v: String) -> Result<PathBuf> {
@@ -149,16 +162,18 @@ fn logging(f: &Flags, env: Env<'_>) -> Result<(String, crate::logging::Config, V
     if let Some(spec) = &f.log_output_level {
         warnings.extend(scopes.extend(spec));
     }
-    if let Some((name, v)) = pick(&f.log_level, env, "LOG_LEVEL") {
-        for w in scopes.extend(&v) {
-            warnings.push(format!("{name}: {w}"));
+    if let Some(found) = pick(&f.log_level, env, "LOG_LEVEL") {
+        for w in scopes.extend(&found.value) {
+            warnings.push(format!("{}: {w}", found.source));
         }
     }
-    let explicit_plugin = match pick(&f.plugin_log_level, env, "PLUGIN_LOG_LEVEL") {
-        Some((_, v)) if v.trim().is_empty() && f.plugin_log_level.is_none() => None,
-        Some((name, v)) => Some(check_plugin_level(&name, &v)?),
-        None => None,
-    };
+    let explicit_plugin = typed(
+        &f.plugin_log_level,
+        env,
+        "PLUGIN_LOG_LEVEL",
+        None,
+        |n, v| check_plugin_level(n, v).map(Some),
+    )?;
     let scoped_plugin = scopes.level_of(levels::PLUGIN_SCOPES);
     let plugin_log_level = match (explicit_plugin, scoped_plugin) {
         (Some(l), _) => l,
@@ -205,7 +220,7 @@ fn forced_backend(env: Env<'_>) -> Result<Option<Backend>> {
     })
 }
 
-/// Resolves and validates every setting.
+/// Resolves and validates every setting, concern by concern.
 pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
     super::legacy::refuse_legacy(
         &[
@@ -215,21 +230,125 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         ],
         env,
     )?;
-    let mounted = abs_path(
-        "MOUNTED_CNI_NET_DIR",
-        text(
-            &f.mounted_cni_net_dir,
+    let conf = conf_files(f, env)?;
+    refuse_ambient(f, env)?;
+    let (plugin_log_level, log, warnings) = logging(f, env)?;
+    let bins = binaries(f, env)?;
+    let exclude = list(&f.exclude_namespaces, env, "EXCLUDE_NAMESPACES", |c| {
+        c == ','
+    });
+    Ok(Settings {
+        // Where the CNI configuration goes.
+        mounted_cni_net_dir: conf.mounted,
+        cni_net_dir: conf.host,
+        cni_conf_name: conf.name,
+        chained: conf.chained,
+        istio_owned: conf.istio_owned,
+        istio_owned_filename: conf.owned_name,
+        conf_group_read: typed(
+            &f.cni_conf_group_read,
             env,
-            "MOUNTED_CNI_NET_DIR",
-            "/host/etc/cni/net.d",
-        ),
+            "CNI_CONF_GROUP_READ",
+            false,
+            parse_bool,
+        )?,
+        // The plugin's run dir and the kubeconfig written there.
+        run_dir: path(
+            &f.cni_agent_run_dir,
+            env,
+            "CNI_AGENT_RUN_DIR",
+            "/var/run/istio-cni",
+        )?,
+        kubeconfig_mode: typed(
+            &f.kubeconfig_mode,
+            env,
+            "KUBECONFIG_MODE",
+            0o600,
+            parse_mode,
+        )?,
+        kube_ca_file: opt_path(&f.kube_ca_file, env, "KUBE_CA_FILE", "")?,
+        skip_tls_verify: typed(
+            &f.skip_tls_verify,
+            env,
+            "SKIP_TLS_VERIFY",
+            false,
+            parse_bool,
+        )?,
+        service_account_dir: path(
+            &f.service_account_dir,
+            env,
+            "SERVICE_ACCOUNT_DIR",
+            "/var/run/secrets/kubernetes.io/serviceaccount",
+        )?,
+        k8s_protocol: env("KUBERNETES_SERVICE_PROTOCOL").unwrap_or_default(),
+        k8s_host: env("KUBERNETES_SERVICE_HOST").unwrap_or_default(),
+        k8s_port: env("KUBERNETES_SERVICE_PORT").unwrap_or_default(),
+        node_name: node_name(env),
+        // The plugin's entry.
+        exclude_namespaces: (!exclude.is_empty()).then_some(exclude),
+        pod_namespace: text(&f.pod_namespace, env, "POD_NAMESPACE", ""),
+        native_nftables: typed(
+            &f.native_nftables,
+            env,
+            "NATIVE_NFTABLES",
+            false,
+            parse_bool,
+        )?,
+        plugin_log_level,
+        enablement_selectors: super::selectors::parse(
+            &env("AMBIENT_ENABLEMENT_SELECTOR").unwrap_or_default(),
+        )?,
+        forced_iptables_backend: forced_backend(env)?,
+        // The installer's own logging and servers.
+        log,
+        warnings,
+        monitoring_port: typed(
+            &f.monitoring_port,
+            env,
+            "MONITORING_PORT",
+            15014,
+            parse_port,
+        )?,
+        health_port: typed(&f.health_port, env, "HEALTH_PORT", 8000, parse_port)?,
+        // Binaries.
+        bin_dir: bins.dir,
+        secondary_bin_dir: bins.secondary,
+        skip_binaries: bins.skip,
+        update_binaries: bins.update,
+        // How this run ends.
+        once: f.once,
+        wait_timeout: typed(
+            &f.wait_timeout,
+            env,
+            "WAIT_TIMEOUT",
+            Duration::from_secs(60),
+            parse_duration,
+        )?,
+        uninstall: f.uninstall,
+        repair: crate::repair::options::from_installer_env(env)?,
+    })
+}
+
+/// Where the CNI configuration goes.
+struct ConfFiles {
+    mounted: PathBuf,
+    host: PathBuf,
+    name: Option<String>,
+    chained: bool,
+    istio_owned: bool,
+    owned_name: String,
+}
+
+fn conf_files(f: &Flags, env: Env<'_>) -> Result<ConfFiles> {
+    let mounted = path(
+        &f.mounted_cni_net_dir,
+        env,
+        "MOUNTED_CNI_NET_DIR",
+        "/host/etc/cni/net.d",
     )?;
-    let cni_net_dir = abs_path(
-        "CNI_NET_DIR",
-        text(&f.cni_net_dir, env, "CNI_NET_DIR", "/etc/cni/net.d"),
-    )?;
+    let host = path(&f.cni_net_dir, env, "CNI_NET_DIR", "/etc/cni/net.d")?;
     let conf_name = text(&f.cni_conf_name, env, "CNI_CONF_NAME", "");
-    let cni_conf_name = if conf_name.is_empty() {
+    let name = if conf_name.is_empty() {
         None
     } else {
         plain_file_name("CNI_CONF_NAME", &conf_name)?;
@@ -249,167 +368,76 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         false,
         parse_bool,
     )?;
-    let mut owned_name = text(
-        &f.istio_owned_cni_config_filename,
-        env,
-        "ISTIO_OWNED_CNI_CONFIG_FILENAME",
-        "",
-    );
+    let owned_var = "ISTIO_OWNED_CNI_CONFIG_FILENAME";
+    let mut owned_name = text(&f.istio_owned_cni_config_filename, env, owned_var, "");
     if owned_name.is_empty() {
         owned_name = "02-istio-cni.conflist".into();
     }
-    plain_file_name("ISTIO_OWNED_CNI_CONFIG_FILENAME", &owned_name)?;
-    let ambient = typed(
+    plain_file_name(owned_var, &owned_name)?;
+    Ok(ConfFiles {
+        mounted,
+        host,
+        name,
+        chained,
+        istio_owned: istio_owned && chained,
+        owned_name,
+    })
+}
+
+fn refuse_ambient(f: &Flags, env: Env<'_>) -> Result<()> {
+    if typed(
         &f.ambient_enabled,
         env,
         "AMBIENT_ENABLED",
         false,
         parse_bool,
-    )?;
-    if ambient {
+    )? {
         return Err(Error::env(
             "AMBIENT_ENABLED",
             "ambient mode is not supported by this installer; set it to false",
         ));
     }
-    let run_dir = abs_path(
-        "CNI_AGENT_RUN_DIR",
-        text(
-            &f.cni_agent_run_dir,
-            env,
-            "CNI_AGENT_RUN_DIR",
-            "/var/run/istio-cni",
-        ),
-    )?;
-    let exclude = text(&f.exclude_namespaces, env, "EXCLUDE_NAMESPACES", "");
-    let exclude: Vec<String> = exclude
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect();
-    let (plugin_log_level, log, warnings) = logging(f, env)?;
-    let sa_dir = abs_path(
-        "SERVICE_ACCOUNT_DIR",
-        text(
-            &f.service_account_dir,
-            env,
-            "SERVICE_ACCOUNT_DIR",
-            "/var/run/secrets/kubernetes.io/serviceaccount",
-        ),
-    )?;
-    let ca = text(&f.kube_ca_file, env, "KUBE_CA_FILE", "");
-    let secondary = text(
-        &f.secondary_bin_dir,
-        env,
-        "SECONDARY_BIN_DIR",
-        "/host/secondary-bin-dir",
-    );
-    let node_name = match env("KUBERNETES_NODE_NAME").filter(|s| !s.is_empty()) {
+    Ok(())
+}
+
+/// KUBERNETES_NODE_NAME, else the host name (upstream's `os.Hostname()`).
+fn node_name(env: Env<'_>) -> String {
+    match env("KUBERNETES_NODE_NAME").filter(|s| !s.is_empty()) {
         Some(n) => n,
         None => std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_default(),
-    };
-    let skip = text(&f.skip_cni_binaries, env, "SKIP_CNI_BINARIES", "");
-    Ok(Settings {
-        mounted_cni_net_dir: mounted,
-        cni_net_dir,
-        cni_conf_name,
-        chained,
-        istio_owned: istio_owned && chained,
-        istio_owned_filename: owned_name,
-        run_dir,
-        kubeconfig_mode: typed(
-            &f.kubeconfig_mode,
+    }
+}
+
+/// Where the plugin binary is installed.
+struct Binaries {
+    dir: PathBuf,
+    secondary: Option<PathBuf>,
+    skip: Vec<String>,
+    update: bool,
+}
+
+fn binaries(f: &Flags, env: Env<'_>) -> Result<Binaries> {
+    let secondary_default = "/host/secondary-bin-dir";
+    Ok(Binaries {
+        dir: path(&f.cni_bin_dir, env, "CNI_BIN_DIR", "/host/opt/cni/bin")?,
+        secondary: opt_path(
+            &f.secondary_bin_dir,
             env,
-            "KUBECONFIG_MODE",
-            0o600,
-            parse_mode,
+            "SECONDARY_BIN_DIR",
+            secondary_default,
         )?,
-        conf_group_read: typed(
-            &f.cni_conf_group_read,
-            env,
-            "CNI_CONF_GROUP_READ",
-            false,
-            parse_bool,
-        )?,
-        kube_ca_file: if ca.is_empty() {
-            None
-        } else {
-            Some(abs_path("KUBE_CA_FILE", ca)?)
-        },
-        skip_tls_verify: typed(
-            &f.skip_tls_verify,
-            env,
-            "SKIP_TLS_VERIFY",
-            false,
-            parse_bool,
-        )?,
-        monitoring_port: typed(
-            &f.monitoring_port,
-            env,
-            "MONITORING_PORT",
-            15014,
-            parse_port,
-        )?,
-        health_port: typed(&f.health_port, env, "HEALTH_PORT", 8000, parse_port)?,
-        exclude_namespaces: if exclude.is_empty() {
-            None
-        } else {
-            Some(exclude)
-        },
-        pod_namespace: text(&f.pod_namespace, env, "POD_NAMESPACE", ""),
-        native_nftables: typed(
-            &f.native_nftables,
-            env,
-            "NATIVE_NFTABLES",
-            false,
-            parse_bool,
-        )?,
-        log,
-        warnings,
-        plugin_log_level,
-        enablement_selectors: super::selectors::parse(
-            &env("AMBIENT_ENABLEMENT_SELECTOR").unwrap_or_default(),
-        )?,
-        forced_iptables_backend: forced_backend(env)?,
-        k8s_protocol: env("KUBERNETES_SERVICE_PROTOCOL").unwrap_or_default(),
-        k8s_host: env("KUBERNETES_SERVICE_HOST").unwrap_or_default(),
-        k8s_port: env("KUBERNETES_SERVICE_PORT").unwrap_or_default(),
-        node_name,
-        bin_dir: abs_path(
-            "CNI_BIN_DIR",
-            text(&f.cni_bin_dir, env, "CNI_BIN_DIR", "/host/opt/cni/bin"),
-        )?,
-        secondary_bin_dir: if secondary.is_empty() {
-            None
-        } else {
-            Some(abs_path("SECONDARY_BIN_DIR", secondary)?)
-        },
-        skip_binaries: skip
-            .split(|c: char| c == ',' || c.is_whitespace())
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect(),
-        update_binaries: typed(
+        skip: list(&f.skip_cni_binaries, env, "SKIP_CNI_BINARIES", |c| {
+            c == ',' || c.is_whitespace()
+        }),
+        update: typed(
             &f.update_cni_binaries,
             env,
             "UPDATE_CNI_BINARIES",
             true,
             parse_bool,
         )?,
-        service_account_dir: sa_dir,
-        once: f.once,
-        wait_timeout: typed(
-            &f.wait_timeout,
-            env,
-            "WAIT_TIMEOUT",
-            Duration::from_secs(60),
-            parse_duration,
-        )?,
-        uninstall: f.uninstall,
-        repair: repair_settings(env)?,
     })
 }
 

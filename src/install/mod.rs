@@ -16,12 +16,10 @@ pub mod installer;
 pub mod kubeconfig;
 pub mod legacy;
 pub mod relay;
-pub mod repair_settings;
 pub mod run;
 pub mod select;
 pub mod selectors;
 pub mod server;
-pub mod values;
 pub mod watch;
 
 pub use config::RepairSettings;

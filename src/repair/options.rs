@@ -1,9 +1,11 @@
 //! The repair settings (upstream `RepairConfig`) and where they come from: master's `--repair-*` flags and
 //! `REPAIR_*` env (`-` → `_`), and release-1.9's flags (`--label-pods`, ...) and env (`REPAIR_` + the flag
 //! name upper-cased with its hyphens kept, e.g. `REPAIR_LABEL-PODS`). An explicit flag beats env, env beats
-//! the default; among env names the master spelling wins. Empty env values count as unset (viper's rule).
+//! the default; among env names the master spelling wins. What an empty env value means depends on who
+//! reads it (see [`resolve`]).
 
 use crate::error::{Error, Result};
+use crate::settings::{self, EmptyEnv, Env};
 
 /// Detection and action settings; field for field upstream's `RepairConfig`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,46 +210,53 @@ pub fn is_bool_flag(name: &str) -> bool {
     })
 }
 
-/// Go's `strconv.ParseBool`.
-pub fn parse_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
+/// The standalone agent's settings from explicit flags (`flag(name)` → value) and env, which it reads
+/// as release-1.9's viper did (an empty value is unset); also whether to run as a daemon (default true).
+pub fn resolve(flag: &dyn Fn(&str) -> Option<String>, env: Env<'_>) -> Result<(Options, bool)> {
+    read(flag, env, Reader::Agent)
 }
 
-/// The settings resolved from explicit flags (`flag(name)` → value) and env; also whether to run as a
-/// daemon (only the standalone agent uses it; default true).
-pub fn resolve(
+/// Who reads the settings. The one difference is deliberate, each side as its upstream reads them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    /// The standalone agent: flags and env, an env var set to "" is unset (viper's default, release-1.9).
+    Agent,
+    /// `install-cni` with `REPAIR_ENABLED`: env only, as master's installer with `AllowEmptyEnv(true)`:
+    /// `REPAIR_SIDECAR_ANNOTATION=""` is the empty annotation (every pod), a blank boolean or exit code
+    /// keeps its default. `REPAIR_RUN_AS_DAEMON` is not read (master sets it, unused).
+    Installer,
+}
+
+fn read(
     flag: &dyn Fn(&str) -> Option<String>,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: Env<'_>,
+    reader: Reader,
 ) -> Result<(Options, bool)> {
+    let empty = match reader {
+        Reader::Agent => EmptyEnv::Unset,
+        Reader::Installer => EmptyEnv::Value,
+    };
     let mut o = Options::default();
     let mut daemon = true;
     for s in SETTINGS {
+        if reader == Reader::Installer && s.kind == Kind::RunAsDaemon {
+            continue;
+        }
         let from_flag = s
             .flags
             .iter()
             .find_map(|f| flag(f).map(|v| (format!("--{f}"), v)));
-        let from_env = || {
-            s.envs
-                .iter()
-                .find_map(|e| env(e).filter(|v| !v.is_empty()).map(|v| (e.to_string(), v)))
-        };
-        let Some((source, value)) = from_flag.or_else(from_env) else {
+        let Some(found) = settings::pick(from_flag, env, s.envs, empty) else {
             continue;
         };
-        let bool_of = |v: &str| {
-            parse_bool(v.trim())
-                .ok_or_else(|| Error::env(&source, format!("{v:?} is not a boolean")))
-        };
+        let bool_of = |d: bool| settings::typed(Some(found.clone()), d, settings::parse_bool);
+        let value = found.value.clone();
         match s.kind {
-            Kind::Enabled => o.enabled = bool_of(&value)?,
-            Kind::RepairPods => o.repair_pods = bool_of(&value)?,
-            Kind::DeletePods => o.delete_pods = bool_of(&value)?,
-            Kind::LabelPods => o.label_pods = bool_of(&value)?,
-            Kind::RunAsDaemon => daemon = bool_of(&value)?,
+            Kind::Enabled => o.enabled = bool_of(o.enabled)?,
+            Kind::RepairPods => o.repair_pods = bool_of(o.repair_pods)?,
+            Kind::DeletePods => o.delete_pods = bool_of(o.delete_pods)?,
+            Kind::LabelPods => o.label_pods = bool_of(o.label_pods)?,
+            Kind::RunAsDaemon => daemon = bool_of(daemon)?,
             Kind::NodeName => o.node_name = value,
             Kind::LabelKey => o.label_key = value,
             Kind::LabelValue => o.label_value = value,
@@ -257,11 +266,7 @@ pub fn resolve(
             Kind::LabelSelectors => o.label_selectors = value,
             Kind::FieldSelectors => o.field_selectors = value,
             Kind::InitExitCode => {
-                o.init_exit_code = value
-                    .trim()
-                    .parse::<i32>()
-                    .map_err(|_| Error::env(&source, format!("{value:?} is not an exit code")))?
-                    .into()
+                o.init_exit_code = settings::typed(Some(found), o.init_exit_code, exit_code)?
             }
         }
     }
@@ -273,9 +278,21 @@ pub fn resolve(
     Ok((o, daemon))
 }
 
-/// Settings from the environment only (the in-installer mode: `install-cni` with `REPAIR_ENABLED`).
-pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Options> {
-    resolve(&|_| None, env).map(|(o, _)| o)
+fn exit_code(source: &str, v: &str) -> Result<i64> {
+    v.trim()
+        .parse::<i32>()
+        .map(i64::from)
+        .map_err(|_| Error::env(source, format!("{v:?} is not an integer exit code")))
+}
+
+/// The standalone agent's settings from the environment only (empty values ignored, as release-1.9).
+pub fn from_env(env: Env<'_>) -> Result<Options> {
+    read(&|_| None, env, Reader::Agent).map(|(o, _)| o)
+}
+
+/// The in-installer agent's settings (`install-cni` with `REPAIR_ENABLED`; see [`Reader::Installer`]).
+pub fn from_installer_env(env: Env<'_>) -> Result<Options> {
+    read(&|_| None, env, Reader::Installer).map(|(o, _)| o)
 }
 
 #[cfg(test)]
@@ -346,7 +363,57 @@ mod tests {
     fn bool_flags() {
         assert!(is_bool_flag("label-pods") && is_bool_flag("repair-run-as-daemon"));
         assert!(!is_bool_flag("node-name"));
-        assert_eq!(parse_bool("F"), Some(false));
-        assert_eq!(parse_bool("yes"), None);
+    }
+
+    /// The one deliberate difference between the two readers (see [`Reader`]), pinned.
+    #[test]
+    fn installer_reads_empty_env_as_master_agent_as_release_1_9() {
+        let env = map(&[
+            ("REPAIR_SIDECAR_ANNOTATION", ""),
+            ("REPAIR_INIT-CONTAINER-NAME", "ours"),
+            ("REPAIR_INIT_CONTAINER_NAME", ""),
+            ("REPAIR_DELETE_PODS", " "),
+            ("REPAIR_INIT_CONTAINER_EXIT_CODE", ""),
+            ("REPAIR_RUN_AS_DAEMON", "not read by the installer"),
+        ]);
+        let get = |k: &str| env.get(k).cloned();
+        let inst = from_installer_env(&get).unwrap();
+        assert_eq!(
+            inst.sidecar_annotation, "",
+            "AllowEmptyEnv: \"\" is a value"
+        );
+        assert_eq!(inst.init_container_name, "", "the set master name wins");
+        assert!(
+            !inst.delete_pods && inst.init_exit_code == 126,
+            "blank keeps the default"
+        );
+        let e = from_env(&get).unwrap_err().to_string();
+        assert!(
+            e.contains("REPAIR_DELETE_PODS"),
+            "agent: blank is not a boolean: {e}"
+        );
+        let env = map(&[
+            ("REPAIR_SIDECAR_ANNOTATION", ""),
+            ("REPAIR_INIT-CONTAINER-NAME", "ours"),
+            ("REPAIR_INIT_CONTAINER_NAME", ""),
+            ("REPAIR_RUN_AS_DAEMON", "false"),
+        ]);
+        let get = |k: &str| env.get(k).cloned();
+        let agent = from_env(&get).unwrap();
+        assert_eq!(
+            agent.sidecar_annotation, DEFAULT_SIDECAR_ANNOTATION,
+            "\"\" is unset"
+        );
+        assert_eq!(
+            agent.init_container_name, "ours",
+            "\"\" falls to the 1.9 name"
+        );
+        // Both refuse label mode without a key.
+        let env = map(&[
+            ("REPAIR_LABEL_PODS", "true"),
+            ("REPAIR_BROKEN_POD_LABEL_KEY", ""),
+        ]);
+        let e = from_installer_env(&|k: &str| env.get(k).cloned()).unwrap_err();
+        assert!(e.to_string().contains("label key"), "{e}");
     }
 }
