@@ -260,6 +260,44 @@ pub fn typed<T>(
     }
 }
 
+/// Settings named as Istio names them: the flag `--name` and the variable `NAME` (upper-case, `-` → `_`),
+/// flag > env > default, env read by `empty`'s rule.
+#[derive(Clone, Copy)]
+pub struct Named<'a> {
+    pub env: Env<'a>,
+    pub empty: EmptyEnv,
+}
+
+impl Named<'_> {
+    /// The explicit flag (its value, if given), else the variable `var`.
+    pub fn find(&self, flag: &Option<String>, var: &str) -> Option<Found> {
+        let flag = flag.clone().map(|v| (flag_name(var), v));
+        pick(flag, self.env, &[var], self.empty)
+    }
+
+    /// A text setting.
+    pub fn text(&self, flag: &Option<String>, var: &str, default: &str) -> String {
+        self.find(flag, var)
+            .map_or_else(|| default.to_string(), |f| f.value)
+    }
+
+    /// A typed setting (see [`typed`]).
+    pub fn typed<T>(
+        &self,
+        flag: &Option<String>,
+        var: &str,
+        default: T,
+        parse: impl Fn(&str, &str) -> Result<T>,
+    ) -> Result<T> {
+        typed(self.find(flag, var), default, parse)
+    }
+
+    /// A boolean setting.
+    pub fn bool(&self, flag: &Option<String>, var: &str, default: bool) -> Result<bool> {
+        self.typed(flag, var, default, parse_bool)
+    }
+}
+
 #[cfg(test)]
 #[path = "settings_tests.rs"]
 mod tests;

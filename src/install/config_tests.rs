@@ -1,6 +1,7 @@
 //! Tests of the installer settings (flag > env > default, validation, REPAIR_* names).
 use super::*;
 use crate::error::Result;
+use log::LevelFilter;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;

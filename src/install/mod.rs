@@ -15,6 +15,7 @@ pub mod flags;
 pub mod installer;
 pub mod kubeconfig;
 pub mod legacy;
+pub mod log_settings;
 pub mod relay;
 pub mod run;
 pub mod select;
