@@ -22,7 +22,7 @@ pub const APPLETS: &[Applet] = &[
     Applet {
         name: "install-cni",
         about: "the DaemonSet installer: puts the plugin on the node and keeps it there",
-        run: crate::install::cli::run,
+        run: crate::install::main,
     },
     Applet {
         name: "istio-cni-repair",

@@ -1,5 +1,5 @@
 //! The installer's command line (argh): every option also has an environment variable (upper-case,
-//! `-` → `_`); [`super::config::resolve`] applies flag > env > default.
+//! `-` → `_`); [`super::options::resolve`] applies flag > env > default.
 
 use argh::FromArgs;
 

@@ -15,9 +15,6 @@ use crate::settings::{EmptyEnv, Named};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The repair agent's settings as the installer reads them.
-pub type RepairSettings = crate::repair::options::Options;
-
 /// Validated installer settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -58,7 +55,8 @@ pub struct Settings {
     pub once: bool,
     pub wait_timeout: Duration,
     pub uninstall: bool,
-    pub repair: RepairSettings,
+    /// The in-process repair agent's settings (`REPAIR_*`).
+    pub repair: crate::repair::options::Options,
 }
 
 impl Settings {
@@ -298,5 +296,5 @@ fn plain_file_name(name: &str, v: &str) -> Result<()> {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
+#[path = "options_tests.rs"]
 mod tests;
