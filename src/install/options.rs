@@ -112,7 +112,12 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         kubeconfig_mode: r.typed(&f.kubeconfig_mode, "KUBECONFIG_MODE", 0o600, parse_mode)?,
         kube_ca_file: opt_path(&r, &f.kube_ca_file, "KUBE_CA_FILE", "")?,
         skip_tls_verify: r.bool(&f.skip_tls_verify, "SKIP_TLS_VERIFY", false)?,
-        service_account_dir: path(&r, &f.service_account_dir, "SERVICE_ACCOUNT_DIR", SA_DIR)?,
+        service_account_dir: path(
+            &r,
+            &f.service_account_dir,
+            "SERVICE_ACCOUNT_DIR",
+            "/var/run/secrets/kubernetes.io/serviceaccount",
+        )?,
         k8s_protocol: env("KUBERNETES_SERVICE_PROTOCOL").unwrap_or_default(),
         k8s_host: env("KUBERNETES_SERVICE_HOST").unwrap_or_default(),
         k8s_port: env("KUBERNETES_SERVICE_PORT").unwrap_or_default(),
@@ -149,7 +154,6 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
     })
 }
 
-const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where the CNI configuration goes.
@@ -179,12 +183,15 @@ fn conf_files(f: &Flags, r: &Named<'_>) -> Result<ConfFiles> {
     };
     let chained = r.bool(&f.chained_cni_plugin, "CHAINED_CNI_PLUGIN", true)?;
     let istio_owned = r.bool(&f.istio_owned_cni_config, "ISTIO_OWNED_CNI_CONFIG", false)?;
-    let owned_var = "ISTIO_OWNED_CNI_CONFIG_FILENAME";
-    let mut owned_name = r.text(&f.istio_owned_cni_config_filename, owned_var, "");
+    let mut owned_name = r.text(
+        &f.istio_owned_cni_config_filename,
+        "ISTIO_OWNED_CNI_CONFIG_FILENAME",
+        "",
+    );
     if owned_name.is_empty() {
         owned_name = "02-istio-cni.conflist".into();
     }
-    plain_file_name(owned_var, &owned_name)?;
+    plain_file_name("ISTIO_OWNED_CNI_CONFIG_FILENAME", &owned_name)?;
     Ok(ConfFiles {
         mounted,
         host,
@@ -214,10 +221,14 @@ struct Binaries {
 }
 
 fn binaries(f: &Flags, r: &Named<'_>) -> Result<Binaries> {
-    let secondary = "/host/secondary-bin-dir";
     Ok(Binaries {
         dir: path(r, &f.cni_bin_dir, "CNI_BIN_DIR", "/host/opt/cni/bin")?,
-        secondary: opt_path(r, &f.secondary_bin_dir, "SECONDARY_BIN_DIR", secondary)?,
+        secondary: opt_path(
+            r,
+            &f.secondary_bin_dir,
+            "SECONDARY_BIN_DIR",
+            "/host/secondary-bin-dir",
+        )?,
         skip: list(r, &f.skip_cni_binaries, "SKIP_CNI_BINARIES", |c| {
             c == ',' || c.is_whitespace()
         }),
