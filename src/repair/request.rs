@@ -41,23 +41,7 @@ pub fn event_text(a: Action, err: Option<&str>) -> Option<(&'static str, String)
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time in seconds (UTC), as Kubernetes writes `metav1.Time`.
 pub fn rfc3339(unix: u64) -> String {
-    let (days, rem) = ((unix / 86_400) as i64, unix % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{}Z", crate::logging::line::utc_date_time(unix))
 }
 
 /// A core/v1 Event about the pod, as client-go's recorder writes it (component `cni-repair`).
