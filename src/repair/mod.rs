@@ -15,6 +15,7 @@ pub mod selector;
 
 use crate::error::{Context, Result};
 use crate::kube::Client;
+use crate::settings::{self, EmptyEnv, Env, Named};
 use std::path::PathBuf;
 
 /// Everything the agent needs besides the detection options.
@@ -81,33 +82,32 @@ pub fn main(name: &str, args: &[String]) -> i32 {
 }
 
 /// The standalone agent: settings from the command line and env, its own client and metrics server.
-fn standalone(flags: &flags::Flags, env: crate::settings::Env<'_>) -> Result<u32> {
-    use crate::settings::{self, EmptyEnv};
+fn standalone(flags: &flags::Flags, env: Env<'_>) -> Result<u32> {
     let (opts, daemon) = options::resolve(&|n| flags.get(n), env)?;
-    let port = |v: &str| v.trim().parse::<u16>().ok();
-    let monitoring_port = match flags
-        .monitoring_port
-        .clone()
-        .or_else(|| env("MONITORING_PORT"))
-    {
-        None => options::DEFAULT_MONITORING_PORT,
-        Some(v) => port(&v)
-            .ok_or_else(|| crate::Error::env("MONITORING_PORT", format!("{v:?} is not a port")))?,
+    // The agent reads env as release-1.9's viper: an empty variable is unset.
+    let r = Named {
+        env,
+        empty: EmptyEnv::Unset,
     };
-    let nft = settings::pick(None, env, &["NATIVE_NFTABLES"], EmptyEnv::Unset);
-    let native_nftables = settings::typed(nft, false, settings::parse_bool)?;
+    let monitoring_port = r.typed(
+        &flags.monitoring_port,
+        "MONITORING_PORT",
+        options::DEFAULT_MONITORING_PORT,
+        settings::parse_port,
+    )?;
+    let run_dir = r.text(
+        &flags.cni_agent_run_dir,
+        "CNI_AGENT_RUN_DIR",
+        crate::cni::conf::DEFAULT_AGENT_RUN_DIR,
+    );
     let rt = Runtime {
         host_proc: flags
             .host_proc
             .clone()
             .unwrap_or_else(|| options::DEFAULT_HOST_PROC.into())
             .into(),
-        cni_agent_run_dir: flags
-            .cni_agent_run_dir
-            .clone()
-            .or_else(|| env("CNI_AGENT_RUN_DIR").filter(|v| !v.is_empty()))
-            .unwrap_or_else(|| crate::cni::conf::DEFAULT_AGENT_RUN_DIR.into()),
-        native_nftables,
+        cni_agent_run_dir: run_dir,
+        native_nftables: r.bool(&None, "NATIVE_NFTABLES", false)?,
         monitoring_port: (monitoring_port != 0).then_some(monitoring_port),
         run_as_daemon: daemon,
     };
