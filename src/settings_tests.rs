@@ -7,19 +7,20 @@ fn v(a: &[&str]) -> Vec<String> {
 
 #[test]
 fn go_bools() {
-    for t in ["1", "t", "T", "TRUE", "true", "True"] {
-        assert_eq!(go_bool(t), Some(true), "{t}");
-    }
-    for f in ["0", "f", "F", "FALSE", "false", "False"] {
-        assert_eq!(go_bool(f), Some(false), "{f}");
-    }
-    for bad in ["yes", "tRUE", "", " true", "2"] {
-        assert_eq!(go_bool(bad), None, "{bad:?}");
+    let words = |w: &str| w.split(' ').map(str::to_string).collect::<Vec<_>>();
+    let cases = [
+        (words("1 t T TRUE true True"), Some(true)),
+        (words("0 f F FALSE false False"), Some(false)),
+        (v(&["yes", "tRUE", "", " true", "2"]), None),
+    ];
+    for (inputs, want) in cases {
+        for w in inputs {
+            assert_eq!(go_bool(&w), want, "{w:?}");
+        }
     }
     assert!(parse_bool("X", " true ").unwrap());
-    let e = parse_bool("REPAIR_LABEL_PODS", "yes")
-        .unwrap_err()
-        .to_string();
+    let e = parse_bool("REPAIR_LABEL_PODS", "yes").unwrap_err();
+    let e = e.to_string();
     assert!(
         e.contains("REPAIR_LABEL_PODS") && e.contains("\"yes\""),
         "{e}"
