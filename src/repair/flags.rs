@@ -123,13 +123,6 @@ pub fn normalize(args: &[String]) -> Vec<String> {
     )
 }
 
-/// Parses the command line (already past the applet name). `Err` carries argh's output and exit code.
-pub fn parse(name: &str, args: &[String]) -> Result<Flags, (String, i32)> {
-    let args = normalize(args);
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    Flags::from_args(&[name], &refs).map_err(|e| (e.output, if e.status.is_ok() { 0 } else { 2 }))
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::options;
@@ -137,6 +130,14 @@ mod tests {
 
     fn v(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// What the entry point parses: the normalised arguments through argh (output and exit code on `Err`).
+    fn parse(name: &str, args: &[String]) -> Result<Flags, (String, i32)> {
+        let args = normalize(args);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        Flags::from_args(&[name], &refs)
+            .map_err(|e| (e.output, if e.status.is_ok() { 0 } else { 2 }))
     }
 
     #[test]

@@ -45,16 +45,9 @@ pub fn net_conf(rt: &Runtime) -> Result<crate::cni::NetConf> {
 
 /// The `istio-cni-repair` applet's entry point.
 pub fn main(name: &str, args: &[String]) -> i32 {
-    let flags = match flags::parse(name, args) {
+    let flags: flags::Flags = match crate::applet::parse_args(name, &flags::normalize(args)) {
         Ok(f) => f,
-        Err((text, code)) => {
-            if code == 0 {
-                print!("{text}");
-            } else {
-                eprint!("{text}");
-            }
-            return code;
-        }
+        Err(code) => return code,
     };
     if flags.version {
         println!("{}", crate::applet::version_text(name));
