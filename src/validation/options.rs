@@ -152,19 +152,17 @@ impl Options {
                 return Err(Error::config(format!("unknown flag: --{name}")));
             }
         }
+        // flag (the last given) > env (upstream's viper without AllowEmptyEnv: "" is unset) > default.
         let get = |long: &str| -> Option<String> {
-            values
+            let flag = values.iter().rev().find(|(n, _)| *n == long);
+            let flag = flag.map(|(n, v)| (format!("--{n}"), v.clone()));
+            let vars: Vec<&str> = VALUED
                 .iter()
-                .rev()
-                .find(|(n, _)| *n == long)
-                .map(|(_, v)| v.clone())
-                .or_else(|| {
-                    VALUED
-                        .iter()
-                        .find(|f| f.1 == long)
-                        .and_then(|f| f.2)
-                        .and_then(|e| env(e).filter(|v| !v.is_empty()))
-                })
+                .filter(|f| f.1 == long)
+                .filter_map(|f| f.2)
+                .collect();
+            crate::settings::pick(flag, env, &vars, crate::settings::EmptyEnv::Unset)
+                .map(|f| f.value)
         };
         let uid = get("proxy-uid")
             .map(|v| id(&v, "--proxy-uid"))
