@@ -5,6 +5,7 @@
 //! Effects, kept thin: [`netns`], [`iptables`], [`kube::transport`], [`fsutil`].
 //! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
 
+pub mod applet;
 pub mod cli;
 pub mod cni;
 pub mod error;
@@ -19,6 +20,7 @@ pub mod netns;
 pub mod plugin;
 pub mod redirect;
 pub mod repair;
+pub mod settings;
 pub mod validation;
 
 pub use error::{Error, Result};

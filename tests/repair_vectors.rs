@@ -2,6 +2,7 @@
 //! selector matching, action choice and request texts.
 
 use istio_cni::json::{self, Object, Value};
+use istio_cni::kube::request as kube_request;
 use istio_cni::repair::detect::{choose_action, needs_repair, Action, Detector};
 use istio_cni::repair::options::Options;
 use istio_cni::repair::request;
@@ -24,6 +25,11 @@ fn conformance_dir() -> std::path::PathBuf {
 
 fn s<'a>(o: &'a Object, k: &str) -> &'a str {
     json::str_of(o, k).unwrap_or_else(|| panic!("field {k} missing"))
+}
+/// A request's JSON body, compact (keys sorted).
+fn body_of(req: &kube_request::Request) -> String {
+    let body = req.body.as_deref().expect("a body");
+    json::to_compact(&json::parse(body, "ours").unwrap())
 }
 fn b(o: &Object, k: &str) -> bool {
     matches!(o.get(k), Some(Value::Bool(true)))
@@ -110,38 +116,28 @@ fn every_vector_detection_and_action() {
         // Master requests: method, path, content type, body, Event, metric.
         if era == "master" {
             match got {
+                // Built by the same request functions the agent's API client sends.
                 Action::Label => {
-                    assert_eq!(s(act, "method"), "PATCH", "{name}");
-                    assert_eq!(s(act, "content_type"), request::MERGE_PATCH, "{name}");
-                    assert_eq!(
-                        s(act, "path"),
-                        request::status_path(&facts.namespace, &facts.name),
-                        "{name}"
-                    );
-                    let body = json::parse(&request::label_patch(&opts), "ours").unwrap();
-                    assert_eq!(
-                        json::to_compact(&body),
-                        json::to_compact(&act["body"]),
-                        "{name}"
-                    );
+                    let patch = json::parse(&request::label_patch(&opts), "ours").unwrap();
+                    let req = kube_request::patch_pod_status(&facts.namespace, &facts.name, &patch)
+                        .unwrap();
+                    assert_eq!(s(act, "method"), req.method.as_str(), "{name}");
+                    assert_eq!(Some(s(act, "content_type")), req.content_type, "{name}");
+                    assert_eq!(s(act, "path"), req.path, "{name}");
+                    assert_eq!(body_of(&req), json::to_compact(&act["body"]), "{name}");
                     bodies_n += 1;
                 }
                 Action::Delete => {
-                    assert_eq!(s(act, "method"), "DELETE", "{name}");
-                    assert_eq!(
-                        s(act, "path"),
-                        request::pod_path(&facts.namespace, &facts.name),
-                        "{name}"
-                    );
-                    let mut f = facts.clone();
-                    f.uid = "<metadata.uid as observed>".into();
-                    f.resource_version = "<metadata.resourceVersion as observed>".into();
-                    let body = json::parse(&request::delete_options(&f), "ours").unwrap();
-                    assert_eq!(
-                        json::to_compact(&body),
-                        json::to_compact(&act["body"]),
-                        "{name}"
-                    );
+                    let req = kube_request::delete_pod(
+                        &facts.namespace,
+                        &facts.name,
+                        Some("<metadata.uid as observed>"),
+                        Some("<metadata.resourceVersion as observed>"),
+                    )
+                    .unwrap();
+                    assert_eq!(s(act, "method"), req.method.as_str(), "{name}");
+                    assert_eq!(s(act, "path"), req.path, "{name}");
+                    assert_eq!(body_of(&req), json::to_compact(&act["body"]), "{name}");
                     bodies_n += 1;
                 }
                 _ => {}

@@ -94,29 +94,6 @@ pub fn install_one(
     Ok(Outcome::Copied)
 }
 
-/// Installs every regular file of `source_dir` into `dir` (upstream's copyBinaries); returns the names.
-pub fn install_dir(
-    source_dir: &Path,
-    dir: &Path,
-    skip: &[String],
-    update: bool,
-) -> Result<Vec<String>> {
-    let mut names = Vec::new();
-    let rd =
-        std::fs::read_dir(source_dir).io_context(|| format!("list {}", source_dir.display()))?;
-    for ent in rd {
-        let ent = ent.io_context(|| format!("list {}", source_dir.display()))?;
-        if !ent.file_type().map(|t| t.is_file()).unwrap_or(false) {
-            continue;
-        }
-        let name = ent.file_name().to_string_lossy().into_owned();
-        install_one(&ent.path(), dir, &name, skip, update)?;
-        names.push(name);
-    }
-    names.sort();
-    Ok(names)
-}
-
 /// The bin dirs to use: the primary always; the secondary only when it exists and is writable.
 pub fn target_dirs(primary: &Path, secondary: Option<&Path>) -> Vec<PathBuf> {
     let mut v = vec![primary.to_path_buf()];

@@ -1,9 +1,9 @@
-//! `install-cni` entry point: parse settings, start the servers and the log relay, run the loop, clean up
-//! on SIGTERM/SIGINT. Signals are blocked in every thread and read through a signalfd, so the first one
+//! `install-cni`'s run once its settings are resolved ([`super::main`]): start the servers and the log
+//! relay, run the loop, clean up on SIGTERM/SIGINT. Signals are blocked in every thread and read through a signalfd, so the first one
 //! ends the loop and later ones cannot interrupt the cleanup half-way.
 
-use super::config::{self, Flags, Settings};
 use super::installer::Installer;
+use super::options::Settings;
 use super::run::{self, End};
 use super::server::{self, Endpoints, State};
 use super::watch::{Role, Watcher};
@@ -14,47 +14,8 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 
-/// Entry point of the `install-cni` applet; returns the exit code.
-pub fn run(name: &str, args: &[String]) -> i32 {
-    // First, so a SIGTERM arriving during start-up is not lost (it ends the loop at its first check).
-    let sigfd = match block_signals() {
-        Ok(fd) => fd,
-        Err(e) => {
-            eprintln!("{name}: {e}");
-            return 1;
-        }
-    };
-    let args = config::normalize_args(args);
-    let flags: Flags = match crate::cli::parse_args(name, &args) {
-        Ok(f) => f,
-        Err(code) => return code,
-    };
-    if flags.version {
-        println!("{}", crate::cli::version_text(name));
-        return 0;
-    }
-    let settings = match config::resolve(&flags, &config::process_env) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{name}: invalid configuration: {e}");
-            return 2;
-        }
-    };
-    crate::logging::init_with(&settings.log);
-    for w in &settings.warnings {
-        log::warn!("{w}");
-    }
-    match main(settings, sigfd) {
-        Ok(code) => code,
-        Err(e) => {
-            log::error!("{e}");
-            eprintln!("Error: {e}");
-            1
-        }
-    }
-}
-
-fn block_signals() -> Result<SignalFd> {
+/// Blocks SIGTERM and SIGINT in this thread (and the threads it starts) and reads them through a signalfd.
+pub fn block_signals() -> Result<SignalFd> {
     let mut set = SigSet::empty();
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGINT);
@@ -98,7 +59,8 @@ pub fn watcher_for(inst: &Installer) -> Result<Watcher> {
     Ok(w)
 }
 
-fn main(settings: Settings, sigfd: SignalFd) -> Result<i32> {
+/// Installs and keeps the installation until a signal (or, `--once`, one pass); cleans up.
+pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
     for d in [&settings.mounted_cni_net_dir, &settings.run_dir] {
         std::fs::create_dir_all(d).io_context(|| format!("create directory {}", d.display()))?;
     }
@@ -212,7 +174,7 @@ fn start_repair(s: &Settings) {
         monitoring_port: None,
         run_as_daemon: true,
     };
-    match crate::repair::run_in_installer(client, s.repair.to_options(), rt) {
+    match crate::repair::run_in_installer(client, s.repair.clone(), rt) {
         Ok(_) => log::info!("repair agent started"),
         Err(e) => log::error!("repair agent not started: {e}"),
     }

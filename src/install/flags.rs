@@ -1,5 +1,5 @@
 //! The installer's command line (argh): every option also has an environment variable (upper-case,
-//! `-` → `_`); [`super::config::resolve`] applies flag > env > default.
+//! `-` → `_`); [`super::options::resolve`] applies flag > env > default.
 
 use argh::FromArgs;
 
@@ -110,20 +110,11 @@ pub struct Flags {
 /// Normalises argv for argh: `--name=value` → `--name value`, and Istio's underscore spellings
 /// (`--log_output_level`) → dashes.
 pub fn normalize_args(args: &[String]) -> Vec<String> {
-    let mut out = Vec::with_capacity(args.len());
-    for a in args {
-        if let Some(rest) = a.strip_prefix("--") {
-            let (name, value) = match rest.split_once('=') {
-                Some((n, v)) => (n, Some(v)),
-                None => (rest, None),
-            };
-            out.push(format!("--{}", name.replace('_', "-")));
-            if let Some(v) = value {
-                out.push(v.to_string());
-            }
-        } else {
-            out.push(a.clone());
-        }
-    }
-    out
+    crate::settings::normalize_args(
+        args,
+        crate::settings::ArgStyle {
+            dashes_for_underscores: true,
+            bare_true: &|_| false,
+        },
+    )
 }

@@ -3,8 +3,8 @@
 //! operator migrating an old chart learns at once instead of running with a setting silently ignored.
 //! An empty value counts as unset, as release-1.9 (no `AllowEmptyEnv`) read it.
 
-use super::config::Env;
 use crate::error::{Error, Result};
+use crate::settings::{flag_name, Env};
 
 /// (name, why it is refused and what replaces it)
 const REFUSED: &[(&str, &str)] = &[
@@ -30,18 +30,13 @@ const REFUSED: &[(&str, &str)] = &[
     ),
 ];
 
-/// The flag spelling of an env name.
-fn flag_of(var: &str) -> String {
-    format!("--{}", var.to_ascii_lowercase().replace('_', "-"))
-}
-
 /// Refuses the first legacy setting given as a flag (`flags`: name → value) or a non-empty env var.
 pub fn refuse_legacy(flags: &[(&str, &Option<String>)], env: Env<'_>) -> Result<()> {
     for (var, why) in REFUSED {
         let from_flag = flags
             .iter()
             .find(|(n, v)| n == var && v.as_deref().is_some_and(|v| !v.trim().is_empty()))
-            .map(|_| flag_of(var));
+            .map(|_| flag_name(var));
         let from_env = env(var)
             .filter(|v| !v.trim().is_empty())
             .map(|_| var.to_string());

@@ -1,15 +1,16 @@
 //! The `install-cni` applet: puts the plugin on the node and keeps it there, takes it away cleanly.
 //!
-//! Pure: [`config`] (settings), [`select`] (primary choice), [`libcni`] (libcni's validity rules), [`conflist`] (merge/remove, byte-exact
+//! Entry: [`main`]; command line: [`flags`]; settings: [`options`] (also reachable as `config`).
+//! Pure: [`select`] (primary choice), [`libcni`] (libcni's validity rules), [`conflist`] (merge/remove, byte-exact
 //! output), [`check`] (validity of the installed state), [`kubeconfig`] (rendering).
 //! Effects: [`binaries`], [`installer`] (the steps), [`watch`] (inotify), [`run`] (the loop), [`server`]
-//! (health and metrics), [`relay`] (plugin log relay), [`cleanup`], [`cli`] (entry point).
+//! (health and metrics), [`relay`] (plugin log relay), [`cleanup`], [`cli`] (the
+//! run: signals, servers, the loop).
 
 pub mod binaries;
 pub mod check;
 pub mod cleanup;
 pub mod cli;
-pub mod config;
 pub mod conflist;
 pub mod flags;
 pub mod httpd;
@@ -17,13 +18,56 @@ pub mod installer;
 pub mod kubeconfig;
 pub mod legacy;
 pub mod libcni;
+pub mod log_settings;
+pub mod options;
 pub mod relay;
-pub mod repair_settings;
 pub mod run;
 pub mod select;
 pub mod selectors;
 pub mod server;
-pub mod values;
 pub mod watch;
 
-pub use config::RepairSettings;
+/// The settings module's former name, for code not yet switched to [`options`].
+pub use options as config;
+
+use crate::settings::process_env;
+
+/// The `install-cni` applet's entry point; returns the exit code.
+pub fn main(name: &str, args: &[String]) -> i32 {
+    // First, so a SIGTERM arriving during start-up is not lost (it ends the loop at its first check).
+    let sigfd = match cli::block_signals() {
+        Ok(fd) => fd,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return 1;
+        }
+    };
+    let args = flags::normalize_args(args);
+    let flags: flags::Flags = match crate::applet::parse_args(name, &args) {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
+    if flags.version {
+        println!("{}", crate::applet::version_text(name));
+        return 0;
+    }
+    let settings = match options::resolve(&flags, &process_env) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{name}: invalid configuration: {e}");
+            return 2;
+        }
+    };
+    crate::logging::init_with(&settings.log);
+    for w in &settings.warnings {
+        log::warn!("{w}");
+    }
+    match cli::serve(settings, sigfd) {
+        Ok(code) => code,
+        Err(e) => {
+            log::error!("{e}");
+            eprintln!("Error: {e}");
+            1
+        }
+    }
+}

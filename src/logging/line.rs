@@ -30,7 +30,11 @@ pub fn level_name(l: Level) -> &'static str {
 /// UTC time as RFC 3339 with microseconds (Istio's time format).
 pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
+    format!("{}.{:06}Z", utc_date_time(d.as_secs()), d.subsec_micros())
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` (UTC, no zone) for a Unix time in seconds.
+pub fn utc_date_time(secs: u64) -> String {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Howard Hinnant's civil_from_days.
     let z = days as i64 + 719_468;
@@ -43,11 +47,10 @@ pub fn rfc3339(t: SystemTime) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
         rem / 3600,
         rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
+        rem % 60
     )
 }
 

@@ -1,11 +1,12 @@
 //! The repair agent: finds pods on this node that started without redirection (their `istio-validation`
 //! init container keeps exiting 126) and repairs them in place, deletes them, or labels them.
-//! Runs as its own applet (`istio-cni-repair`, as in 1.9) or inside `install-cni` ([`run_in_installer`]).
+//! Runs as its own applet (`istio-cni-repair`, as in 1.9: [`main`], command line in [`flags`], settings
+//! in [`options`]) or inside `install-cni` ([`run_in_installer`]).
 
 pub mod action;
-pub mod cli;
 pub mod controller;
 pub mod detect;
+pub mod flags;
 pub mod metrics;
 pub mod options;
 pub mod pace;
@@ -15,6 +16,7 @@ pub mod selector;
 
 use crate::error::{Context, Result};
 use crate::kube::Client;
+use crate::settings::{self, EmptyEnv, Env, Named};
 use std::path::PathBuf;
 
 /// Everything the agent needs besides the detection options.
@@ -40,6 +42,85 @@ pub fn net_conf(rt: &Runtime) -> Result<crate::cni::NetConf> {
     crate::json::write_string(&mut s, &rt.cni_agent_run_dir);
     s.push_str(&format!(r#","native_nftables":{}}}"#, rt.native_nftables));
     crate::cni::conf::parse(&s).context("repair: plugin configuration")
+}
+
+/// The `istio-cni-repair` applet's entry point.
+pub fn main(name: &str, args: &[String]) -> i32 {
+    let flags: flags::Flags = match crate::applet::parse_args(name, &flags::normalize(args)) {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
+    if flags.version {
+        println!("{}", crate::applet::version_text(name));
+        return 0;
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    let level = flags
+        .log_level
+        .as_deref()
+        .and_then(crate::logging::parse_level)
+        .unwrap_or(log::LevelFilter::Info);
+    crate::logging::init(level);
+    match standalone(&flags, &env) {
+        Ok(0) => 0,
+        Ok(n) => {
+            log::error!("repair: {n} broken pod(s) could not be handled");
+            1
+        }
+        Err(e) => {
+            log::error!("{name}: {e}");
+            eprintln!("{name}: {e}");
+            1
+        }
+    }
+}
+
+/// The standalone agent: settings from the command line and env, its own client and metrics server.
+fn standalone(flags: &flags::Flags, env: Env<'_>) -> Result<u32> {
+    let (opts, daemon) = options::resolve(&|n| flags.get(n), env)?;
+    // The agent reads env as release-1.9's viper: an empty variable is unset.
+    let r = Named {
+        env,
+        empty: EmptyEnv::Unset,
+    };
+    let monitoring_port = r.typed(
+        &flags.monitoring_port,
+        "MONITORING_PORT",
+        options::DEFAULT_MONITORING_PORT,
+        settings::parse_port,
+    )?;
+    let run_dir = r.text(
+        &flags.cni_agent_run_dir,
+        "CNI_AGENT_RUN_DIR",
+        crate::cni::conf::DEFAULT_AGENT_RUN_DIR,
+    );
+    let rt = Runtime {
+        host_proc: flags
+            .host_proc
+            .clone()
+            .unwrap_or_else(|| options::DEFAULT_HOST_PROC.into())
+            .into(),
+        cni_agent_run_dir: run_dir,
+        native_nftables: r.bool(&None, "NATIVE_NFTABLES", false)?,
+        monitoring_port: (monitoring_port != 0).then_some(monitoring_port),
+        run_as_daemon: daemon,
+    };
+    if !opts.enabled {
+        log::info!("repair: disabled (repair-enabled=false); nothing to do");
+        return Ok(0);
+    }
+    let client = match &flags.kubeconfig {
+        Some(p) => Client::from_kubeconfig(std::path::Path::new(p))?,
+        None => Client::from_env()?,
+    };
+    if let (Some(port), true) = (rt.monitoring_port, rt.run_as_daemon) {
+        let addr = metrics::serve(port)?;
+        log::info!("repair: metrics on http://{addr}/metrics");
+    }
+    let failed = run(client, opts, &rt)?;
+    // One-shot mode: the counters are the pass's summary, for scripts and tests.
+    print!("{}", metrics::render());
+    Ok(failed)
 }
 
 /// Runs the agent with `opts` until the process ends (daemon) or after one pass. Returns the number of

@@ -1,9 +1,11 @@
 //! The repair settings (upstream `RepairConfig`) and where they come from: master's `--repair-*` flags and
 //! `REPAIR_*` env (`-` → `_`), and release-1.9's flags (`--label-pods`, ...) and env (`REPAIR_` + the flag
 //! name upper-cased with its hyphens kept, e.g. `REPAIR_LABEL-PODS`). An explicit flag beats env, env beats
-//! the default; among env names the master spelling wins. Empty env values count as unset (viper's rule).
+//! the default; among env names the master spelling wins. What an empty env value means depends on who
+//! reads it (see [`resolve`]).
 
 use crate::error::{Error, Result};
+use crate::settings::{self, EmptyEnv, Env};
 
 /// Detection and action settings; field for field upstream's `RepairConfig`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,46 +210,53 @@ pub fn is_bool_flag(name: &str) -> bool {
     })
 }
 
-/// Go's `strconv.ParseBool`.
-pub fn parse_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
+/// The standalone agent's settings from explicit flags (`flag(name)` → value) and env, which it reads
+/// as release-1.9's viper did (an empty value is unset); also whether to run as a daemon (default true).
+pub fn resolve(flag: &dyn Fn(&str) -> Option<String>, env: Env<'_>) -> Result<(Options, bool)> {
+    read(flag, env, Reader::Agent)
 }
 
-/// The settings resolved from explicit flags (`flag(name)` → value) and env; also whether to run as a
-/// daemon (only the standalone agent uses it; default true).
-pub fn resolve(
+/// Who reads the settings. The one difference is deliberate, each side as its upstream reads them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    /// The standalone agent: flags and env, an env var set to "" is unset (viper's default, release-1.9).
+    Agent,
+    /// `install-cni` with `REPAIR_ENABLED`: env only, as master's installer with `AllowEmptyEnv(true)`:
+    /// `REPAIR_SIDECAR_ANNOTATION=""` is the empty annotation (every pod), a blank boolean or exit code
+    /// keeps its default. `REPAIR_RUN_AS_DAEMON` is not read (master sets it, unused).
+    Installer,
+}
+
+fn read(
     flag: &dyn Fn(&str) -> Option<String>,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: Env<'_>,
+    reader: Reader,
 ) -> Result<(Options, bool)> {
+    let empty = match reader {
+        Reader::Agent => EmptyEnv::Unset,
+        Reader::Installer => EmptyEnv::Value,
+    };
     let mut o = Options::default();
     let mut daemon = true;
     for s in SETTINGS {
+        if reader == Reader::Installer && s.kind == Kind::RunAsDaemon {
+            continue;
+        }
         let from_flag = s
             .flags
             .iter()
             .find_map(|f| flag(f).map(|v| (format!("--{f}"), v)));
-        let from_env = || {
-            s.envs
-                .iter()
-                .find_map(|e| env(e).filter(|v| !v.is_empty()).map(|v| (e.to_string(), v)))
-        };
-        let Some((source, value)) = from_flag.or_else(from_env) else {
+        let Some(found) = settings::pick(from_flag, env, s.envs, empty) else {
             continue;
         };
-        let bool_of = |v: &str| {
-            parse_bool(v.trim())
-                .ok_or_else(|| Error::env(&source, format!("{v:?} is not a boolean")))
-        };
+        let bool_of = |d: bool| settings::typed(Some(found.clone()), d, settings::parse_bool);
+        let value = found.value.clone();
         match s.kind {
-            Kind::Enabled => o.enabled = bool_of(&value)?,
-            Kind::RepairPods => o.repair_pods = bool_of(&value)?,
-            Kind::DeletePods => o.delete_pods = bool_of(&value)?,
-            Kind::LabelPods => o.label_pods = bool_of(&value)?,
-            Kind::RunAsDaemon => daemon = bool_of(&value)?,
+            Kind::Enabled => o.enabled = bool_of(o.enabled)?,
+            Kind::RepairPods => o.repair_pods = bool_of(o.repair_pods)?,
+            Kind::DeletePods => o.delete_pods = bool_of(o.delete_pods)?,
+            Kind::LabelPods => o.label_pods = bool_of(o.label_pods)?,
+            Kind::RunAsDaemon => daemon = bool_of(daemon)?,
             Kind::NodeName => o.node_name = value,
             Kind::LabelKey => o.label_key = value,
             Kind::LabelValue => o.label_value = value,
@@ -257,11 +266,7 @@ pub fn resolve(
             Kind::LabelSelectors => o.label_selectors = value,
             Kind::FieldSelectors => o.field_selectors = value,
             Kind::InitExitCode => {
-                o.init_exit_code = value
-                    .trim()
-                    .parse::<i32>()
-                    .map_err(|_| Error::env(&source, format!("{value:?} is not an exit code")))?
-                    .into()
+                o.init_exit_code = settings::typed(Some(found), o.init_exit_code, exit_code)?
             }
         }
     }
@@ -273,80 +278,23 @@ pub fn resolve(
     Ok((o, daemon))
 }
 
-/// Settings from the environment only (the in-installer mode: `install-cni` with `REPAIR_ENABLED`).
-pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Options> {
-    resolve(&|_| None, env).map(|(o, _)| o)
+fn exit_code(source: &str, v: &str) -> Result<i64> {
+    v.trim()
+        .parse::<i32>()
+        .map(i64::from)
+        .map_err(|_| Error::env(source, format!("{v:?} is not an integer exit code")))
+}
+
+/// The standalone agent's settings from the environment only (empty values ignored, as release-1.9).
+pub fn from_env(env: Env<'_>) -> Result<Options> {
+    read(&|_| None, env, Reader::Agent).map(|(o, _)| o)
+}
+
+/// The in-installer agent's settings (`install-cni` with `REPAIR_ENABLED`; see [`Reader::Installer`]).
+pub fn from_installer_env(env: Env<'_>) -> Result<Options> {
+    read(&|_| None, env, Reader::Installer).map(|(o, _)| o)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn defaults() {
-        let (o, daemon) = resolve(&|_| None, &|_| None).unwrap();
-        assert_eq!(o, Options::default());
-        assert!(daemon && o.enabled && !o.any_mode());
-        assert_eq!(o.init_exit_code, 126);
-        assert_eq!(o.effective_field_selector(), "spec.nodeName=");
-    }
-
-    #[test]
-    fn both_eras_env_and_precedence() {
-        let env = map(&[
-            ("REPAIR_LABEL-PODS", "true"),
-            ("REPAIR_DELETE_PODS", "1"),
-            ("REPAIR_NODE_NAME", "n1"),
-            ("REPAIR_NODE-NAME", "ignored"),
-            ("REPAIR_INIT-CONTAINER-EXIT-CODE", "55"),
-            ("REPAIR_RUN-AS-DAEMON", "false"),
-            ("REPAIR_FIELD_SELECTORS", "status.phase=Pending"),
-            ("REPAIR_REPAIR_PODS", ""),
-        ]);
-        let flags = map(&[
-            ("label-pods", "false"),
-            ("repair-broken-pod-label-key", "k"),
-        ]);
-        let (o, daemon) = resolve(&|k| flags.get(k).cloned(), &|k| env.get(k).cloned()).unwrap();
-        assert!(!o.label_pods, "flag beats env");
-        assert!(o.delete_pods && !o.repair_pods);
-        assert_eq!(o.node_name, "n1");
-        assert_eq!(o.init_exit_code, 55);
-        assert_eq!(o.label_key, "k");
-        assert!(!daemon);
-        assert_eq!(
-            o.effective_field_selector(),
-            "status.phase=Pending,spec.nodeName=n1"
-        );
-    }
-
-    #[test]
-    fn bad_values_name_the_source() {
-        let env = map(&[("REPAIR_LABEL_PODS", "yes")]);
-        let e = from_env(&|k| env.get(k).cloned()).unwrap_err().to_string();
-        assert!(
-            e.contains("REPAIR_LABEL_PODS") && e.contains("\"yes\""),
-            "{e}"
-        );
-        let flags = map(&[("init-container-exit-code", "x1")]);
-        let e = resolve(&|k| flags.get(k).cloned(), &|_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("--init-container-exit-code"), "{e}");
-    }
-
-    #[test]
-    fn bool_flags() {
-        assert!(is_bool_flag("label-pods") && is_bool_flag("repair-run-as-daemon"));
-        assert!(!is_bool_flag("node-name"));
-        assert_eq!(parse_bool("F"), Some(false));
-        assert_eq!(parse_bool("yes"), None);
-    }
-}
+#[path = "options_tests.rs"]
+mod tests;

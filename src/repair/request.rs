@@ -1,26 +1,15 @@
-//! Pure request texts for the actions: paths, bodies, Event reasons and messages, exactly as upstream
-//! master sends them.
+//! Pure request texts for the actions: the label patch, Event reasons, messages and bodies, exactly as
+//! upstream master sends them. Paths, methods and the DeleteOptions body are [`crate::kube::request`]'s.
 
 use super::detect::{Action, PodFacts};
 use super::options::Options;
 use crate::json::write_string;
 
-pub const MERGE_PATCH: &str = "application/merge-patch+json";
 pub const REASON_LABEL: &str = "LabelBrokenPod";
 pub const REASON_DELETE: &str = "DeleteBrokenPod";
 pub const REASON_REPAIR: &str = "RepairBrokenPod";
 /// The Event source component (`cni-repair`).
 pub const COMPONENT: &str = "cni-repair";
-
-/// `/api/v1/namespaces/{ns}/pods/{name}`.
-pub fn pod_path(ns: &str, name: &str) -> String {
-    format!("/api/v1/namespaces/{ns}/pods/{name}")
-}
-
-/// `/api/v1/namespaces/{ns}/pods/{name}/status`, where the label patch goes.
-pub fn status_path(ns: &str, name: &str) -> String {
-    format!("{}/status", pod_path(ns, name))
-}
 
 /// `{"metadata":{"labels":{"<key>":"<value>"}}}`.
 pub fn label_patch(o: &Options) -> String {
@@ -29,18 +18,6 @@ pub fn label_patch(o: &Options) -> String {
     s.push(':');
     write_string(&mut s, &o.label_value);
     s.push_str("}}}");
-    s
-}
-
-/// DeleteOptions with the uid and resourceVersion we observed as preconditions, so we never delete a
-/// recreated pod of the same name nor one that changed since we judged it.
-pub fn delete_options(f: &PodFacts) -> String {
-    let mut s =
-        String::from(r#"{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"#);
-    write_string(&mut s, &f.uid);
-    s.push_str(r#","resourceVersion":"#);
-    write_string(&mut s, &f.resource_version);
-    s.push_str("}}");
     s
 }
 
@@ -64,23 +41,7 @@ pub fn event_text(a: Action, err: Option<&str>) -> Option<(&'static str, String)
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time in seconds (UTC), as Kubernetes writes `metav1.Time`.
 pub fn rfc3339(unix: u64) -> String {
-    let (days, rem) = ((unix / 86_400) as i64, unix % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{}Z", crate::logging::line::utc_date_time(unix))
 }
 
 /// A core/v1 Event about the pod, as client-go's recorder writes it (component `cni-repair`).
@@ -138,11 +99,6 @@ mod tests {
             resource_version: "9".into(),
             ..PodFacts::default()
         };
-        assert_eq!(
-            delete_options(&f),
-            r#"{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"u","resourceVersion":"9"}}"#
-        );
-        assert_eq!(status_path("d", "p"), "/api/v1/namespaces/d/pods/p/status");
         assert_eq!(
             event_text(Action::Delete, Some("409")).unwrap().1,
             "pod detected as broken, but failed to delete: 409"

@@ -41,7 +41,7 @@ fn become_proxy(o: &Options) -> crate::Result<()> {
 /// The applet entry point.
 pub fn main(name: &str, args: &[String]) -> i32 {
     if args.iter().any(|a| a == "--version") {
-        println!("{}", crate::cli::version_text(name));
+        println!("{}", crate::applet::version_text(name));
         return 0;
     }
     crate::logging::init(log::LevelFilter::Info);

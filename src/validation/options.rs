@@ -93,45 +93,6 @@ fn id(v: &str, what: &str) -> Result<u32> {
         .map_err(|_| Error::config(format!("{what}: {v:?} is not a numeric id")))
 }
 
-/// Go's `time.ParseDuration` (units ns, us, µs, ms, s, m, h; fractions; a bare "0").
-pub fn parse_go_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let s = s.strip_prefix('+').unwrap_or(s);
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return None;
-    }
-    let mut rest = s;
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let num: f64 = rest[..n].parse().ok()?;
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..u] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        rest = &rest[u..];
-        total += num * scale;
-    }
-    if !total.is_finite() || total > 1e9 {
-        return None;
-    }
-    Some(Duration::from_secs_f64(total))
-}
-
 impl Options {
     pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Options> {
         let mut values: Vec<(&'static str, String)> = Vec::new();
@@ -183,7 +144,7 @@ impl Options {
                 values.push((f.1, v));
             } else if BOOLS.iter().any(|f| f.1 == name) {
                 if let Some(v) = inline {
-                    crate::repair::options::parse_bool(&v).ok_or_else(|| {
+                    crate::settings::go_bool(&v).ok_or_else(|| {
                         Error::config(format!("--{name}: {v:?} is not a boolean"))
                     })?;
                 }
@@ -191,19 +152,17 @@ impl Options {
                 return Err(Error::config(format!("unknown flag: --{name}")));
             }
         }
+        // flag (the last given) > env (upstream's viper without AllowEmptyEnv: "" is unset) > default.
         let get = |long: &str| -> Option<String> {
-            values
+            let flag = values.iter().rev().find(|(n, _)| *n == long);
+            let flag = flag.map(|(n, v)| (format!("--{n}"), v.clone()));
+            let vars: Vec<&str> = VALUED
                 .iter()
-                .rev()
-                .find(|(n, _)| *n == long)
-                .map(|(_, v)| v.clone())
-                .or_else(|| {
-                    VALUED
-                        .iter()
-                        .find(|f| f.1 == long)
-                        .and_then(|f| f.2)
-                        .and_then(|e| env(e).filter(|v| !v.is_empty()))
-                })
+                .filter(|f| f.1 == long)
+                .filter_map(|f| f.2)
+                .collect();
+            crate::settings::pick(flag, env, &vars, crate::settings::EmptyEnv::Unset)
+                .map(|f| f.value)
         };
         let uid = get("proxy-uid")
             .map(|v| id(&v, "--proxy-uid"))
@@ -224,7 +183,7 @@ impl Options {
                 .unwrap_or(15002),
             probe_timeout: match get("probe-timeout") {
                 None => Duration::from_secs(5),
-                Some(v) => parse_go_duration(&v).ok_or_else(|| {
+                Some(v) => crate::settings::go_duration(&v).ok_or_else(|| {
                     Error::config(format!(
                         "--probe-timeout: {v:?} is not a duration (e.g. 5s)"
                     ))
@@ -340,19 +299,6 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(want), "{args:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(
-            parse_go_duration("2h1us"),
-            Some(Duration::from_secs(7200) + Duration::from_micros(1))
-        );
-        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
-        for bad in ["", "5", "-1s", "1d", "s"] {
-            assert_eq!(parse_go_duration(bad), None, "{bad}");
         }
     }
 }

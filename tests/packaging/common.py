@@ -11,7 +11,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 INSTALL_DIR = REPO / "src" / "install"
-INSTALL_CONFIG = INSTALL_DIR / "config.rs"
+INSTALL_CONFIG = INSTALL_DIR / "options.rs"
 REPAIR_OPTIONS = REPO / "src" / "repair" / "options.rs"
 
 TRIPLES = {"amd64": "x86_64-unknown-linux-musl", "arm64": "aarch64-unknown-linux-musl"}
@@ -56,8 +56,8 @@ def _without_tests(src: str) -> str:
 
 
 def install_sources() -> list:
-    """install-cni's settings code: src/install/*.rs without the test files (config.rs, flags.rs,
-    repair_settings.rs, ...; the module is split as it grows, so take all of it)."""
+    """install-cni's settings code: src/install/*.rs without the test files (options.rs, flags.rs,
+    log_settings.rs, ...; the module is split as it grows, so take all of it)."""
     files = sorted(p for p in INSTALL_DIR.glob("*.rs") if not p.name.endswith("_tests.rs") and p.name != "tests.rs")
     assert INSTALL_CONFIG in files, f"{INSTALL_CONFIG} missing"
     return files
@@ -66,17 +66,22 @@ def install_sources() -> list:
 def env_names_read() -> set:
     """Upper-case string literals in install-cni's sources outside tests: the env names it reads."""
     names = set()
-    # install-cni also reads ISTIO_CNI_HOST_ROOT through the iptables module it shares with the repair agent.
-    for path in install_sources() + [INSTALL_DIR.parent / "iptables" / "tool.rs"]:
+    # install-cni also reads ISTIO_CNI_HOST_ROOT through the iptables module it shares with the repair agent,
+    # and the REPAIR_* settings through the agent's own parser, which skips REPAIR_RUN_AS_DAEMON for it.
+    for path in install_sources() + [INSTALL_DIR.parent / "iptables" / "tool.rs", REPAIR_OPTIONS]:
         names |= set(re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)"', _without_tests(path.read_text())))
-    return names
+    return names - {"REPAIR_RUN_AS_DAEMON"}
 
 
 def installer_defaults() -> dict:
-    """`NAME -> default` for the text settings install-cni resolves as text(&f.x, env, "NAME", "default")."""
+    """`NAME -> default` for the settings install-cni resolves as r.text(&f.x, "NAME", "default"),
+    path(&r, &f.x, "NAME", "default") or opt_path(...), the lists (list(&r, &f.x, "NAME", sep): ""), and the numbers as r.typed(&f.x, "NAME", 8000, ...)."""
     src = "\n".join(_without_tests(p.read_text()) for p in install_sources())
-    found = dict(re.findall(r'text\(\s*&f\.\w+,\s*env,\s*"([A-Z_]+)",\s*"([^"]*)"\s*,?\s*\)', src))
-    for name, default in re.findall(r'typed\(\s*&f\.\w+,\s*env,\s*"([A-Z_]+)",\s*(\d+),', src):
+    text = r'\b(?:text|path|opt_path)\(\s*(?:&?r,\s*)?&f\.\w+,\s*"([A-Z_]+)",\s*"([^"]*)"\s*,?\s*\)'
+    found = dict(re.findall(text, src))
+    for name in re.findall(r'\blist\(\s*&?r,\s*&f\.\w+,\s*"([A-Z_]+)"', src):
+        found[name] = ""
+    for name, default in re.findall(r'\btyped\(\s*&f\.\w+,\s*"([A-Z_]+)",\s*(\d+),', src):
         found[name] = default
     return found
 

@@ -1,6 +1,7 @@
 //! Tests of the installer settings (flag > env > default, validation, REPAIR_* names).
 use super::*;
 use crate::error::Result;
+use log::LevelFilter;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,7 +32,7 @@ fn defaults_are_upstreams() {
     assert_eq!(s.exclude_namespaces, None);
     assert_eq!(s.plugin_log_level, "info");
     assert!(s.update_binaries && s.repair.enabled && !s.repair.repair_pods);
-    assert_eq!(s.repair.init_container_exit_code, 126);
+    assert_eq!(s.repair.init_exit_code, 126);
 }
 
 #[test]
@@ -129,12 +130,9 @@ fn repair_names_of_both_eras() {
         ("REPAIR_LABEL-PODS", "1"),
     ]);
     let theirs = crate::repair::options::from_env(&|k: &str| m.get(k).cloned()).unwrap();
-    assert_eq!(s.repair.to_options(), theirs);
+    assert_eq!(s.repair, theirs);
     let d = resolve_with(&Flags::default(), &[]).unwrap();
-    assert_eq!(
-        d.repair.to_options(),
-        crate::repair::options::Options::default()
-    );
+    assert_eq!(d.repair, crate::repair::options::Options::default());
     let s = resolve_with(
         &Flags::default(),
         &[("REPAIR_NODE-NAME", "n19"), ("REPAIR_NODE_NAME", "master")],

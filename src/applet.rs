@@ -1,0 +1,43 @@
+//! What every applet's entry point shares: the version line and argh parsing with Go's exit codes. A
+//! leaf: the applets use it, and the multicall dispatch in [`crate::cli`] uses them.
+
+use crate::cni::version::SUPPORTED;
+
+/// `<applet> <version> (commit <sha>); CNI spec versions: ...`
+pub fn version_text(applet: &str) -> String {
+    format!(
+        "{applet} {} (commit {}); CNI spec versions: {}",
+        env!("CARGO_PKG_VERSION"),
+        env!("GIT_COMMIT"),
+        SUPPORTED.join(", ")
+    )
+}
+
+/// Parses an applet's arguments with argh, `name` shown in `--help`. `Err(code)` when parsing ended the run:
+/// help printed on stdout (0) or a usage error on stderr (2).
+pub fn parse_args<T: argh::FromArgs>(name: &str, args: &[String]) -> Result<T, i32> {
+    let strs: Vec<&str> = args.iter().map(String::as_str).collect();
+    T::from_args(&[name], &strs).map_err(|early| match early.status {
+        Ok(()) => {
+            println!("{}", early.output);
+            0
+        }
+        Err(()) => {
+            eprintln!("{}", early.output);
+            2
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_text_names_everything() {
+        let v = version_text("istio-cni");
+        assert!(v.starts_with("istio-cni "));
+        assert!(v.contains("commit"));
+        assert!(v.contains("1.1.0") && v.contains("0.1.0"));
+    }
+}

@@ -1,0 +1,72 @@
+//! The installer's logging settings: its own per-scope levels (`--log_output_level`, LOG_LEVEL), the
+//! plugin's level (PLUGIN_LOG_LEVEL) and JSON lines (LOG_AS_JSON).
+
+use super::flags::Flags;
+use crate::error::{Error, Result};
+use crate::logging::levels::{self, Scopes};
+use crate::settings::Named;
+use log::LevelFilter;
+
+/// PLUGIN_LOG_LEVEL: a level word the plugin knows, lower-cased.
+fn check_plugin_level(name: &str, v: &str) -> Result<String> {
+    match crate::logging::nearest_level(v) {
+        Some(_) => Ok(v.trim().to_ascii_lowercase()),
+        None => Err(Error::env(
+            name,
+            format!("{v:?} is not a log level (debug, info, warn, error, none)"),
+        )),
+    }
+}
+
+/// The plugin level, the installer's log configuration and warnings about level words we did not know.
+///
+/// `plugin_log_level` is PLUGIN_LOG_LEVEL (flag or env), else the `cni-plugin` scope of
+/// `--log_output_level`, else `info`: a bare or `default:` level is the installer's own (upstream keeps
+/// the plugin at `info` with `--log_output_level=debug`). The installer's scopes are
+/// `--log_output_level`, then LOG_LEVEL (either form; seed-era and maistra docs set it) on top; unknown
+/// words are warnings, never a refusal to start.
+pub fn resolve(f: &Flags, r: &Named<'_>) -> Result<(String, crate::logging::Config, Vec<String>)> {
+    let mut scopes = Scopes::default();
+    let mut warnings = Vec::new();
+    if let Some(spec) = &f.log_output_level {
+        warnings.extend(scopes.extend(spec));
+    }
+    if let Some(found) = r.find(&f.log_level, "LOG_LEVEL") {
+        for w in scopes.extend(&found.value) {
+            warnings.push(format!("{}: {w}", found.source));
+        }
+    }
+    let explicit_plugin = r.typed(&f.plugin_log_level, "PLUGIN_LOG_LEVEL", None, |n, v| {
+        check_plugin_level(n, v).map(Some)
+    })?;
+    let scoped_plugin = scopes.level_of(levels::PLUGIN_SCOPES);
+    let plugin_log_level = match (explicit_plugin, scoped_plugin) {
+        (Some(l), _) => l,
+        (None, Some(l)) => level_word(l).to_string(),
+        (None, None) => "info".to_string(),
+    };
+    let relay_level = scoped_plugin.unwrap_or_else(|| {
+        crate::logging::nearest_level(&plugin_log_level).unwrap_or(LevelFilter::Info)
+    });
+    let log = crate::logging::Config {
+        default: scopes
+            .level_of(levels::DEFAULT_SCOPES)
+            .unwrap_or(LevelFilter::Info),
+        install: scopes.level_of(levels::INSTALL_SCOPES),
+        repair: scopes.level_of(levels::REPAIR_SCOPES),
+        plugin: relay_level,
+        json: f.log_as_json || r.bool(&None, "LOG_AS_JSON", false)?,
+    };
+    Ok((plugin_log_level, log, warnings))
+}
+
+/// The plugin's name for a level (what `plugin_log_level` holds).
+fn level_word(l: LevelFilter) -> &'static str {
+    match l {
+        LevelFilter::Off => "none",
+        LevelFilter::Error => "error",
+        LevelFilter::Warn => "warn",
+        LevelFilter::Info => "info",
+        LevelFilter::Debug | LevelFilter::Trace => "debug",
+    }
+}

@@ -1,0 +1,311 @@
+//! Installer settings: upstream's names as flags and environment variables (flag > env > default), every
+//! value validated at start. Unknown flags and malformed values are errors that name the setting and the
+//! bad value. An empty environment variable means "unset" for booleans and numbers (use the default) and
+//! the empty string for text settings, where upstream master's `AllowEmptyEnv` gives the same result.
+//!
+//! The `REPAIR_*` settings (master names, and the dashed release-1.9 names as aliases) are read by the
+//! repair agent's own parser, [`crate::repair::options::from_installer_env`].
+
+pub use super::flags::{normalize_args, Flags};
+use super::selectors::EnablementSelector;
+use crate::error::{Error, Result};
+use crate::iptables::Backend;
+pub use crate::settings::{parse_bool, parse_duration, parse_mode, parse_port, process_env, Env};
+use crate::settings::{EmptyEnv, Named};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Validated installer settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub mounted_cni_net_dir: PathBuf,
+    pub cni_net_dir: PathBuf,
+    pub cni_conf_name: Option<String>,
+    pub chained: bool,
+    pub istio_owned: bool,
+    pub istio_owned_filename: String,
+    pub run_dir: PathBuf,
+    pub kubeconfig_mode: u32,
+    pub conf_group_read: bool,
+    pub kube_ca_file: Option<PathBuf>,
+    pub skip_tls_verify: bool,
+    pub monitoring_port: u16,
+    pub health_port: u16,
+    pub exclude_namespaces: Option<Vec<String>>,
+    pub pod_namespace: String,
+    pub native_nftables: bool,
+    /// The installer's own logging: per-scope levels, text or JSON lines.
+    pub log: crate::logging::Config,
+    /// Things worth a warning once logging runs (e.g. a level word we did not know).
+    pub warnings: Vec<String>,
+    pub plugin_log_level: String,
+    /// AMBIENT_ENABLEMENT_SELECTOR, parsed; written into our entry even with ambient off, as upstream.
+    pub enablement_selectors: Vec<EnablementSelector>,
+    /// FORCE_IPTABLES_BINARY: record this backend instead of detecting the host's.
+    pub forced_iptables_backend: Option<Backend>,
+    pub k8s_protocol: String,
+    pub k8s_host: String,
+    pub k8s_port: String,
+    pub node_name: String,
+    pub bin_dir: PathBuf,
+    pub secondary_bin_dir: Option<PathBuf>,
+    pub skip_binaries: Vec<String>,
+    pub update_binaries: bool,
+    pub service_account_dir: PathBuf,
+    pub once: bool,
+    pub wait_timeout: Duration,
+    pub uninstall: bool,
+    /// The in-process repair agent's settings (`REPAIR_*`).
+    pub repair: crate::repair::options::Options,
+}
+
+impl Settings {
+    /// Mode of the files we create in the conf dir.
+    pub fn created_mode(&self) -> u32 {
+        if self.conf_group_read {
+            0o640
+        } else {
+            0o600
+        }
+    }
+}
+
+/// Resolves and validates every setting, concern by concern.
+pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
+    super::legacy::refuse_legacy(
+        &[
+            ("CNI_NETWORK_CONFIG", &f.cni_network_config),
+            ("CNI_NETWORK_CONFIG_FILE", &f.cni_network_config_file),
+            ("KUBECFG_FILE_NAME", &f.kubecfg_file_name),
+        ],
+        env,
+    )?;
+    let r = named(env);
+    let conf = conf_files(f, &r)?;
+    if r.bool(&f.ambient_enabled, "AMBIENT_ENABLED", false)? {
+        return Err(Error::env(
+            "AMBIENT_ENABLED",
+            "ambient mode is not supported by this installer; set it to false",
+        ));
+    }
+    let (plugin_log_level, log, warnings) = super::log_settings::resolve(f, &r)?;
+    let bins = binaries(f, &r)?;
+    let exclude = list(&r, &f.exclude_namespaces, "EXCLUDE_NAMESPACES", |c| {
+        c == ','
+    });
+    Ok(Settings {
+        // Where the CNI configuration goes.
+        mounted_cni_net_dir: conf.mounted,
+        cni_net_dir: conf.host,
+        cni_conf_name: conf.name,
+        chained: conf.chained,
+        istio_owned: conf.istio_owned,
+        istio_owned_filename: conf.owned_name,
+        conf_group_read: r.bool(&f.cni_conf_group_read, "CNI_CONF_GROUP_READ", false)?,
+        // The plugin's run dir, and the kubeconfig written there.
+        run_dir: path(
+            &r,
+            &f.cni_agent_run_dir,
+            "CNI_AGENT_RUN_DIR",
+            "/var/run/istio-cni",
+        )?,
+        kubeconfig_mode: r.typed(&f.kubeconfig_mode, "KUBECONFIG_MODE", 0o600, parse_mode)?,
+        kube_ca_file: opt_path(&r, &f.kube_ca_file, "KUBE_CA_FILE", "")?,
+        skip_tls_verify: r.bool(&f.skip_tls_verify, "SKIP_TLS_VERIFY", false)?,
+        service_account_dir: path(
+            &r,
+            &f.service_account_dir,
+            "SERVICE_ACCOUNT_DIR",
+            "/var/run/secrets/kubernetes.io/serviceaccount",
+        )?,
+        k8s_protocol: env("KUBERNETES_SERVICE_PROTOCOL").unwrap_or_default(),
+        k8s_host: env("KUBERNETES_SERVICE_HOST").unwrap_or_default(),
+        k8s_port: env("KUBERNETES_SERVICE_PORT").unwrap_or_default(),
+        node_name: node_name(env),
+        // The plugin's entry.
+        exclude_namespaces: (!exclude.is_empty()).then_some(exclude),
+        pod_namespace: r.text(&f.pod_namespace, "POD_NAMESPACE", ""),
+        native_nftables: r.bool(&f.native_nftables, "NATIVE_NFTABLES", false)?,
+        plugin_log_level,
+        enablement_selectors: super::selectors::parse(
+            &env("AMBIENT_ENABLEMENT_SELECTOR").unwrap_or_default(),
+        )?,
+        forced_iptables_backend: forced_backend(env)?,
+        // The installer's own logging and servers.
+        log,
+        warnings,
+        monitoring_port: r.typed(&f.monitoring_port, "MONITORING_PORT", 15014, parse_port)?,
+        health_port: r.typed(&f.health_port, "HEALTH_PORT", 8000, parse_port)?,
+        // The plugin binary.
+        bin_dir: bins.dir,
+        secondary_bin_dir: bins.secondary,
+        skip_binaries: bins.skip,
+        update_binaries: bins.update,
+        // How this run ends.
+        once: f.once,
+        wait_timeout: r.typed(
+            &f.wait_timeout,
+            "WAIT_TIMEOUT",
+            WAIT_TIMEOUT,
+            parse_duration,
+        )?,
+        uninstall: f.uninstall,
+        repair: crate::repair::options::from_installer_env(env)?,
+    })
+}
+
+const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where the CNI configuration goes.
+struct ConfFiles {
+    mounted: PathBuf,
+    host: PathBuf,
+    name: Option<String>,
+    chained: bool,
+    istio_owned: bool,
+    owned_name: String,
+}
+
+fn conf_files(f: &Flags, r: &Named<'_>) -> Result<ConfFiles> {
+    let mounted = path(
+        r,
+        &f.mounted_cni_net_dir,
+        "MOUNTED_CNI_NET_DIR",
+        "/host/etc/cni/net.d",
+    )?;
+    let host = path(r, &f.cni_net_dir, "CNI_NET_DIR", "/etc/cni/net.d")?;
+    let conf_name = r.text(&f.cni_conf_name, "CNI_CONF_NAME", "");
+    let name = if conf_name.is_empty() {
+        None
+    } else {
+        plain_file_name("CNI_CONF_NAME", &conf_name)?;
+        Some(conf_name)
+    };
+    let chained = r.bool(&f.chained_cni_plugin, "CHAINED_CNI_PLUGIN", true)?;
+    let istio_owned = r.bool(&f.istio_owned_cni_config, "ISTIO_OWNED_CNI_CONFIG", false)?;
+    let mut owned_name = r.text(
+        &f.istio_owned_cni_config_filename,
+        "ISTIO_OWNED_CNI_CONFIG_FILENAME",
+        "",
+    );
+    if owned_name.is_empty() {
+        owned_name = "02-istio-cni.conflist".into();
+    }
+    plain_file_name("ISTIO_OWNED_CNI_CONFIG_FILENAME", &owned_name)?;
+    Ok(ConfFiles {
+        mounted,
+        host,
+        name,
+        chained,
+        istio_owned: istio_owned && chained,
+        owned_name,
+    })
+}
+
+/// KUBERNETES_NODE_NAME, else the host name (upstream's `os.Hostname()`).
+fn node_name(env: Env<'_>) -> String {
+    match env("KUBERNETES_NODE_NAME").filter(|s| !s.is_empty()) {
+        Some(n) => n,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default(),
+    }
+}
+
+/// Where the plugin binary is installed.
+struct Binaries {
+    dir: PathBuf,
+    secondary: Option<PathBuf>,
+    skip: Vec<String>,
+    update: bool,
+}
+
+fn binaries(f: &Flags, r: &Named<'_>) -> Result<Binaries> {
+    Ok(Binaries {
+        dir: path(r, &f.cni_bin_dir, "CNI_BIN_DIR", "/host/opt/cni/bin")?,
+        secondary: opt_path(
+            r,
+            &f.secondary_bin_dir,
+            "SECONDARY_BIN_DIR",
+            "/host/secondary-bin-dir",
+        )?,
+        skip: list(r, &f.skip_cni_binaries, "SKIP_CNI_BINARIES", |c| {
+            c == ',' || c.is_whitespace()
+        }),
+        update: r.bool(&f.update_cni_binaries, "UPDATE_CNI_BINARIES", true)?,
+    })
+}
+
+/// FORCE_IPTABLES_BINARY (upstream's override of the backend detection): `iptables-nft`,
+/// `iptables-legacy` or `iptables` (also `nft`, `legacy`, `plain`); empty is unset.
+fn forced_backend(env: Env<'_>) -> Result<Option<Backend>> {
+    let Some(v) = env("FORCE_IPTABLES_BINARY").filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    Backend::from_binary_name(&v).map(Some).ok_or_else(|| {
+        Error::env(
+            "FORCE_IPTABLES_BINARY",
+            format!("{v:?} is not an iptables binary (iptables-nft, iptables-legacy or iptables)"),
+        )
+    })
+}
+
+/// How the installer reads its settings (master's viper: `AllowEmptyEnv(true)`).
+fn named(env: Env<'_>) -> Named<'_> {
+    Named {
+        env,
+        empty: EmptyEnv::Value,
+    }
+}
+
+/// An absolute directory or file setting with a default.
+fn path(r: &Named<'_>, flag: &Option<String>, var: &str, default: &str) -> Result<PathBuf> {
+    abs_path(var, r.text(flag, var, default))
+}
+
+/// An optional absolute path: "" is none.
+fn opt_path(
+    r: &Named<'_>,
+    flag: &Option<String>,
+    var: &str,
+    default: &str,
+) -> Result<Option<PathBuf>> {
+    let v = r.text(flag, var, default);
+    if v.is_empty() {
+        return Ok(None);
+    }
+    abs_path(var, v).map(Some)
+}
+
+/// A list setting: split on `sep`, trimmed, empty items dropped.
+fn list(
+    r: &Named<'_>,
+    flag: &Option<String>,
+    var: &str,
+    sep: impl Fn(char) -> bool,
+) -> Vec<String> {
+    r.text(flag, var, "")
+        .split(sep)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn abs_path(name: &str, v: String) -> Result<PathBuf> {
+    if !v.starts_with('/') {
+        return Err(Error::env(name, format!("{v:?} is not an absolute path")));
+    }
+    Ok(PathBuf::from(v))
+}
+
+fn plain_file_name(name: &str, v: &str) -> Result<()> {
+    if v.is_empty() || v.contains('/') || v == "." || v == ".." {
+        return Err(Error::env(name, format!("{v:?} is not a plain file name")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "options_tests.rs"]
+mod tests;

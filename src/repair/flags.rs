@@ -1,0 +1,188 @@
+//! The `istio-cni-repair` applet's command line. Go-style `--flag=value` and bare boolean flags are
+//! accepted (rewritten for argh by [`crate::settings::normalize_args`]); every repair setting has its
+//! master (`--repair-*`) and 1.9 name. The setting flags are declared once, in [`setting_flags!`], which
+//! makes both the argh fields and the by-name lookup [`Flags::get`] the settings table uses.
+
+use super::options::is_bool_flag;
+use crate::settings::{self, ArgStyle};
+use argh::FromArgs;
+
+/// Declares [`Flags`]: the setting flags (each an `Option<String>` looked up by its dashed name), then
+/// the applet's other fields as written.
+macro_rules! setting_flags {
+    (
+        settings { $( $(#[doc = $doc:literal])+ $field:ident, )* }
+        $( $(#[$other_meta:meta])+ pub $other:ident: $ty:ident $(<$inner:ident>)?, )*
+    ) => {
+        /// The Istio CNI repair agent: finds pods on this node whose istio-validation init container keeps
+        /// failing (no redirection) and repairs them in place, deletes them, or labels them.
+        #[derive(FromArgs, Debug, Default)]
+        pub struct Flags {
+            $( $(#[doc = $doc])+ #[argh(option)] pub $field: Option<String>, )*
+            $( $(#[$other_meta])+ pub $other: $ty $(<$inner>)?, )*
+        }
+
+        impl Flags {
+            /// The explicit value of a repair setting flag, by its name without `--`.
+            pub fn get(&self, name: &str) -> Option<String> {
+                let fields: &[(&str, &Option<String>)] = &[ $( (stringify!($field), &self.$field), )* ];
+                fields
+                    .iter()
+                    .find(|(field, _)| field.replace('_', "-") == name)
+                    .and_then(|(_, v)| (*v).clone())
+            }
+        }
+    };
+}
+
+setting_flags! {
+    settings {
+        /// run the agent in this process (master; env REPAIR_ENABLED, default true)
+        repair_enabled,
+        /// node whose pods are watched (env REPAIR_NODE_NAME)
+        repair_node_name,
+        /// release-1.9 name of --repair-node-name (env REPAIR_NODE-NAME)
+        node_name,
+        /// label key for label mode (default cni.istio.io/uninitialized)
+        repair_broken_pod_label_key,
+        /// release-1.9 name of --repair-broken-pod-label-key
+        broken_pod_label_key,
+        /// label value for label mode (default true)
+        repair_broken_pod_label_value,
+        /// release-1.9 name of --repair-broken-pod-label-value
+        broken_pod_label_value,
+        /// repair broken pods in place (env REPAIR_REPAIR_PODS, default false)
+        repair_repair_pods,
+        /// short name of --repair-repair-pods
+        repair_pods,
+        /// delete broken pods (env REPAIR_DELETE_PODS / REPAIR_DELETE-PODS, default false)
+        repair_delete_pods,
+        /// release-1.9 name of --repair-delete-pods
+        delete_pods,
+        /// label broken pods (env REPAIR_LABEL_PODS / REPAIR_LABEL-PODS, default false)
+        repair_label_pods,
+        /// release-1.9 name of --repair-label-pods
+        label_pods,
+        /// annotation a pod must carry (default sidecar.istio.io/status; "" = any pod)
+        repair_sidecar_annotation,
+        /// release-1.9 name of --repair-sidecar-annotation
+        sidecar_annotation,
+        /// init container to inspect (default istio-validation; "" = all)
+        repair_init_container_name,
+        /// release-1.9 name of --repair-init-container-name
+        init_container_name,
+        /// required termination message (default "" = any)
+        repair_init_container_termination_message,
+        /// release-1.9 name of --repair-init-container-termination-message
+        init_container_termination_message,
+        /// required exit code (default 126; 0 = any)
+        repair_init_container_exit_code,
+        /// release-1.9 name of --repair-init-container-exit-code
+        init_container_exit_code,
+        /// label selector for the watched pods
+        repair_label_selectors,
+        /// release-1.9 name of --repair-label-selectors
+        label_selectors,
+        /// extra field selector (spec.nodeName=<node> is always added)
+        repair_field_selectors,
+        /// release-1.9 name of --repair-field-selectors
+        field_selectors,
+        /// false: list once, act, exit (env REPAIR_RUN_AS_DAEMON / REPAIR_RUN-AS-DAEMON, default true)
+        repair_run_as_daemon,
+        /// release-1.9 name of --repair-run-as-daemon
+        run_as_daemon,
+    }
+    /// kubeconfig file (default: KUBECONFIG, else in-cluster)
+    #[argh(option)]
+    pub kubeconfig: Option<String>,
+    /// the host's /proc, to find pod network namespaces (default /host/proc)
+    #[argh(option)]
+    pub host_proc: Option<String>,
+    /// the plugin's run dir (iptables backend record; env CNI_AGENT_RUN_DIR, default /var/run/istio-cni)
+    #[argh(option)]
+    pub cni_agent_run_dir: Option<String>,
+    /// port for Prometheus /metrics, 0 = off (env MONITORING_PORT, default 15014)
+    #[argh(option)]
+    pub monitoring_port: Option<String>,
+    /// log level: debug, info, warn, error (default info)
+    #[argh(option)]
+    pub log_level: Option<String>,
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
+}
+
+/// Go flag syntax → argh: `--a=b` → `--a b`; a bare boolean repair flag → `--flag true`.
+pub fn normalize(args: &[String]) -> Vec<String> {
+    settings::normalize_args(
+        args,
+        ArgStyle {
+            dashes_for_underscores: false,
+            bare_true: &is_bool_flag,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::options;
+    use super::*;
+
+    fn v(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// What the entry point parses: the normalised arguments through argh (output and exit code on `Err`).
+    fn parse(name: &str, args: &[String]) -> Result<Flags, (String, i32)> {
+        let args = normalize(args);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        Flags::from_args(&[name], &refs)
+            .map_err(|e| (e.output, if e.status.is_ok() { 0 } else { 2 }))
+    }
+
+    #[test]
+    fn go_style_flags() {
+        let f = parse(
+            "istio-cni-repair",
+            &v(&[
+                "--run-as-daemon=false",
+                "--label-pods",
+                "--node-name",
+                "n1",
+                "--repair-label-selectors=a=b",
+            ]),
+        )
+        .unwrap();
+        assert_eq!(f.run_as_daemon.as_deref(), Some("false"));
+        assert_eq!(f.label_pods.as_deref(), Some("true"));
+        assert_eq!(f.get("node-name").as_deref(), Some("n1"));
+        assert_eq!(f.get("repair-label-selectors").as_deref(), Some("a=b"));
+        let (o, daemon) = options::resolve(&|n| f.get(n), &|_| None).unwrap();
+        assert!(!daemon && o.label_pods && o.node_name == "n1" && o.label_selectors == "a=b");
+        let (_, code) = parse("istio-cni-repair", &v(&["--bogus"])).unwrap_err();
+        assert_eq!(code, 2);
+        let (help, code) = parse("istio-cni-repair", &v(&["--help"])).unwrap_err();
+        assert_eq!(code, 0);
+        assert!(
+            help.contains("--repair-delete-pods") && help.contains("--label-pods"),
+            "{help}"
+        );
+    }
+
+    #[test]
+    fn every_setting_flag_is_wired() {
+        let mut n = 0;
+        for s in options::SETTINGS {
+            for name in s.flags {
+                let f = parse("r", &v(&[&format!("--{name}=1")])).unwrap();
+                assert_eq!(f.get(name).as_deref(), Some("1"), "--{name}");
+                n += 1;
+            }
+        }
+        assert_eq!(n, 27);
+        // Only setting flags are looked up by name; underscores are not a spelling of them.
+        let f = parse("r", &v(&["--kubeconfig=k", "--node-name=n"])).unwrap();
+        assert_eq!(f.get("kubeconfig"), None);
+        assert_eq!(f.get("node_name"), None);
+    }
+}
