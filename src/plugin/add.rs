@@ -32,11 +32,7 @@ pub fn add(
 ) -> Result<String> {
     let args = K8sArgs::parse(&env.args).context("failed to load args")?;
     // Parse prevResult first: a result we cannot pass on fails ADD before anything is programmed.
-    let prev = match &conf.prev_result {
-        Some(p) => result::parse_prev(p, &conf.cni_version)?,
-        None => result::CniResult::default(),
-    };
-    let output = crate::json::to_pretty(&result::to_value(&prev, &conf.cni_version), "    ");
+    let output = result::passthrough(conf.prev_result.as_ref(), &conf.cni_version)?;
     let who = format!(
         "ADD {}/{} ({})",
         args.pod_namespace, args.pod_name, env.container_id
