@@ -1,5 +1,6 @@
 //! The `istio-cni` applet: CNI mode when `CNI_COMMAND` is set, otherwise a small CLI.
 
+use super::explain::ExplainArgs;
 use argh::FromArgs;
 
 /// The Istio CNI plugin. A container runtime execs it with CNI_COMMAND and the network configuration on
@@ -17,21 +18,6 @@ struct Args {
 #[argh(subcommand)]
 enum Sub {
     Explain(ExplainArgs),
-}
-
-/// Print the iptables-restore documents ADD would apply, without a cluster.
-#[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "explain")]
-pub struct ExplainArgs {
-    /// a Kubernetes Pod as JSON (what the API server returns)
-    #[argh(option)]
-    pub pod: Option<String>,
-    /// the network configuration as JSON (default: upstream's defaults)
-    #[argh(option)]
-    pub conf: Option<String>,
-    /// a raw capture configuration as JSON (the conformance schema)
-    #[argh(option)]
-    pub capture: Option<String>,
 }
 
 const ABOUT: &str = "CNI plugin istio-cni: Istio sidecar traffic redirection";

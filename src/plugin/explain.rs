@@ -10,12 +10,27 @@
 //! Comment lines (`#`) with extra facts (TPROXY policy routing, which document is which) always come
 //! *after* the documents, so stripping `#` lines leaves exactly the restore input.
 
-use super::cli::ExplainArgs;
 use crate::cni::{conf, K8sArgs, NetConf};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::json;
 use crate::redirect::plan::{self, decide_pod, shortcut, Addresses, NodeEnv, PodPlan, Shortcut};
 use crate::redirect::{render, CaptureConfig, Documents, PodInfo, TproxyRoute};
+use argh::FromArgs;
+
+/// Print the iptables-restore documents ADD would apply, without a cluster.
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "explain")]
+pub struct ExplainArgs {
+    /// a Kubernetes Pod as JSON (what the API server returns)
+    #[argh(option)]
+    pub pod: Option<String>,
+    /// the network configuration as JSON (default: upstream's defaults)
+    #[argh(option)]
+    pub conf: Option<String>,
+    /// a raw capture configuration as JSON (the conformance schema)
+    #[argh(option)]
+    pub capture: Option<String>,
+}
 
 /// The configuration explain assumes without `--conf`: no excluded namespaces, no agent namespace.
 const DEFAULT_CONF: &str = r#"{"cniVersion":"1.1.0","name":"istio-cni","type":"istio-cni"}"#;

@@ -2,10 +2,9 @@
 //! `addDNSConntrackZones`): redirect port 53 to the agent, and split the proxy's own DNS traffic from the
 //! apps' into two conntrack zones.
 
-use super::builder::{args, Builder};
+use super::builder::*;
 use super::capture::CaptureConfig;
 use super::restore::{Op, Table};
-use super::rules::*;
 
 pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
     let all = cfg.capture_all_dns;

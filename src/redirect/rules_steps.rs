@@ -2,10 +2,9 @@
 //! (step 6), the included outbound ranges (step 17) and the TPROXY marks (step 18).
 
 use super::annotations::InterceptionMode;
-use super::builder::{args, Builder, Range, VERSIONED};
+use super::builder::*;
 use super::capture::CaptureConfig;
 use super::restore::{Op, Table};
-use super::rules::*;
 use super::values::Ports;
 
 pub(crate) fn inbound(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str) {
