@@ -32,6 +32,8 @@ pub fn render(cfg: &CaptureConfig) -> Result<Documents> {
 }
 
 /// The whole rule set, in upstream's order.
+// Each `args!` stays on one or two lines as upstream writes its rules (rustfmt: a token a line).
+#[rustfmt::skip::macros(args)]
 pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
     let mut b = Builder {
         ipv6: cfg.enable_ipv6,
@@ -89,14 +91,7 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
     b.append(
         Table::Nat,
         ISTIO_IN_REDIRECT,
-        args![
-            "-p",
-            "tcp",
-            "-j",
-            "REDIRECT",
-            "--to-ports",
-            cfg.inbound_capture_port
-        ],
+        args!["-p", "tcp", "-j", "REDIRECT", "--to-ports", cfg.inbound_capture_port],
     );
     // 6. Inbound.
     inbound(&mut b, cfg, &lo4, lo6);
@@ -131,13 +126,7 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
         for id in ids.iter() {
             let mut p = args!["-o", "lo", "!", "-d", VERSIONED, "-p", "tcp"];
             if multiport {
-                p.extend(args![
-                    "-m",
-                    "multiport",
-                    "!",
-                    "--dports",
-                    format!("53,{tunnel}")
-                ]);
+                p.extend(args!["-m", "multiport", "!", "--dports", format!("53,{tunnel}")]);
             } else {
                 p.extend(args!["!", "--dport", tunnel]);
             }
@@ -148,10 +137,8 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
                     b.append(
                         Table::Nat,
                         ISTIO_OUTPUT,
-                        args![
-                            "-o", "lo", "-p", "tcp", "!", "--dport", "53", "-m", "owner", "!",
-                            flag, id, "-j", "RETURN"
-                        ],
+                        args!["-o", "lo", "-p", "tcp", "!", "--dport", "53", "-m", "owner", "!",
+                              flag, id, "-j", "RETURN"],
                     );
                 } else {
                     b.append(

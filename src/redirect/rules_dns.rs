@@ -6,6 +6,8 @@ use super::builder::*;
 use super::capture::CaptureConfig;
 use super::restore::{Op, Table};
 
+// Each `args!` stays on one or two lines as upstream writes its rules (rustfmt: a token a line).
+#[rustfmt::skip::macros(args)]
 pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
     let all = cfg.capture_all_dns;
     let (s4, s6) = (&cfg.dns_servers_v4, &cfg.dns_servers_v6);
@@ -30,9 +32,8 @@ pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
             for (v6, servers, bits) in per_family {
                 for srv in servers {
                     let d = format!("{srv}{bits}");
-                    let rule = args![
-                        "-p", proto, "--dport", "53", "-d", d, "-j", "REDIRECT", to, DNS_PORT
-                    ];
+                    let rule = args!["-p", proto, "--dport", "53", "-d", d,
+                                     "-j", "REDIRECT", to, DNS_PORT];
                     b.push(v6, Table::Nat, ISTIO_OUTPUT_DNS, Op::Append, rule);
                 }
             }
@@ -47,18 +48,14 @@ pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
             b.append(
                 Table::Raw,
                 ISTIO_OUTPUT_DNS,
-                args![
-                    "-p", "udp", "--dport", "53", "-m", "owner", flag, id, "-j", "CT", "--zone",
-                    "1"
-                ],
+                args!["-p", "udp", "--dport", "53", "-m", "owner", flag, id,
+                      "-j", "CT", "--zone", "1"],
             );
             b.append(
                 Table::Raw,
                 ISTIO_OUTPUT_DNS,
-                args![
-                    "-p", "udp", "--sport", DNS_PORT, "-m", "owner", flag, id, "-j", "CT",
-                    "--zone", "2"
-                ],
+                args!["-p", "udp", "--sport", DNS_PORT, "-m", "owner", flag, id,
+                      "-j", "CT", "--zone", "2"],
             );
         }
     }
