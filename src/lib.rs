@@ -19,6 +19,7 @@ pub mod netns;
 pub mod plugin;
 pub mod redirect;
 pub mod repair;
+pub mod rundir;
 pub mod validation;
 
 pub use error::{Error, Result};
