@@ -139,20 +139,11 @@ pub(crate) fn tproxy_rules(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6:
         1,
         args!["-p", "tcp", "-m", "mark", "--mark", mark, "-j", "RETURN"],
     );
-    b.push(
-        false,
-        Table::Mangle,
-        ISTIO_INBOUND,
-        Op::Insert(2),
-        args!["-p", "tcp", "-s", "127.0.0.6/32", "-i", "lo", "-j", "RETURN"],
-    );
-    b.push(
-        true,
-        Table::Mangle,
-        ISTIO_INBOUND,
-        Op::Insert(2),
-        args!["-p", "tcp", "-s", "::6/128", "-i", "lo", "-j", "RETURN"],
-    );
+    // Envoy's inbound-passthrough source, per family.
+    for (v6, source) in [(false, "127.0.0.6/32"), (true, "::6/128")] {
+        let rule = args!["-p", "tcp", "-s", source, "-i", "lo", "-j", "RETURN"];
+        b.push(v6, Table::Mangle, ISTIO_INBOUND, Op::Insert(2), rule);
+    }
     b.insert(
         Table::Mangle,
         ISTIO_INBOUND,
