@@ -2,9 +2,6 @@
 //! (DaemonSet installer), `istio-cni-repair` (repair agent), `istio-validation` (the validation init
 //! container). Under any other name the first argument names the applet.
 
-/// At their old place for the applets not yet switched to [`crate::applet`].
-pub use crate::applet::{parse_args, version_text};
-
 /// An applet: its name, one line about it, and its entry point (`name` for help texts, then the arguments
 /// after the applet name). Returns the process exit code.
 pub struct Applet {

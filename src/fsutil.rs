@@ -144,12 +144,6 @@ pub(crate) fn replace_inner(
     Ok(done)
 }
 
-/// Renames `from` to `to` and makes the rename durable.
-pub fn rename_durable(from: &Path, to: &Path) -> Result<()> {
-    fs::rename(from, to).io_context(|| format!("rename {} to {}", from.display(), to.display()))?;
-    fsync_dir(&parent_of(to))
-}
-
 /// The permission bits of `path`, or `None` when it does not exist.
 pub fn mode_of(path: &Path) -> Result<Option<u32>> {
     match fs::metadata(path) {

@@ -20,6 +20,7 @@ pub mod netns;
 pub mod plugin;
 pub mod redirect;
 pub mod repair;
+pub mod rundir;
 pub mod settings;
 pub mod validation;
 

@@ -104,14 +104,6 @@ where
     }
 }
 
-/// The inode of a namespace file, to tell namespaces apart.
-pub fn inode(path: &str) -> Result<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path)
-        .map(|m| m.ino())
-        .io_context(|| format!("stat {path}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,11 +8,8 @@ mod common;
 
 use istio_cni::cni::{conf, K8sArgs};
 use istio_cni::json;
-use istio_cni::plugin::add::shortcut;
-use istio_cni::redirect::{
-    decide, enable_ipv6, pod_ips_in_kernel_order, render, CaptureConfig, Decision, Documents,
-    PodInfo, Redirect,
-};
+use istio_cni::redirect::plan::{plan_pod, shortcut, Addresses, NodeEnv, Planned};
+use istio_cni::redirect::{render, CaptureConfig, Documents, PodInfo};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -72,7 +69,8 @@ fn capture_docs(case: &Path) -> Documents {
     render(&cfg).unwrap_or_else(|e| panic!("{}: {e}", name(case)))
 }
 
-/// The ADD pipeline for a pod case, through the library, with an empty node environment.
+/// The ADD pipeline for a pod case, through the library's one plan (as ADD composes it, with the pod's
+/// `status.podIPs` for the namespace's addresses), with an empty node environment.
 fn pod_docs(case: &Path) -> istio_cni::Result<Option<Documents>> {
     let netconf = conf::parse(&read(&case.join("conf.json")))?;
     let args = K8sArgs::parse(read(&case.join("cni_args.txt")).trim())?;
@@ -81,14 +79,10 @@ fn pod_docs(case: &Path) -> istio_cni::Result<Option<Documents>> {
     }
     let pod = json::parse_object(&read(&case.join("pod.json")), "pod.json")?;
     let info = PodInfo::from_pod(&pod)?;
-    match decide(&info) {
-        Decision::Skip(_) => Ok(None),
-        Decision::Redirect => {
-            let r = Redirect::from_pod(&info)?;
-            let v6 = enable_ipv6(&pod_ips_in_kernel_order(&info.pod_ips), r.dual_stack)?;
-            let cfg = CaptureConfig::from_redirect(&r, &|_| None, v6)?;
-            render(&cfg).map(Some)
-        }
+    let env = NodeEnv::take(&|_| None);
+    match plan_pod(&info, Addresses::PodIps(&info.pod_ips), &env)? {
+        Planned::Skip(_) => Ok(None),
+        Planned::Rules(docs) => Ok(Some(docs)),
     }
 }
 
@@ -358,10 +352,11 @@ fn run_as_user_zero_gives_the_basic_rules() {
     assert_eq!(patched, 1);
     let info = PodInfo::from_pod(&pod).unwrap();
     assert_eq!(info.proxy.as_ref().unwrap().run_as_user, Some(0));
-    assert_eq!(decide(&info), Decision::Redirect);
-    let r = Redirect::from_pod(&info).unwrap();
-    let cfg = CaptureConfig::from_redirect(&r, &|_| None, false).unwrap();
-    assert_eq!(render(&cfg).unwrap().v4, read(&case.join("expected.rules")));
+    let env = NodeEnv::take(&|_| None);
+    match plan_pod(&info, Addresses::PodIps(&info.pod_ips), &env).unwrap() {
+        Planned::Rules(docs) => assert_eq!(docs.v4, read(&case.join("expected.rules"))),
+        Planned::Skip(why) => panic!("pod/basic with runAsUser 0 not redirected: {why}"),
+    }
 }
 
 /// The CLI's failure and skip paths, on variants of pod/basic: an invalid annotation exits 1 with the

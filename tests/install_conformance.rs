@@ -10,8 +10,9 @@ use istio_cni::install::installer::{ConfigWrite, Installer};
 use istio_cni::install::run::{self, RoundEnd};
 use istio_cni::install::select::{self, Choice};
 use istio_cni::install::server::{self, Endpoints, State};
-use istio_cni::install::{binaries, cleanup, conflist, kubeconfig, watch};
+use istio_cni::install::{binaries, cleanup, conflist, watch};
 use istio_cni::json;
+use istio_cni::rundir::RunDir;
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{Read, Write};
@@ -398,7 +399,7 @@ fn cleanup_cases() {
         settings.run_dir = run.clone();
         // The case keeps the kubeconfig in the conf dir; ours lives at <run dir>/istio-cni-kubeconfig.
         let kc_rel = s(&st, "kubeconfig_path");
-        fs::rename(conf.join(kc_rel), run.join(kubeconfig::FILE_NAME)).unwrap();
+        fs::rename(conf.join(kc_rel), run.join(RunDir::KUBECONFIG)).unwrap();
         let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
         inst.installed = Some(s(&st, "installed_config").to_string());
         cleanup::cleanup(&inst).unwrap();
@@ -416,7 +417,7 @@ fn cleanup_cases() {
             }
         }
         assert!(
-            !run.join(kubeconfig::FILE_NAME).exists(),
+            !run.join(RunDir::KUBECONFIG).exists(),
             "{name}: kubeconfig left"
         );
         for b in strs(&ex, "bin_absent_after_cleanup") {
@@ -657,7 +658,7 @@ fn kubeconfig_cases() {
         let settings =
             config::resolve(&Flags::default(), &move |k: &str| env.get(k).cloned()).unwrap();
         let inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
-        let path = run.join(kubeconfig::FILE_NAME);
+        let path = run.join(RunDir::KUBECONFIG);
         if let Some(before) = json::str_of(&inp, "existing_kubeconfig") {
             fs::write(&path, fs::read(case.join(before)).unwrap()).unwrap();
         }

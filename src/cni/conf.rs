@@ -9,9 +9,7 @@ use crate::json::{self, Object, Value};
 use std::time::Duration;
 
 /// Where the installer puts the plugin's kubeconfig, log socket and backend file.
-pub const DEFAULT_AGENT_RUN_DIR: &str = "/var/run/istio-cni";
-/// File name of the plugin's kubeconfig inside the agent run dir.
-pub const KUBECONFIG_FILE: &str = "istio-cni-kubeconfig";
+pub const DEFAULT_AGENT_RUN_DIR: &str = crate::rundir::DEFAULT;
 /// How long ADD keeps retrying a transient pod lookup failure (upstream: 30 attempts, 1 s apart).
 pub const DEFAULT_POD_LOOKUP_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -36,14 +34,14 @@ pub struct NetConf {
 }
 
 impl NetConf {
+    /// The agent run dir the installer writes ([`crate::rundir`]).
+    pub fn run_dir(&self) -> crate::rundir::RunDir {
+        crate::rundir::RunDir::new(&self.cni_agent_run_dir)
+    }
     pub fn kubeconfig_path(&self) -> String {
         match &self.kubeconfig {
             Some(p) if !p.is_empty() => p.clone(),
-            _ => format!(
-                "{}/{}",
-                self.cni_agent_run_dir.trim_end_matches('/'),
-                KUBECONFIG_FILE
-            ),
+            _ => self.run_dir().kubeconfig().display().to_string(),
         }
     }
 }

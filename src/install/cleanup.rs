@@ -142,10 +142,7 @@ pub fn cleanup(inst: &Installer) -> Result<()> {
         }));
     }
     // The relay socket and the iptables backend record (a later install records it afresh).
-    for f in [
-        super::relay::SOCKET_NAME,
-        crate::iptables::backend::RECORD_FILE,
-    ] {
+    for f in crate::rundir::RunDir::RECORDS {
         let p = s.run_dir.join(f);
         note(
             fsutil::remove_if_exists(&p)

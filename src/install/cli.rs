@@ -33,7 +33,7 @@ fn self_exe() -> Result<PathBuf> {
 }
 
 pub fn watcher_for(inst: &Installer) -> Result<Watcher> {
-    let kubeconfig = super::kubeconfig::FILE_NAME;
+    let kubeconfig = crate::rundir::RunDir::KUBECONFIG;
     let mut w = Watcher::new(Box::new(move |role, name: &str| {
         if crate::fsutil::temp_owner(name).is_some() {
             return false;

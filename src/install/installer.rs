@@ -8,6 +8,7 @@ use super::kubeconfig::{self, KubeconfigInputs};
 use super::select::{self, Choice, Listing};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::fsutil;
+use crate::rundir::RunDir;
 use std::path::{Path, PathBuf};
 
 /// The binary name the plugin is installed under.
@@ -69,7 +70,7 @@ impl Installer {
     }
 
     pub fn kubeconfig_path(&self) -> PathBuf {
-        self.settings.run_dir.join(kubeconfig::FILE_NAME)
+        RunDir::new(&self.settings.run_dir).kubeconfig()
     }
 
     /// The valid configurations of the conf dir, logging the skipped ones.
@@ -307,9 +308,9 @@ impl Installer {
         })? {
             log::info!("removed stale temp file {}", p.display());
         }
-        for p in fsutil::remove_stale_temps(&self.settings.run_dir, |owner| {
-            owner == kubeconfig::FILE_NAME
-        })? {
+        for p in
+            fsutil::remove_stale_temps(&self.settings.run_dir, |owner| owner == RunDir::KUBECONFIG)?
+        {
             log::info!("removed stale temp file {}", p.display());
         }
         Ok(())

@@ -10,9 +10,6 @@
 use crate::error::{Error, Result};
 use crate::json::{self, Array, Object, Value};
 
-/// Where the kubeconfig goes inside CNI_AGENT_RUN_DIR.
-pub const FILE_NAME: &str = "istio-cni-kubeconfig";
-
 /// The inputs of the kubeconfig.
 #[derive(Debug, Clone)]
 pub struct KubeconfigInputs<'a> {

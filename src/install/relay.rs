@@ -7,15 +7,12 @@ use crate::error::{IoContext, Result};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 
-/// The socket's file name in the run dir.
-pub const SOCKET_NAME: &str = "log.sock";
-
 /// Largest datagram we read; longer ones are truncated by the kernel.
 const MAX_LINE: usize = 64 * 1024;
 
 /// Binds the socket (replacing a stale one) and relays on a background thread. Returns the socket path.
 pub fn start(run_dir: &Path) -> Result<PathBuf> {
-    let path = run_dir.join(SOCKET_NAME);
+    let path = crate::rundir::RunDir::new(run_dir).log_socket();
     crate::fsutil::remove_if_exists(&path)?;
     let sock = UnixDatagram::bind(&path).io_context(|| format!("bind {}", path.display()))?;
     // Any local plugin process may send; the socket lives in a root-only dir.

@@ -9,11 +9,9 @@
 use super::tool;
 use super::Family;
 use crate::error::{Error, Result};
+use crate::rundir::RunDir;
 use std::path::Path;
 use std::process::Stdio;
-
-/// File in the agent run dir holding the recorded backend name.
-pub const RECORD_FILE: &str = "iptables-backend";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -81,7 +79,7 @@ impl Backend {
 
 /// Reads the recorded backend, if the installer wrote one.
 pub fn read_record(run_dir: &Path) -> Result<Option<Backend>> {
-    let p = run_dir.join(RECORD_FILE);
+    let p = RunDir::new(run_dir).iptables_backend();
     match std::fs::read_to_string(&p) {
         Ok(s) => Backend::parse(&s)
             .map(Some)
@@ -105,7 +103,7 @@ pub fn record_host_backend(run_dir: &Path, forced: Option<Backend>) -> Result<St
         None => detect_host()?,
     };
     crate::fsutil::write_atomic(
-        &run_dir.join(RECORD_FILE),
+        &RunDir::new(run_dir).iptables_backend(),
         format!("{}\n", b.name()).as_bytes(),
         0o644,
     )?;
@@ -120,12 +118,13 @@ pub fn for_plugin(run_dir: &Path) -> Result<Backend> {
         return Ok(b);
     }
     log::info!(
-        "no {RECORD_FILE} in {}: detecting the iptables backend",
+        "no {} in {}: detecting the iptables backend",
+        RunDir::IPTABLES_BACKEND,
         run_dir.display()
     );
     let b = detect_host()?;
     if run_dir.is_dir() {
-        let record = run_dir.join(RECORD_FILE);
+        let record = RunDir::new(run_dir).iptables_backend();
         if let Err(e) =
             crate::fsutil::write_atomic(&record, format!("{}\n", b.name()).as_bytes(), 0o644)
         {

@@ -61,14 +61,3 @@ pub fn save(b: Backend, family: Family) -> Result<String> {
     let c = command(b, family, "save")?;
     run(c, b.program(family, "save"), None)
 }
-
-/// Did a restore fail only because our chains already exist (a re-ADD)? Then the slow path converges.
-pub fn is_chain_exists(e: &Error) -> bool {
-    match e.root() {
-        Error::Exec { stderr, .. } => {
-            let s = stderr.to_ascii_lowercase();
-            s.contains("chain already exists") || s.contains("file exists")
-        }
-        _ => false,
-    }
-}

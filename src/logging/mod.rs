@@ -19,9 +19,6 @@ use std::os::unix::net::UnixDatagram;
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
-/// File name of the installer's log relay socket in the agent run dir.
-pub const RELAY_SOCKET: &str = "log.sock";
-
 /// Log target of relayed plugin lines in the installer (the `cni-plugin` scope).
 pub const PLUGIN_TARGET: &str = "cni-plugin";
 
@@ -147,7 +144,7 @@ pub fn parse_relayed(data: &[u8]) -> (Level, String) {
 /// Also sends log records to `<run_dir>/log.sock` when the installer listens there (unix datagram, one
 /// record per datagram). Does nothing when the socket is absent.
 pub fn attach_relay(run_dir: &str) {
-    let path = std::path::Path::new(run_dir).join(RELAY_SOCKET);
+    let path = crate::rundir::RunDir::new(run_dir).log_socket();
     if RELAY.get().is_some() || !path.exists() {
         return;
     }

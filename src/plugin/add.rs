@@ -8,42 +8,7 @@ use crate::kube;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Prefix of our own DaemonSet's pods (upstream `isCNIPod`).
-const AGENT_POD_PREFIX: &str = "istio-cni-node-";
-
-/// Why a pod needs no work before any API call.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Shortcut {
-    OwnAgent,
-    NotKubernetes,
-    ExcludedNamespace,
-}
-
-impl Shortcut {
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Shortcut::OwnAgent => "the istio-cni agent's own pod",
-            Shortcut::NotKubernetes => "not a Kubernetes pod (no K8S_POD_NAME/K8S_POD_NAMESPACE)",
-            Shortcut::ExcludedNamespace => "namespace is in exclude_namespaces",
-        }
-    }
-}
-
-/// The decisions that need no API call, in our order: own agent pod, not a Kubernetes pod, excluded
-/// namespace. (Upstream master builds the kube client before the namespace check, so a missing kubeconfig
-/// fails even excluded pods; we check exclusions first so they never depend on the kubeconfig.)
-pub fn shortcut(conf: &NetConf, args: &K8sArgs) -> Option<Shortcut> {
-    if args.pod_name.starts_with(AGENT_POD_PREFIX) && args.pod_namespace == conf.pod_namespace {
-        return Some(Shortcut::OwnAgent);
-    }
-    if !args.is_pod() {
-        return Some(Shortcut::NotKubernetes);
-    }
-    if conf.exclude_namespaces.contains(&args.pod_namespace) {
-        return Some(Shortcut::ExcludedNamespace);
-    }
-    None
-}
+use crate::redirect::plan::shortcut;
 
 fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration)> {
     let t = Instant::now();
@@ -59,14 +24,15 @@ fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration)> {
     Ok((pod, t.elapsed()))
 }
 
-pub fn add(conf: &NetConf, env: &CmdEnv) -> Result<String> {
+/// ADD, with `node_env` the plugin process's environment (read by the plan).
+pub fn add(
+    conf: &NetConf,
+    env: &CmdEnv,
+    node_env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String> {
     let args = K8sArgs::parse(&env.args).context("failed to load args")?;
     // Parse prevResult first: a result we cannot pass on fails ADD before anything is programmed.
-    let prev = match &conf.prev_result {
-        Some(p) => result::parse_prev(p, &conf.cni_version)?,
-        None => result::CniResult::default(),
-    };
-    let output = crate::json::to_pretty(&result::to_value(&prev, &conf.cni_version), "    ");
+    let output = result::passthrough(conf.prev_result.as_ref(), &conf.cni_version)?;
     let who = format!(
         "ADD {}/{} ({})",
         args.pod_namespace, args.pod_name, env.container_id
@@ -81,7 +47,7 @@ pub fn add(conf: &NetConf, env: &CmdEnv) -> Result<String> {
             args.pod_namespace, args.pod_name
         )
     })?;
-    let msg = sidecar::program_pod(&pod, &env.netns, conf)
+    let msg = sidecar::program_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("pod {}/{}", args.pod_namespace, args.pod_name))?;
     log::info!(
         "{who}: {msg}; pod lookup {:.1} ms",
@@ -91,7 +57,11 @@ pub fn add(conf: &NetConf, env: &CmdEnv) -> Result<String> {
 }
 
 /// CHECK: the pod's rules are all present (upstream's CHECK checks nothing).
-pub fn check(conf: &NetConf, env: &CmdEnv) -> Result<()> {
+pub fn check(
+    conf: &NetConf,
+    env: &CmdEnv,
+    node_env: &dyn Fn(&str) -> Option<String>,
+) -> Result<()> {
     let args = K8sArgs::parse(&env.args).context("failed to load args")?;
     // The previous result must be readable, but it does not decide anything: IPv6 is decided from the
     // namespace's own addresses, as ADD does.
@@ -102,6 +72,6 @@ pub fn check(conf: &NetConf, env: &CmdEnv) -> Result<()> {
         return Ok(());
     }
     let (pod, _) = pod_lookup(conf, &args)?;
-    sidecar::check_pod(&pod, &env.netns, conf)
+    sidecar::check_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("CHECK pod {}/{}", args.pod_namespace, args.pod_name))
 }

@@ -1,5 +1,6 @@
 //! The `istio-cni` applet: CNI mode when `CNI_COMMAND` is set, otherwise a small CLI.
 
+use super::explain::ExplainArgs;
 use argh::FromArgs;
 
 /// The Istio CNI plugin. A container runtime execs it with CNI_COMMAND and the network configuration on
@@ -19,21 +20,6 @@ enum Sub {
     Explain(ExplainArgs),
 }
 
-/// Print the iptables-restore documents ADD would apply, without a cluster.
-#[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "explain")]
-pub struct ExplainArgs {
-    /// a Kubernetes Pod as JSON (what the API server returns)
-    #[argh(option)]
-    pub pod: Option<String>,
-    /// the network configuration as JSON (default: upstream's defaults)
-    #[argh(option)]
-    pub conf: Option<String>,
-    /// a raw capture configuration as JSON (the conformance schema)
-    #[argh(option)]
-    pub capture: Option<String>,
-}
-
 const ABOUT: &str = "CNI plugin istio-cni: Istio sidecar traffic redirection";
 
 pub fn run(name: &str, args: &[String]) -> i32 {
@@ -48,12 +34,12 @@ pub fn run(name: &str, args: &[String]) -> i32 {
         );
         return 0;
     }
-    let parsed: Args = match crate::cli::parse_args(name, args) {
+    let parsed: Args = match crate::applet::parse_args(name, args) {
         Ok(a) => a,
         Err(code) => return code,
     };
     if parsed.version {
-        println!("{}", crate::cli::version_text(name));
+        println!("{}", crate::applet::version_text(name));
         return 0;
     }
     match parsed.cmd {

@@ -10,15 +10,27 @@
 //! Comment lines (`#`) with extra facts (TPROXY policy routing, which document is which) always come
 //! *after* the documents, so stripping `#` lines leaves exactly the restore input.
 
-use super::add::{shortcut, Shortcut};
-use super::cli::ExplainArgs;
 use crate::cni::{conf, K8sArgs, NetConf};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::json;
-use crate::redirect::{
-    decide, enable_ipv6, pod_ips_in_kernel_order, render, CaptureConfig, Decision, Documents,
-    PodInfo, Redirect, TproxyRoute,
-};
+use crate::redirect::plan::{self, decide_pod, shortcut, Addresses, NodeEnv, PodPlan, Shortcut};
+use crate::redirect::{render, CaptureConfig, Documents, PodInfo, TproxyRoute};
+use argh::FromArgs;
+
+/// Print the iptables-restore documents ADD would apply, without a cluster.
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "explain")]
+pub struct ExplainArgs {
+    /// a Kubernetes Pod as JSON (what the API server returns)
+    #[argh(option)]
+    pub pod: Option<String>,
+    /// the network configuration as JSON (default: upstream's defaults)
+    #[argh(option)]
+    pub conf: Option<String>,
+    /// a raw capture configuration as JSON (the conformance schema)
+    #[argh(option)]
+    pub capture: Option<String>,
+}
 
 /// The configuration explain assumes without `--conf`: no excluded namespaces, no agent namespace.
 const DEFAULT_CONF: &str = r#"{"cniVersion":"1.1.0","name":"istio-cni","type":"istio-cni"}"#;
@@ -106,30 +118,29 @@ fn explain_pod(
         };
         return Ok(format!("# no redirection: {why}\n"));
     }
-    if let Decision::Skip(why) = decide(&info) {
-        return Ok(format!("# no redirection: {why}\n"));
-    }
+    let r = match decide_pod(&info)? {
+        PodPlan::Skip(why) => return Ok(format!("# no redirection: {why}\n")),
+        PodPlan::Redirect(r) => r,
+    };
     if netconf.native_nftables {
         return Err(Error::UnsupportedField {
             field: "native_nftables".into(),
             value: "true (no nftables backend in this build)".into(),
         });
     }
-    let r = Redirect::from_pod(&info)?;
     let mut notes = Vec::new();
-    let ipv6 = if info.pod_ips.is_empty() {
+    let addrs = if info.pod_ips.is_empty() {
         notes.push(
             "# the pod has no status.podIPs: assuming IPv4 only (ADD decides from the pod's netns addresses)"
                 .to_string(),
         );
-        false
+        Addresses::Ipv4Only
     } else {
-        // The pod's IPs all sit on its one interface, where the kernel lists IPv4 first: decide as ADD does.
-        enable_ipv6(&pod_ips_in_kernel_order(&info.pod_ips), r.dual_stack)
-            .context("pod status.podIPs")?
+        // The pod's IPs all sit on its one interface: decided as ADD decides inside the namespace.
+        Addresses::PodIps(&info.pod_ips)
     };
-    let cfg = CaptureConfig::from_redirect(&r, env, ipv6)?;
-    Ok(format_docs(&render(&cfg)?, &notes))
+    let docs = plan::plan(&r, addrs, &NodeEnv::take(env))?;
+    Ok(format_docs(&docs, &notes))
 }
 
 fn route_notes(t: &TproxyRoute) -> Vec<String> {

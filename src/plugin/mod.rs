@@ -86,7 +86,7 @@ fn dispatch(
     }
     logging::attach_relay(&conf.cni_agent_run_dir);
     match command {
-        Command::Add => add::add(&conf, &cmd_env),
+        Command::Add => add::add(&conf, &cmd_env, env),
         Command::Check => {
             if !version::at_least(&conf.cni_version, "0.4.0") {
                 return Err(Error::IncompatibleVersion(format!(
@@ -94,7 +94,7 @@ fn dispatch(
                     conf.cni_version
                 )));
             }
-            add::check(&conf, &cmd_env).map(|_| String::new())
+            add::check(&conf, &cmd_env, env).map(|_| String::new())
         }
         Command::Status => {
             require_1_1(&conf.cni_version, "STATUS")?;

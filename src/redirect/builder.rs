@@ -2,8 +2,32 @@
 //! appends, inserts and "versioned" rules whose address differs per family (upstream `IptablesRuleBuilder`).
 
 use super::restore::{Op, Rule, Table};
-use super::rules::RuleSet;
 use super::values::{Cidr, IpRanges};
+
+// The chains and constants the generation steps (`rules`, `rules_steps`, `rules_dns`) write rules with.
+pub const ISTIO_INBOUND: &str = "ISTIO_INBOUND";
+pub const ISTIO_REDIRECT: &str = "ISTIO_REDIRECT";
+pub const ISTIO_IN_REDIRECT: &str = "ISTIO_IN_REDIRECT";
+pub const ISTIO_OUTPUT: &str = "ISTIO_OUTPUT";
+pub const ISTIO_OUTPUT_DNS: &str = "ISTIO_OUTPUT_DNS";
+pub const ISTIO_DIVERT: &str = "ISTIO_DIVERT";
+pub const ISTIO_TPROXY: &str = "ISTIO_TPROXY";
+pub const ISTIO_DROP: &str = "ISTIO_DROP";
+pub(crate) const PREROUTING: &str = "PREROUTING";
+pub(crate) const OUTPUT: &str = "OUTPUT";
+
+/// The agent's DNS listener.
+pub(crate) const DNS_PORT: &str = "15053";
+/// Mark Envoy's outbound-to-inbound loopback packets carry in TPROXY mode.
+pub(crate) const OUTBOUND_MARK: &str = "1338";
+
+/// The rules per family.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleSet {
+    pub v4: Vec<Rule>,
+    /// Empty unless IPv6 is enabled.
+    pub v6: Vec<Rule>,
+}
 
 /// Builds a parameter list; every element is rendered with `Display` (constants or typed values only).
 macro_rules! args {

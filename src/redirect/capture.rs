@@ -22,6 +22,12 @@ pub const TPROXY_ROUTE_TABLE: u32 = 133;
 pub const ENV_OWNER_GROUPS: &str = "ISTIO_OUTBOUND_OWNER_GROUPS";
 pub const ENV_OWNER_GROUPS_EXCLUDE: &str = "ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE";
 pub const ENV_LOOPBACK_CIDR: &str = "ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR";
+/// Every node environment variable [`CaptureConfig::from_redirect`] reads (what `plan::NodeEnv` takes).
+pub const ENV_VARS: [&str; 3] = [
+    ENV_OWNER_GROUPS,
+    ENV_OWNER_GROUPS_EXCLUDE,
+    ENV_LOOPBACK_CIDR,
+];
 pub const DEFAULT_LOOPBACK_CIDR: &str = "127.0.0.1/32";
 
 /// Which owner groups have their outbound traffic captured.
@@ -187,13 +193,6 @@ pub fn kernel_address_order(addrs: &[(u32, IpAddr)]) -> Vec<IpAddr> {
     v.into_iter().map(|(_, a)| a).collect()
 }
 
-/// The same order for a pod's `status.podIPs`, which all sit on the pod's one interface: IPv4 first. So
-/// `explain` decides IPv6 from the pod object exactly as ADD decides it inside the namespace.
-pub fn pod_ips_in_kernel_order(ips: &[IpAddr]) -> Vec<IpAddr> {
-    let on_one_interface: Vec<(u32, IpAddr)> = ips.iter().map(|a| (0, *a)).collect();
-    kernel_address_order(&on_one_interface)
-}
-
 /// Whether the pod gets the IPv6 document (upstream `getLocalIP`, plugin.md §4.3): the first address that
 /// is neither loopback nor link-local decides; with dual-stack, any such IPv6 address enables it. No usable
 /// address is an error.
@@ -265,10 +264,6 @@ mod tests {
         // An interface with only IPv6 that comes first decides IPv6.
         let dump = [(3, a("10.0.0.2")), (2, a("fd00::2"))];
         assert!(enable_ipv6(&kernel_address_order(&dump), false).unwrap());
-        assert_eq!(
-            pod_ips_in_kernel_order(&[a("fd00::2"), a("10.0.0.2"), a("fd00::3")]),
-            vec![a("10.0.0.2"), a("fd00::2"), a("fd00::3")]
-        );
     }
 
     #[test]

@@ -114,23 +114,17 @@ mod tests {
 
     #[test]
     fn rule2_disable_envoy_parse_bool() {
-        for v in ["true", "1", "T", "TRUE", "True", "t"] {
+        let with = |v: &str| {
             let mut p = injected();
-            p.proxy
-                .as_mut()
-                .unwrap()
-                .env
-                .insert("DISABLE_ENVOY".into(), v.into());
-            assert!(is_skip(&decide(&p), "DISABLE_ENVOY"), "{v}");
+            let proxy = p.proxy.as_mut().unwrap();
+            proxy.env.insert("DISABLE_ENVOY".into(), v.into());
+            p
+        };
+        for v in ["true", "1", "T", "TRUE", "True", "t"] {
+            assert!(is_skip(&decide(&with(v)), "DISABLE_ENVOY"), "{v}");
         }
         for v in ["false", "0", "yes", "", "tRUE"] {
-            let mut p = injected();
-            p.proxy
-                .as_mut()
-                .unwrap()
-                .env
-                .insert("DISABLE_ENVOY".into(), v.into());
-            assert_eq!(decide(&p), Decision::Redirect, "{v}");
+            assert_eq!(decide(&with(v)), Decision::Redirect, "{v}");
         }
     }
 

@@ -3,28 +3,13 @@
 //! or the rendering of a typed value, so the documents cannot carry injected text.
 
 use super::annotations::InterceptionMode;
-use super::builder::{args, split_family, Builder, VERSIONED};
+pub use super::builder::RuleSet;
+use super::builder::*;
 use super::capture::{CaptureConfig, OwnerGroups, TproxyRoute};
-use super::restore::{restore_text, Rule, Table};
+use super::restore::{restore_text, Table};
 use super::rules_dns::dns_rules;
 use super::rules_steps::{inbound, include_ranges, tproxy_rules};
 use crate::error::Result;
-
-pub const ISTIO_INBOUND: &str = "ISTIO_INBOUND";
-pub const ISTIO_REDIRECT: &str = "ISTIO_REDIRECT";
-pub const ISTIO_IN_REDIRECT: &str = "ISTIO_IN_REDIRECT";
-pub const ISTIO_OUTPUT: &str = "ISTIO_OUTPUT";
-pub const ISTIO_OUTPUT_DNS: &str = "ISTIO_OUTPUT_DNS";
-pub const ISTIO_DIVERT: &str = "ISTIO_DIVERT";
-pub const ISTIO_TPROXY: &str = "ISTIO_TPROXY";
-pub const ISTIO_DROP: &str = "ISTIO_DROP";
-pub(crate) const PREROUTING: &str = "PREROUTING";
-pub(crate) const OUTPUT: &str = "OUTPUT";
-
-/// The agent's DNS listener.
-pub(crate) const DNS_PORT: &str = "15053";
-/// Mark Envoy's outbound-to-inbound loopback packets carry in TPROXY mode.
-pub(crate) const OUTBOUND_MARK: &str = "1338";
 
 /// The restore documents for one pod or configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,14 +19,6 @@ pub struct Documents {
     pub v6: Option<String>,
     /// Policy routing to add after the rules (TPROXY only).
     pub tproxy_route: Option<TproxyRoute>,
-}
-
-/// The rules per family.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuleSet {
-    pub v4: Vec<Rule>,
-    /// Empty unless IPv6 is enabled.
-    pub v6: Vec<Rule>,
 }
 
 /// Generates and renders the rules for `cfg`.
@@ -55,6 +32,8 @@ pub fn render(cfg: &CaptureConfig) -> Result<Documents> {
 }
 
 /// The whole rule set, in upstream's order.
+// Each `args!` stays on one or two lines as upstream writes its rules (rustfmt: a token a line).
+#[rustfmt::skip::macros(args)]
 pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
     let mut b = Builder {
         ipv6: cfg.enable_ipv6,
@@ -112,14 +91,7 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
     b.append(
         Table::Nat,
         ISTIO_IN_REDIRECT,
-        args![
-            "-p",
-            "tcp",
-            "-j",
-            "REDIRECT",
-            "--to-ports",
-            cfg.inbound_capture_port
-        ],
+        args!["-p", "tcp", "-j", "REDIRECT", "--to-ports", cfg.inbound_capture_port],
     );
     // 6. Inbound.
     inbound(&mut b, cfg, &lo4, lo6);
@@ -154,13 +126,7 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
         for id in ids.iter() {
             let mut p = args!["-o", "lo", "!", "-d", VERSIONED, "-p", "tcp"];
             if multiport {
-                p.extend(args![
-                    "-m",
-                    "multiport",
-                    "!",
-                    "--dports",
-                    format!("53,{tunnel}")
-                ]);
+                p.extend(args!["-m", "multiport", "!", "--dports", format!("53,{tunnel}")]);
             } else {
                 p.extend(args!["!", "--dport", tunnel]);
             }
@@ -171,10 +137,8 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
                     b.append(
                         Table::Nat,
                         ISTIO_OUTPUT,
-                        args![
-                            "-o", "lo", "-p", "tcp", "!", "--dport", "53", "-m", "owner", "!",
-                            flag, id, "-j", "RETURN"
-                        ],
+                        args!["-o", "lo", "-p", "tcp", "!", "--dport", "53", "-m", "owner", "!",
+                              flag, id, "-j", "RETURN"],
                     );
                 } else {
                     b.append(

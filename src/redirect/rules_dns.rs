@@ -2,11 +2,12 @@
 //! `addDNSConntrackZones`): redirect port 53 to the agent, and split the proxy's own DNS traffic from the
 //! apps' into two conntrack zones.
 
-use super::builder::{args, Builder};
+use super::builder::*;
 use super::capture::CaptureConfig;
 use super::restore::{Op, Table};
-use super::rules::*;
 
+// Each `args!` stays on one or two lines as upstream writes its rules (rustfmt: a token a line).
+#[rustfmt::skip::macros(args)]
 pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
     let all = cfg.capture_all_dns;
     let (s4, s6) = (&cfg.dns_servers_v4, &cfg.dns_servers_v6);
@@ -31,9 +32,8 @@ pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
             for (v6, servers, bits) in per_family {
                 for srv in servers {
                     let d = format!("{srv}{bits}");
-                    let rule = args![
-                        "-p", proto, "--dport", "53", "-d", d, "-j", "REDIRECT", to, DNS_PORT
-                    ];
+                    let rule = args!["-p", proto, "--dport", "53", "-d", d,
+                                     "-j", "REDIRECT", to, DNS_PORT];
                     b.push(v6, Table::Nat, ISTIO_OUTPUT_DNS, Op::Append, rule);
                 }
             }
@@ -48,18 +48,14 @@ pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
             b.append(
                 Table::Raw,
                 ISTIO_OUTPUT_DNS,
-                args![
-                    "-p", "udp", "--dport", "53", "-m", "owner", flag, id, "-j", "CT", "--zone",
-                    "1"
-                ],
+                args!["-p", "udp", "--dport", "53", "-m", "owner", flag, id,
+                      "-j", "CT", "--zone", "1"],
             );
             b.append(
                 Table::Raw,
                 ISTIO_OUTPUT_DNS,
-                args![
-                    "-p", "udp", "--sport", DNS_PORT, "-m", "owner", flag, id, "-j", "CT",
-                    "--zone", "2"
-                ],
+                args!["-p", "udp", "--sport", DNS_PORT, "-m", "owner", flag, id,
+                      "-j", "CT", "--zone", "2"],
             );
         }
     }

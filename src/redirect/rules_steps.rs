@@ -2,18 +2,20 @@
 //! (step 6), the included outbound ranges (step 17) and the TPROXY marks (step 18).
 
 use super::annotations::InterceptionMode;
-use super::builder::{args, Builder, Range, VERSIONED};
+use super::builder::*;
 use super::capture::CaptureConfig;
 use super::restore::{Op, Table};
-use super::rules::*;
 use super::values::Ports;
 
+// Each `args!` stays on one or two lines as upstream writes its rules (rustfmt: a token a line).
+#[rustfmt::skip::macros(args)]
 pub(crate) fn inbound(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str) {
     if cfg.inbound_ports_include.is_empty() {
         return;
     }
     let tproxy = cfg.mode == InterceptionMode::Tproxy;
     let mark = cfg.tproxy_mark.to_string();
+    let (tproxy_mark, port) = (format!("{mark}/0xffffffff"), cfg.inbound_capture_port);
     let table = if tproxy {
         b.append(
             Table::Mangle,
@@ -26,19 +28,8 @@ pub(crate) fn inbound(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str
             lo6,
             Table::Mangle,
             ISTIO_TPROXY,
-            args![
-                "!",
-                "-d",
-                VERSIONED,
-                "-p",
-                "tcp",
-                "-j",
-                "TPROXY",
-                "--tproxy-mark",
-                format!("{mark}/0xffffffff"),
-                "--on-port",
-                cfg.inbound_capture_port
-            ],
+            args!["!", "-d", VERSIONED, "-p", "tcp",
+                  "-j", "TPROXY", "--tproxy-mark", tproxy_mark, "--on-port", port],
         );
         Table::Mangle
     } else {
@@ -71,14 +62,8 @@ pub(crate) fn inbound(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str
             b.append(
                 Table::Mangle,
                 ISTIO_INBOUND,
-                rule(args![
-                    "-m",
-                    "conntrack",
-                    "--ctstate",
-                    "RELATED,ESTABLISHED",
-                    "-j",
-                    ISTIO_DIVERT
-                ]),
+                rule(args!["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
+                           "-j", ISTIO_DIVERT]),
             );
             b.append(
                 Table::Mangle,
@@ -115,22 +100,13 @@ pub(crate) fn include_ranges(b: &mut Builder, cfg: &CaptureConfig, r: &Range, v6
     }
 }
 
+#[rustfmt::skip::macros(args)]
 pub(crate) fn tproxy_rules(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str) {
     let mark = cfg.tproxy_mark.to_string();
     b.append(
         Table::Mangle,
         PREROUTING,
-        args![
-            "-p",
-            "tcp",
-            "-m",
-            "mark",
-            "--mark",
-            mark,
-            "-j",
-            "CONNMARK",
-            "--save-mark"
-        ],
+        args!["-p", "tcp", "-m", "mark", "--mark", mark, "-j", "CONNMARK", "--save-mark"],
     );
     b.append(
         Table::Mangle,
@@ -147,40 +123,15 @@ pub(crate) fn tproxy_rules(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6:
                 lo6,
                 Table::Mangle,
                 OUTPUT,
-                args![
-                    "!",
-                    "-d",
-                    VERSIONED,
-                    "-p",
-                    "tcp",
-                    "-o",
-                    "lo",
-                    "-m",
-                    "owner",
-                    flag,
-                    id,
-                    "-j",
-                    "MARK",
-                    "--set-mark",
-                    OUTBOUND_MARK
-                ],
+                args!["!", "-d", VERSIONED, "-p", "tcp", "-o", "lo", "-m", "owner", flag, id,
+                      "-j", "MARK", "--set-mark", OUTBOUND_MARK],
             );
         }
     }
     b.append(
         Table::Mangle,
         OUTPUT,
-        args![
-            "-p",
-            "tcp",
-            "-m",
-            "connmark",
-            "--mark",
-            mark,
-            "-j",
-            "CONNMARK",
-            "--restore-mark"
-        ],
+        args!["-p", "tcp", "-m", "connmark", "--mark", mark, "-j", "CONNMARK", "--restore-mark"],
     );
     b.insert(
         Table::Mangle,
@@ -188,45 +139,15 @@ pub(crate) fn tproxy_rules(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6:
         1,
         args!["-p", "tcp", "-m", "mark", "--mark", mark, "-j", "RETURN"],
     );
-    b.push(
-        false,
-        Table::Mangle,
-        ISTIO_INBOUND,
-        Op::Insert(2),
-        args![
-            "-p",
-            "tcp",
-            "-s",
-            "127.0.0.6/32",
-            "-i",
-            "lo",
-            "-j",
-            "RETURN"
-        ],
-    );
-    b.push(
-        true,
-        Table::Mangle,
-        ISTIO_INBOUND,
-        Op::Insert(2),
-        args!["-p", "tcp", "-s", "::6/128", "-i", "lo", "-j", "RETURN"],
-    );
+    // Envoy's inbound-passthrough source, per family.
+    for (v6, source) in [(false, "127.0.0.6/32"), (true, "::6/128")] {
+        let rule = args!["-p", "tcp", "-s", source, "-i", "lo", "-j", "RETURN"];
+        b.push(v6, Table::Mangle, ISTIO_INBOUND, Op::Insert(2), rule);
+    }
     b.insert(
         Table::Mangle,
         ISTIO_INBOUND,
         3,
-        args![
-            "-p",
-            "tcp",
-            "-i",
-            "lo",
-            "-m",
-            "mark",
-            "!",
-            "--mark",
-            OUTBOUND_MARK,
-            "-j",
-            "RETURN"
-        ],
+        args!["-p", "tcp", "-i", "lo", "-m", "mark", "!", "--mark", OUTBOUND_MARK, "-j", "RETURN"],
     );
 }

@@ -23,7 +23,7 @@ pub struct Actor {
 
 /// Applies exactly what the plugin's ADD applies, through the plugin's own code.
 fn program(pod: &Object, ns_path: &str, conf: &NetConf) -> Result<String> {
-    crate::plugin::sidecar::program_pod(pod, ns_path, conf)
+    crate::plugin::sidecar::program_pod(pod, ns_path, conf, &|k| std::env::var(k).ok())
 }
 
 fn unix_nanos() -> u128 {

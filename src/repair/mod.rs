@@ -92,7 +92,7 @@ fn standalone(flags: &flags::Flags, env: Env<'_>) -> Result<u32> {
     let run_dir = r.text(
         &flags.cni_agent_run_dir,
         "CNI_AGENT_RUN_DIR",
-        crate::cni::conf::DEFAULT_AGENT_RUN_DIR,
+        crate::rundir::DEFAULT,
     );
     let rt = Runtime {
         host_proc: flags

@@ -1,0 +1,151 @@
+//! The one pure plan for a sidecar pod, used by ADD, CHECK, repair in place, `explain` and the conformance
+//! tests: shortcut ([`shortcut`], no pod object needed) → decision and redirect configuration
+//! ([`decide_pod`]) → IPv6 from the pod's addresses, the node environment and the capture configuration
+//! ([`capture`]) → the `iptables-restore` documents ([`plan`]). ADD runs the first two steps before it
+//! enters the pod's namespace and the last inside it, where the addresses are read; `explain` and the
+//! conformance tests run the same steps with the addresses a pod object names ([`plan_pod`]).
+
+use super::capture::{enable_ipv6, kernel_address_order, CaptureConfig, ENV_VARS};
+use super::decide::{decide, Decision};
+use super::rules::{render, Documents};
+use super::{PodInfo, Redirect};
+use crate::cni::{K8sArgs, NetConf};
+use crate::error::{Context, Result};
+use std::net::IpAddr;
+
+/// Prefix of our own DaemonSet's pods (upstream `isCNIPod`).
+const AGENT_POD_PREFIX: &str = "istio-cni-node-";
+
+/// Why a pod needs no work before any API call.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Shortcut {
+    OwnAgent,
+    NotKubernetes,
+    ExcludedNamespace,
+}
+
+impl Shortcut {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Shortcut::OwnAgent => "the istio-cni agent's own pod",
+            Shortcut::NotKubernetes => "not a Kubernetes pod (no K8S_POD_NAME/K8S_POD_NAMESPACE)",
+            Shortcut::ExcludedNamespace => "namespace is in exclude_namespaces",
+        }
+    }
+}
+
+/// The decisions that need no API call, in our order: own agent pod, not a Kubernetes pod, excluded
+/// namespace. (Upstream master builds the kube client before the namespace check, so a missing kubeconfig
+/// fails even excluded pods; we check exclusions first so they never depend on the kubeconfig.)
+pub fn shortcut(conf: &NetConf, args: &K8sArgs) -> Option<Shortcut> {
+    if args.pod_name.starts_with(AGENT_POD_PREFIX) && args.pod_namespace == conf.pod_namespace {
+        return Some(Shortcut::OwnAgent);
+    }
+    if !args.is_pod() {
+        return Some(Shortcut::NotKubernetes);
+    }
+    if conf.exclude_namespaces.contains(&args.pod_namespace) {
+        return Some(Shortcut::ExcludedNamespace);
+    }
+    None
+}
+
+/// What a pod needs, from the pod object alone.
+#[derive(Debug)]
+pub enum PodPlan {
+    /// No redirection, and why.
+    Skip(String),
+    /// Redirect with this configuration; the rules depend on the pod's addresses ([`plan`]).
+    Redirect(Redirect),
+}
+
+/// The pod's facts → skip or the redirect configuration (invalid annotations fail here).
+pub fn decide_pod(info: &PodInfo) -> Result<PodPlan> {
+    if let Decision::Skip(reason) = decide(info) {
+        return Ok(PodPlan::Skip(reason));
+    }
+    Ok(PodPlan::Redirect(Redirect::from_pod(info)?))
+}
+
+/// Where the addresses IPv6 is decided from come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Addresses<'a> {
+    /// Read inside the pod's namespace: `(interface index, address)` in the kernel's dump order (ADD,
+    /// CHECK, repair).
+    Netns(&'a [(u32, IpAddr)]),
+    /// A pod object's `status.podIPs`, which all sit on the pod's one interface (`explain`, conformance).
+    PodIps(&'a [IpAddr]),
+    /// None known: IPv4 only (`explain` of a pod without `status.podIPs`).
+    Ipv4Only,
+}
+
+impl Addresses<'_> {
+    /// Whether the pod gets the IPv6 document, as upstream's `getLocalIP` decides it (plugin.md §4.3): the
+    /// addresses in the order Go's `net.InterfaceAddrs` lists them.
+    pub fn enable_ipv6(&self, dual_stack: bool) -> Result<bool> {
+        match self {
+            Addresses::Netns(a) => enable_ipv6(&kernel_address_order(a), dual_stack)
+                .context("decide IPv6 from the pod's network namespace addresses"),
+            Addresses::PodIps(ips) => {
+                let on_one_interface: Vec<(u32, IpAddr)> = ips.iter().map(|a| (0, *a)).collect();
+                enable_ipv6(&kernel_address_order(&on_one_interface), dual_stack)
+                    .context("pod status.podIPs")
+            }
+            Addresses::Ipv4Only => Ok(false),
+        }
+    }
+}
+
+/// The node environment as far as the plan reads it, taken once so that it can travel into the thread
+/// that runs inside the pod's namespace.
+#[derive(Debug, Clone, Default)]
+pub struct NodeEnv(Vec<(&'static str, String)>);
+
+impl NodeEnv {
+    /// The variables the plan reads ([`ENV_VARS`]), from `env`.
+    pub fn take(env: &dyn Fn(&str) -> Option<String>) -> NodeEnv {
+        NodeEnv(
+            ENV_VARS
+                .iter()
+                .filter_map(|k| env(k).map(|v| (*k, v)))
+                .collect(),
+        )
+    }
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.0
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+/// The redirect configuration, the pod's addresses and the node environment → the capture configuration.
+pub fn capture(redirect: &Redirect, addrs: Addresses, env: &NodeEnv) -> Result<CaptureConfig> {
+    let v6 = addrs.enable_ipv6(redirect.dual_stack)?;
+    CaptureConfig::from_redirect(redirect, &|k| env.get(k), v6)
+}
+
+/// The redirect configuration, the pod's addresses and the node environment → the documents to restore.
+pub fn plan(redirect: &Redirect, addrs: Addresses, env: &NodeEnv) -> Result<Documents> {
+    render(&capture(redirect, addrs, env)?)
+}
+
+/// What [`plan_pod`] found.
+#[derive(Debug)]
+pub enum Planned {
+    /// No redirection, and why.
+    Skip(String),
+    Rules(Documents),
+}
+
+/// The chain after the pod lookup, composed in ADD's order ([`decide_pod`], then [`plan`]).
+pub fn plan_pod(info: &PodInfo, addrs: Addresses, env: &NodeEnv) -> Result<Planned> {
+    match decide_pod(info)? {
+        PodPlan::Skip(why) => Ok(Planned::Skip(why)),
+        PodPlan::Redirect(r) => Ok(Planned::Rules(plan(&r, addrs, env)?)),
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;
