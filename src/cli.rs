@@ -66,7 +66,7 @@ pub fn main(argv: &[String]) -> i32 {
             0
         }
         Some("--version") | Some("-V") => {
-            println!("{}", version_text(me));
+            println!("{}", crate::applet::version_text(me));
             0
         }
         Some("--help") | Some("-h") | Some("help") => {
