@@ -2,6 +2,8 @@
 //! the README's deliberate deviations, and a tiny YAML reader for the upstream kubeconfig goldens.
 #![allow(dead_code)]
 
+pub mod node;
+
 use istio_cni::json::{self, Value};
 use std::collections::BTreeMap;
 use std::fs;
