@@ -275,12 +275,14 @@ impl Installer {
         let dir_display = self.conf_dir_display();
         let listing = self.listing();
         let dir = self.conf_dir().to_path_buf();
+        let entry = self.entry().to_object();
         let ctx = CheckCtx {
             dir: &dir_display,
             chained: s.chained,
             owned: s.istio_owned.then_some(s.istio_owned_filename.as_str()),
             configured: self.configured.as_deref(),
             installed: self.installed.as_deref(),
+            entry: &entry,
         };
         check::check(&ctx, &listing, &|n| {
             fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)

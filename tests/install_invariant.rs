@@ -1,0 +1,106 @@
+//! The readiness invariant's edge cases with the real installer process (issue 11 item 1): ready only
+//! while the file the runtime will pick holds our *current* entry, exactly once — also when someone
+//! edits the entry, when a symlinked primary is re-pointed at a target that already holds an entry, and
+//! across a restart that finds the runtime's choice changed (the old file loses our entry, so a later
+//! uninstall leaves no entry naming a removed binary behind).
+
+mod install_common;
+
+use install_common::node::*;
+use install_common::*;
+use nix::sys::signal::Signal;
+use std::fs;
+use std::os::unix::fs::symlink;
+
+#[test]
+fn an_edited_entry_is_put_back_and_not_ready_meanwhile() {
+    let n = Node::new("edited");
+    n.write("10-ptp.conflist", &list_text("ptp-net", "ptp"));
+    let mut p = n.start(&[]);
+    n.settle_ready(&p, "initial");
+    let ours = fs::read_to_string(n.conf.join("10-ptp.conflist")).unwrap();
+    assert!(ours.contains("\"exclude_namespaces\": null"), "{ours}");
+    // Someone edits our entry: pods in `default` would start unredirected.
+    let edited = ours.replace(
+        "\"exclude_namespaces\": null",
+        "\"exclude_namespaces\": [\"default\"]",
+    );
+    n.write("10-ptp.conflist", &edited);
+    poll_until("our entry is put back", LONG, || {
+        fs::read_to_string(n.conf.join("10-ptp.conflist")).is_ok_and(|t| t == ours)
+    });
+    n.settle_ready(&p, "after the edit was undone");
+    // A second copy of the entry (the plugin would run twice): also put right.
+    let doubled = ours.replace(
+        "\"plugins\": [",
+        "\"plugins\": [\n    {\"name\": \"istio-cni\", \"type\": \"istio-cni\"},",
+    );
+    n.write("10-ptp.conflist", &doubled);
+    poll_until("exactly one entry again", LONG, || {
+        fs::read_to_string(n.conf.join("10-ptp.conflist")).is_ok_and(|t| t == ours)
+    });
+    n.settle_ready(&p, "after the duplicate was removed");
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}
+
+#[test]
+fn a_link_repointed_at_a_target_holding_our_entry_is_still_watched() {
+    let n = Node::new("repoint");
+    let (a, b) = (n.root.join("a"), n.root.join("b"));
+    fs::create_dir_all(&a).unwrap();
+    fs::create_dir_all(&b).unwrap();
+    fs::write(
+        a.join("calico.conflist"),
+        list_text("k8s-pod-network", "calico"),
+    )
+    .unwrap();
+    let link = n.conf.join("10-calico.conflist");
+    symlink("../a/calico.conflist", &link).unwrap();
+    let mut p = n.start(&[]);
+    n.settle_ready(&p, "link to a/");
+    // The primary's agent moves its file to b/, content (with our entry) unchanged, and re-points the link.
+    fs::copy(a.join("calico.conflist"), b.join("calico.conflist")).unwrap();
+    let tmp = n.conf.join("10-calico.conflist.tmp.1");
+    symlink("../b/calico.conflist", &tmp).unwrap();
+    fs::rename(&tmp, &link).unwrap();
+    n.settle_ready(&p, "link to b/");
+    // Then rewrites it where it now lives, without our entry: it must come back.
+    atomic_write(
+        &b.join("calico.conflist"),
+        list_text("k8s-pod-network", "calico")
+            .replace("calico\" }", "calico\", \"mtu\": 1400 }")
+            .as_bytes(),
+        0o644,
+    );
+    poll_until("entry back in b/calico.conflist", LONG, || {
+        n.entries("10-calico.conflist") == 1
+            && fs::read_to_string(&link).is_ok_and(|t| t.contains("1400"))
+    });
+    n.settle_ready(&p, "after b/ was rewritten");
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}
+
+#[test]
+fn a_restart_takes_our_entry_out_of_the_previous_primary() {
+    let n = Node::new("restart-old");
+    n.write("10-ptp.conflist", &list_text("ptp-net", "ptp"));
+    let p = n.start(&[]);
+    n.settle_ready(&p, "first run");
+    p.signal(Signal::SIGKILL);
+    drop(p);
+    // While we were down, a higher-priority config appeared.
+    n.write("05-new.conflist", &list_text("new-net", "bridge"));
+    let mut p = n.start(&[]);
+    n.settle_ready(&p, "after restart");
+    poll_until("our entry left 10-ptp", LONG, || {
+        n.entries("10-ptp.conflist") == 0
+    });
+    assert_eq!(n.entries("05-new.conflist"), 1);
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+    // Uninstalled: no file names the removed plugin, whichever the runtime picks next.
+    assert_eq!(n.entries("05-new.conflist"), 0);
+    assert_eq!(n.entries("10-ptp.conflist"), 0);
+}
