@@ -237,18 +237,7 @@ pub fn run_loop(
             }
             Ok(ConfigWrite::Installed { name, changed }) => {
                 waiting_logged = false;
-                // A symlinked primary is rewritten where its target lives: watch that directory too.
-                let link = inst.conf_dir().join(&name);
-                if link.is_symlink() {
-                    if let Some(dir) = std::fs::canonicalize(&link)
-                        .ok()
-                        .and_then(|t| t.parent().map(|p| p.to_path_buf()))
-                    {
-                        if let Err(e) = watcher.ensure(&dir, super::watch::Role::ConfDir) {
-                            log::warn!("changes to the symlinked primary's target will not be noticed: {e}");
-                        }
-                    }
-                }
+                watch_link_target(inst, watcher);
                 err_backoff = Duration::from_millis(200);
                 if changed {
                     log::info!(
@@ -272,6 +261,31 @@ pub fn run_loop(
             }
         }
         // Validate what we wrote before reporting ready.
+    }
+}
+
+/// A symlinked primary is rewritten where its target lives: watch that directory too. Called before
+/// every check, so a link re-pointed at a target that already holds our entry (no reinstall follows)
+/// is watched as well.
+fn watch_link_target(inst: &Installer, watcher: &mut Watcher) {
+    let Some(name) = inst.installed.as_deref() else {
+        return;
+    };
+    let link = inst.conf_dir().join(name);
+    if !link.is_symlink() {
+        return;
+    }
+    if let Some(dir) = std::fs::canonicalize(&link)
+        .ok()
+        .and_then(|t| t.parent().map(|p| p.to_path_buf()))
+    {
+        if let Err(e) = watcher.ensure(&dir, super::watch::Role::ConfDir) {
+            log::warn!(
+                "changes to {} (the target of {}) will not be noticed: {e}",
+                dir.display(),
+                link.display()
+            );
+        }
     }
 }
 
@@ -310,6 +324,7 @@ pub fn round(
         state.set_ready(false);
         return Ok(RoundEnd::Changed(before));
     }
+    watch_link_target(inst, watcher);
     match inst.check() {
         Outcome::Invalid { reason } => {
             state.set_ready(false);
