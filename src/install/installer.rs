@@ -195,6 +195,12 @@ impl Installer {
         }
         let (final_name, changed) = self.merge_into(&name)?;
         let previous = self.installed.replace(final_name.clone());
+        let follows = self.configured.is_none() && !self.settings.istio_owned;
+        if previous.is_none() && follows {
+            for note in super::cleanup::remove_from_others(&dir, &final_name) {
+                log::info!("{note}");
+            }
+        }
         if let Some(old) = previous.filter(|o| *o != final_name && !self.settings.istio_owned) {
             match super::cleanup::remove_config(&dir, &old, false) {
                 Ok(note) => log::info!(
