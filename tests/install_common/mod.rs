@@ -300,3 +300,15 @@ pub fn atomic_write(path: &Path, data: &[u8], mode: u32) {
     fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).unwrap();
     fs::rename(&tmp, path).unwrap();
 }
+
+/// A small deterministic generator (xorshift64, no extra crate); seed it from the clock or the pid and
+/// print the seed for replay.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
