@@ -241,3 +241,6 @@ pub fn check(
     }
     preempted.unwrap_or(Outcome::Valid { warning })
 }
+
+#[cfg(test)]
+mod tests;
