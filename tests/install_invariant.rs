@@ -104,3 +104,29 @@ fn a_restart_takes_our_entry_out_of_the_previous_primary() {
     assert_eq!(n.entries("05-new.conflist"), 0);
     assert_eq!(n.entries("10-ptp.conflist"), 0);
 }
+
+#[test]
+fn pinned_a_symlinked_higher_priority_file_losing_our_entry_makes_us_not_ready() {
+    let n = Node::new("pinned-link");
+    let b = n.root.join("b");
+    fs::create_dir_all(&b).unwrap();
+    n.write("10-ptp.conflist", &list_text("ptp-net", "ptp"));
+    let mut p = n.start(&[("CNI_CONF_NAME", "10-ptp.conflist")]);
+    n.settle_ready(&p, "pinned");
+    // A higher-priority file, a link into another directory, whose target holds our entry: the runtime
+    // uses it and pods are redirected, so we stay ready.
+    fs::copy(n.conf.join("10-ptp.conflist"), b.join("x.conflist")).unwrap();
+    symlink("../b/x.conflist", n.conf.join("05-link.conflist")).unwrap();
+    n.settle_ready(&p, "higher-priority link holding our entry");
+    // Its agent rewrites the target where it lives, without our entry: not ready any more.
+    atomic_write(
+        &b.join("x.conflist"),
+        list_text("x-net", "bridge").as_bytes(),
+        0o644,
+    );
+    poll_until("503 once the runtime's file lost our entry", LONG, || {
+        n.not_ready()
+    });
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}
