@@ -130,3 +130,33 @@ fn pinned_a_symlinked_higher_priority_file_losing_our_entry_makes_us_not_ready()
     p.signal(Signal::SIGTERM);
     assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
 }
+
+#[test]
+fn a_primary_libcni_stops_accepting_is_left_for_the_file_the_runtime_uses_next() {
+    let n = Node::new("invalidated");
+    n.write("05-a.conflist", &list_text("a-net", "bridge"));
+    n.write("10-b.conflist", &list_text("b-net", "ptp"));
+    let mut p = n.start(&[]);
+    n.settle_ready(&p, "initial");
+    assert_eq!(n.entries("05-a.conflist"), 1);
+    // 05-a keeps our entry but libcni now skips it (a capabilities value that is not a boolean), so the
+    // runtime uses 10-b: our entry must follow.
+    let broken = fs::read_to_string(n.conf.join("05-a.conflist"))
+        .unwrap()
+        .replace(
+            "\"type\": \"bridge\"",
+            "\"type\": \"bridge\", \"capabilities\": {\"portMappings\": \"true\"}",
+        );
+    assert_ne!(
+        broken,
+        fs::read_to_string(n.conf.join("05-a.conflist")).unwrap()
+    );
+    n.write("05-a.conflist", &broken);
+    poll_until("entry moved to 10-b", LONG, || {
+        n.entries("10-b.conflist") == 1
+    });
+    n.settle_ready(&p, "after 05-a became invalid");
+    assert_eq!(n.runtime_file().as_deref(), Some("10-b.conflist"));
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}
