@@ -250,6 +250,16 @@ pub fn go_float(f: f64) -> String {
 
 /// Writes a JSON string the way Go does: `<`, `>`, `&`, U+2028 and U+2029 escaped as `\u00XX`.
 pub fn write_string(out: &mut String, s: &str) {
+    write_escaped(out, s, true)
+}
+
+/// Writes a JSON string as zap's encoder does (Istio's JSON logs): no HTML escaping, control characters
+/// as `\u00XX`.
+pub fn write_string_no_html(out: &mut String, s: &str) {
+    write_escaped(out, s, false)
+}
+
+fn write_escaped(out: &mut String, s: &str, html: bool) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -258,7 +268,7 @@ pub fn write_string(out: &mut String, s: &str) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' if html => {
                 out.push_str(&format!("\\u{:04x}", c as u32));
             }
             c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),

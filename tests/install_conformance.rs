@@ -332,6 +332,46 @@ fn install_cases() {
     assert_eq!(all, DEVIATION_1_CASES.to_vec());
 }
 
+/// The check and watch vectors hold the entry upstream's unit test wrote (its own run dir, log level and
+/// namespace). Our check requires the entry *this* installer writes (README: an edited entry is
+/// reinstalled), so the harness puts that entry where the vector has one: what the installer under test
+/// would have written. Files without an istio-cni plugin are left byte-identical.
+fn substitute_our_entry(dir: &Path, ours: &conflist::PluginEntry) {
+    let entry = ours.to_object();
+    for f in names(dir) {
+        let p = dir.join(&f);
+        let Ok(json::Value::Object(mut o)) =
+            json::parse(&fs::read_to_string(&p).unwrap_or_default(), &f)
+        else {
+            continue;
+        };
+        if json::str_of(&o, "type") == Some("istio-cni") {
+            // A standalone file: the one this installer writes.
+            fs::write(&p, ours.standalone_text()).unwrap();
+            continue;
+        }
+        let Some(json::Value::Array(plugins)) = o.get("plugins").cloned() else {
+            continue;
+        };
+        let is_ours = |v: &json::Value| matches!(v, json::Value::Object(x) if json::str_of(x, "type") == Some("istio-cni"));
+        if !plugins.iter().any(is_ours) {
+            continue;
+        }
+        let swapped: json::Array = plugins
+            .iter()
+            .map(|v| {
+                if is_ours(v) {
+                    json::Value::Object(entry.clone())
+                } else {
+                    v.clone()
+                }
+            })
+            .collect();
+        o.insert("plugins".into(), json::Value::Array(swapped));
+        fs::write(&p, conflist::render(&json::Value::Object(o))).unwrap();
+    }
+}
+
 #[test]
 fn check_cases() {
     let cs = cases_of("check");
@@ -347,6 +387,7 @@ fn check_cases() {
             PathBuf::from("/proc/self/exe"),
         );
         inst.installed = Some(s(&st, "installed_config").to_string());
+        substitute_our_entry(&conf, &inst.entry());
         let out = inst.check();
         let valid = b(&ex, "valid");
         match (&out, valid) {
@@ -513,6 +554,7 @@ fn watch_cases() {
         inst.installed = Some(s(&st, "installed_config").to_string());
         let state = std::sync::Arc::new(State::default());
         let mut watcher = istio_cni::install::cli::watcher_for(&inst).unwrap();
+        let entry = inst.entry();
         let mut slot = Some((inst, watcher));
         let mut running: Option<std::thread::JoinHandle<(Installer, watch::Watcher, RoundEnd)>> =
             None;
@@ -549,6 +591,7 @@ fn watch_cases() {
                 }
                 _ => {
                     apply_file_step(&case, &conf, step);
+                    substitute_our_entry(&conf, &entry);
                     if expect.contains("round ends") {
                         let h = running.take().expect("a running round");
                         wait_until(

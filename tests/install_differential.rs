@@ -22,7 +22,6 @@ use istio_cni::json::{self, Value};
 use kube_double::{Options, Server};
 use nix::sys::signal::Signal;
 use std::fs;
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -62,19 +61,6 @@ fn every_differential_case_has_a_test() {
         .collect();
     on_disk.sort();
     assert_eq!(on_disk, CASES.to_vec());
-}
-
-fn http_status(port: u16, path: &str) -> Option<u16> {
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        c,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut s = String::new();
-    c.read_to_string(&mut s).ok()?;
-    s.get(9..12)?.parse().ok()
 }
 
 struct Case {
@@ -217,7 +203,7 @@ fn run_case(name: &str) {
         "conflist-plugin-type-key-uppercase-never-ready" => true,
         _ => b(&c.expect, "upstream_ready"),
     };
-    let ready = || http_status(health, "/readyz") == Some(200);
+    let ready = || install_common::node::get(health, "/readyz").is_some_and(|(c, _)| c == 200);
     if want_ready {
         let deadline = Instant::now() + Duration::from_secs(15);
         while !ready() {

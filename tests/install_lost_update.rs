@@ -23,17 +23,6 @@ fn primary_text(mtu: u64) -> String {
     )
 }
 
-/// A small deterministic generator (no extra crate): xorshift64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 #[test]
 fn no_lost_update_when_the_primary_writes_twice_during_our_merge() {
     const TRIALS: u64 = 500;

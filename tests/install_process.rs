@@ -236,17 +236,6 @@ fn reinjection_latency_median_of_100() {
     assert!(p.wait_exit(LONG).success());
 }
 
-/// A small deterministic PRNG (xorshift) seeded from the clock; the seed is printed for replay.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 #[test]
 fn sigkill_during_reinjection_never_corrupts() {
     let iterations: u64 = std::env::var("INSTALL_CRASH_ITERATIONS")

@@ -125,7 +125,9 @@ impl Stamp {
 }
 
 /// `renameat2(from, to, RENAME_EXCHANGE)`: swaps the two names atomically. `Ok(false)` when the kernel
-/// or the file system does not support it (the caller falls back to a plain rename).
+/// or the file system does not support it (EINVAL, ENOSYS, EOPNOTSUPP) or a seccomp profile refuses the
+/// syscall (EPERM: container runtime profiles older than `renameat2` answer so); the caller then falls
+/// back to a plain rename, which reports a real permission problem itself.
 fn exchange(from: &Path, to: &Path) -> Result<bool> {
     use std::os::unix::ffi::OsStrExt;
     const RENAME_EXCHANGE: nix::libc::c_uint = 1 << 1;
@@ -151,7 +153,14 @@ fn exchange(from: &Path, to: &Path) -> Result<bool> {
     }
     let err = std::io::Error::last_os_error();
     match err.raw_os_error() {
-        Some(nix::libc::EINVAL) | Some(nix::libc::ENOSYS) | Some(nix::libc::EOPNOTSUPP) => {
+        Some(nix::libc::EINVAL)
+        | Some(nix::libc::ENOSYS)
+        | Some(nix::libc::EOPNOTSUPP)
+        | Some(nix::libc::EPERM) => {
+            log::debug!(
+                "RENAME_EXCHANGE unavailable for {} ({err}): plain rename after the re-check",
+                to.display()
+            );
             Ok(false)
         }
         _ => Err(crate::Error::io(
@@ -254,6 +263,98 @@ mod tests {
         let e = read_config(&zero, 5).unwrap_err().to_string();
         assert!(e.contains("is a device"), "{e}");
         fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Runs `f` on a thread of its own on which the kernel refuses `renameat2` with `errno` (a seccomp
+    /// filter on that thread only): what a kernel or file system without `RENAME_EXCHANGE` (EINVAL, ENOSYS)
+    /// or a container runtime's seccomp profile that predates `renameat2` (EPERM) does.
+    fn without_renameat2<T: Send + 'static>(
+        errno: i32,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        use nix::libc::{self, sock_filter, sock_fprog};
+        std::thread::spawn(move || {
+            let op = |code: u32, k: u32, jt: u8, jf: u8| sock_filter {
+                code: code as u16,
+                jt,
+                jf,
+                k,
+            };
+            // Load the syscall number (offset 0 of seccomp_data); renameat2 → errno, anything else allowed.
+            let filter = [
+                op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+                op(
+                    libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+                    libc::SYS_renameat2 as u32,
+                    0,
+                    1,
+                ),
+                op(
+                    libc::BPF_RET | libc::BPF_K,
+                    libc::SECCOMP_RET_ERRNO | errno as u32,
+                    0,
+                    0,
+                ),
+                op(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+            ];
+            let prog = sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut sock_filter,
+            };
+            // SAFETY: prctl reads `prog` and the 4 instructions it points to, both alive for the call;
+            // the filter applies to this thread only (no TSYNC) and ends with it.
+            unsafe {
+                assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+                assert_eq!(
+                    libc::prctl(
+                        libc::PR_SET_SECCOMP,
+                        libc::SECCOMP_MODE_FILTER,
+                        &prog as *const sock_fprog
+                    ),
+                    0,
+                    "install the seccomp filter: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+            f()
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn replace_falls_back_to_rename_without_rename_exchange() {
+        for errno in [nix::libc::EINVAL, nix::libc::ENOSYS, nix::libc::EPERM] {
+            let d = tmpdir(&format!("noexchange-{errno}"));
+            let out = without_renameat2(errno, move || {
+                let p = d.join("a.conflist");
+                fs::write(&p, b"old").unwrap();
+                let other = d.join("b");
+                fs::write(&other, b"b").unwrap();
+                // The filter is in force: the swap itself is refused by the kernel.
+                assert!(!exchange(&p, &other).unwrap(), "errno {errno}");
+                let st = stamp(&p).unwrap().unwrap();
+                let replaced = replace_if_unchanged(&p, b"merged", 0o644, st, b"old");
+                // A newer write is still never overwritten: the pre-rename check refuses it.
+                let st = stamp(&p).unwrap().unwrap();
+                fs::write(&other, b"newer").unwrap();
+                fs::rename(&other, &p).unwrap();
+                let stale = replace_if_unchanged(&p, b"merged2", 0o644, st, b"merged");
+                let left = fs::read(&p).unwrap();
+                let files = fs::read_dir(&d).unwrap().count();
+                fs::remove_dir_all(&d).unwrap();
+                (
+                    replaced.map_err(|e| e.to_string()),
+                    stale.map_err(|e| e.to_string()),
+                    left,
+                    files,
+                )
+            });
+            assert_eq!(out.0, Ok(true), "errno {errno}: replaced by a plain rename");
+            assert_eq!(out.1, Ok(false), "errno {errno}: a newer version is kept");
+            assert_eq!(out.2, b"newer", "errno {errno}");
+            assert_eq!(out.3, 1, "errno {errno}: no temp file left");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use super::conflist::{self, PLUGIN_TYPE};
 use super::select::Listing;
 use crate::error::Result;
-use crate::json::{self, Value};
+use crate::json::{self, Object, Value};
 
 /// What the check needs to know about the installer's state.
 #[derive(Debug, Clone)]
@@ -24,6 +24,9 @@ pub struct CheckCtx<'a> {
     pub configured: Option<&'a str>,
     /// The file the Istio configuration was last written to (a name in `dir`).
     pub installed: Option<&'a str>,
+    /// Our current entry ([`super::conflist::PluginEntry::to_object`]): the file the runtime uses must
+    /// hold exactly this, once — an entry someone edited (or a second copy) is reinstalled.
+    pub entry: &'a Object,
 }
 
 /// The verdict.
@@ -64,6 +67,45 @@ pub fn holds_entry(bytes: &[u8]) -> bool {
     }
 }
 
+/// The `istio-cni` plugins of a list (libcni's case-insensitive `type`).
+fn entries_of(plugins: &json::Array) -> Vec<&Object> {
+    plugins
+        .iter()
+        .filter_map(|p| match p {
+            Value::Object(po) if super::libcni::plugin_type(po) == Some(PLUGIN_TYPE) => Some(po),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Why a list's `plugins` does not hold exactly our current entry once; `None` when it does.
+fn entry_mismatch(plugins: &json::Array, entry: &Object, what: &str) -> Option<String> {
+    let found = entries_of(plugins);
+    let want = json::to_compact(&Value::Object(entry.clone()));
+    match found.as_slice() {
+        [] => Some(format!("istio-cni plugin not found in Istio CNI config at {what}")),
+        [one] if json::to_compact(&Value::Object((*one).clone())) == want => None,
+        [_] => Some(format!(
+            "the istio-cni entry in {what} is not the one this installer writes (edited by someone?)"
+        )),
+        many => Some(format!(
+            "{what} holds {} istio-cni entries; the plugin would run more than once",
+            many.len()
+        )),
+    }
+}
+
+/// Whether a configuration text is a list holding exactly our current entry once.
+pub fn holds_our_entry(bytes: &[u8], entry: &Object) -> bool {
+    let text = super::libcni::go_text(bytes);
+    match json::parse(&text, "CNI config") {
+        Ok(Value::Object(o)) => {
+            json::arr_of(&o, "plugins").is_some_and(|a| entry_mismatch(a, entry, "").is_none())
+        }
+        _ => false,
+    }
+}
+
 /// Runs the check. `read(name)` returns the content of `<dir>/<name>`, `None` when missing.
 pub fn check(
     ctx: &CheckCtx<'_>,
@@ -98,7 +140,7 @@ pub fn check(
                     ctx.installed.map(path_of).as_deref().unwrap_or("nowhere")
                 ));
             };
-            if !read(first).is_some_and(|b| holds_entry(&b)) {
+            if !read(first).is_some_and(|b| holds_our_entry(&b, ctx.entry)) {
                 // Reported once the installed file itself checks out (upstream's errors come first).
                 preempted = Some(Outcome::Preempted {
                     runtime_file: first.clone(),
@@ -129,7 +171,12 @@ pub fn check(
         Err(e) => return invalid(e.to_string()),
     };
     if !ctx.chained {
-        if json::str_of(&obj, "type") != Some(PLUGIN_TYPE) {
+        let mut want = ctx.entry.clone();
+        want.insert(
+            "cniVersion".into(),
+            json::string(conflist::UPSTREAM_CNI_VERSION),
+        );
+        if json::to_compact(&Value::Object(obj)) != json::to_compact(&Value::Object(want)) {
             return invalid(format!(
                 "istio-cni CNI config file modified: {installed_path}"
             ));
@@ -166,10 +213,8 @@ pub fn check(
             None => return invalid("plugin type <nil> not a string"),
         }
     }
-    if !types.iter().any(|t| t == PLUGIN_TYPE) {
-        return invalid(format!(
-            "istio-cni plugin not found in Istio CNI config at {installed_path}"
-        ));
+    if let Some(why) = entry_mismatch(plugins, ctx.entry, &installed_path) {
+        return invalid(why);
     }
     if let Some(owned) = ctx.owned {
         let primary = ctx
@@ -196,3 +241,6 @@ pub fn check(
     }
     preempted.unwrap_or(Outcome::Valid { warning })
 }
+
+#[cfg(test)]
+mod tests;

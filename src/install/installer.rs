@@ -196,6 +196,12 @@ impl Installer {
         }
         let (final_name, changed) = self.merge_into(&name)?;
         let previous = self.installed.replace(final_name.clone());
+        let follows = self.configured.is_none() && !self.settings.istio_owned;
+        if previous.is_none() && follows {
+            for note in super::cleanup::remove_from_others(&dir, &final_name) {
+                log::info!("{note}");
+            }
+        }
         if let Some(old) = previous.filter(|o| *o != final_name && !self.settings.istio_owned) {
             match super::cleanup::remove_config(&dir, &old, false) {
                 Ok(note) => log::info!(
@@ -276,12 +282,14 @@ impl Installer {
         let dir_display = self.conf_dir_display();
         let listing = self.listing();
         let dir = self.conf_dir().to_path_buf();
+        let entry = self.entry().to_object();
         let ctx = CheckCtx {
             dir: &dir_display,
             chained: s.chained,
             owned: s.istio_owned.then_some(s.istio_owned_filename.as_str()),
             configured: self.configured.as_deref(),
             installed: self.installed.as_deref(),
+            entry: &entry,
         };
         check::check(&ctx, &listing, &|n| {
             fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)

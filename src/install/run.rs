@@ -237,18 +237,7 @@ pub fn run_loop(
             }
             Ok(ConfigWrite::Installed { name, changed }) => {
                 waiting_logged = false;
-                // A symlinked primary is rewritten where its target lives: watch that directory too.
-                let link = inst.conf_dir().join(&name);
-                if link.is_symlink() {
-                    if let Some(dir) = std::fs::canonicalize(&link)
-                        .ok()
-                        .and_then(|t| t.parent().map(|p| p.to_path_buf()))
-                    {
-                        if let Err(e) = watcher.ensure(&dir, super::watch::Role::ConfDir) {
-                            log::warn!("changes to the symlinked primary's target will not be noticed: {e}");
-                        }
-                    }
-                }
+                watch_link_target(inst, watcher);
                 err_backoff = Duration::from_millis(200);
                 if changed {
                     log::info!(
@@ -272,6 +261,40 @@ pub fn run_loop(
             }
         }
         // Validate what we wrote before reporting ready.
+    }
+}
+
+/// A symlinked configuration is rewritten where its target lives: watch the target's directory too, for
+/// every candidate link in the conf dir whose target is a regular file (the primary we wrote to, and the
+/// file the runtime uses when CNI_CONF_NAME pins another). Called before every check, so a link
+/// re-pointed at a target that already holds our entry (no reinstall follows) is watched as well.
+/// Links to anything else (a device, a FIFO) are skipped: they are never valid candidates.
+fn watch_link_target(inst: &Installer, watcher: &mut Watcher) {
+    let dir = inst.conf_dir();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return; // a missing conf dir is reported by the check
+    };
+    for ent in entries.flatten() {
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if !super::select::is_candidate_name(&name)
+            || !ent.file_type().is_ok_and(|t| t.is_symlink())
+        {
+            continue;
+        }
+        let link = ent.path();
+        let Ok(target) = std::fs::canonicalize(&link) else {
+            continue; // dangling: not a candidate
+        };
+        let Some(parent) = target.parent().filter(|_| target.is_file()) else {
+            continue;
+        };
+        if let Err(e) = watcher.ensure(parent, super::watch::Role::ConfDir) {
+            log::warn!(
+                "changes to {} (the target of {}) will not be noticed: {e}",
+                parent.display(),
+                link.display()
+            );
+        }
     }
 }
 
@@ -310,6 +333,7 @@ pub fn round(
         state.set_ready(false);
         return Ok(RoundEnd::Changed(before));
     }
+    watch_link_target(inst, watcher);
     match inst.check() {
         Outcome::Invalid { reason } => {
             state.set_ready(false);

@@ -142,3 +142,13 @@ fn parse_errors_name_the_input() {
     assert!(e.to_string().contains("network configuration"));
     assert!(parse_object("[]", "x").is_err());
 }
+
+#[test]
+fn strings_as_go_and_as_zap() {
+    let mut go = String::new();
+    write_string(&mut go, "<a&b>\u{2028}\"\u{1}\n");
+    assert_eq!(go, r#""\u003ca\u0026b\u003e\u2028\"\u0001\n""#);
+    let mut zap = String::new();
+    write_string_no_html(&mut zap, "<a&b>\u{2028}\"\u{1}\n");
+    assert_eq!(zap, "\"<a&b>\u{2028}\\\"\\u0001\\n\"");
+}

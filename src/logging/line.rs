@@ -54,34 +54,17 @@ pub fn utc_date_time(secs: u64) -> String {
     )
 }
 
-/// A JSON string as zap writes it (no HTML escaping; control characters as `\u00XX`).
-fn push_json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
 /// One JSON log line (no newline).
 pub fn json_line(time: SystemTime, level: Level, scope: &str, msg: &str) -> String {
     let mut out = String::with_capacity(msg.len() + 80);
     out.push_str("{\"time\":");
-    push_json_str(&mut out, &rfc3339(time));
+    crate::json::write_string_no_html(&mut out, &rfc3339(time));
     out.push_str(",\"level\":");
-    push_json_str(&mut out, level_name(level));
+    crate::json::write_string_no_html(&mut out, level_name(level));
     out.push_str(",\"scope\":");
-    push_json_str(&mut out, scope);
+    crate::json::write_string_no_html(&mut out, scope);
     out.push_str(",\"msg\":");
-    push_json_str(&mut out, msg);
+    crate::json::write_string_no_html(&mut out, msg);
     out.push('}');
     out
 }

@@ -2,6 +2,8 @@
 //! the README's deliberate deviations, and a tiny YAML reader for the upstream kubeconfig goldens.
 #![allow(dead_code)]
 
+pub mod node;
+
 use istio_cni::json::{self, Value};
 use std::collections::BTreeMap;
 use std::fs;
@@ -297,4 +299,16 @@ pub fn atomic_write(path: &Path, data: &[u8], mode: u32) {
     fs::write(&tmp, data).unwrap();
     fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).unwrap();
     fs::rename(&tmp, path).unwrap();
+}
+
+/// A small deterministic generator (xorshift64, no extra crate); seed it from the clock or the pid and
+/// print the seed for replay.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
 }

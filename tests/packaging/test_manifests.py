@@ -447,6 +447,22 @@ class TestReadme(unittest.TestCase):
         readme = (MANIFESTS / "README.md").read_text()
         self.assertIn(f"EXCLUDE_NAMESPACES={want}", readme)
 
+    def test_replacing_upstream_names_exactly_the_shared_objects(self):
+        # "Replacing upstream's DaemonSet": the objects both install under the same kind, namespace and
+        # name (the second apply takes them over) are the ones the README names, and no other.
+        def key(d):
+            return d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]
+        ours = {key(d) for d in render(MANIFESTS / "base")}
+        chart = (conformance_dir() / "chart" / "default.yaml").read_text()
+        theirs = {key(d) for d in yaml.safe_load_all(chart) if d}
+        shared = {name for _, _, name in ours & theirs}
+        ds_ns = {ns for kind, ns, _ in ours | theirs if kind == "DaemonSet"}
+        self.assertEqual(ds_ns, {"istio-system", "kube-system"}, "the README says the DaemonSets' namespaces differ")
+        readme = (MANIFESTS / "README.md").read_text()
+        section = readme.split("## Replacing upstream's DaemonSet")[1].split("**Upstream to ours**")[0]
+        named = set(re.findall(r"`(istio-cni[\w-]*)`", section))
+        self.assertEqual(named, shared)
+
     def test_istiod_side_is_documented(self):
         readme = (MANIFESTS / "README.md").read_text()
         for fact in ("pilot.cni.enabled", "values.istio_cni.enabled", "istio-validation", "istio-init",
