@@ -16,6 +16,7 @@ pub mod kube;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
+pub mod nftables;
 pub mod plugin;
 pub mod redirect;
 pub mod repair;

@@ -32,6 +32,9 @@ pub struct ExplainArgs {
     /// a raw capture configuration as JSON (the conformance schema)
     #[argh(option)]
     pub capture: Option<String>,
+    /// print the nftables script (native_nftables mode) instead of the iptables documents
+    #[argh(switch)]
+    pub nft: bool,
 }
 
 const ABOUT: &str = "CNI plugin istio-cni: Istio sidecar traffic redirection";

@@ -59,8 +59,8 @@ pub fn explain(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> std::result::Result<String, ExplainError> {
     match (&args.pod, &args.conf, &args.capture) {
-        (None, None, Some(c)) => Ok(explain_capture(c)?),
-        (Some(p), c, None) => Ok(explain_pod(p, c.as_deref(), env)?),
+        (None, None, Some(c)) => Ok(explain_capture(c, args.nft)?),
+        (Some(p), c, None) => Ok(explain_pod(p, c.as_deref(), env, args.nft)?),
         (_, _, Some(_)) => Err(Usage("--capture cannot be combined with --pod or --conf")),
         (None, _, None) => Err(Usage("give --pod (optionally with --conf) or --capture")),
     }
@@ -70,16 +70,42 @@ fn read(path: &str) -> Result<String> {
     std::fs::read_to_string(path).io_context(|| format!("read {path}"))
 }
 
-fn explain_capture(path: &str) -> Result<String> {
+fn explain_capture(path: &str, nft: bool) -> Result<String> {
     let o = json::parse_object(&read(path)?, path)?;
     let cfg = CaptureConfig::from_json(&o).with_context(|| path.to_string())?;
-    Ok(format_docs(&render(&cfg)?, &[]))
+    output(&cfg, nft, &[])
+}
+
+/// The iptables documents, or with `nft` the nftables script, then the comment lines.
+fn output(cfg: &CaptureConfig, nft: bool, notes: &[String]) -> Result<String> {
+    if !nft {
+        return Ok(format_docs(&render(cfg)?, notes));
+    }
+    let mut out = crate::nftables::script(&crate::nftables::generate(cfg)?);
+    let mut all = vec![format!(
+        "# above: the nftables script (nft -f), applied natively as one netlink batch; IPv6 {}",
+        if cfg.enable_ipv6 {
+            "enabled, ::6/128 is added to lo"
+        } else {
+            "not enabled"
+        }
+    )];
+    if let Some(t) = cfg.tproxy_route() {
+        all.extend(route_notes(&t));
+    }
+    all.extend(notes.iter().cloned());
+    for n in all {
+        out.push_str(&n);
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 fn explain_pod(
     pod_path: &str,
     conf_path: Option<&str>,
     env: &dyn Fn(&str) -> Option<String>,
+    nft: bool,
 ) -> Result<String> {
     let netconf: NetConf = match conf_path {
         Some(p) => conf::parse(&read(p)?).with_context(|| format!("network configuration {p}"))?,
@@ -107,12 +133,6 @@ fn explain_pod(
     if let Decision::Skip(why) = decide(&info) {
         return Ok(format!("# no redirection: {why}\n"));
     }
-    if netconf.native_nftables {
-        return Err(Error::UnsupportedField {
-            field: "native_nftables".into(),
-            value: "true (no nftables backend in this build)".into(),
-        });
-    }
     let r = Redirect::from_pod(&info)?;
     let mut notes = Vec::new();
     let ipv6 = if info.pod_ips.is_empty() {
@@ -125,7 +145,7 @@ fn explain_pod(
         enable_ipv6(&info.pod_ips, r.dual_stack).context("pod status.podIPs")?
     };
     let cfg = CaptureConfig::from_redirect(&r, env, ipv6)?;
-    Ok(format_docs(&render(&cfg)?, &notes))
+    output(&cfg, nft || netconf.native_nftables, &notes)
 }
 
 fn route_notes(t: &TproxyRoute) -> Vec<String> {
