@@ -1,11 +1,19 @@
 //! Upstream's `native_nftables` mode, programmed directly over `NETLINK_NETFILTER` (spec nftables.md).
 //!
 //! Pure: [`model`] (typed rules), [`generate`] (the same [`crate::redirect::CaptureConfig`] as iptables →
-//! a transaction and its final rule set), [`script`] (the knftables text of the goldens).
+//! a transaction and its final rule set), [`script`] (the knftables text of the goldens), [`expr`] (rules →
+//! kernel expressions), [`encode`] / [`decode`] (the netlink codec), [`state`] (comparable form, diff).
+//! Effects, thin: [`socket`] (one NETLINK_NETFILTER socket), [`apply`] (ADD and CHECK in the pod netns).
 
+pub mod apply;
+pub mod decode;
+pub mod encode;
+pub mod expr;
 pub mod generate;
 pub mod model;
 pub mod script;
+pub mod socket;
+pub mod state;
 
 pub use generate::{generate, Transaction};
 pub use model::Ruleset;
