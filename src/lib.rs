@@ -5,6 +5,7 @@
 //! Effects, kept thin: [`netns`], [`iptables`], [`kube::transport`], [`fsutil`].
 //! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
 
+pub mod backend;
 pub mod cli;
 pub mod cni;
 pub mod error;

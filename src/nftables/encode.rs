@@ -186,7 +186,7 @@ pub fn expr_attrs(e: &Expr, a: &mut Attrs) {
             set_id,
             flags,
         } => {
-            a.str(1, set).be32(2, *sreg);
+            a.be32(2, *sreg).str(1, set);
             if let Some(id) = set_id {
                 a.be32(4, *id);
             }
@@ -336,11 +336,12 @@ pub fn batch(rs: &Ruleset, groups: GroupResolver, genid: Option<u32>, seq0: u32)
             let mut op = format!("add chain inet {tn} {}", c.name);
             let mut modules = vec![];
             if let Some(h) = ts.table.hook(c.name) {
+                // Attribute order as nft sends it (type, then hook).
+                a.str(NFTA_CHAIN_TYPE, h.kind);
                 a.nest(NFTA_CHAIN_HOOK, |n| {
                     n.be32(NFTA_HOOK_HOOKNUM, h.hooknum)
                         .put(NFTA_HOOK_PRIORITY, &h.priority.to_be_bytes());
                 });
-                a.str(NFTA_CHAIN_TYPE, h.kind);
                 op = format!(
                     "{op} {{ type {} hook {} priority {} ; }}",
                     h.kind, h.hook, h.priority
@@ -382,8 +383,9 @@ pub fn batch(rs: &Ruleset, groups: GroupResolver, genid: Option<u32>, seq0: u32)
                         .str(NFTA_SET_ELEM_LIST_SET, "__set%d")
                         .be32(NFTA_SET_ELEM_LIST_SET_ID, set_id)
                         .nest(NFTA_SET_ELEM_LIST_ELEMENTS, |l| {
-                            for el in elems {
-                                l.nest(NFTA_LIST_ELEM, |e| {
+                            // libnftnl numbers the elements 1, 2, … (the kernel ignores the type).
+                            for (i, el) in elems.iter().enumerate() {
+                                l.nest(i as u16 + 1, |e| {
                                     e.nest(NFTA_SET_ELEM_KEY, |k| {
                                         k.put(NFTA_DATA_VALUE, el);
                                     });
@@ -463,3 +465,7 @@ pub fn getgen_request(seq: u32) -> Vec<u8> {
         &[],
     )
 }
+
+#[cfg(test)]
+#[path = "codec_tests.rs"]
+mod tests;

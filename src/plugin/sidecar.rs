@@ -1,14 +1,14 @@
 //! The sidecar path of ADD and CHECK: fetch the pod, decide, build the rules, program the pod's namespace.
 //! [`plan`] is pure; [`program_pod`] is shared with the repair agent so both apply exactly the same rules.
 
+use crate::backend::{self, PodRules};
 use crate::cni::NetConf;
-use crate::error::{Context, Error, Result};
-use crate::iptables::apply::{self, Plan};
-use crate::iptables::{backend, Family};
+use crate::error::{Error, Result};
+use crate::iptables::apply::Plan;
+use crate::iptables::Family;
 use crate::json::Object;
 use crate::redirect::{decide, enable_ipv6, render, CaptureConfig, Decision, PodInfo, Redirect};
 use std::net::IpAddr;
-use std::path::Path;
 use std::time::Instant;
 
 /// What a pod needs.
@@ -16,8 +16,8 @@ use std::time::Instant;
 pub enum PodPlan {
     /// No redirection, and why.
     Skip(String),
-    /// Program these rules.
-    Program { plan: Plan, summary: String },
+    /// Program these rules (through the backend the configuration selects).
+    Program(PodRules),
 }
 
 /// Pure: the pod object, the pod's own addresses and the plugin's environment → what to program.
@@ -48,14 +48,15 @@ pub fn plan(
         },
         if v6 { "IPv4+IPv6" } else { "IPv4" }
     );
-    Ok(PodPlan::Program {
+    Ok(PodPlan::Program(PodRules {
         plan: Plan {
             docs: list,
             tproxy,
             ipv6_passthrough: v6,
         },
         summary,
-    })
+        capture: cfg,
+    }))
 }
 
 /// The addresses of the pod: from the previous plugin's result, else read inside the namespace.
@@ -79,16 +80,6 @@ pub fn pod_addresses(prev_ips: &[IpAddr], netns_path: &str) -> Result<Vec<IpAddr
     })
 }
 
-fn refuse_nftables(conf: &NetConf) -> Result<()> {
-    if conf.native_nftables {
-        return Err(Error::UnsupportedField {
-            field: "native_nftables".into(),
-            value: "true (this build programs iptables only; set native_nftables to false)".into(),
-        });
-    }
-    Ok(())
-}
-
 /// Applies what `pod` needs inside `netns_path`; returns the log line. Used by ADD and by repair in place.
 pub fn program_pod(
     pod: &Object,
@@ -100,22 +91,9 @@ pub fn program_pod(
     let env = |k: &str| std::env::var(k).ok();
     match plan(pod, addrs, &env)? {
         PodPlan::Skip(reason) => Ok(format!("no redirection: {reason}")),
-        PodPlan::Program { plan, summary } => {
-            refuse_nftables(conf)?;
-            let plan_us = t.elapsed().as_micros();
-            let b = backend::for_plugin(Path::new(&conf.cni_agent_run_dir))?;
-            let report =
-                apply::apply(netns_path, b, plan).context("program the pod's network namespace")?;
-            let steps: Vec<String> = report
-                .iter()
-                .map(|(f, o, us)| format!("{} {:?} in {:.1} ms", f.name(), o, *us as f64 / 1000.0))
-                .collect();
-            Ok(format!(
-                "redirected ({summary}, iptables backend {}): rules built in {:.2} ms, {}",
-                b.name(),
-                plan_us as f64 / 1000.0,
-                steps.join(", ")
-            ))
+        PodPlan::Program(rules) => {
+            let built_us = t.elapsed().as_micros();
+            backend::for_conf(conf)?.apply(netns_path, rules, built_us)
         }
     }
 }
@@ -125,10 +103,6 @@ pub fn check_pod(pod: &Object, netns_path: &str, addrs: &[IpAddr], conf: &NetCon
     let env = |k: &str| std::env::var(k).ok();
     match plan(pod, addrs, &env)? {
         PodPlan::Skip(_) => Ok(()),
-        PodPlan::Program { plan, .. } => {
-            refuse_nftables(conf)?;
-            let b = backend::for_plugin(Path::new(&conf.cni_agent_run_dir))?;
-            apply::check(netns_path, b, plan.docs)
-        }
+        PodPlan::Program(rules) => backend::for_conf(conf)?.verify(netns_path, rules),
     }
 }
