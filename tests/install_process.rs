@@ -655,3 +655,16 @@ fn a_higher_priority_file_only_draws_a_warning() {
     assert!(p.wait_exit(LONG).success());
     assert_eq!(fs::read_to_string(&other).unwrap(), text);
 }
+
+#[test]
+fn native_nftables_mode_writes_the_flag_and_probes_no_iptables_backend() {
+    // The chart's `global.nativeNftables=true` (conformance chart/nftables.yaml) sets NATIVE_NFTABLES=true.
+    let n = Node::new("nft");
+    n.write_primary(5);
+    let mut p = n.start(&[("NATIVE_NFTABLES", "true")], &["--once"], "stderr-nft");
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+    let primary = fs::read_to_string(n.primary()).unwrap();
+    assert!(primary.contains(r#""native_nftables": true"#), "{primary}");
+    // The plugin programs nf_tables over netlink in this mode: no iptables backend is probed or recorded.
+    assert!(!n.run.join("iptables-backend").exists(), "{}", p.stderr());
+}

@@ -17,7 +17,7 @@ pub enum PodPlan {
     /// No redirection, and why.
     Skip(String),
     /// Program these rules (through the backend the configuration selects).
-    Program(PodRules),
+    Program(Box<PodRules>),
 }
 
 /// Pure: the pod object, the pod's own addresses and the plugin's environment → what to program.
@@ -48,7 +48,7 @@ pub fn plan(
         },
         if v6 { "IPv4+IPv6" } else { "IPv4" }
     );
-    Ok(PodPlan::Program(PodRules {
+    Ok(PodPlan::Program(Box::new(PodRules {
         plan: Plan {
             docs: list,
             tproxy,
@@ -56,7 +56,7 @@ pub fn plan(
         },
         summary,
         capture: cfg,
-    }))
+    })))
 }
 
 /// The addresses of the pod: from the previous plugin's result, else read inside the namespace.
@@ -93,7 +93,7 @@ pub fn program_pod(
         PodPlan::Skip(reason) => Ok(format!("no redirection: {reason}")),
         PodPlan::Program(rules) => {
             let built_us = t.elapsed().as_micros();
-            backend::for_conf(conf)?.apply(netns_path, rules, built_us)
+            backend::for_conf(conf)?.apply(netns_path, *rules, built_us)
         }
     }
 }
@@ -103,6 +103,6 @@ pub fn check_pod(pod: &Object, netns_path: &str, addrs: &[IpAddr], conf: &NetCon
     let env = |k: &str| std::env::var(k).ok();
     match plan(pod, addrs, &env)? {
         PodPlan::Skip(_) => Ok(()),
-        PodPlan::Program(rules) => backend::for_conf(conf)?.verify(netns_path, rules),
+        PodPlan::Program(rules) => backend::for_conf(conf)?.verify(netns_path, *rules),
     }
 }
