@@ -6,10 +6,12 @@
 //! Effects, thin: [`socket`] (one NETLINK_NETFILTER socket), [`apply`] (ADD and CHECK in the pod netns).
 
 pub mod apply;
+pub mod batch;
 pub mod decode;
 pub mod encode;
 pub mod expr;
 pub mod generate;
+mod generate_steps;
 pub mod model;
 pub mod script;
 pub mod socket;
