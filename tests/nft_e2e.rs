@@ -233,3 +233,52 @@ fn nftables_mode_rejects_hostile_annotations_and_programs_nothing() {
         assert_eq!(nft_list(&pod).trim(), "", "rules left after a rejected ADD");
     }
 }
+
+#[test]
+fn istio_validation_passes_on_rules_programmed_in_nftables_mode() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(56);
+    let pod = node.pod("val", "", "", false).with_native_nftables();
+    pod.add().assert_success();
+    let bin = env!("CARGO_BIN_EXE_istio-cni-node");
+    // The injected istio-validation arguments with upstream's `--native-nftables`, started as root (the
+    // applet drops to 1337), then directly as uid 1337.
+    let o = pod.ns.exec(&[
+        bin,
+        "istio-validation",
+        "-p",
+        "15001",
+        "-z",
+        "15006",
+        "-u",
+        "1337",
+        "-m",
+        "REDIRECT",
+        "-i",
+        "*",
+        "-b",
+        "*",
+        "--run-validation",
+        "--skip-rule-apply",
+        "--native-nftables",
+        "--probe-timeout",
+        "10s",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let o = pod.ns.exec(&[
+        "setpriv",
+        "--reuid",
+        "1337",
+        "--regid",
+        "1337",
+        "--clear-groups",
+        bin,
+        "istio-validation",
+        "--native-nftables",
+        "--probe-timeout",
+        "10s",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+}
