@@ -196,27 +196,31 @@ fn rule_text_at(rs: &Ruleset, table: &str, chain: &str, i: usize) -> String {
         .unwrap_or_else(|| format!("inet {table} {chain} rule {i}"))
 }
 
-/// The operator's message for failed batch messages.
+/// The operator's message for failed batch messages: the operation in nft syntax, the kernel's error and,
+/// for `ENOENT`, the modules the message's expressions need.
 fn failure_text(b: &encode::Batch, failures: &[Failure]) -> String {
+    let first = b.what.first().map(|w| w.seq);
     let parts: Vec<String> = failures
         .iter()
         .map(|f| {
             let err = std::io::Error::from_raw_os_error(f.errno);
-            match b.what.iter().find(|w| w.seq == f.seq) {
-                Some(w) => {
-                    let mut s = format!("{}: {err}", w.op);
-                    if f.errno == nix::errno::Errno::ENOENT as i32 && !w.modules.is_empty() {
-                        let m: Vec<String> = w
-                            .modules
-                            .iter()
-                            .map(|(e, m)| format!("{e} needs kernel module {m}"))
-                            .collect();
-                        s.push_str(&format!(" (if the kernel lacks support: {})", m.join(", ")));
-                    }
-                    s
-                }
-                None => format!("batch: {err}"),
+            let Some(w) = b.what.iter().find(|w| w.seq == f.seq) else {
+                return format!("batch: {err}");
+            };
+            let mut s = format!("{}: {err}", w.op);
+            if f.errno == nix::errno::Errno::ENOENT as i32 && !w.modules.is_empty() {
+                let m: Vec<String> = w
+                    .modules
+                    .iter()
+                    .map(|(e, m)| format!("{e} needs kernel module {m}"))
+                    .collect();
+                s.push_str(&format!(" (if the kernel lacks support: {})", m.join(", ")));
             }
+            if Some(f.seq) == first {
+                // The kernel reports errors found only at commit against the first message.
+                s.push_str(" (or found at commit: it may concern any message of the batch)");
+            }
+            s
         })
         .collect();
     format!("nftables run failed: {}", parts.join("; "))
@@ -249,12 +253,12 @@ fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32) -> Result<()> {
 /// Applies `rs` (plus `::6` and TPROXY routing) in the current thread's namespace.
 pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Result<Outcome> {
     let mut s = Socket::open()?;
+    // A fresh namespace costs two round trips here; with our tables present this reads them all.
     let seen = observe(&mut s, false)?;
     let outcome = if seen.ours.is_empty() {
         send(&mut s, rs, seen.genid)?;
         Outcome::Applied
     } else {
-        let seen = observe(&mut s, true)?;
         let want = state::desired(rs, &resolve_group)?;
         if state::diff(&want, &seen.ours, &|_, _, _| String::new()).is_empty() {
             Outcome::AlreadyInPlace
@@ -306,5 +310,80 @@ pub fn check(netns_path: &str, rs: Ruleset) -> Result<()> {
             "redirection rules are not as expected (nftables): {}",
             problems.join("; ")
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nftables::expr::no_groups;
+
+    fn tproxy_batch() -> encode::Batch {
+        let o = crate::json::parse_object(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../shared/conformance/capture/tproxy/config.json"
+            ))
+            .unwrap(),
+            "c",
+        )
+        .unwrap();
+        let cfg = crate::redirect::CaptureConfig::from_json(&o).unwrap();
+        let rs = crate::nftables::generate(&cfg).unwrap().ruleset();
+        let groups = |_: &str| -> Result<u32> { Ok(0) };
+        encode::batch(&rs, &groups, None, 10).unwrap()
+    }
+
+    #[test]
+    fn a_missing_module_is_named_with_the_rule() {
+        let b = tproxy_batch();
+        let w = b
+            .what
+            .iter()
+            .find(|w| w.op.contains("tproxy ip to"))
+            .unwrap();
+        let t = failure_text(
+            &b,
+            &[Failure {
+                errno: 2,
+                seq: w.seq,
+            }],
+        );
+        assert!(
+            t.starts_with("nftables run failed: add rule inet istio-proxy-mangle istio-tproxy meta l4proto tcp ip daddr != 127.0.0.1/32 tproxy ip to :15006"),
+            "{t}"
+        );
+        assert!(t.contains("No such file or directory"), "{t}");
+        assert!(t.contains("tproxy needs kernel module nft_tproxy"), "{t}");
+        let chain = b
+            .what
+            .iter()
+            .find(|w| w.op.contains("type nat hook prerouting"))
+            .unwrap();
+        let t = failure_text(
+            &b,
+            &[Failure {
+                errno: 2,
+                seq: chain.seq,
+            }],
+        );
+        assert!(
+            t.contains("type nat chain needs kernel module nft_chain_nat"),
+            "{t}"
+        );
+        // Commit-time errors land on the first message: say so.
+        let t = failure_text(
+            &b,
+            &[Failure {
+                errno: 22,
+                seq: b.what[0].seq,
+            }],
+        );
+        assert!(
+            t.contains("add table inet istio-proxy-nat: Invalid argument"),
+            "{t}"
+        );
+        assert!(t.contains("found at commit"), "{t}");
+        assert!(no_groups("x").is_err());
     }
 }

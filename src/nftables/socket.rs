@@ -43,7 +43,10 @@ impl Socket {
         // A dump that never ends must not hang ADD.
         setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(10, 0))
             .map_err(|e| io("set a receive timeout", e))?;
-        // Large enough for every ack of a big batch.
+        // Every message of a batch is acked and all acks are queued before we read: make room for a large
+        // batch (CAP_NET_ADMIN may exceed rmem_max; without it the default stays and a huge batch fails
+        // closed with "did not acknowledge").
+        let _ = setsockopt(&fd, sockopt::RcvBufForce, &(4 << 20));
         Ok(Socket {
             fd,
             buf: vec![0u8; 1 << 16],
