@@ -322,3 +322,68 @@ fn fifty_concurrent_adds() {
         assert_eq!(listing(ns), want);
     }
 }
+
+/// Every pod vector that expects rules, in nftables mode: what ADD's plan programs over netlink lists exactly
+/// like `istio-cni explain --nft --pod` (the generator's script for the same capture configuration) loaded
+/// with `nft -f`.
+#[test]
+fn pod_vectors_in_nftables_mode_program_their_capture_configuration() {
+    if !require_root() {
+        return;
+    }
+    use istio_cni::plugin::sidecar::{plan, PodPlan};
+    let dir = conformance_dir().join("pod");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            std::fs::read_to_string(p.join("case.json"))
+                .unwrap()
+                .contains(r#""expect": "rules""#)
+        })
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 5, "pod vectors: {cases:?}");
+    let tmp = TempDir::new("nft-pod");
+    for case in cases {
+        let pod = json::parse_object(
+            &std::fs::read_to_string(case.join("pod.json")).unwrap(),
+            "pod",
+        )
+        .unwrap();
+        let addrs = ["10.0.0.2".parse().unwrap()];
+        let rules = match plan(&pod, &addrs, &|_| None).unwrap() {
+            PodPlan::Program(r) => r,
+            PodPlan::Skip(why) => panic!("{}: skipped: {why}", case.display()),
+        };
+        let ours = Netns::new("nftpod");
+        program(&ours, generate(&rules.capture).unwrap().ruleset());
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_istio-cni-node"))
+            .args(["istio-cni", "explain", "--nft", "--pod"])
+            .arg(case.join("pod.json"))
+            .arg("--conf")
+            .arg(case.join("conf.json"))
+            .env_clear()
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            case.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let script: String = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let file = tmp.write(
+            format!("{}.nft", case.file_name().unwrap().to_string_lossy()),
+            script,
+        );
+        let reference = Netns::new("nftpodref");
+        load_reference(&reference, &file, &tmp);
+        assert_eq!(listing(&ours), listing(&reference), "{}", case.display());
+    }
+}
