@@ -23,6 +23,8 @@ pub struct PodRules {
 
 /// Programs and verifies a pod's namespace.
 pub trait RuleBackend {
+    /// `iptables-nft`, `iptables-legacy`, … or `nftables`, for logs.
+    fn name(&self) -> String;
     /// Applies `rules` in the namespace at `netns_path`; returns the decision-log text.
     fn apply(&self, netns_path: &str, rules: PodRules, built_us: u128) -> Result<String>;
     /// CHECK: the namespace holds exactly our rules.
@@ -45,6 +47,10 @@ pub fn for_conf(conf: &NetConf) -> Result<Box<dyn RuleBackend>> {
 }
 
 impl RuleBackend for Iptables {
+    fn name(&self) -> String {
+        format!("iptables ({})", self.0.name())
+    }
+
     fn apply(&self, netns_path: &str, rules: PodRules, built_us: u128) -> Result<String> {
         let report = ipt::apply(netns_path, self.0, rules.plan)
             .context("program the pod's network namespace")?;
@@ -67,6 +73,10 @@ impl RuleBackend for Iptables {
 }
 
 impl RuleBackend for Nftables {
+    fn name(&self) -> String {
+        "nftables".into()
+    }
+
     fn apply(&self, netns_path: &str, rules: PodRules, built_us: u128) -> Result<String> {
         let t = Instant::now();
         let cfg = &rules.capture;
@@ -85,5 +95,21 @@ impl RuleBackend for Nftables {
     fn verify(&self, netns_path: &str, rules: PodRules) -> Result<()> {
         let rs = crate::nftables::generate(&rules.capture)?.ruleset();
         crate::nftables::apply::check(netns_path, rs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_nftables_selects_the_netlink_backend_without_probing_iptables() {
+        // The run dir does not exist: the iptables backend would have to probe, nftables never looks.
+        let conf = crate::cni::conf::parse(
+            r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni","native_nftables":true,
+                "cni_agent_run_dir":"/nonexistent/istio-cni-run"}"#,
+        )
+        .unwrap();
+        assert_eq!(for_conf(&conf).unwrap().name(), "nftables");
     }
 }
