@@ -97,7 +97,7 @@ fn load_reference(ns: &Netns, script: &Path, tmp: &TempDir) {
 fn program(ns: &Netns, rs: Ruleset) {
     istio_cni::netns::run_in(&ns.path(), move || {
         let mut s = Socket::open()?;
-        let b = encode::batch(&rs, &test_groups, None, 100)?;
+        let b = encode::batch(&rs, &test_groups, None, 100, false)?;
         let f = s.run_batch(&b)?;
         assert!(f.is_empty(), "batch failed: {f:?}");
         Ok(())

@@ -226,11 +226,12 @@ fn failure_text(b: &encode::Batch, failures: &[Failure]) -> String {
     format!("nftables run failed: {}", parts.join("; "))
 }
 
-/// Sends the convergent batch for `rs` (retrying once if the ruleset changed under us).
-fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32) -> Result<()> {
+/// Sends the batch for `rs`, replacing our tables if `replace` (retrying once, replacing, if the ruleset
+/// changed under us).
+fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32, mut replace: bool) -> Result<()> {
     for attempt in 0..2 {
         let seq0 = s.next_seq(0);
-        let b = encode::batch(rs, &resolve_group, Some(genid), seq0)?;
+        let b = encode::batch(rs, &resolve_group, Some(genid), seq0, replace)?;
         s.next_seq(b.what.len() as u32 + 2);
         let failures = s.run_batch(&b)?;
         if failures.is_empty() {
@@ -241,6 +242,7 @@ fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32) -> Result<()> {
             .any(|f| f.errno == nix::errno::Errno::ERESTART as i32 && f.seq == b.begin_seq);
         if restart && attempt == 0 {
             genid = observe(s, false)?.genid;
+            replace = true;
             continue;
         }
         return Err(Error::Rules(failure_text(&b, &failures)));
@@ -256,14 +258,14 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
     // A fresh namespace costs two round trips here; with our tables present this reads them all.
     let seen = observe(&mut s, false)?;
     let outcome = if seen.ours.is_empty() {
-        send(&mut s, rs, seen.genid)?;
+        send(&mut s, rs, seen.genid, false)?;
         Outcome::Applied
     } else {
         let want = state::desired(rs, &resolve_group)?;
         if state::diff(&want, &seen.ours, &|_, _, _| String::new()).is_empty() {
             Outcome::AlreadyInPlace
         } else {
-            send(&mut s, rs, seen.genid)?;
+            send(&mut s, rs, seen.genid, true)?;
             Outcome::Converged
         }
     };
@@ -331,7 +333,7 @@ mod tests {
         let cfg = crate::redirect::CaptureConfig::from_json(&o).unwrap();
         let rs = crate::nftables::generate(&cfg).unwrap().ruleset();
         let groups = |_: &str| -> Result<u32> { Ok(0) };
-        encode::batch(&rs, &groups, None, 10).unwrap()
+        encode::batch(&rs, &groups, None, 10, true).unwrap()
     }
 
     #[test]

@@ -62,10 +62,18 @@ impl Builder {
     }
 }
 
-/// Encodes the batch that makes the namespace's Istio tables exactly `rs`: every Istio table is created
-/// (no-op if present) and deleted, then the desired ones are built. `genid` (from a dump) makes the kernel
-/// refuse the batch with `ERESTART` if the ruleset changed since. `seq0` is BEGIN's sequence number.
-pub fn batch(rs: &Ruleset, groups: GroupResolver, genid: Option<u32>, seq0: u32) -> Result<Batch> {
+/// Encodes the batch that makes the namespace's Istio tables exactly `rs`. With `replace`, every Istio table
+/// is first created (no-op if present) and deleted; without it (a namespace a dump showed without Istio
+/// tables) the batch only creates, so its commit leaves nothing for the kernel to destroy (deleted objects
+/// make the socket's release wait for an RCU grace period, several ms). `genid` (from that dump) makes the
+/// kernel refuse the batch with `ERESTART` if the ruleset changed since. `seq0` is BEGIN's sequence number.
+pub fn batch(
+    rs: &Ruleset,
+    groups: GroupResolver,
+    genid: Option<u32>,
+    seq0: u32,
+    replace: bool,
+) -> Result<Batch> {
     let mut b = Builder {
         bytes: Vec::new(),
         what: Vec::new(),
@@ -83,7 +91,7 @@ pub fn batch(rs: &Ruleset, groups: GroupResolver, genid: Option<u32>, seq0: u32)
         NFNL_SUBSYS_NFTABLES,
         &begin.buf,
     ));
-    for t in TABLES {
+    for t in TABLES.into_iter().filter(|_| replace) {
         let mut a = Attrs::default();
         a.str(NFTA_TABLE_NAME, t.name()).be32(NFTA_TABLE_FLAGS, 0);
         b.push(

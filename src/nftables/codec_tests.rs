@@ -103,7 +103,7 @@ fn bodies(b: &Batch, msg: u16) -> Vec<Vec<u8>> {
 
 #[test]
 fn messages_match_the_bytes_nft_sends() {
-    let b = batch(&sample(), &no_groups, None, 0).unwrap();
+    let b = batch(&sample(), &no_groups, None, 0, true).unwrap();
     let chains = bodies(&b, NFT_MSG_NEWCHAIN);
     assert_eq!(chains[0], hex(NFT_CHAIN_OUTPUT));
     assert_eq!(chains[1], hex(NFT_CHAIN_INBOUND));
@@ -120,7 +120,7 @@ fn messages_match_the_bytes_nft_sends() {
 
 #[test]
 fn batch_framing() {
-    let b = batch(&sample(), &no_groups, Some(7), 100).unwrap();
+    let b = batch(&sample(), &no_groups, Some(7), 100, true).unwrap();
     let msgs = decode::messages(&b.bytes).unwrap();
     let first = msgs.first().unwrap();
     assert_eq!((first.kind, first.seq), (NFNL_MSG_BATCH_BEGIN, 100));
@@ -150,6 +150,11 @@ fn batch_framing() {
             "add table inet istio-proxy-nat"
         ]
     );
+    // A namespace without our tables gets a create-only batch: nothing for the kernel to destroy.
+    let fresh = batch(&sample(), &no_groups, Some(7), 100, false).unwrap();
+    assert_eq!(fresh.what[0].op, "add table inet istio-proxy-nat");
+    assert!(!fresh.what.iter().any(|w| w.op.starts_with("delete")));
+    assert_eq!(fresh.what.len(), b.what.len() - 6);
     let redirect = b
         .what
         .iter()
@@ -160,7 +165,7 @@ fn batch_framing() {
 
 #[test]
 fn rules_decode_back_to_what_was_lowered() {
-    let b = batch(&sample(), &no_groups, None, 0).unwrap();
+    let b = batch(&sample(), &no_groups, None, 0, true).unwrap();
     let msgs = decode::messages(&b.bytes).unwrap();
     let decoded: Vec<decode::RuleMsg> = msgs
         .iter()
@@ -199,7 +204,7 @@ fn every_capture_vector_round_trips() {
         let o = crate::json::parse_object(&std::fs::read_to_string(&p).unwrap(), "c").unwrap();
         let cfg = crate::redirect::CaptureConfig::from_json(&o).unwrap();
         let rs = generate(&cfg).unwrap().ruleset();
-        let b = batch(&rs, &groups, Some(1), 1).unwrap();
+        let b = batch(&rs, &groups, Some(1), 1, true).unwrap();
         let msgs = decode::messages(&b.bytes).unwrap();
         let mut rules = msgs.iter().filter(|m| m.kind == nft_type(NFT_MSG_NEWRULE));
         for ts in &rs.tables {
