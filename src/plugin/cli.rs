@@ -19,7 +19,7 @@ enum Sub {
     Explain(ExplainArgs),
 }
 
-/// Print the iptables-restore documents ADD would apply, without a cluster.
+/// Print the iptables-restore documents (or, with --nft, the nftables script) ADD would apply, without a cluster.
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "explain")]
 pub struct ExplainArgs {

@@ -5,6 +5,8 @@
 //!   not be redirected prints one `# no redirection: <reason>` line. Invalid annotations fail (stderr, exit 1)
 //!   with the error ADD gives.
 //! * `--capture CONFIG.json`: the documents for a raw capture configuration (conformance schema).
+//! * `--nft` (or a `--conf` with `native_nftables: true`): the nftables script instead, byte for byte
+//!   upstream's knftables transaction (the conformance `expected.nft`); ADD sends it as one netlink batch.
 //!
 //! Comment lines (`#`) with extra facts (TPROXY policy routing, which document is which) always come
 //! *after* the documents, so stripping `#` lines leaves exactly the restore input.
@@ -29,7 +31,7 @@ pub fn run(args: &ExplainArgs) -> i32 {
             0
         }
         Err(Usage(msg)) => {
-            eprintln!("istio-cni explain: {msg}\nUsage: istio-cni explain --pod POD.json [--conf CONF.json] | --capture CONFIG.json");
+            eprintln!("istio-cni explain: {msg}\nUsage: istio-cni explain [--nft] (--pod POD.json [--conf CONF.json] | --capture CONFIG.json)");
             2
         }
         Err(Failed(e)) => {
