@@ -282,3 +282,28 @@ fn istio_validation_passes_on_rules_programmed_in_nftables_mode() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
 }
+
+#[test]
+fn fifty_concurrent_plugin_adds_in_nftables_mode() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(58);
+    let pods: Vec<Pod> = (0..50)
+        .map(|i| node.bare_pod(&format!("par{i}"), i).with_native_nftables())
+        .collect();
+    let outs: Vec<PluginOutput> = std::thread::scope(|s| {
+        let hs: Vec<_> = pods.iter().map(|p| s.spawn(move || p.add())).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let first = pods[0]
+        .ns
+        .exec_ok(&["nft", "list", "table", "inet", "istio-proxy-nat"]);
+    assert!(first.contains("chain istio-output"), "{first}");
+    for (p, o) in pods.iter().zip(&outs) {
+        o.assert_success();
+        let l =
+            p.ns.exec_ok(&["nft", "list", "table", "inet", "istio-proxy-nat"]);
+        assert_eq!(l, first, "{}", p.ns.name());
+    }
+}
