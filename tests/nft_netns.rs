@@ -255,8 +255,21 @@ fn check_catches_a_deleted_rule_and_a_foreign_chain_hooked_before_ours() {
     ]);
     let e = check(&ns.path(), rs.clone()).unwrap_err().to_string();
     assert!(e.contains("foreign chain ip sneaky out (hook output, priority -150, 1 rules) runs before inet istio-proxy-nat output"), "{e}");
-    // An extra rule in one of our chains is reported too.
+    // Rules of other tools in other tables, even in forms we never send (a payload write), do not disturb
+    // CHECK or re-ADD.
     ns.exec_ok(&["nft", "delete table ip sneaky"]);
+    ns.exec_ok(&["nft", "add table inet other"]);
+    ns.exec_ok(&["nft", "add chain inet other c"]);
+    ns.exec_ok(&[
+        "nft",
+        "add rule inet other c tcp dport 22 tcp dport set 23 counter",
+    ]);
+    check(&ns.path(), rs.clone()).unwrap();
+    assert_eq!(
+        apply(&ns.path(), rs.clone(), false, None).unwrap(),
+        Outcome::AlreadyInPlace
+    );
+    // An extra rule in one of our chains is reported too.
     ns.exec_ok(&[
         "nft",
         "add rule inet istio-proxy-nat istio-output tcp dport 22 return",

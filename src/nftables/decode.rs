@@ -114,13 +114,19 @@ fn value(a: &[(u16, &[u8])], ty: u16) -> Result<Vec<u8>> {
     }
 }
 
-/// One expression from its `NFTA_LIST_ELEM` payload.
+/// One expression from its `NFTA_LIST_ELEM` payload. An expression of a known type whose attributes do not
+/// have the shape we send (another tool's rule, e.g. a payload write) becomes [`Expr::Other`], so a foreign
+/// rule is reported, never a reason to fail.
 pub fn expr(p: &[u8]) -> Result<Expr> {
     let a = attrs(p)?;
     let name = str_attr(&a, NFTA_EXPR_NAME)?;
     let d = attrs(get(&a, NFTA_EXPR_DATA).unwrap_or(&[]))?;
-    let has = |t| get(&d, t).is_some();
-    Ok(match name.as_str() {
+    Ok(known(&name, &d).unwrap_or_else(|_| Expr::Other(format!("{name}(other form)"))))
+}
+
+fn known(name: &str, d: &[(u16, &[u8])]) -> Result<Expr> {
+    let has = |t| get(d, t).is_some();
+    Ok(match name {
         "meta" if has(1) => Expr::Meta {
             key: be32(&d, 2)?,
             dreg: be32(&d, 1)?,
@@ -174,7 +180,7 @@ pub fn expr(p: &[u8]) -> Result<Expr> {
             key: be32(&d, 2)?,
             sreg: be32(&d, 4)?,
         },
-        _ => Expr::Other(name),
+        _ => Expr::Other(name.to_string()),
     })
 }
 
