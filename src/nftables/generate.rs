@@ -1,6 +1,6 @@
 //! The nftables generator (upstream `tools/istio-nftables/pkg/capture/run.go` `Run`, spec nftables.md §2.2),
 //! fed by the same [`CaptureConfig`] as the iptables generator. It records the operations in upstream's
-//! emission order ([`Transaction`]: the knftables script, byte for byte, via [`super::script`]) and the final
+//! emission order ([`Transaction`]: the knftables script, byte for byte, via [`mod@super::script`]) and the final
 //! per-chain rule order (§2.3) that the netlink encoder appends ([`Transaction::ruleset`]).
 
 use super::model::*;

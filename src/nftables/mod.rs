@@ -1,7 +1,7 @@
 //! Upstream's `native_nftables` mode, programmed directly over `NETLINK_NETFILTER` (spec nftables.md).
 //!
-//! Pure: [`model`] (typed rules), [`generate`] (the same [`crate::redirect::CaptureConfig`] as iptables →
-//! a transaction and its final rule set), [`script`] (the knftables text of the goldens), [`expr`] (rules →
+//! Pure: [`model`] (typed rules), [`mod@generate`] (the same [`crate::redirect::CaptureConfig`] as iptables →
+//! a transaction and its final rule set), [`mod@script`] (the knftables text of the goldens), [`expr`] (rules →
 //! kernel expressions), [`encode`] / [`decode`] (the netlink codec), [`state`] (comparable form, diff).
 //! Effects, thin: [`socket`] (one NETLINK_NETFILTER socket), [`apply`] (ADD and CHECK in the pod netns).
 
