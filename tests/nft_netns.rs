@@ -276,7 +276,7 @@ fn check_catches_a_deleted_rule_and_a_foreign_chain_hooked_before_ours() {
     ]);
     let e = check(&ns.path(), rs).unwrap_err().to_string();
     assert!(
-        e.contains("unexpected rule in inet istio-proxy-nat istio-output"),
+        e.contains("unexpected rule in inet istio-proxy-nat istio-output: [ meta load l4proto => reg 1 ] [ cmp eq reg 1 0x06 ] [ payload load 2b @ transport header + 2 => reg 1 ] [ cmp eq reg 1 0x0016 ] [ immediate reg 0 return ]"),
         "{e}"
     );
 }

@@ -10,6 +10,7 @@ pub mod batch;
 pub mod decode;
 pub mod encode;
 pub mod expr;
+mod expr_text;
 pub mod generate;
 mod generate_steps;
 pub mod model;

@@ -88,7 +88,7 @@ pub fn desired(rs: &Ruleset, groups: GroupResolver) -> Result<Tables> {
 
 /// A short rendering of a dumped rule for reports.
 pub fn describe(exprs: &[Expr]) -> String {
-    let v: Vec<String> = exprs.iter().map(|e| format!("{e:?}")).collect();
+    let v: Vec<String> = exprs.iter().map(|e| e.to_string()).collect();
     v.join(" ")
 }
 
