@@ -6,6 +6,7 @@
 //! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
 
 pub mod applet;
+pub mod backend;
 pub mod cli;
 pub mod cni;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod kube;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
+pub mod nftables;
 pub mod plugin;
 pub mod redirect;
 pub mod repair;

@@ -622,3 +622,16 @@ fn start_sweeps_our_temp_files_but_not_a_primarys_fresh_one() {
 
 // A higher-priority config appearing (followed without CNI_CONF_NAME, not ready when pinned) is covered
 // by tests/install_select_process.rs: master's pin-and-warn is a deviation we reject (README).
+
+#[test]
+fn native_nftables_mode_writes_the_flag_and_probes_no_iptables_backend() {
+    // The chart's `global.nativeNftables=true` (conformance chart/nftables.yaml) sets NATIVE_NFTABLES=true.
+    let n = Node::new("nft");
+    n.write_primary(5);
+    let mut p = n.start(&[("NATIVE_NFTABLES", "true")], &["--once"], "stderr-nft");
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+    let primary = fs::read_to_string(n.primary()).unwrap();
+    assert!(primary.contains(r#""native_nftables": true"#), "{primary}");
+    // The plugin programs nf_tables over netlink in this mode: no iptables backend is probed or recorded.
+    assert!(!n.run.join("iptables-backend").exists(), "{}", p.stderr());
+}

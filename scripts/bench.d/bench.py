@@ -263,6 +263,11 @@ class Bench:
             with open(os.path.join(d, "iptables-backend"), "w") as f:
                 f.write(backend + "\n")
             self.run_dirs[backend] = d
+        # nftables mode: the kubeconfig only (no iptables backend record in this mode).
+        d = os.path.join(self.work, "run-nftables")
+        os.makedirs(d)
+        shutil.copy(self.double.kubeconfig, os.path.join(d, "istio-cni-kubeconfig"))
+        self.run_dirs["nftables"] = d
         self.ipam_dir = os.path.join(self.work, "ipam")
         self.scratch_out = os.path.join(self.work, "stdout")
         self.base_env = {"PATH": PATH_ENV}
@@ -334,6 +339,8 @@ class Bench:
              "exclude_namespaces": ["kube-system"], "plugin_log_level": "info", "pod_lookup_timeout_seconds": 5,
              "kubernetes": {"kubeconfig": os.path.join(run, "istio-cni-kubeconfig"),
                             "exclude_namespaces": ["kube-system"], "cni_bin_dir": self.bins["ours"]}}
+        if backend == "nftables":
+            c["native_nftables"] = True
         if prev is not None:
             c["prevResult"] = prev
         return c
@@ -370,6 +377,46 @@ class Bench:
                 raise BenchError("cannot split explain output into IPv4 and IPv6 documents")
             return v4, v6
         return "".join(blocks), None
+
+    def explain_nft(self, pod):
+        """The nftables script a pod gets in native_nftables mode (comment lines dropped)."""
+        p = self.write(f"explain/{pod['metadata']['name']}-nft.json", json.dumps(pod))
+        r = subprocess.run([os.path.join(self.bins["ours"], "istio-cni"), "explain", "--nft", "--pod", p],
+                           capture_output=True, text=True, env={"PATH": PATH_ENV})
+        if r.returncode != 0:
+            raise BenchError(f"istio-cni explain --nft failed: {r.stderr.strip()}")
+        return "".join(l + "\n" for l in r.stdout.splitlines() if not l.startswith("#"))
+
+    def nftables_cases(self, n, tag, add_case):
+        """ADD in nftables mode (one netlink batch, no exec) against upstream's way as the floor: `nft -f` of
+        the same script, exec'd per pod inside its namespace."""
+        nft = shutil.which("nft", path=PATH_ENV)
+        if not nft:
+            note = "add-redirect-nftables: skipped, no nft binary for the floor (apt install nftables)"
+            if note not in self.notes:
+                self.notes.append(note)
+            return
+        case = "add-redirect-nftables"
+        script = self.write(f"docs/{case}.nft", self.explain_nft(pod_object("rep")))
+        fr = self.make_pods(n, False)
+        jobs = [[([nft, "-f", script], self.base_env, None, nsname)] for nsname, _ in fr]
+        add_case("floor-nft-f", "nft -f of the same script alone (upstream's way)", "floor", jobs,
+                 kind="floor", check=("nftables", [x[0] for x in fr]))
+        pp = self.make_pods(n, False)
+        names = [f"ours-{case}-{tag}{i}" for i in range(n)]
+        objs, jobs = [], []
+        for (nsname, prev), nm in zip(pp, names):
+            ips = [ip["address"].split("/")[0] for ip in prev["ips"]]
+            objs.append(pod_object(nm, ips=ips))
+            conf = self.write(f"stdin/ours-{nm}.json", json.dumps(self.conf("nftables", prev)))
+            env = self.cni_env("ours", "ADD", f"/run/netns/{nsname}",
+                               f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={nm}")
+            jobs.append((self.argv("ours"), env, conf, None))
+        self.double.add_pods(objs)
+        add_case(case, "ADD with redirect, IPv4 REDIRECT, nftables over netlink", "ours", jobs,
+                 floor="floor-nft-f", check=("nftables", [x[0] for x in pp]))
+        add_case("check-nftables", "CHECK (nftables, redirected pod)", "ours",
+                 [(j[0], dict(j[1], CNI_COMMAND="CHECK"), j[2], None) for j in jobs], floor="floor-noop")
 
     # ---- the cases
     def plan(self, n, tag):
@@ -508,6 +555,7 @@ class Bench:
                         for (nsname, _), nm in zip(fs, names)]
                 add_case("floor-getsave", "TLS GET + iptables-nft-save (minimal static client)", "floor", jobs,
                          kind="floor")
+        self.nftables_cases(n, tag, add_case)
         return cases
 
     def argv(self, impl):
@@ -551,6 +599,14 @@ class Bench:
         if not case["check"]:
             return
         backend, names = case["check"]
+        if backend == "nftables":
+            for nm in (names[0], names[-1]):
+                r = self.nss.run_in(nm, ["nft", "list", "table", "inet", "istio-proxy-nat"],
+                                    capture_output=True, text=True)
+                if "chain istio-output" not in r.stdout:
+                    raise BenchError(f"{case['name']} ({case['impl']}): no istio-output chain in pod netns {nm} "
+                                     f"after the run:\n{r.stdout[:1500]}{r.stderr[:500]}")
+            return
         for nm in (names[0], names[-1]):
             r = self.nss.run_in(nm, [f"iptables-{backend}-save"], capture_output=True, text=True)
             if "ISTIO_OUTPUT" not in r.stdout:
@@ -677,6 +733,7 @@ class Bench:
         pat_lookup = re.compile(r"pod lookup ([0-9.]+) ms")
         pat_built = re.compile(r"rules built in ([0-9.]+) ms")
         pat_step = re.compile(r"(IPv4|IPv6|ipv4|ipv6|v4|v6)\s+\w+ in ([0-9.]+) ms")
+        pat_nft = re.compile(r"nftables\): rules built in [0-9.]+ ms, \w+ in ([0-9.]+) ms")
         for c in self.cases:
             if c["impl"] != "ours" or not c["name"].startswith("add-"):
                 continue
@@ -694,6 +751,8 @@ class Bench:
                     bl.append(float(m.group(1)))
                 for fam, v in pat_step.findall(l):
                     st.setdefault(fam, []).append(float(v))
+                for v in pat_nft.findall(l):
+                    st.setdefault("nftables_apply", []).append(float(v))
             if lk or bl:
                 res[c["name"]] = {"pod_lookup_ms": median(lk), "rules_built_ms": median(bl),
                                   **{f"restore_{k}_ms": median(v) for k, v in st.items()}}

@@ -83,14 +83,19 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
         inst.settings.bin_dir.display()
     );
     inst.sweep_conf_temps()?;
-    match crate::iptables::backend::record_host_backend(
-        &inst.settings.run_dir,
-        inst.settings.forced_iptables_backend,
-    ) {
-        Ok(b) => log::info!("host iptables backend: {b}"),
-        Err(e) => log::warn!(
-            "could not record the host iptables backend (the plugin will detect it): {e}"
-        ),
+    if inst.settings.native_nftables {
+        // The plugin programs nf_tables over netlink: no host binary, so no iptables backend to probe.
+        log::info!("native nftables mode: no iptables backend probe");
+    } else {
+        match crate::iptables::backend::record_host_backend(
+            &inst.settings.run_dir,
+            inst.settings.forced_iptables_backend,
+        ) {
+            Ok(b) => log::info!("host iptables backend: {b}"),
+            Err(e) => log::warn!(
+                "could not record the host iptables backend (the plugin will detect it): {e}"
+            ),
+        }
     }
     let state = State::new();
     let once = inst.settings.once.then_some(inst.settings.wait_timeout);

@@ -6,6 +6,8 @@
 //!   not be redirected prints one `# no redirection: <reason>` line. Invalid annotations fail (stderr, exit 1)
 //!   with the error ADD gives.
 //! * `--capture CONFIG.json`: the documents for a raw capture configuration (conformance schema).
+//! * `--nft` (or a `--conf` with `native_nftables: true`): the nftables script instead, byte for byte
+//!   upstream's knftables transaction (the conformance `expected.nft`); ADD sends it as one netlink batch.
 //!
 //! Comment lines (`#`) with extra facts (TPROXY policy routing, which document is which) always come
 //! *after* the documents, so stripping `#` lines leaves exactly the restore input.
@@ -17,7 +19,7 @@ use crate::redirect::plan::{self, decide_pod, shortcut, Addresses, NodeEnv, PodP
 use crate::redirect::{render, CaptureConfig, Documents, PodInfo, TproxyRoute};
 use argh::FromArgs;
 
-/// Print the iptables-restore documents ADD would apply, without a cluster.
+/// Print the iptables-restore documents (or, with --nft, the nftables script) ADD would apply, without a cluster.
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "explain")]
 pub struct ExplainArgs {
@@ -30,6 +32,9 @@ pub struct ExplainArgs {
     /// a raw capture configuration as JSON (the conformance schema)
     #[argh(option)]
     pub capture: Option<String>,
+    /// print the nftables script (native_nftables mode) instead of the iptables documents
+    #[argh(switch)]
+    pub nft: bool,
 }
 
 /// The configuration explain assumes without `--conf`: no excluded namespaces, no agent namespace.
@@ -43,7 +48,7 @@ pub fn run(args: &ExplainArgs) -> i32 {
             0
         }
         Err(Usage(msg)) => {
-            eprintln!("istio-cni explain: {msg}\nUsage: istio-cni explain --pod POD.json [--conf CONF.json] | --capture CONFIG.json");
+            eprintln!("istio-cni explain: {msg}\nUsage: istio-cni explain [--nft] (--pod POD.json [--conf CONF.json] | --capture CONFIG.json)");
             2
         }
         Err(Failed(e)) => {
@@ -73,8 +78,8 @@ pub fn explain(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> std::result::Result<String, ExplainError> {
     match (&args.pod, &args.conf, &args.capture) {
-        (None, None, Some(c)) => Ok(explain_capture(c)?),
-        (Some(p), c, None) => Ok(explain_pod(p, c.as_deref(), env)?),
+        (None, None, Some(c)) => Ok(explain_capture(c, args.nft)?),
+        (Some(p), c, None) => Ok(explain_pod(p, c.as_deref(), env, args.nft)?),
         (_, _, Some(_)) => Err(Usage("--capture cannot be combined with --pod or --conf")),
         (None, _, None) => Err(Usage("give --pod (optionally with --conf) or --capture")),
     }
@@ -84,16 +89,42 @@ fn read(path: &str) -> Result<String> {
     std::fs::read_to_string(path).io_context(|| format!("read {path}"))
 }
 
-fn explain_capture(path: &str) -> Result<String> {
+fn explain_capture(path: &str, nft: bool) -> Result<String> {
     let o = json::parse_object(&read(path)?, path)?;
     let cfg = CaptureConfig::from_json(&o).with_context(|| path.to_string())?;
-    Ok(format_docs(&render(&cfg)?, &[]))
+    output(&cfg, nft, &[])
+}
+
+/// The iptables documents, or with `nft` the nftables script, then the comment lines.
+fn output(cfg: &CaptureConfig, nft: bool, notes: &[String]) -> Result<String> {
+    if !nft {
+        return Ok(format_docs(&render(cfg)?, notes));
+    }
+    let mut out = crate::nftables::script(&crate::nftables::generate(cfg)?);
+    let mut all = vec![format!(
+        "# above: the nftables script (nft -f), applied natively as one netlink batch; IPv6 {}",
+        if cfg.enable_ipv6 {
+            "enabled, ::6/128 is added to lo"
+        } else {
+            "not enabled"
+        }
+    )];
+    if let Some(t) = cfg.tproxy_route() {
+        all.extend(route_notes(&t));
+    }
+    all.extend(notes.iter().cloned());
+    for n in all {
+        out.push_str(&n);
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 fn explain_pod(
     pod_path: &str,
     conf_path: Option<&str>,
     env: &dyn Fn(&str) -> Option<String>,
+    nft: bool,
 ) -> Result<String> {
     let netconf: NetConf = match conf_path {
         Some(p) => conf::parse(&read(p)?).with_context(|| format!("network configuration {p}"))?,
@@ -122,12 +153,6 @@ fn explain_pod(
         PodPlan::Skip(why) => return Ok(format!("# no redirection: {why}\n")),
         PodPlan::Redirect(r) => r,
     };
-    if netconf.native_nftables {
-        return Err(Error::UnsupportedField {
-            field: "native_nftables".into(),
-            value: "true (no nftables backend in this build)".into(),
-        });
-    }
     let mut notes = Vec::new();
     let addrs = if info.pod_ips.is_empty() {
         notes.push(
@@ -139,8 +164,8 @@ fn explain_pod(
         // The pod's IPs all sit on its one interface: decided as ADD decides inside the namespace.
         Addresses::PodIps(&info.pod_ips)
     };
-    let docs = plan::plan(&r, addrs, &NodeEnv::take(env))?;
-    Ok(format_docs(&docs, &notes))
+    let cfg = plan::capture(&r, addrs, &NodeEnv::take(env))?;
+    output(&cfg, nft || netconf.native_nftables, &notes)
 }
 
 fn route_notes(t: &TproxyRoute) -> Vec<String> {

@@ -47,6 +47,7 @@ fn run_pod(
         pod: Some(t.file("pod.json", pod_json)),
         conf: conf.map(|c| t.file("conf.json", c)),
         capture: None,
+        nft: false,
     };
     explain(&args, &|_| None)
 }
@@ -215,15 +216,16 @@ fn no_pod_ips_assumes_ipv4_with_a_note() {
 }
 
 #[test]
-fn nftables_conf_is_refused() {
+fn nftables_conf_prints_the_nft_script() {
     let t = Tmp::new("nft");
     let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni","native_nftables":true}"#;
-    let e = failed(run_pod(
+    let out = ok(run_pod(
         &t,
         &pod("ns", "p", STATUS, "", &["10.0.0.2"]),
         Some(conf),
     ));
-    assert!(e.to_string().contains("native_nftables"), "{e}");
+    assert!(out.starts_with("add table inet istio-proxy-nat\n"), "{out}");
+    assert!(!out.contains("*nat"), "{out}");
 }
 
 #[test]
@@ -232,18 +234,21 @@ fn usage_and_file_errors() {
         pod: None,
         conf: None,
         capture: None,
+        nft: false,
     };
     assert!(matches!(explain(&none, &|_| None), Err(Usage(_))));
     let both = ExplainArgs {
         pod: Some("a".into()),
         conf: None,
         capture: Some("b".into()),
+        nft: false,
     };
     assert!(matches!(explain(&both, &|_| None), Err(Usage(_))));
     let missing = ExplainArgs {
         pod: Some("/nonexistent/pod.json".into()),
         conf: None,
         capture: None,
+        nft: false,
     };
     let e = failed(explain(&missing, &|_| None));
     assert!(e.to_string().contains("/nonexistent/pod.json"), "{e}");
@@ -252,6 +257,7 @@ fn usage_and_file_errors() {
         pod: None,
         conf: None,
         capture: Some(t.file("c.json", "{")),
+        nft: false,
     };
     let e = failed(explain(&bad, &|_| None));
     assert!(e.to_string().contains("c.json"), "{e}");
@@ -264,6 +270,7 @@ fn node_environment_is_validated() {
         pod: Some(t.file("pod.json", &pod("ns", "p", STATUS, "", &["10.0.0.2"]))),
         conf: None,
         capture: None,
+        nft: false,
     };
     let env = |k: &str| (k == "ISTIO_OUTBOUND_OWNER_GROUPS").then(|| "java -j ACCEPT".to_string());
     let e = failed(explain(&args, &env));

@@ -263,6 +263,17 @@ impl Pod<'_> {
         );
     }
 
+    /// The same pod with `native_nftables: true` in its network configuration.
+    pub fn with_native_nftables(mut self) -> Self {
+        self.conf = self.conf.replacen(
+            r#""type":"istio-cni""#,
+            r#""type":"istio-cni","native_nftables":true"#,
+            1,
+        );
+        assert!(self.conf.contains("native_nftables"), "{}", self.conf);
+        self
+    }
+
     /// `prog` (an iptables-save) inside the pod, without comments and counters.
     pub fn save(&self, prog: &str) -> String {
         self.ns.saved_rules(prog)

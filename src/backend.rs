@@ -1,0 +1,165 @@
+//! The seam below the plugin's ADD/CHECK and the repair agent: one rule backend per mode, both fed by the
+//! same pure plan ([`crate::redirect::plan`]: decision → redirect → [`CaptureConfig`] from the addresses read
+//! inside the pod's namespace). iptables applies the rendered `iptables-restore` documents (with its host
+//! backend probe record); nftables applies one netlink batch built from the same configuration (no host
+//! binary, no record).
+
+use crate::cni::NetConf;
+use crate::error::{Context, Result};
+use crate::iptables::apply::{self as ipt, Addresses, Plan};
+use crate::iptables::Family;
+use crate::redirect::plan::{self, NodeEnv};
+use crate::redirect::{CaptureConfig, Documents, Redirect};
+use std::path::Path;
+
+/// Programs and verifies a pod's namespace. Both methods enter the namespace once, read its addresses
+/// there (the IPv6 decision, plugin.md §4.3) and plan from `redirect` and `env`.
+pub trait RuleBackend {
+    /// `iptables (iptables-nft)`, … or `nftables`, for logs.
+    fn name(&self) -> String;
+    /// Applies the plan in the namespace at `netns_path`; returns the decision-log text. `decide_us` is
+    /// the time already spent deciding, for that text.
+    fn apply(
+        &self,
+        netns_path: &str,
+        redirect: Redirect,
+        env: NodeEnv,
+        decide_us: u128,
+    ) -> Result<String>;
+    /// CHECK: the namespace holds exactly our rules and nothing is hooked before them.
+    fn verify(&self, netns_path: &str, redirect: Redirect, env: NodeEnv) -> Result<()>;
+}
+
+/// iptables through `iptables-restore` (the backend the installer probed, from the run dir).
+pub struct Iptables(pub crate::iptables::Backend);
+
+/// nf_tables over `NETLINK_NETFILTER` (`native_nftables: true`).
+pub struct Nftables;
+
+/// The backend the configuration selects.
+pub fn for_conf(conf: &NetConf) -> Result<Box<dyn RuleBackend>> {
+    if conf.native_nftables {
+        return Ok(Box::new(Nftables));
+    }
+    let b = crate::iptables::backend::for_plugin(Path::new(&conf.cni_agent_run_dir))?;
+    Ok(Box::new(Iptables(b)))
+}
+
+/// The capture configuration for the namespace whose addresses are `addrs`.
+fn capture(redirect: &Redirect, env: &NodeEnv, addrs: &Addresses) -> Result<CaptureConfig> {
+    plan::capture(redirect, plan::Addresses::Netns(addrs), env)
+}
+
+/// The documents in the shape the iptables backend applies.
+fn to_apply(docs: Documents) -> Plan {
+    let ipv6 = docs.v6.is_some();
+    let mut list = vec![(Family::V4, docs.v4)];
+    if let Some(d) = docs.v6 {
+        list.push((Family::V6, d));
+    }
+    Plan {
+        docs: list,
+        tproxy: docs.tproxy_route.as_ref().map(|r| (r.mark, r.table)),
+        ipv6_passthrough: ipv6,
+    }
+}
+
+/// The iptables planner run inside the pod's namespace.
+fn ipt_planner(
+    redirect: Redirect,
+    env: NodeEnv,
+) -> impl FnOnce(&Addresses) -> Result<Plan> + Send + 'static {
+    move |addrs| {
+        Ok(to_apply(crate::redirect::render(&capture(
+            &redirect, &env, addrs,
+        )?)?))
+    }
+}
+
+fn mode(tproxy: bool, ipv6: bool) -> String {
+    format!(
+        "{} mode, {}",
+        if tproxy { "TPROXY" } else { "REDIRECT" },
+        if ipv6 { "IPv4+IPv6" } else { "IPv4" }
+    )
+}
+
+impl RuleBackend for Iptables {
+    fn name(&self) -> String {
+        format!("iptables ({})", self.0.name())
+    }
+
+    fn apply(
+        &self,
+        netns_path: &str,
+        redirect: Redirect,
+        env: NodeEnv,
+        decide_us: u128,
+    ) -> Result<String> {
+        let report = ipt::apply(netns_path, self.0, ipt_planner(redirect, env))
+            .context("program the pod's network namespace")?;
+        let steps: Vec<String> = report
+            .families
+            .iter()
+            .map(|(f, o, us)| format!("{} {:?} in {:.1} ms", f.name(), o, *us as f64 / 1000.0))
+            .collect();
+        Ok(format!(
+            "redirected ({}, iptables backend {}): rules built in {:.2} ms, {}",
+            mode(report.tproxy, report.ipv6),
+            self.0.name(),
+            (decide_us + report.plan_us) as f64 / 1000.0,
+            steps.join(", ")
+        ))
+    }
+
+    fn verify(&self, netns_path: &str, redirect: Redirect, env: NodeEnv) -> Result<()> {
+        ipt::check(netns_path, self.0, ipt_planner(redirect, env))
+    }
+}
+
+impl RuleBackend for Nftables {
+    fn name(&self) -> String {
+        "nftables".into()
+    }
+
+    fn apply(
+        &self,
+        netns_path: &str,
+        redirect: Redirect,
+        env: NodeEnv,
+        decide_us: u128,
+    ) -> Result<String> {
+        let r = crate::nftables::apply::apply_planned(netns_path, move |addrs| {
+            capture(&redirect, &env, addrs)
+        })?;
+        Ok(format!(
+            "redirected ({}, nftables): rules built in {:.2} ms, {:?} in {:.1} ms",
+            mode(r.tproxy, r.ipv6),
+            (decide_us + r.plan_us) as f64 / 1000.0,
+            r.outcome,
+            r.apply_us as f64 / 1000.0
+        ))
+    }
+
+    fn verify(&self, netns_path: &str, redirect: Redirect, env: NodeEnv) -> Result<()> {
+        crate::nftables::apply::check_planned(netns_path, move |addrs| {
+            capture(&redirect, &env, addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_nftables_selects_the_netlink_backend_without_probing_iptables() {
+        // The run dir does not exist: the iptables backend would have to probe, nftables never looks.
+        let conf = crate::cni::conf::parse(
+            r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni","native_nftables":true,
+                "cni_agent_run_dir":"/nonexistent/istio-cni-run"}"#,
+        )
+        .unwrap();
+        assert_eq!(for_conf(&conf).unwrap().name(), "nftables");
+    }
+}

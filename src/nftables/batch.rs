@@ -1,0 +1,236 @@
+//! The one nf_tables batch that replaces our tables (spec nftables.md §3.4, convergent variant), encoded
+//! purely from a [`Ruleset`]: `NEWTABLE`+`DELTABLE` for each Istio table, then every desired table, chain,
+//! anonymous set and rule, appended in final order, between `BATCH_BEGIN` and `BATCH_END`. Every inner
+//! message asks for an ack; [`Batch::what`] maps each sequence number back to the operation and the kernel
+//! modules it needs, for error messages.
+
+use super::encode::*;
+use super::expr::{lower, Expr, GroupResolver};
+use super::model::{rule_text, Ruleset, TABLES};
+use crate::error::Result;
+
+/// What one message of a batch does, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct What {
+    pub seq: u32,
+    /// The operation in nft syntax (`add rule inet istio-proxy-nat output counter jump istio-output`).
+    pub op: String,
+    /// `(expression, kernel module)` pairs this message needs beyond nf_tables.
+    pub modules: Vec<(String, &'static str)>,
+}
+
+/// An encoded batch.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub bytes: Vec<u8>,
+    /// Every inner message (all ask for an ack), in order.
+    pub what: Vec<What>,
+    /// Sequence numbers of BEGIN and END.
+    pub begin_seq: u32,
+}
+
+struct Builder {
+    bytes: Vec<u8>,
+    what: Vec<What>,
+    seq: u32,
+}
+
+impl Builder {
+    fn push(
+        &mut self,
+        msg: u16,
+        flags: u16,
+        attrs: &Attrs,
+        op: String,
+        modules: Vec<(String, &'static str)>,
+    ) {
+        self.seq = self.seq.wrapping_add(1);
+        let m = message(
+            nft_type(msg),
+            NLM_F_REQUEST | NLM_F_ACK | flags,
+            self.seq,
+            NFPROTO_INET,
+            0,
+            &attrs.buf,
+        );
+        self.bytes.extend_from_slice(&m);
+        self.what.push(What {
+            seq: self.seq,
+            op,
+            modules,
+        });
+    }
+}
+
+/// Encodes the batch that makes the namespace's Istio tables exactly `rs`. With `replace`, every Istio table
+/// is first created (no-op if present) and deleted; without it (a namespace a dump showed without Istio
+/// tables) the batch only creates, so its commit leaves nothing for the kernel to destroy (deleted objects
+/// make the socket's release wait for an RCU grace period, several ms). `genid` (from that dump) makes the
+/// kernel refuse the batch with `ERESTART` if the ruleset changed since. `seq0` is BEGIN's sequence number.
+pub fn batch(
+    rs: &Ruleset,
+    groups: GroupResolver,
+    genid: Option<u32>,
+    seq0: u32,
+    replace: bool,
+) -> Result<Batch> {
+    let mut b = Builder {
+        bytes: Vec::new(),
+        what: Vec::new(),
+        seq: seq0,
+    };
+    let mut begin = Attrs::default();
+    if let Some(g) = genid {
+        begin.be32(NFNL_BATCH_GENID, g);
+    }
+    b.bytes.extend_from_slice(&message(
+        NFNL_MSG_BATCH_BEGIN,
+        NLM_F_REQUEST,
+        seq0,
+        NFPROTO_UNSPEC,
+        NFNL_SUBSYS_NFTABLES,
+        &begin.buf,
+    ));
+    for t in TABLES.into_iter().filter(|_| replace) {
+        let mut a = Attrs::default();
+        a.str(NFTA_TABLE_NAME, t.name()).be32(NFTA_TABLE_FLAGS, 0);
+        b.push(
+            NFT_MSG_NEWTABLE,
+            0,
+            &a,
+            format!("add table inet {}", t.name()),
+            vec![],
+        );
+        let mut a = Attrs::default();
+        a.str(NFTA_TABLE_NAME, t.name());
+        b.push(
+            NFT_MSG_DELTABLE,
+            0,
+            &a,
+            format!("delete table inet {}", t.name()),
+            vec![],
+        );
+    }
+    let mut set_id: u32 = 0;
+    for ts in &rs.tables {
+        let tn = ts.table.name();
+        let mut a = Attrs::default();
+        a.str(NFTA_TABLE_NAME, tn).be32(NFTA_TABLE_FLAGS, 0);
+        b.push(
+            NFT_MSG_NEWTABLE,
+            0,
+            &a,
+            format!("add table inet {tn}"),
+            vec![],
+        );
+        for c in &ts.chains {
+            let mut a = Attrs::default();
+            a.str(NFTA_CHAIN_TABLE, tn).str(NFTA_CHAIN_NAME, c.name);
+            let mut op = format!("add chain inet {tn} {}", c.name);
+            let mut modules = vec![];
+            if let Some(h) = ts.table.hook(c.name) {
+                // Attribute order as nft sends it (type, then hook).
+                a.str(NFTA_CHAIN_TYPE, h.kind);
+                a.nest(NFTA_CHAIN_HOOK, |n| {
+                    n.be32(NFTA_HOOK_HOOKNUM, h.hooknum)
+                        .put(NFTA_HOOK_PRIORITY, &h.priority.to_be_bytes());
+                });
+                op = format!(
+                    "{op} {{ type {} hook {} priority {} ; }}",
+                    h.kind, h.hook, h.priority
+                );
+                if h.kind == "nat" {
+                    modules.push(("type nat chain".to_string(), "nft_chain_nat"));
+                }
+            }
+            b.push(NFT_MSG_NEWCHAIN, NLM_F_CREATE, &a, op, modules);
+        }
+        for c in &ts.chains {
+            for items in &c.rules {
+                let text = format!("add rule inet {tn} {} {}", c.name, rule_text(items));
+                let mut low = lower(items, groups)?;
+                // Anonymous sets first, with batch-unique ids; the lookups point at them.
+                let mut ids = Vec::new();
+                for elems in &low.sets {
+                    set_id += 1;
+                    ids.push(set_id);
+                    let mut a = Attrs::default();
+                    a.str(NFTA_SET_TABLE, tn)
+                        .str(NFTA_SET_NAME, "__set%d")
+                        .be32(NFTA_SET_FLAGS, SET_ANON_CONST)
+                        .be32(NFTA_SET_KEY_TYPE, KEY_TYPE_INET_SERVICE)
+                        .be32(NFTA_SET_KEY_LEN, 2)
+                        .be32(NFTA_SET_ID, set_id)
+                        .nest(NFTA_SET_DESC, |d| {
+                            d.be32(NFTA_SET_DESC_SIZE, elems.len() as u32);
+                        });
+                    b.push(
+                        NFT_MSG_NEWSET,
+                        NLM_F_CREATE,
+                        &a,
+                        format!("{text} (its set)"),
+                        vec![],
+                    );
+                    let mut a = Attrs::default();
+                    a.str(NFTA_SET_ELEM_LIST_TABLE, tn)
+                        .str(NFTA_SET_ELEM_LIST_SET, "__set%d")
+                        .be32(NFTA_SET_ELEM_LIST_SET_ID, set_id)
+                        .nest(NFTA_SET_ELEM_LIST_ELEMENTS, |l| {
+                            // libnftnl numbers the elements 1, 2, … (the kernel ignores the type).
+                            for (i, el) in elems.iter().enumerate() {
+                                l.nest(i as u16 + 1, |e| {
+                                    e.nest(NFTA_SET_ELEM_KEY, |k| {
+                                        k.put(NFTA_DATA_VALUE, el);
+                                    });
+                                });
+                            }
+                        });
+                    b.push(
+                        NFT_MSG_NEWSETELEM,
+                        NLM_F_CREATE,
+                        &a,
+                        format!("{text} (its set elements)"),
+                        vec![],
+                    );
+                }
+                for e in low.exprs.iter_mut() {
+                    if let Expr::Lookup {
+                        set_id: Some(i), ..
+                    } = e
+                    {
+                        *i = ids.get(*i as usize).copied().unwrap_or(0);
+                    }
+                }
+                let modules = low
+                    .exprs
+                    .iter()
+                    .filter_map(|e| super::expr::module_of(e).map(|m| (e.name().to_string(), m)))
+                    .collect();
+                let mut a = Attrs::default();
+                a.str(NFTA_RULE_TABLE, tn).str(NFTA_RULE_CHAIN, c.name);
+                expressions(&low.exprs, &mut a);
+                b.push(
+                    NFT_MSG_NEWRULE,
+                    NLM_F_CREATE | NLM_F_APPEND,
+                    &a,
+                    text,
+                    modules,
+                );
+            }
+        }
+    }
+    let end_seq = b.seq.wrapping_add(1);
+    b.bytes.extend_from_slice(&message(
+        NFNL_MSG_BATCH_END,
+        NLM_F_REQUEST,
+        end_seq,
+        NFPROTO_UNSPEC,
+        NFNL_SUBSYS_NFTABLES,
+        &[],
+    ));
+    Ok(Batch {
+        bytes: b.bytes,
+        what: b.what,
+        begin_seq: seq0,
+    })
+}

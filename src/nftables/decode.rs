@@ -1,0 +1,281 @@
+//! Pure netlink decoding: messages, attributes, and the nf_tables objects CHECK reads back (spec
+//! nftables.md §5) into the same [`Expr`] model the encoder consumes. Dumps add what was never sent
+//! (counter values, handles, `bitwise` OP 0, `redir` REG_PROTO_MAX); those are dropped here so a dumped
+//! rule compares equal to the rule we would send. Malformed input is an error, never a panic.
+
+use super::encode::*;
+use super::expr::{Data, Expr};
+use crate::error::{Error, Result};
+
+/// One netlink message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Msg<'a> {
+    pub kind: u16,
+    pub flags: u16,
+    pub seq: u32,
+    /// Everything after the 16-byte header.
+    pub body: &'a [u8],
+}
+
+fn bad(what: &str) -> Error {
+    Error::other(format!("malformed netlink reply: {what}"))
+}
+
+fn u16_at(b: &[u8], i: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(i..i + 2)?.try_into().ok()?))
+}
+
+fn u32_at(b: &[u8], i: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
+}
+
+/// Splits a buffer into messages.
+pub fn messages(buf: &[u8]) -> Result<Vec<Msg<'_>>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < buf.len() {
+        let len = u32_at(buf, i).ok_or_else(|| bad("truncated header"))? as usize;
+        if len < 16 || i + len > buf.len() {
+            return Err(bad("bad message length"));
+        }
+        out.push(Msg {
+            kind: u16_at(buf, i + 4).ok_or_else(|| bad("header"))?,
+            flags: u16_at(buf, i + 6).ok_or_else(|| bad("header"))?,
+            seq: u32_at(buf, i + 8).ok_or_else(|| bad("header"))?,
+            body: &buf[i + 16..i + len],
+        });
+        i += (len + 3) & !3;
+    }
+    Ok(out)
+}
+
+/// Attributes of a block: `(type without flag bits, payload)`.
+pub fn attrs(b: &[u8]) -> Result<Vec<(u16, &[u8])>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + 4 <= b.len() {
+        let len = u16_at(b, i).ok_or_else(|| bad("attribute"))? as usize;
+        let ty = u16_at(b, i + 2).ok_or_else(|| bad("attribute"))? & 0x3fff;
+        if len < 4 || i + len > b.len() {
+            return Err(bad("bad attribute length"));
+        }
+        out.push((ty, &b[i + 4..i + len]));
+        i += (len + 3) & !3;
+    }
+    Ok(out)
+}
+
+fn get<'a>(a: &[(u16, &'a [u8])], ty: u16) -> Option<&'a [u8]> {
+    a.iter().find(|(t, _)| *t == ty).map(|(_, p)| *p)
+}
+
+fn be32(a: &[(u16, &[u8])], ty: u16) -> Result<u32> {
+    let p = get(a, ty).ok_or_else(|| bad("missing attribute"))?;
+    let arr: [u8; 4] = p
+        .get(..4)
+        .and_then(|s| s.try_into().ok())
+        .ok_or_else(|| bad("short u32"))?;
+    Ok(u32::from_be_bytes(arr))
+}
+
+fn string(p: &[u8]) -> String {
+    let end = p.iter().position(|&c| c == 0).unwrap_or(p.len());
+    String::from_utf8_lossy(&p[..end]).into_owned()
+}
+
+fn str_attr(a: &[(u16, &[u8])], ty: u16) -> Result<String> {
+    get(a, ty)
+        .map(string)
+        .ok_or_else(|| bad("missing string attribute"))
+}
+
+/// The attributes of an nf_tables message (after `nfgenmsg`).
+pub fn nft_attrs<'a>(m: &Msg<'a>) -> Result<Vec<(u16, &'a [u8])>> {
+    attrs(m.body.get(4..).ok_or_else(|| bad("short nfgenmsg"))?)
+}
+
+fn data(p: &[u8]) -> Result<Data> {
+    let a = attrs(p)?;
+    if let Some(v) = get(&a, NFTA_DATA_VALUE) {
+        return Ok(Data::Value(v.to_vec()));
+    }
+    let v = attrs(get(&a, NFTA_DATA_VERDICT).ok_or_else(|| bad("data without value or verdict"))?)?;
+    let code = be32(&v, NFTA_VERDICT_CODE)? as i32;
+    Ok(Data::Verdict {
+        code,
+        chain: get(&v, NFTA_VERDICT_CHAIN).map(string),
+    })
+}
+
+fn value(a: &[(u16, &[u8])], ty: u16) -> Result<Vec<u8>> {
+    match data(get(a, ty).ok_or_else(|| bad("missing data"))?)? {
+        Data::Value(v) => Ok(v),
+        Data::Verdict { .. } => Err(bad("verdict where a value was expected")),
+    }
+}
+
+/// One expression from its `NFTA_LIST_ELEM` payload. An expression of a known type whose attributes do not
+/// have the shape we send (another tool's rule, e.g. a payload write) becomes [`Expr::Other`], so a foreign
+/// rule is reported, never a reason to fail.
+pub fn expr(p: &[u8]) -> Result<Expr> {
+    let a = attrs(p)?;
+    let name = str_attr(&a, NFTA_EXPR_NAME)?;
+    let d = attrs(get(&a, NFTA_EXPR_DATA).unwrap_or(&[]))?;
+    Ok(known(&name, &d).unwrap_or_else(|_| Expr::Other(format!("{name}(other form)"))))
+}
+
+fn known(name: &str, d: &[(u16, &[u8])]) -> Result<Expr> {
+    let has = |t| get(d, t).is_some();
+    Ok(match name {
+        "meta" if has(1) => Expr::Meta {
+            key: be32(d, 2)?,
+            dreg: be32(d, 1)?,
+        },
+        "meta" => Expr::MetaSet {
+            key: be32(d, 2)?,
+            sreg: be32(d, 3)?,
+        },
+        "cmp" => Expr::Cmp {
+            sreg: be32(d, 1)?,
+            op: be32(d, 2)?,
+            data: value(d, 3)?,
+        },
+        "payload" => Expr::Payload {
+            dreg: be32(d, 1)?,
+            base: be32(d, 2)?,
+            offset: be32(d, 3)?,
+            len: be32(d, 4)?,
+        },
+        "bitwise" => Expr::Bitwise {
+            sreg: be32(d, 1)?,
+            dreg: be32(d, 2)?,
+            len: be32(d, 3)?,
+            mask: value(d, 4)?,
+            xor: value(d, 5)?,
+        },
+        "lookup" => Expr::Lookup {
+            sreg: be32(d, 2)?,
+            set: str_attr(d, 1)?,
+            set_id: if has(4) { Some(be32(d, 4)?) } else { None },
+            flags: if has(5) { be32(d, 5)? } else { 0 },
+        },
+        "immediate" => Expr::Immediate {
+            dreg: be32(d, 1)?,
+            data: data(get(d, 2).ok_or_else(|| bad("immediate without data"))?)?,
+        },
+        "counter" => Expr::Counter,
+        "redir" => Expr::Redir {
+            reg_min: be32(d, 1)?,
+            flags: if has(3) { be32(d, 3)? } else { 0 },
+        },
+        "tproxy" => Expr::Tproxy {
+            family: be32(d, 1)?,
+            reg_port: be32(d, 3)?,
+        },
+        "ct" if has(1) => Expr::Ct {
+            key: be32(d, 2)?,
+            dreg: be32(d, 1)?,
+        },
+        "ct" => Expr::CtSet {
+            key: be32(d, 2)?,
+            sreg: be32(d, 4)?,
+        },
+        _ => Expr::Other(name.to_string()),
+    })
+}
+
+/// A rule as sent or dumped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleMsg {
+    pub table: String,
+    pub chain: String,
+    pub handle: Option<u64>,
+    pub exprs: Vec<Expr>,
+}
+
+pub fn rule(m: &Msg) -> Result<RuleMsg> {
+    let a = nft_attrs(m)?;
+    let mut exprs = Vec::new();
+    if let Some(list) = get(&a, NFTA_RULE_EXPRESSIONS) {
+        for (t, p) in attrs(list)? {
+            if t == NFTA_LIST_ELEM {
+                exprs.push(expr(p)?);
+            }
+        }
+    }
+    let handle = get(&a, NFTA_RULE_HANDLE)
+        .and_then(|p| p.get(..8))
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_be_bytes);
+    Ok(RuleMsg {
+        table: str_attr(&a, NFTA_RULE_TABLE)?,
+        chain: str_attr(&a, NFTA_RULE_CHAIN)?,
+        handle,
+        exprs,
+    })
+}
+
+/// A chain as dumped: table, name and, for a base chain, `(type, hooknum, priority)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainMsg {
+    pub table: String,
+    pub name: String,
+    pub base: Option<(String, u32, i32)>,
+}
+
+pub fn chain(m: &Msg) -> Result<ChainMsg> {
+    let a = nft_attrs(m)?;
+    let base = match get(&a, NFTA_CHAIN_HOOK) {
+        Some(h) => {
+            let h = attrs(h)?;
+            Some((
+                str_attr(&a, NFTA_CHAIN_TYPE)?,
+                be32(&h, NFTA_HOOK_HOOKNUM)?,
+                be32(&h, NFTA_HOOK_PRIORITY)? as i32,
+            ))
+        }
+        None => None,
+    };
+    Ok(ChainMsg {
+        table: str_attr(&a, NFTA_CHAIN_TABLE)?,
+        name: str_attr(&a, NFTA_CHAIN_NAME)?,
+        base,
+    })
+}
+
+pub fn table_name(m: &Msg) -> Result<String> {
+    str_attr(&nft_attrs(m)?, NFTA_TABLE_NAME)
+}
+
+/// The nfgenmsg family of an nf_tables message.
+pub fn family(m: &Msg) -> Option<u8> {
+    m.body.first().copied()
+}
+
+/// A set's name and the elements of a `NEWSETELEM` dump message: `(set, keys)`.
+pub fn set_elems(m: &Msg) -> Result<(String, Vec<Vec<u8>>)> {
+    let a = nft_attrs(m)?;
+    let mut keys = Vec::new();
+    if let Some(list) = get(&a, NFTA_SET_ELEM_LIST_ELEMENTS) {
+        for (_, el) in attrs(list)? {
+            let e = attrs(el)?;
+            if get(&e, NFTA_SET_ELEM_KEY).is_some() {
+                keys.push(value(&e, NFTA_SET_ELEM_KEY)?);
+            }
+        }
+    }
+    Ok((str_attr(&a, NFTA_SET_ELEM_LIST_SET)?, keys))
+}
+
+/// `NFTA_GEN_ID` of a `NEWGEN` message.
+pub fn gen_id(m: &Msg) -> Result<u32> {
+    be32(&nft_attrs(m)?, NFTA_GEN_ID)
+}
+
+/// An `NLMSG_ERROR`: `(errno, seq of the message it answers)`; errno 0 is an ack.
+pub fn error(m: &Msg) -> Result<(i32, u32)> {
+    let code = m.body.get(..4).ok_or_else(|| bad("short error"))?;
+    let code = i32::from_ne_bytes(code.try_into().map_err(|_| bad("short error"))?);
+    let seq = u32_at(m.body, 4 + 8).ok_or_else(|| bad("error without the request header"))?;
+    Ok((-code, seq))
+}

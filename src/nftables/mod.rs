@@ -1,0 +1,23 @@
+//! Upstream's `native_nftables` mode, programmed directly over `NETLINK_NETFILTER` (spec nftables.md).
+//!
+//! Pure: [`model`] (typed rules), [`mod@generate`] (the same [`crate::redirect::CaptureConfig`] as iptables →
+//! a transaction and its final rule set), [`mod@script`] (the knftables text of the goldens), [`expr`] (rules →
+//! kernel expressions), [`encode`] / [`decode`] (the netlink codec), [`state`] (comparable form, diff).
+//! Effects, thin: [`socket`] (one NETLINK_NETFILTER socket), [`apply`] (ADD and CHECK in the pod netns).
+
+pub mod apply;
+pub mod batch;
+pub mod decode;
+pub mod encode;
+pub mod expr;
+mod expr_text;
+pub mod generate;
+mod generate_steps;
+pub mod model;
+pub mod script;
+pub mod socket;
+pub mod state;
+
+pub use generate::{generate, Transaction};
+pub use model::Ruleset;
+pub use script::script;

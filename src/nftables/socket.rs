@@ -1,0 +1,158 @@
+//! The thin effect: one `NETLINK_NETFILTER` socket in the calling thread's network namespace (create it on
+//! a thread inside the pod's namespace, [`crate::netns::run_in`]), a batch sent in one `sendmsg` with every
+//! reply drained, and dumps read to `NLMSG_DONE`.
+
+use super::decode::{self, Msg};
+use super::encode::{Batch, NLMSG_DONE, NLMSG_ERROR};
+use crate::error::{Error, Result};
+use nix::errno::Errno;
+use nix::sys::socket::{
+    bind, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
+    SockProtocol, SockType,
+};
+use nix::sys::time::TimeVal;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+pub struct Socket {
+    fd: OwnedFd,
+    buf: Vec<u8>,
+    seq: u32,
+}
+
+fn io(what: &str, e: Errno) -> Error {
+    Error::io(format!("nftables: {what}"), std::io::Error::from(e))
+}
+
+/// A kernel error for one message of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub errno: i32,
+    pub seq: u32,
+}
+
+impl Socket {
+    pub fn open() -> Result<Socket> {
+        let fd = socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkNetFilter,
+        )
+        .map_err(|e| io("open a NETLINK_NETFILTER socket", e))?;
+        bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0)).map_err(|e| io("bind", e))?;
+        // A dump that never ends must not hang ADD.
+        setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(10, 0))
+            .map_err(|e| io("set a receive timeout", e))?;
+        // Every message of a batch is acked and all acks are queued before we read: make room for a large
+        // batch (CAP_NET_ADMIN may exceed rmem_max; without it the default stays and a huge batch fails
+        // closed with "did not acknowledge").
+        let _ = setsockopt(&fd, sockopt::RcvBufForce, &(4 << 20));
+        Ok(Socket {
+            fd,
+            buf: vec![0u8; 1 << 16],
+            seq: 1,
+        })
+    }
+
+    /// A fresh sequence base for the next request (numbers only need to be unique per socket).
+    pub fn next_seq(&mut self, n: u32) -> u32 {
+        let s = self.seq;
+        self.seq = self.seq.wrapping_add(n.max(1));
+        s
+    }
+
+    fn send_all(&self, what: &str, bytes: &[u8]) -> Result<()> {
+        let n = send(self.fd.as_raw_fd(), bytes, MsgFlags::empty()).map_err(|e| io(what, e))?;
+        if n != bytes.len() {
+            return Err(Error::other(format!(
+                "nftables: {what}: short send ({n} of {})",
+                bytes.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sends `b` and collects the replies: the kernel has queued every reply when `sendmsg` returns
+    /// (nfnetlink processes a batch synchronously), so the socket is drained without blocking. Returns
+    /// the failures; empty means committed.
+    pub fn run_batch(&mut self, b: &Batch) -> Result<Vec<Failure>> {
+        self.send_all("send the batch", &b.bytes)?;
+        let mut answered = std::collections::HashSet::new();
+        let mut failures = Vec::new();
+        loop {
+            let n = match recv(self.fd.as_raw_fd(), &mut self.buf, MsgFlags::MSG_DONTWAIT) {
+                Ok(n) => n,
+                Err(Errno::EAGAIN) => break,
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(io("read the batch replies", e)),
+            };
+            for m in decode::messages(&self.buf[..n])? {
+                if m.kind != NLMSG_ERROR {
+                    continue;
+                }
+                let (errno, seq) = decode::error(&m)?;
+                answered.insert(seq);
+                if errno != 0 {
+                    failures.push(Failure { errno, seq });
+                }
+            }
+        }
+        if failures.is_empty() {
+            if let Some(w) = b.what.iter().find(|w| !answered.contains(&w.seq)) {
+                return Err(Error::Rules(format!(
+                    "nftables run failed: the kernel did not acknowledge {}",
+                    w.op
+                )));
+            }
+        }
+        Ok(failures)
+    }
+
+    /// Sends a request and returns every reply message body up to `NLMSG_DONE` (or a single non-multipart
+    /// reply), as owned `(kind, flags, seq, body)` tuples. A kernel error is returned as `Err`.
+    pub fn request(&mut self, what: &str, req: &[u8]) -> Result<Vec<(u16, Vec<u8>)>> {
+        self.send_all(what, req)?;
+        let mut out = Vec::new();
+        loop {
+            let n = loop {
+                match recv(self.fd.as_raw_fd(), &mut self.buf, MsgFlags::empty()) {
+                    Ok(n) => break n,
+                    Err(Errno::EINTR) => continue,
+                    Err(e) => return Err(io(what, e)),
+                }
+            };
+            let mut done = false;
+            for m in decode::messages(&self.buf[..n])? {
+                match m.kind {
+                    NLMSG_DONE => done = true,
+                    NLMSG_ERROR => {
+                        let (errno, _) = decode::error(&m)?;
+                        if errno != 0 {
+                            return Err(io(what, Errno::from_raw(errno)));
+                        }
+                        done = true;
+                    }
+                    _ => {
+                        if m.flags & super::encode::NLM_F_MULTI == 0 {
+                            done = true;
+                        }
+                        out.push((m.kind, m.body.to_vec()));
+                    }
+                }
+            }
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+}
+
+/// Rebuilds a [`Msg`] view over an owned reply.
+pub fn view(kind: u16, body: &[u8]) -> Msg<'_> {
+    Msg {
+        kind,
+        flags: 0,
+        seq: 0,
+        body,
+    }
+}

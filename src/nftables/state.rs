@@ -1,0 +1,216 @@
+//! The comparable form of our tables (spec nftables.md §5) and the pure diff CHECK and re-ADD use: chains
+//! with their base definitions and rules as kernel expressions, lookups resolved to their sorted elements,
+//! handles and counter values ignored.
+
+use super::expr::{lower, Expr, GroupResolver};
+use super::model::{Ruleset, TABLES};
+use crate::error::Result;
+use std::collections::BTreeMap;
+
+/// One chain of ours as the kernel holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainState {
+    pub name: String,
+    /// `(type, hooknum, priority)` for a base chain.
+    pub base: Option<(String, u32, i32)>,
+    pub rules: Vec<Vec<Expr>>,
+}
+
+/// Our tables (family inet, `istio-proxy-*`), by name, chains in creation order.
+pub type Tables = BTreeMap<String, Vec<ChainState>>;
+
+/// A base chain outside our tables (any family), for "hooked before ours".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Foreign {
+    pub family: u8,
+    pub table: String,
+    pub chain: String,
+    pub hooknum: u32,
+    pub priority: i32,
+    pub rules: usize,
+}
+
+/// A lookup's set reference replaced by its elements, so sent and dumped rules compare equal.
+pub fn resolved(set_elems: &[Vec<u8>]) -> String {
+    let mut v: Vec<String> = set_elems
+        .iter()
+        .map(|e| e.iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
+    v.sort();
+    format!("{{{}}}", v.join(","))
+}
+
+/// The tables `rs` gives, in comparable form.
+pub fn desired(rs: &Ruleset, groups: GroupResolver) -> Result<Tables> {
+    let mut out = Tables::new();
+    for ts in &rs.tables {
+        let mut chains = Vec::new();
+        for c in &ts.chains {
+            let base = ts
+                .table
+                .hook(c.name)
+                .map(|h| (h.kind.to_string(), h.hooknum, h.priority));
+            let mut rules = Vec::new();
+            for items in &c.rules {
+                let low = lower(items, groups)?;
+                let exprs = low
+                    .exprs
+                    .into_iter()
+                    .map(|e| match e {
+                        Expr::Lookup {
+                            sreg,
+                            set_id: Some(i),
+                            flags,
+                            ..
+                        } => Expr::Lookup {
+                            sreg,
+                            set: resolved(
+                                low.sets.get(i as usize).map(Vec::as_slice).unwrap_or(&[]),
+                            ),
+                            set_id: None,
+                            flags,
+                        },
+                        e => e,
+                    })
+                    .collect();
+                rules.push(exprs);
+            }
+            chains.push(ChainState {
+                name: c.name.to_string(),
+                base,
+                rules,
+            });
+        }
+        out.insert(ts.table.name().to_string(), chains);
+    }
+    Ok(out)
+}
+
+/// A short rendering of a dumped rule for reports.
+pub fn describe(exprs: &[Expr]) -> String {
+    let v: Vec<String> = exprs.iter().map(|e| e.to_string()).collect();
+    v.join(" ")
+}
+
+/// What differs, one line per problem; empty = equal. `text` renders a desired rule (table, chain, index).
+pub fn diff(
+    want: &Tables,
+    have: &Tables,
+    text: &dyn Fn(&str, &str, usize) -> String,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in TABLES {
+        let tn = t.name();
+        match (want.get(tn), have.get(tn)) {
+            (None, None) => {}
+            (Some(_), None) => out.push(format!("missing table inet {tn}")),
+            (None, Some(_)) => out.push(format!("unexpected table inet {tn}")),
+            (Some(w), Some(h)) => {
+                for wc in w {
+                    let Some(hc) = h.iter().find(|c| c.name == wc.name) else {
+                        out.push(format!("missing chain inet {tn} {}", wc.name));
+                        continue;
+                    };
+                    if wc.base != hc.base {
+                        out.push(format!(
+                            "chain inet {tn} {} is {:?}, want {:?}",
+                            wc.name, hc.base, wc.base
+                        ));
+                    }
+                    if wc.rules == hc.rules {
+                        continue;
+                    }
+                    let mut any = false;
+                    for (i, r) in wc.rules.iter().enumerate() {
+                        if !hc.rules.contains(r) {
+                            out.push(format!("missing rule: {}", text(tn, &wc.name, i)));
+                            any = true;
+                        }
+                    }
+                    for r in &hc.rules {
+                        if !wc.rules.contains(r) {
+                            out.push(format!(
+                                "unexpected rule in inet {tn} {}: {}",
+                                wc.name,
+                                describe(r)
+                            ));
+                            any = true;
+                        }
+                    }
+                    if !any {
+                        out.push(format!(
+                            "rules of inet {tn} {} are out of order or duplicated",
+                            wc.name
+                        ));
+                    }
+                }
+                for hc in h {
+                    if !w.iter().any(|c| c.name == hc.name) {
+                        out.push(format!("unexpected chain inet {tn} {}", hc.name));
+                    }
+                }
+                let order_w: Vec<&str> = w.iter().map(|c| c.name.as_str()).collect();
+                let order_h: Vec<&str> = h.iter().map(|c| c.name.as_str()).collect();
+                if order_w.len() == order_h.len() && order_w != order_h {
+                    out.push(format!(
+                        "chains of inet {tn} were created in a different order"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn family_name(f: u8) -> &'static str {
+    match f {
+        1 => "inet",
+        2 => "ip",
+        10 => "ip6",
+        3 => "arp",
+        5 => "netdev",
+        7 => "bridge",
+        _ => "?",
+    }
+}
+
+/// Foreign base chains with rules that run before one of ours at the same hook (lower priority), for the
+/// families that see IP traffic.
+pub fn hooked_before(want: &Tables, foreign: &[Foreign]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in foreign {
+        if f.rules == 0 || !matches!(f.family, 1 | 2 | 10) {
+            continue;
+        }
+        let ours: Vec<String> = want
+            .iter()
+            .flat_map(|(tn, chains)| {
+                chains.iter().filter_map(move |c| match &c.base {
+                    Some((_, hook, prio)) if *hook == f.hooknum && f.priority < *prio => {
+                        Some(format!("inet {tn} {} (priority {prio})", c.name))
+                    }
+                    _ => None,
+                })
+            })
+            .collect();
+        if !ours.is_empty() {
+            out.push(format!(
+                "foreign chain {} {} {} (hook {}, priority {}, {} rules) runs before {}",
+                family_name(f.family),
+                f.table,
+                f.chain,
+                if f.hooknum == 0 {
+                    "prerouting"
+                } else if f.hooknum == 3 {
+                    "output"
+                } else {
+                    "other"
+                },
+                f.priority,
+                f.rules,
+                ours.join(", ")
+            ));
+        }
+    }
+    out
+}
