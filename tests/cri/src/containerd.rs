@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 pub struct Containerd {
     pub dir: PathBuf,
     pub netns: String,
+    /// A process whose mount namespace containerd runs in (the chart scenarios' node view), if any.
+    pub mount_ns_of: Option<u32>,
     pub child: Option<Child>,
 }
 
@@ -29,6 +31,18 @@ impl Containerd {
     pub fn start(
         dir: &Path,
         netns: &str,
+        sandbox_image: &str,
+        cni_bin: &Path,
+        cni_conf: &Path,
+    ) -> Containerd {
+        Containerd::start_in(dir, netns, None, sandbox_image, cni_bin, cni_conf)
+    }
+
+    /// Like [`Containerd::start`], in the mount namespace of process `mount_ns_of` when given.
+    pub fn start_in(
+        dir: &Path,
+        netns: &str,
+        mount_ns_of: Option<u32>,
         sandbox_image: &str,
         cni_bin: &Path,
         cni_conf: &Path,
@@ -73,6 +87,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         let mut c = Containerd {
             dir: dir.to_path_buf(),
             netns: netns.to_string(),
+            mount_ns_of,
             child: None,
         };
         c.spawn();
@@ -85,7 +100,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             .append(true)
             .open(self.log_path())
             .expect("containerd log");
-        let child = Command::new("nsenter")
+        let mut cmd = Command::new("nsenter");
+        if let Some(pid) = self.mount_ns_of {
+            cmd.arg(format!("--mount=/proc/{pid}/ns/mnt"));
+        }
+        let child = cmd
             .arg(format!("--net={}", self.netns))
             .arg("containerd")
             .arg("--config")

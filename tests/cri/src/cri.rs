@@ -158,4 +158,74 @@ impl Cri {
             .map(|s| s.id)
             .collect()
     }
+
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        sandbox: &PodSandboxConfig,
+    ) -> Result<String, String> {
+        let mut rt = self.rt.clone();
+        rt.create_container(CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            config: Some(config),
+            sandbox_config: Some(sandbox.clone()),
+        })
+        .await
+        .map(|r| r.into_inner().container_id)
+        .map_err(|s| s.message().to_string())
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<(), String> {
+        let mut rt = self.rt.clone();
+        rt.start_container(StartContainerRequest {
+            container_id: id.to_string(),
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| s.message().to_string())
+    }
+
+    /// StopContainer with kubelet's grace period (SIGTERM, then SIGKILL after `timeout` seconds).
+    pub async fn stop_container(&self, id: &str, timeout: i64) -> Result<(), String> {
+        let mut rt = self.rt.clone();
+        rt.stop_container(StopContainerRequest {
+            container_id: id.to_string(),
+            timeout,
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| s.message().to_string())
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<(), String> {
+        let mut rt = self.rt.clone();
+        rt.remove_container(RemoveContainerRequest {
+            container_id: id.to_string(),
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| s.message().to_string())
+    }
+
+    /// The container's state (CONTAINER_RUNNING = 1, EXITED = 2), exit code and host pid (verbose info).
+    pub async fn container_state(&self, id: &str) -> Result<(i32, i32, Option<u32>), String> {
+        let mut rt = self.rt.clone();
+        let r = rt
+            .container_status(ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose: true,
+            })
+            .await
+            .map_err(|s| s.message().to_string())?
+            .into_inner();
+        let st = r.status.ok_or("no status")?;
+        let pid = r
+            .info
+            .get("info")
+            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+            .and_then(|v| v["pid"].as_u64())
+            .map(|p| p as u32);
+        Ok((st.state, st.exit_code, pid))
+    }
 }
