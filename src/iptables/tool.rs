@@ -3,7 +3,8 @@
 //! The plugin runs on the node and finds them on `PATH`. The installer and the repair agent run in a
 //! FROM-scratch image with no iptables of its own: they run the node's own binaries from the node's root,
 //! `ISTIO_CNI_HOST_ROOT` when set, else `/host/proc/1/root` (the node's root through the host `/proc` that
-//! upstream's chart mounts read-only at `/host/proc`) when nothing is on `PATH`.
+//! upstream's chart mounts read-only at `/host/proc`; or our parent's root there, see [`node_roots`]) when
+//! nothing is on `PATH`.
 //!
 //! Upstream's chart drops `SYS_CHROOT`, so the node's tools are not chrooted into: a dynamically linked tool
 //! is started through the node's own dynamic loader (its `PT_INTERP`, found under the root) with
@@ -20,9 +21,9 @@ use std::process::Command;
 
 /// The node's root directory, as seen from this process, for running the node's iptables.
 pub const HOST_ROOT_ENV: &str = "ISTIO_CNI_HOST_ROOT";
-/// The node's root in upstream's DaemonSet (host `/proc` mounted at `/host/proc`), used when
+/// The host's `/proc` in upstream's DaemonSet; `1/root` under it is the node's root, used when
 /// [`HOST_ROOT_ENV`] is unset and no tool is on `PATH`.
-pub const CHART_HOST_ROOT: &str = "/host/proc/1/root";
+pub const CHART_HOST_PROC: &str = "/host/proc";
 /// Where to look for the tools under the host root.
 const HOST_PATH: &str = "/usr/local/sbin:/usr/sbin:/sbin:/usr/local/bin:/usr/bin:/bin";
 /// Library directories looked for under the host root (those that exist, after the loader's own).
@@ -204,8 +205,34 @@ fn find_under(root: &Path, prog: &str) -> Option<Tool> {
     })
 }
 
-/// Finds `prog`: under [`HOST_ROOT_ENV`] when set; else on `PATH`; else under [`CHART_HOST_ROOT`] when
-/// that exists (our image under upstream's chart).
+/// The node roots to try under the host `/proc` at `proc` (pure but for reading `self/stat`): pid 1's, then
+/// that of our parent on the node (the runtime's shim, which runs in the node's root), for hosts that
+/// refuse access to pid 1's root (sandboxed kernels such as gVisor do, even to root).
+pub fn node_roots(proc: &Path) -> Vec<PathBuf> {
+    let mut v = vec![proc.join("1/root")];
+    // `self` in the host's procfs is our pid as the node sees it.
+    if let Some(ppid) = std::fs::read_to_string(proc.join("self/stat"))
+        .ok()
+        .and_then(|st| parent_pid(&st))
+    {
+        if ppid > 1 {
+            v.push(proc.join(format!("{ppid}/root")));
+        }
+    }
+    v
+}
+
+/// Field 4 (`ppid`) of a `/proc/<pid>/stat` line (pure).
+pub fn parent_pid(stat: &str) -> Option<u32> {
+    stat.get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Finds `prog`: under [`HOST_ROOT_ENV`] when set; else on `PATH`; else under a node root reached through
+/// [`CHART_HOST_PROC`] (our image under upstream's chart), see [`node_roots`].
 pub fn find(prog: &str) -> Option<Tool> {
     if let Some(root) = host_root_env() {
         return find_under(&root, prog);
@@ -221,8 +248,11 @@ pub fn find(prog: &str) -> Option<Tool> {
         })
     });
     on_path.or_else(|| {
-        let root = Path::new(CHART_HOST_ROOT);
-        root.is_dir().then(|| find_under(root, prog)).flatten()
+        let proc = Path::new(CHART_HOST_PROC);
+        if !proc.is_dir() {
+            return None;
+        }
+        node_roots(proc).iter().find_map(|r| find_under(r, prog))
     })
 }
 
@@ -415,6 +445,19 @@ mod tests {
             }
         );
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn parent_pid_from_stat() {
+        assert_eq!(parent_pid("42 (a b) c) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_pid("42 (sh"), None);
+        let roots = node_roots(Path::new("/proc"));
+        assert_eq!(roots[0], Path::new("/proc/1/root"));
+        // Our parent (cargo's test harness runs us as a child of something) is the second candidate.
+        let ppid = nix::unistd::getppid().as_raw();
+        if ppid > 1 {
+            assert_eq!(roots[1], PathBuf::from(format!("/proc/{ppid}/root")));
+        }
     }
 
     #[test]

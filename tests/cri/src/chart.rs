@@ -306,7 +306,11 @@ pub fn our_image_archive() -> (PathBuf, String) {
     }
     let bin = our_binary();
     let want = repo().join("target/x86_64-unknown-linux-musl/release/istio-cni-node");
-    if bin != want {
+    let same = match (bin.canonicalize(), want.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same {
         std::fs::create_dir_all(want.parent().unwrap()).unwrap();
         std::fs::copy(&bin, &want).unwrap();
     }

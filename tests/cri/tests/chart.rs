@@ -142,7 +142,9 @@ async fn scenario(name: &str) {
         Some(k) => k.to_string(),
         None => format!(
             "{}/istio-cni-kubeconfig",
-            entry["cni_agent_run_dir"].as_str().unwrap_or_else(|| panic!("{name}: entry {entry}"))
+            entry["cni_agent_run_dir"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: entry {entry}"))
         ),
     };
     let kc_file = backing(&node, &kc);
