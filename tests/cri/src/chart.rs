@@ -356,8 +356,7 @@ pub struct ChartNode {
     pub conf_dir: String,
     pub run_dir: String,
     pub primary: String,
-    holder: Child,
-    made_dirs: Vec<PathBuf>,
+    holder: Holder,
     pub ns: Netns,
     pub dir: TempDir,
 }
@@ -380,6 +379,8 @@ impl ChartNode {
             .host_path("cni-socket-dir")
             .expect("cni-socket-dir volume");
         // The node's view: every host path but /proc is a bind mount of a directory under ours.
+        Holder::enter();
+        let mut entered = Entered(true);
         let mut made_dirs = Vec::new();
         let mut script = String::from("set -e\n");
         for p in chart.host_paths() {
@@ -404,11 +405,14 @@ impl ChartNode {
         }
         let ready = dir.join("holder-ready");
         script.push_str(&format!("touch '{}'\nexec sleep 100000\n", ready.display()));
-        let holder = Command::new("unshare")
+        Holder::made(made_dirs);
+        let child = Command::new("unshare")
             .args(["--mount", "--propagation", "slave", "sh", "-c", &script])
             .stdin(Stdio::null())
             .spawn()
             .expect("unshare");
+        entered.0 = false;
+        let holder = Holder { child };
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ready.exists() {
             assert!(
@@ -417,7 +421,6 @@ impl ChartNode {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        made_dirs.reverse();
 
         // The primary CNI: Debian's ptp + host-local, its binaries in the chart's bin dir.
         let host = |p: &str| dir.join(format!("host{p}"));
@@ -430,9 +433,11 @@ impl ChartNode {
             _ => "10-ptp.conflist".to_string(),
         };
         std::fs::create_dir_all(dir.join("ipam")).unwrap();
+        // A subnet of its own: the repair agents of parallel scenarios scan the same host /proc by pod IP.
+        let subnet = format!("10.200.{}.0/24", crate::util::next_index() % 250);
         std::fs::write(
             host(&conf_dir).join(&primary),
-            primary_conflist(&dir.join("ipam")),
+            primary_conflist(&dir.join("ipam"), &subnet),
         )
         .unwrap();
 
@@ -448,7 +453,7 @@ impl ChartNode {
         let containerd = Containerd::start_in(
             dir.path(),
             &ns.path(),
-            Some(holder.id()),
+            Some(holder.child.id()),
             PAUSE_IMAGE,
             Path::new(&bin_dir),
             Path::new(&conf_dir),
@@ -466,7 +471,6 @@ impl ChartNode {
             run_dir,
             primary,
             holder,
-            made_dirs,
             ns,
             dir,
         }
@@ -479,7 +483,7 @@ impl ChartNode {
 
     /// Runs argv in the node's mount view and the network namespace at `netns`.
     pub fn in_pod_netns(&self, netns: &str, argv: &[&str]) -> std::process::Output {
-        let mnt = format!("--mount=/proc/{}/ns/mnt", self.holder.id());
+        let mnt = format!("--mount=/proc/{}/ns/mnt", self.holder.child.id());
         let net = format!("--net={netns}");
         let mut a = vec![mnt.as_str(), "--", "nsenter", net.as_str()];
         a.extend_from_slice(argv);
@@ -676,12 +680,12 @@ impl ChartNode {
 }
 
 /// ptp + host-local: the node's primary CNI.
-pub fn primary_conflist(ipam: &Path) -> String {
+pub fn primary_conflist(ipam: &Path, subnet: &str) -> String {
     serde_json::to_string_pretty(&serde_json::json!({
         "cniVersion": "1.0.0", "name": "e2e",
         "plugins": [{"type": "ptp", "ipMasq": false,
             "ipam": {"type": "host-local", "dataDir": ipam,
-                     "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}]}}],
+                     "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "0.0.0.0/0"}]}}],
     }))
     .unwrap()
 }
@@ -711,10 +715,60 @@ impl Drop for ChartNode {
         for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
             let _ = run("runc", &["--root", &r, "delete", "--force", id]);
         }
-        let _ = self.holder.kill();
-        let _ = self.holder.wait();
-        for d in &self.made_dirs {
-            let _ = std::fs::remove_dir(d);
+    }
+}
+
+/// The process holding the node's mount view. The node directories made for mount points (empty) are
+/// shared by every scenario of this process (a directory removed on the host would vanish from a
+/// running scenario's view too), so the last holder to go removes them.
+struct Holder {
+    child: Child,
+}
+
+/// Live holders, and the directories they made.
+static LIVE: std::sync::Mutex<(usize, Vec<PathBuf>)> = std::sync::Mutex::new((0, Vec::new()));
+
+impl Holder {
+    /// Counts a holder in before it makes anything (so no other scenario removes directories meanwhile).
+    fn enter() {
+        LIVE.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+    }
+    fn made(dirs: Vec<PathBuf>) {
+        let mut l = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        for d in dirs {
+            if !l.1.contains(&d) {
+                l.1.push(d);
+            }
         }
+    }
+    fn leave() {
+        let mut l = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        l.0 = l.0.saturating_sub(1);
+        if l.0 == 0 {
+            let mut dirs = std::mem::take(&mut l.1);
+            dirs.sort_by_key(|d| std::cmp::Reverse(d.as_os_str().len()));
+            for d in dirs {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+}
+
+/// Leaves [`LIVE`] if set-up fails before a holder exists.
+struct Entered(bool);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if self.0 {
+            Holder::leave();
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Holder::leave();
     }
 }

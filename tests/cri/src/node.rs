@@ -106,11 +106,13 @@ impl Node {
         })
     }
 
+    /// Each node's pods get a subnet of their own (10.201.<n>.0/24): nothing on the host confuses them.
     pub fn conflist(dir: &Path, with_plugin: bool) -> String {
+        let subnet = format!("10.201.{}.0/24", crate::util::next_index() % 250);
         let mut plugins = vec![serde_json::json!({
             "type": "ptp", "ipMasq": false,
             "ipam": {"type": "host-local", "dataDir": dir.join("ipam"),
-                     "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}]},
+                     "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "0.0.0.0/0"}]},
         })];
         if with_plugin {
             plugins.push(Node::istio_cni_conf(dir));
@@ -181,7 +183,7 @@ impl Node {
             .unwrap_or_else(|e| panic!("RunPodSandbox {}: {e}", pod.name));
         let st = self.cri.status(&id).await.expect("PodSandboxStatus");
         assert!(st.ready, "sandbox {} not ready: {st:?}", pod.name);
-        assert!(st.ip.starts_with("10.88."), "sandbox IP {st:?}");
+        assert!(st.ip.starts_with("10.201."), "sandbox IP {st:?}");
         let netns = st.netns.expect("no netns path in the verbose status");
         (id, netns)
     }

@@ -154,6 +154,25 @@ async fn scenario(name: &str) {
     if chained {
         let early_path = "/api/v1/namespaces/default/pods/early";
         match mode {
+            "in-place" if nft => {
+                // This build programs iptables only: the agent says so instead of repairing silently wrong.
+                wait_for(
+                    &format!("{name}: repair refused naming native_nftables"),
+                    30,
+                    || {
+                        redirected(&node.rules(&early_ns))
+                            || node.agent_log().contains("native_nftables")
+                    },
+                )
+                .await;
+                println!(
+                    "{name}: repair in place: {}",
+                    node.agent_log()
+                        .lines()
+                        .find(|l| l.contains("native_nftables"))
+                        .unwrap_or("redirected")
+                );
+            }
             "in-place" => {
                 let d = wait_for(
                     &format!("{name}: early pod repaired in place\n{}", node.agent_log()),
