@@ -550,6 +550,12 @@ impl ChartNode {
 
     /// Starts the chart's pod and container with our image: (sandbox id, container id, pod IP).
     pub async fn start_agent(&self) -> (String, String, String) {
+        self.start_agent_with(&[]).await
+    }
+
+    /// [`ChartNode::start_agent`] with variables added after the chart's (a test knob, e.g. a node root
+    /// that does not exist, for a node whose iptables the agent cannot run).
+    pub async fn start_agent_with(&self, extra_env: &[(&str, &str)]) -> (String, String, String) {
         let (_, image) = our_image_archive();
         let name = format!("istio-cni-node-{}", std::process::id() % 100000);
         let uid = format!("uid-{name}");
@@ -631,6 +637,11 @@ impl ChartNode {
                 .chart
                 .env(&agent)
                 .into_iter()
+                .chain(
+                    extra_env
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string())),
+                )
                 .map(|(key, value)| cri::KeyValue { key, value })
                 .collect(),
             mounts,

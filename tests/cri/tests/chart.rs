@@ -273,3 +273,48 @@ scenarios! {
     chart_nftables => "nftables",
     chart_custom_dirs => "custom-dirs",
 }
+
+/// Where the node's iptables cannot be run at all (here: a node root that does not exist), repair in place
+/// falls back to deleting the pod, with a log line and an Event that say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_default_repair_falls_back_to_delete_without_node_iptables() {
+    if !require_root() {
+        return;
+    }
+    let _g = NETNS_COUNT.read().await;
+    let node = ChartNode::new(Chart::load("default")).await;
+    let early = node.sidecar_pod("early");
+    let (_eid, _ns, early_ip) = node.run_pod(&early).await.expect("early pod");
+    node.put_pod("early", &early.uid, &early_ip, true);
+    let (_sid, _cid, ip) = node
+        .start_agent_with(&[("ISTIO_CNI_HOST_ROOT", "/no-such-node-root")])
+        .await;
+    wait_for("ready", 30, || node.readyz(&ip) == "200").await;
+    wait_for(
+        &format!("early pod deleted\n{}", node.agent_log()),
+        30,
+        || {
+            node.srv
+                .requests()
+                .iter()
+                .any(|r| r.method == "DELETE" && r.path == "/api/v1/namespaces/default/pods/early")
+        },
+    )
+    .await;
+    let log = node.agent_log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("repair in place is impossible on this node"))
+        .unwrap_or_else(|| panic!("no log line saying why:\n{log}"));
+    assert!(line.contains("falling back to deleting it"), "{line}");
+    assert!(
+        line.contains("iptables"),
+        "the reason names iptables: {line}"
+    );
+    let events: Vec<String> = node.srv.events().iter().map(|e| format!("{e:?}")).collect();
+    assert!(
+        events.iter().any(|e| e.contains("impossible on this node")),
+        "no Event saying why: {events:?}"
+    );
+    println!("fallback: {line}");
+}
