@@ -5,6 +5,7 @@
 //! Never shipped; root only. Everything a test creates carries the process id and is removed on drop.
 
 pub mod chart;
+pub mod chart_node;
 pub mod containerd;
 pub mod cri;
 pub mod image;

@@ -5,7 +5,8 @@
 //! the scenario's repair mode (repaired in place through the node's own iptables without SYS_CHROOT),
 //! a sidecar pod started afterwards is redirected, and stopping the container removes what it added.
 
-use cri_e2e::chart::{cap_mask, Chart, ChartNode};
+use cri_e2e::chart::{cap_mask, Chart};
+use cri_e2e::chart_node::ChartNode;
 use cri_e2e::node::NETNS_COUNT;
 use cri_e2e::util::require_root;
 use std::path::PathBuf;
