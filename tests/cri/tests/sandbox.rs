@@ -211,3 +211,41 @@ async fn containerd_restarted_with_live_pods_then_stop_remove() {
     node.stop_remove(&id2, &netns2).await;
     assert!(node.allocated_ips().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tproxy_pod_gets_mangle_rules_and_its_routing() {
+    if !require_root() {
+        return;
+    }
+    let _g = NETNS_COUNT.read().await;
+    let node = Node::new(NodeOptions::default()).await;
+    let pod = node.sidecar_pod(
+        "default",
+        "tproxy",
+        &[("sidecar.istio.io/interceptionMode", "TPROXY")],
+    );
+    let (id, netns) = node.run_ready(&pod).await;
+    let rules = node.rules(&netns);
+    assert!(
+        rules.contains("-j TPROXY") && rules.contains("--tproxy-mark 0x539/0xffffffff"),
+        "no TPROXY rules:\n{rules}"
+    );
+    let ip_rule = cri_e2e::util::run_ok("nsenter", &[&format!("--net={netns}"), "ip", "rule"]);
+    assert!(
+        ip_rule.contains("fwmark 0x539 lookup 133"),
+        "no TPROXY ip rule:\n{ip_rule}"
+    );
+    let route = cri_e2e::util::run_ok(
+        "nsenter",
+        &[
+            &format!("--net={netns}"),
+            "ip",
+            "route",
+            "show",
+            "table",
+            "133",
+        ],
+    );
+    assert!(route.contains("local default dev lo"), "{route}");
+    node.stop_remove(&id, &netns).await;
+}
