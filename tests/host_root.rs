@@ -43,4 +43,8 @@ fn iptables_run_from_the_host_root_through_its_loader() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("under the host root /nonexistent-root"), "{e}");
+    // The node tools' applet links (src/iptables/tool.rs) live as long as the process.
+    let _ = std::fs::remove_dir_all(
+        std::env::temp_dir().join(format!("istio-cni-host-tools-{}", std::process::id())),
+    );
 }

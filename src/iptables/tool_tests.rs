@@ -99,6 +99,10 @@ fn node_tools_run_through_the_node_loader_without_chroot() {
     let out = t.command().arg("--version").output().unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("iptables v"));
+    // The applet links live as long as the process; a test process leaves none behind.
+    let _ = std::fs::remove_dir_all(
+        std::env::temp_dir().join(format!("istio-cni-host-tools-{}", std::process::id())),
+    );
 }
 
 #[test]
