@@ -269,6 +269,16 @@ async fn scenario(name: &str) {
         assert!(!conf_file.exists(), "{name}: standalone file left");
     }
     assert!(!kc_file.exists(), "{name}: kubeconfig left");
+    assert!(
+        !node.host(&node.bin_dir).join("istio-cni").exists(),
+        "{name}: plugin binary left"
+    );
+    for f in ["log.sock", "iptables-backend"] {
+        assert!(
+            !node.host(&node.run_dir).join(f).exists(),
+            "{name}: {f} left in the run dir"
+        );
+    }
 }
 
 macro_rules! scenarios {
