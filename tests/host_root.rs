@@ -1,7 +1,7 @@
-//! `ISTIO_CNI_HOST_ROOT`: the installer and repair agent run the node's iptables from a scratch image by
-//! chrooting into the node's root. Here the "node root" is `/proc/self/root` (in the chrooting child that is
-//! its own root, as `/host/proc/1/root` is the node's for a container). Its own test binary: it sets a
-//! process-wide variable. Root only.
+//! `ISTIO_CNI_HOST_ROOT`: the installer and repair agent run the node's iptables from a scratch image
+//! through the node's own dynamic loader (no chroot: upstream's chart drops SYS_CHROOT). Here the "node
+//! root" is `/proc/self/root`, standing for a container's `/host/proc/1/root`. Its own test binary: it sets
+//! a process-wide variable. Root only.
 
 mod common;
 
@@ -10,7 +10,7 @@ use istio_cni::iptables::apply::{apply, Addresses, Outcome, Plan};
 use istio_cni::iptables::{backend, tool, Backend, Family};
 
 #[test]
-fn iptables_run_chrooted_into_the_host_root() {
+fn iptables_run_from_the_host_root_through_its_loader() {
     if !require_root() {
         return;
     }
@@ -43,4 +43,8 @@ fn iptables_run_chrooted_into_the_host_root() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("under the host root /nonexistent-root"), "{e}");
+    // The node tools' applet links (src/iptables/tool.rs) live as long as the process.
+    let _ = std::fs::remove_dir_all(
+        std::env::temp_dir().join(format!("istio-cni-host-tools-{}", std::process::id())),
+    );
 }

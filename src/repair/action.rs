@@ -69,7 +69,10 @@ impl Actor {
                     .delete_pod(&f.namespace, &f.name, uid.as_deref(), rv.as_deref())
                     .map(|_| "deleted".to_string())
             }
-            Action::Repair => self.repair(f, pod),
+            Action::Repair => match self.repair(f, pod) {
+                Err(e) if !host_has_iptables() => return self.fall_back(f, pod, &e),
+                r => r,
+            },
         };
         let kind = a.metric_type();
         let err_text = result.as_ref().err().map(|e| e.to_string());
@@ -83,14 +86,57 @@ impl Actor {
                 metrics::inc(kind, "fail");
             }
         }
-        if let Some((reason, message)) = request::event_text(a, err_text.as_deref()) {
+        self.event(a, f, err_text.as_deref());
+        result.map(|_| ())
+    }
+
+    /// Records the Event for `a` on the pod (its failure text when `err`).
+    fn event(&self, a: Action, f: &PodFacts, err: Option<&str>) {
+        if let Some((reason, message)) = request::event_text(a, err) {
             let ev = request::event_json(f, reason, &message, unix_nanos(), &self.opts.node_name);
             match json::parse(&ev, "event").and_then(|v| self.client.create_event(&f.namespace, &v))
             {
                 Ok(()) => {}
-                Err(e) => log::warn!("repair: pod {key}: could not record event {reason}: {e}"),
+                Err(e) => log::warn!(
+                    "repair: pod {}: could not record event {reason}: {e}",
+                    f.key()
+                ),
             }
         }
-        result.map(|_| ())
     }
+
+    /// Repair in place is impossible on this node (no iptables the agent can run): the next modes, delete
+    /// then label, each with its own log line and Event; the repair's Event says why.
+    fn fall_back(&self, f: &PodFacts, pod: Option<&Object>, e: &Error) -> Result<()> {
+        let key = f.key();
+        let why = format!("repair in place is impossible on this node ({e})");
+        log::warn!("repair: pod {key} detected as broken, but {why}: falling back to deleting it");
+        metrics::inc("repair", "fail");
+        self.event(
+            Action::Repair,
+            f,
+            Some(&format!("{why}; falling back to delete")),
+        );
+        match self.act(Action::Delete, f, pod) {
+            Ok(()) => Ok(()),
+            Err(de) => {
+                log::warn!(
+                    "repair: pod {key}: the fallback delete failed too ({de}): falling back to labeling it"
+                );
+                self.act(Action::Label, f, pod)
+            }
+        }
+    }
+}
+
+/// Whether any iptables-restore is reachable (on PATH or under the node's root): without one, repairing
+/// in place cannot work on this node, whatever the pod.
+fn host_has_iptables() -> bool {
+    [
+        "iptables-restore",
+        "iptables-nft-restore",
+        "iptables-legacy-restore",
+    ]
+    .iter()
+    .any(|p| crate::iptables::tool::find(p).is_some())
 }

@@ -213,7 +213,13 @@ fn b64(data: &[u8]) -> String {
 
 impl Server {
     pub fn start(opts: Options) -> io::Result<Server> {
-        let names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        let mut names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        // A specific non-loopback listen address (a test node's address that pods reach) is in the
+        // certificate too.
+        let ip = opts.listen.ip();
+        if !ip.is_unspecified() && !ip.is_loopback() {
+            names.push(ip.to_string());
+        }
         let good = tls::generate("kube-double CA", &names)?;
         let wrong = tls::generate("some other CA", &names)?;
         let listener = TcpListener::bind(opts.listen)?;

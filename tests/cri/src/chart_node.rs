@@ -1,0 +1,507 @@
+//! A node laid out as upstream's chart expects, running our image as the chart's container (see
+//! [`crate::chart`] for the YAML side). The chart's host paths (`/opt/cni/bin`, `/etc/cni/net.d`,
+//! `/var/run/istio-cni`, ...) are the node's literal paths: containerd runs in a private mount namespace
+//! (held by a `sleep` the test starts) where each is a bind mount of a directory under the test's temp dir.
+//! The API double listens on 10.89.0.1 on the node namespace's `lo`, which the agent pod reaches through its
+//! default route (no `hostNetwork`).
+
+use crate::chart::{s, AgentPod, Chart, API_IP, NODE_NAME};
+use crate::containerd::Containerd;
+use crate::cri::{Cri, PodSpec};
+use crate::image;
+use crate::node::{our_binary, PAUSE_IMAGE};
+use crate::util::{in_netns, repo, run, run_ok, Netns, TempDir};
+use k8s_cri::v1 as cri;
+use kube_double::{Options, Server};
+use serde_yaml::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Our image's OCI archive from `scripts/image amd64 --no-build --archive` (once per process); the image
+/// name it carries.
+pub fn our_image_archive() -> (PathBuf, String) {
+    static DONE: std::sync::Mutex<Option<(PathBuf, String)>> = std::sync::Mutex::new(None);
+    let mut d = DONE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(x) = d.as_ref() {
+        return x.clone();
+    }
+    let bin = our_binary();
+    let want = repo().join("target/x86_64-unknown-linux-musl/release/istio-cni-node");
+    let same = match (bin.canonicalize(), want.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same {
+        std::fs::create_dir_all(want.parent().unwrap()).unwrap();
+        std::fs::copy(&bin, &want).unwrap();
+    }
+    let out = run_ok(
+        "bash",
+        &[
+            repo().join("scripts/image").to_string_lossy().as_ref(),
+            "amd64",
+            "--no-build",
+            "--archive",
+        ],
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("archive "))
+        .unwrap_or_else(|| panic!("scripts/image printed no archive line:\n{out}"));
+    let path = PathBuf::from(line.split_whitespace().nth(1).unwrap());
+    let path = if path.is_absolute() {
+        path
+    } else {
+        repo().join(path)
+    };
+    let version = std::fs::read_to_string(repo().join("Cargo.toml"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("version = \"")
+                .map(|v| v.trim_end_matches('"').to_string())
+        })
+        .unwrap();
+    let x = (path, format!("localhost/install-cni:{version}"));
+    *d = Some(x.clone());
+    x
+}
+
+/// A node laid out as the chart expects, with containerd in the node's mount view.
+pub struct ChartNode {
+    pub cri: Cri,
+    pub containerd: Containerd,
+    pub srv: Server,
+    pub chart: Chart,
+    pub bin_dir: String,
+    pub conf_dir: String,
+    pub run_dir: String,
+    pub primary: String,
+    holder: Holder,
+    pub ns: Netns,
+    pub dir: TempDir,
+}
+
+impl ChartNode {
+    pub async fn new(chart: Chart) -> ChartNode {
+        let dir = TempDir::new("chart");
+        let ns = Netns::new("chartnode");
+        ns.exec_ok(&["ip", "addr", "add", &format!("{API_IP}/32"), "dev", "lo"]);
+        let srv = in_netns(&ns.path(), || {
+            Server::start(Options {
+                listen: format!("{API_IP}:0").parse().unwrap(),
+                ..Options::default()
+            })
+        })
+        .expect("start the API double");
+        let bin_dir = chart.host_path("cni-bin-dir").expect("cni-bin-dir volume");
+        let conf_dir = chart.host_path("cni-net-dir").expect("cni-net-dir volume");
+        let run_dir = chart
+            .host_path("cni-socket-dir")
+            .expect("cni-socket-dir volume");
+        // The node's view: every host path but /proc is a bind mount of a directory under ours.
+        Holder::enter();
+        let mut entered = Entered(true);
+        let mut made_dirs = Vec::new();
+        let mut script = String::from("set -e\n");
+        for p in chart.host_paths() {
+            if p == "/proc" {
+                continue;
+            }
+            let src = dir.join(format!("host{p}"));
+            std::fs::create_dir_all(&src).unwrap();
+            let mut missing = Vec::new();
+            let mut q = PathBuf::from(&p);
+            while !q.exists() {
+                missing.push(q.clone());
+                if !q.pop() {
+                    break;
+                }
+            }
+            made_dirs.extend(missing);
+            script.push_str(&format!(
+                "mkdir -p '{p}'\nmount --bind '{}' '{p}'\n",
+                src.display()
+            ));
+        }
+        let ready = dir.join("holder-ready");
+        script.push_str(&format!("touch '{}'\nexec sleep 100000\n", ready.display()));
+        Holder::made(made_dirs);
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "slave", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("unshare");
+        entered.0 = false;
+        let holder = Holder { child };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ready.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "mount namespace holder not ready"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+
+        // The primary CNI: Debian's ptp + host-local, its binaries in the chart's bin dir.
+        let host = |p: &str| dir.join(format!("host{p}"));
+        for e in std::fs::read_dir("/usr/lib/cni").expect("containernetworking-plugins") {
+            let e = e.unwrap();
+            std::os::unix::fs::symlink(e.path(), host(&bin_dir).join(e.file_name())).unwrap();
+        }
+        let primary = match chart.setting("CNI_CONF_NAME") {
+            Some(n) if chart.setting("CHAINED_CNI_PLUGIN").as_deref() != Some("false") => n,
+            _ => "10-ptp.conflist".to_string(),
+        };
+        std::fs::create_dir_all(dir.join("ipam")).unwrap();
+        // A subnet of its own: the repair agents of parallel scenarios scan the same host /proc by pod IP.
+        let subnet = format!("10.200.{}.0/24", crate::util::next_index() % 250);
+        std::fs::write(
+            host(&conf_dir).join(&primary),
+            primary_conflist(&dir.join("ipam"), &subnet),
+        )
+        .unwrap();
+
+        // The service-account volume kubelet mounts.
+        let sa = dir.join("sa");
+        std::fs::create_dir_all(&sa).unwrap();
+        std::fs::write(sa.join("token"), srv.token()).unwrap();
+        std::fs::write(sa.join("ca.crt"), srv.ca_pem()).unwrap();
+        std::fs::write(sa.join("namespace"), "istio-system").unwrap();
+
+        let pause = dir.join("pause.tar");
+        image::pause_archive(PAUSE_IMAGE, &pause);
+        let containerd = Containerd::start_in(
+            dir.path(),
+            &ns.path(),
+            Some(holder.child.id()),
+            PAUSE_IMAGE,
+            Path::new(&bin_dir),
+            Path::new(&conf_dir),
+        );
+        containerd.import(&pause);
+        containerd.import(&our_image_archive().0);
+        let cri = Cri::connect(&containerd.socket()).await;
+        ChartNode {
+            cri,
+            containerd,
+            srv,
+            chart,
+            bin_dir,
+            conf_dir,
+            run_dir,
+            primary,
+            holder,
+            ns,
+            dir,
+        }
+    }
+
+    /// A node path's backing directory (what the test reads).
+    pub fn host(&self, p: &str) -> PathBuf {
+        self.dir.join(format!("host{p}"))
+    }
+
+    /// Runs argv in the node's mount view and the network namespace at `netns`.
+    pub fn in_pod_netns(&self, netns: &str, argv: &[&str]) -> std::process::Output {
+        let mnt = format!("--mount=/proc/{}/ns/mnt", self.holder.child.id());
+        let net = format!("--net={netns}");
+        let mut a = vec![mnt.as_str(), "--", "nsenter", net.as_str()];
+        a.extend_from_slice(argv);
+        run("nsenter", &a)
+    }
+
+    /// The pod netns's iptables rules (the backend the plugin recorded), or "" when it cannot be read.
+    pub fn rules(&self, netns: &str) -> String {
+        let backend = std::fs::read_to_string(self.host(&self.run_dir).join("iptables-backend"))
+            .unwrap_or_else(|_| "nft".into());
+        let prog = if backend.trim() == "legacy" {
+            "iptables-legacy-save"
+        } else {
+            "iptables-nft-save"
+        };
+        String::from_utf8_lossy(&self.in_pod_netns(netns, &[prog]).stdout).into_owned()
+    }
+
+    /// A workload pod with a sidecar, served by the double on this node (status filled in later).
+    pub fn sidecar_pod(&self, name: &str) -> PodSpec {
+        let uid = format!("uid-{name}-{}", std::process::id());
+        self.put_pod(name, &uid, "", false);
+        PodSpec {
+            name: name.into(),
+            namespace: "default".into(),
+            uid,
+            annotations: [("sidecar.istio.io/status".to_string(), "{}".to_string())].into(),
+        }
+    }
+
+    /// (Re)writes the workload pod's API object; `broken`: istio-validation failed with 126 (what the
+    /// repair agent looks for).
+    pub fn put_pod(&self, name: &str, uid: &str, ip: &str, broken: bool) {
+        let mut status = serde_json::json!({"phase": "Pending"});
+        if !ip.is_empty() {
+            status["podIP"] = ip.into();
+            status["podIPs"] = serde_json::json!([{"ip": ip}]);
+        }
+        if broken {
+            status["initContainerStatuses"] = serde_json::json!([{
+                "name": "istio-validation", "ready": false, "restartCount": 2,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"exitCode": 126, "reason": "Error"}}}]);
+        }
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": uid,
+                         "annotations": {"sidecar.istio.io/status": "{}"}},
+            "spec": {"nodeName": NODE_NAME,
+                     "initContainers": [{"name": "istio-validation"}],
+                     "containers": [{"name": "app"}, {"name": "istio-proxy", "args": ["proxy", "sidecar"]}]},
+            "status": status,
+        });
+        self.srv.add_pod(&pod.to_string()).expect("add pod");
+    }
+
+    /// Runs a workload sandbox: (id, netns, ip).
+    pub async fn run_pod(&self, pod: &PodSpec) -> Result<(String, String, String), String> {
+        let id = self.cri.run_pod(pod).await?;
+        let st = self.cri.status(&id).await?;
+        assert!(st.ready);
+        Ok((id, st.netns.expect("netns"), st.ip))
+    }
+
+    /// Starts the chart's pod and container with our image: (sandbox id, container id, pod IP).
+    pub async fn start_agent(&self) -> (String, String, String) {
+        self.start_agent_with(&[]).await
+    }
+
+    /// [`ChartNode::start_agent`] with variables added after the chart's (a test knob, e.g. a node root
+    /// that does not exist, for a node whose iptables the agent cannot run).
+    pub async fn start_agent_with(&self, extra_env: &[(&str, &str)]) -> (String, String, String) {
+        let (_, image) = our_image_archive();
+        let name = format!("istio-cni-node-{}", std::process::id() % 100000);
+        let uid = format!("uid-{name}");
+        let tmpl = &self.chart.daemonset()["spec"]["template"]["metadata"];
+        let to_map = |v: &Value| -> std::collections::HashMap<String, String> {
+            v.as_mapping()
+                .map(|m| m.iter().map(|(k, v)| (s(k), s(v))).collect())
+                .unwrap_or_default()
+        };
+        let spec = PodSpec {
+            name: name.clone(),
+            namespace: "istio-system".into(),
+            uid: uid.clone(),
+            annotations: to_map(&tmpl["annotations"]),
+        };
+        let mut sandbox = Cri::sandbox_config(&spec);
+        sandbox.labels.extend(to_map(&tmpl["labels"]));
+        let logs = self.dir.join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        sandbox.log_directory = logs.to_string_lossy().into_owned();
+        let mut rt = self.cri.rt.clone();
+        let sid = rt
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(sandbox.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect("RunPodSandbox for the agent pod")
+            .into_inner()
+            .pod_sandbox_id;
+        let ip = self.cri.status(&sid).await.expect("status").ip;
+        self.srv
+            .add_pod(
+                &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "istio-system", "uid": uid,
+                                 "labels": to_map(&tmpl["labels"])},
+                    "spec": {"nodeName": NODE_NAME, "containers": [{"name": "install-cni"}]},
+                    "status": {"podIP": ip}})
+                .to_string(),
+            )
+            .unwrap();
+        let port = self.srv.addr().port().to_string();
+        let agent = AgentPod {
+            name,
+            namespace: "istio-system".into(),
+            uid,
+            ip: ip.clone(),
+            service_env: vec![
+                ("KUBERNETES_SERVICE_HOST".into(), API_IP.into()),
+                ("KUBERNETES_SERVICE_PORT".into(), port.clone()),
+                ("KUBERNETES_SERVICE_PORT_HTTPS".into(), port),
+            ],
+        };
+        let c = self.chart.container();
+        let list = |v: &Value| -> Vec<String> {
+            v.as_sequence()
+                .map(|l| l.iter().map(s).collect())
+                .unwrap_or_default()
+        };
+        let mut mounts = self.chart.mounts();
+        mounts.push(cri::Mount {
+            container_path: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
+            host_path: self.dir.join("sa").to_string_lossy().into_owned(),
+            readonly: true,
+            ..Default::default()
+        });
+        let config = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata {
+                name: "install-cni".into(),
+                attempt: 0,
+            }),
+            image: Some(cri::ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            }),
+            command: list(&c["command"]),
+            args: list(&c["args"]),
+            envs: self
+                .chart
+                .env(&agent)
+                .into_iter()
+                .chain(
+                    extra_env
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string())),
+                )
+                .map(|(key, value)| cri::KeyValue { key, value })
+                .collect(),
+            mounts,
+            log_path: "install-cni.log".into(),
+            linux: Some(cri::LinuxContainerConfig {
+                security_context: Some(self.chart.security_context()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cid = self
+            .cri
+            .create_container(&sid, config, &sandbox)
+            .await
+            .expect("CreateContainer install-cni");
+        self.cri
+            .start_container(&cid)
+            .await
+            .expect("StartContainer install-cni");
+        (sid, cid, ip)
+    }
+
+    /// The agent's log (CRI format, one line per log line).
+    pub fn agent_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("logs/install-cni.log")).unwrap_or_default()
+    }
+
+    /// GET http://<ip>:8000/readyz from the node (kubelet's probe): the HTTP status, "000" if none.
+    pub fn readyz(&self, ip: &str) -> String {
+        let out = run(
+            "nsenter",
+            &[
+                &format!("--net={}", self.ns.path()),
+                "curl",
+                "-s",
+                "-m",
+                "1",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &format!("http://{ip}:8000/readyz"),
+            ],
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+/// ptp + host-local: the node's primary CNI.
+pub fn primary_conflist(ipam: &Path, subnet: &str) -> String {
+    serde_json::to_string_pretty(&serde_json::json!({
+        "cniVersion": "1.0.0", "name": "e2e",
+        "plugins": [{"type": "ptp", "ipMasq": false,
+            "ipam": {"type": "host-local", "dataDir": ipam,
+                     "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "0.0.0.0/0"}]}}],
+    }))
+    .unwrap()
+}
+
+impl Drop for ChartNode {
+    fn drop(&mut self) {
+        let sock = self.containerd.socket();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                let cri = Cri::connect(&sock).await;
+                for id in cri.list().await {
+                    let _ = cri.stop(&id).await;
+                    let _ = cri.remove(&id).await;
+                }
+            });
+        })
+        .join();
+        self.containerd.stop();
+        let r = self.dir.join("runc/k8s.io").to_string_lossy().into_owned();
+        let out = run("runc", &["--root", &r, "list", "-q"]);
+        for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let _ = run("runc", &["--root", &r, "delete", "--force", id]);
+        }
+    }
+}
+
+/// The process holding the node's mount view. The node directories made for mount points (empty) are
+/// shared by every scenario of this process (a directory removed on the host would vanish from a
+/// running scenario's view too), so the last holder to go removes them.
+struct Holder {
+    child: Child,
+}
+
+/// Live holders, and the directories they made.
+static LIVE: std::sync::Mutex<(usize, Vec<PathBuf>)> = std::sync::Mutex::new((0, Vec::new()));
+
+impl Holder {
+    /// Counts a holder in before it makes anything (so no other scenario removes directories meanwhile).
+    fn enter() {
+        LIVE.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+    }
+    fn made(dirs: Vec<PathBuf>) {
+        let mut l = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        for d in dirs {
+            if !l.1.contains(&d) {
+                l.1.push(d);
+            }
+        }
+    }
+    fn leave() {
+        let mut l = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        l.0 = l.0.saturating_sub(1);
+        if l.0 == 0 {
+            let mut dirs = std::mem::take(&mut l.1);
+            dirs.sort_by_key(|d| std::cmp::Reverse(d.as_os_str().len()));
+            for d in dirs {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+}
+
+/// Leaves [`LIVE`] if set-up fails before a holder exists.
+struct Entered(bool);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if self.0 {
+            Holder::leave();
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Holder::leave();
+    }
+}

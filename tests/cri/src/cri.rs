@@ -1,0 +1,231 @@
+//! The CRI client, as kubelet uses it: runtime.v1 over containerd's unix socket (k8s-cri's generated tonic
+//! client). Async; tests run on tokio.
+
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::*;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+#[derive(Clone)]
+pub struct Cri {
+    pub rt: RuntimeServiceClient<Channel>,
+}
+
+/// What the tests ask for a pod: metadata, labels and annotations (as kubelet copies them from the pod).
+#[derive(Clone, Debug, Default)]
+pub struct PodSpec {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub annotations: HashMap<String, String>,
+}
+
+/// The runtime's view of a sandbox.
+#[derive(Debug)]
+pub struct SandboxView {
+    pub ready: bool,
+    pub ip: String,
+    pub netns: Option<String>,
+}
+
+impl Cri {
+    pub async fn connect(socket: &Path) -> Cri {
+        let path: PathBuf = socket.to_path_buf();
+        let channel = Endpoint::try_from("http://[::]:50051")
+            .expect("endpoint")
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }))
+            .await
+            .expect("connect to containerd's CRI socket");
+        Cri {
+            rt: RuntimeServiceClient::new(channel),
+        }
+    }
+
+    pub fn sandbox_config(pod: &PodSpec) -> PodSandboxConfig {
+        PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
+                namespace: pod.namespace.clone(),
+                attempt: 0,
+            }),
+            hostname: pod.name.clone(),
+            annotations: pod.annotations.clone(),
+            labels: HashMap::from([
+                ("io.kubernetes.pod.name".to_string(), pod.name.clone()),
+                (
+                    "io.kubernetes.pod.namespace".to_string(),
+                    pod.namespace.clone(),
+                ),
+                ("io.kubernetes.pod.uid".to_string(), pod.uid.clone()),
+            ]),
+            linux: Some(LinuxPodSandboxConfig {
+                security_context: Some(LinuxSandboxSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        network: NamespaceMode::Pod as i32,
+                        pid: NamespaceMode::Container as i32,
+                        ipc: NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// RunPodSandbox: the sandbox id, or the runtime's error message.
+    pub async fn run_pod(&self, pod: &PodSpec) -> Result<String, String> {
+        let mut rt = self.rt.clone();
+        rt.run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(Cri::sandbox_config(pod)),
+            runtime_handler: String::new(),
+        })
+        .await
+        .map(|r| r.into_inner().pod_sandbox_id)
+        .map_err(|s| s.message().to_string())
+    }
+
+    /// PodSandboxStatus (verbose): ready, IP, and the netns path from the runtime spec in `info`.
+    pub async fn status(&self, id: &str) -> Result<SandboxView, String> {
+        let mut rt = self.rt.clone();
+        let r = rt
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose: true,
+            })
+            .await
+            .map_err(|s| s.message().to_string())?
+            .into_inner();
+        let st = r.status.ok_or("no status")?;
+        let netns = r
+            .info
+            .get("info")
+            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+            .and_then(|v| {
+                v["runtimeSpec"]["linux"]["namespaces"]
+                    .as_array()?
+                    .iter()
+                    .find(|n| n["type"] == "network")?["path"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+        Ok(SandboxView {
+            ready: st.state == PodSandboxState::SandboxReady as i32,
+            ip: st.network.map(|n| n.ip).unwrap_or_default(),
+            netns,
+        })
+    }
+
+    pub async fn stop(&self, id: &str) -> Result<(), String> {
+        let mut rt = self.rt.clone();
+        rt.stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| s.message().to_string())
+    }
+
+    pub async fn remove(&self, id: &str) -> Result<(), String> {
+        let mut rt = self.rt.clone();
+        rt.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| s.message().to_string())
+    }
+
+    /// Every sandbox id the runtime knows.
+    pub async fn list(&self) -> Vec<String> {
+        let mut rt = self.rt.clone();
+        rt.list_pod_sandbox(ListPodSandboxRequest { filter: None })
+            .await
+            .expect("ListPodSandbox")
+            .into_inner()
+            .items
+            .into_iter()
+            .map(|s| s.id)
+            .collect()
+    }
+
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        sandbox: &PodSandboxConfig,
+    ) -> Result<String, String> {
+        let mut rt = self.rt.clone();
+        rt.create_container(CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            config: Some(config),
+            sandbox_config: Some(sandbox.clone()),
+        })
+        .await
+        .map(|r| r.into_inner().container_id)
+        .map_err(|s| s.message().to_string())
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<(), String> {
+        let mut rt = self.rt.clone();
+        rt.start_container(StartContainerRequest {
+            container_id: id.to_string(),
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| s.message().to_string())
+    }
+
+    /// StopContainer with kubelet's grace period (SIGTERM, then SIGKILL after `timeout` seconds).
+    pub async fn stop_container(&self, id: &str, timeout: i64) -> Result<(), String> {
+        let mut rt = self.rt.clone();
+        rt.stop_container(StopContainerRequest {
+            container_id: id.to_string(),
+            timeout,
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| s.message().to_string())
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<(), String> {
+        let mut rt = self.rt.clone();
+        rt.remove_container(RemoveContainerRequest {
+            container_id: id.to_string(),
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| s.message().to_string())
+    }
+
+    /// The container's state (CONTAINER_RUNNING = 1, EXITED = 2), exit code and host pid (verbose info).
+    pub async fn container_state(&self, id: &str) -> Result<(i32, i32, Option<u32>), String> {
+        let mut rt = self.rt.clone();
+        let r = rt
+            .container_status(ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose: true,
+            })
+            .await
+            .map_err(|s| s.message().to_string())?
+            .into_inner();
+        let st = r.status.ok_or("no status")?;
+        let pid = r
+            .info
+            .get("info")
+            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+            .and_then(|v| v["pid"].as_u64())
+            .map(|p| p as u32);
+        Ok((st.state, st.exit_code, pid))
+    }
+}

@@ -1,0 +1,456 @@
+//! Our image run exactly as upstream's Helm chart runs it (`../shared/conformance/chart/*.yaml`: command,
+//! args, env, mounts, security context parsed from the rendered YAML), under a private containerd, with
+//! only the image's hub and tag changed. Per scenario: ready, files where the scenario puts them, the
+//! effective capabilities are exactly the chart's, a pod started before the agent was ready is handled by
+//! the scenario's repair mode (repaired in place through the node's own iptables without SYS_CHROOT),
+//! a sidecar pod started afterwards is redirected, and stopping the container removes what it added.
+
+use cri_e2e::chart::{cap_mask, Chart};
+use cri_e2e::chart_node::ChartNode;
+use cri_e2e::node::NETNS_COUNT;
+use cri_e2e::util::require_root;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn redirected(rules: &str) -> bool {
+    rules.contains("-A PREROUTING -p tcp -j ISTIO_INBOUND")
+        && rules.contains("-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001")
+}
+
+async fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) -> Duration {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{what}: not within {secs} s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    t.elapsed()
+}
+
+/// [`wait_for`], with the agent's log in the failure message.
+async fn wait_node(
+    node: &ChartNode,
+    what: &str,
+    secs: u64,
+    mut f: impl FnMut() -> bool,
+) -> Duration {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{what}: not within {secs} s; agent log:\n{}",
+            node.agent_log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    t.elapsed()
+}
+
+/// The backing file of a node path (the longest chart host path that contains it).
+fn backing(node: &ChartNode, p: &str) -> PathBuf {
+    let base = node
+        .chart
+        .host_paths()
+        .into_iter()
+        .filter(|h| p.starts_with(&format!("{h}/")))
+        .max_by_key(|h| h.len())
+        .unwrap_or_else(|| panic!("{p} is under no host path of the chart"));
+    node.host(&base).join(&p[base.len() + 1..])
+}
+
+fn conf_has_istio(text: &str) -> Option<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    if v["type"] == "istio-cni" {
+        return Some(v);
+    }
+    v["plugins"]
+        .as_array()?
+        .iter()
+        .find(|p| p["type"] == "istio-cni")
+        .cloned()
+}
+
+async fn scenario(name: &str) {
+    if !require_root() {
+        return;
+    }
+    let _g = NETNS_COUNT.read().await;
+    let chart = Chart::load(name);
+    let image = chart.image();
+    assert!(
+        image.ends_with("/install-cni:latest"),
+        "{name}: chart image {image}"
+    );
+    let settings = chart.config_map("istio-cni-config");
+    let setting = |k: &str| settings.get(k).cloned().unwrap_or_default();
+    let chained = setting("CHAINED_CNI_PLUGIN") != "false";
+    let nft = setting("NATIVE_NFTABLES") == "true";
+    let repair_on = setting("REPAIR_ENABLED") == "true";
+    let mode = if !repair_on {
+        "off"
+    } else if setting("REPAIR_REPAIR_PODS") == "true" {
+        "in-place"
+    } else if setting("REPAIR_DELETE_PODS") == "true" {
+        "delete"
+    } else if setting("REPAIR_LABEL_PODS") == "true" {
+        "label"
+    } else {
+        "off"
+    };
+    let node = ChartNode::new(chart).await;
+    let primary_before =
+        std::fs::read_to_string(node.host(&node.conf_dir).join(&node.primary)).unwrap();
+
+    // A pod that started before the agent was ready: not redirected (the chain has no istio-cni yet), and
+    // its istio-validation init container failed as it would.
+    let early = node.sidecar_pod("early");
+    let (_eid, early_ns, early_ip) = node.run_pod(&early).await.expect("early pod");
+    assert!(!redirected(&node.rules(&early_ns)));
+    node.put_pod("early", &early.uid, &early_ip, true);
+
+    let t0 = Instant::now();
+    let (_sid, cid, ip) = node.start_agent().await;
+    let ready = wait_for(&format!("{name}: /readyz 200"), 30, || {
+        node.readyz(&ip) == "200"
+    })
+    .await;
+    println!(
+        "{name}: ready {:.0} ms after StartContainer ({:.0} ms incl. CreateContainer)",
+        ready.as_secs_f64() * 1e3,
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+
+    // Exactly the chart's capabilities, not privileged.
+    let (state, _, pid) = node.cri.container_state(&cid).await.unwrap();
+    assert_eq!(state, 1, "install-cni not running:\n{}", node.agent_log());
+    let pid = pid.expect("container pid");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(
+        eff,
+        cap_mask(&node.chart.added_capabilities()),
+        "{name}: effective capabilities {eff:#x}"
+    );
+
+    // Plugin, configuration and kubeconfig where the scenario puts them.
+    assert!(
+        node.host(&node.bin_dir).join("istio-cni").is_file(),
+        "no plugin in {}",
+        node.bin_dir
+    );
+    let conf_file = if chained {
+        node.host(&node.conf_dir).join(&node.primary)
+    } else {
+        node.host(&node.conf_dir).join(setting("CNI_CONF_NAME"))
+    };
+    let entry = conf_has_istio(&std::fs::read_to_string(&conf_file).unwrap_or_default())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name}: no istio-cni in {}\n{}",
+                conf_file.display(),
+                node.agent_log()
+            )
+        });
+    // Upstream master: the plugin reads <cni_agent_run_dir>/istio-cni-kubeconfig unless the entry names one.
+    let kc = match entry["kubernetes"]["kubeconfig"].as_str() {
+        Some(k) => k.to_string(),
+        None => format!(
+            "{}/istio-cni-kubeconfig",
+            entry["cni_agent_run_dir"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: entry {entry}"))
+        ),
+    };
+    let kc_file = backing(&node, &kc);
+    assert!(kc_file.is_file(), "{name}: no kubeconfig at {kc}");
+
+    // The pod that started too early, per the scenario's repair mode.
+    if chained {
+        let early_path = "/api/v1/namespaces/default/pods/early";
+        match mode {
+            "in-place" if nft => {
+                // This build programs iptables only: the agent says so instead of repairing silently wrong.
+                wait_for(
+                    &format!("{name}: repair refused naming native_nftables"),
+                    30,
+                    || {
+                        redirected(&node.rules(&early_ns))
+                            || node.agent_log().contains("native_nftables")
+                    },
+                )
+                .await;
+                println!(
+                    "{name}: repair in place: {}",
+                    node.agent_log()
+                        .lines()
+                        .find(|l| l.contains("native_nftables"))
+                        .unwrap_or("redirected")
+                );
+            }
+            "in-place" => {
+                let d = wait_for(
+                    &format!("{name}: early pod repaired in place\n{}", node.agent_log()),
+                    30,
+                    || redirected(&node.rules(&early_ns)),
+                )
+                .await;
+                println!(
+                    "{name}: early pod repaired in place {:.0} ms after ready",
+                    d.as_secs_f64() * 1e3
+                );
+            }
+            "delete" => {
+                wait_for(&format!("{name}: early pod deleted"), 30, || {
+                    node.srv
+                        .requests()
+                        .iter()
+                        .any(|r| r.method == "DELETE" && r.path == early_path)
+                })
+                .await;
+            }
+            "label" => {
+                wait_for(&format!("{name}: early pod labeled"), 30, || {
+                    node.srv.requests().iter().any(|r| {
+                        r.method == "PATCH"
+                            && r.path.starts_with(early_path)
+                            && r.body.contains("cni.istio.io/uninitialized")
+                    })
+                })
+                .await;
+            }
+            _ => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                assert!(!redirected(&node.rules(&early_ns)), "repair is off");
+            }
+        }
+    }
+
+    // A sidecar pod started now, through the same containerd, is redirected (chained scenarios; standalone
+    // files are for multus, which this containerd does not run).
+    if chained {
+        let pod = node.sidecar_pod("later");
+        match node.run_pod(&pod).await {
+            Ok((_, netns, _)) => {
+                let rules = node.rules(&netns);
+                assert!(
+                    redirected(&rules),
+                    "{name}: later pod not redirected:\n{rules}"
+                );
+            }
+            Err(e) if nft => {
+                assert!(e.contains("nftables"), "{name}: {e}");
+                println!("{name}: sidecar pod refused: {e}");
+            }
+            Err(e) => panic!("{name}: RunPodSandbox: {e}\n{}", node.agent_log()),
+        }
+    }
+
+    // Stopping the container removes what it added.
+    node.cri
+        .stop_container(&cid, 30)
+        .await
+        .expect("StopContainer");
+    let after = std::fs::read_to_string(node.host(&node.conf_dir).join(&node.primary)).unwrap();
+    assert!(
+        conf_has_istio(&after).is_none(),
+        "{name}: istio-cni left in the primary:\n{after}"
+    );
+    if chained {
+        let a: serde_json::Value = serde_json::from_str(&after).unwrap();
+        let b: serde_json::Value = serde_json::from_str(&primary_before).unwrap();
+        assert_eq!(a, b, "{name}: primary not restored");
+    } else {
+        assert!(!conf_file.exists(), "{name}: standalone file left");
+    }
+    assert!(!kc_file.exists(), "{name}: kubeconfig left");
+    assert!(
+        !node.host(&node.bin_dir).join("istio-cni").exists(),
+        "{name}: plugin binary left"
+    );
+    for f in ["log.sock", "iptables-backend"] {
+        assert!(
+            !node.host(&node.run_dir).join(f).exists(),
+            "{name}: {f} left in the run dir"
+        );
+    }
+}
+
+macro_rules! scenarios {
+    ($($f:ident => $n:literal),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $f() {
+            scenario($n).await;
+        }
+    )*};
+}
+
+scenarios! {
+    chart_default => "default",
+    chart_gke => "gke",
+    chart_openshift => "openshift",
+    chart_repair_delete => "repair-delete",
+    chart_repair_label => "repair-label",
+    chart_repair_off => "repair-off",
+    chart_standalone => "standalone",
+    chart_aks_seed => "aks-seed",
+    chart_json_logs => "json-logs",
+    chart_nftables => "nftables",
+    chart_custom_dirs => "custom-dirs",
+}
+
+/// Where the node's iptables cannot be run at all (here: a node root that does not exist), repair in place
+/// falls back to deleting the pod, with a log line and an Event that say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_default_repair_falls_back_to_delete_without_node_iptables() {
+    if !require_root() {
+        return;
+    }
+    let _g = NETNS_COUNT.read().await;
+    let node = ChartNode::new(Chart::load("default")).await;
+    let early = node.sidecar_pod("early");
+    let (_eid, _ns, early_ip) = node.run_pod(&early).await.expect("early pod");
+    node.put_pod("early", &early.uid, &early_ip, true);
+    let (_sid, _cid, ip) = node
+        .start_agent_with(&[("ISTIO_CNI_HOST_ROOT", "/no-such-node-root")])
+        .await;
+    wait_for("ready", 30, || node.readyz(&ip) == "200").await;
+    wait_for(
+        &format!("early pod deleted\n{}", node.agent_log()),
+        30,
+        || {
+            node.srv
+                .requests()
+                .iter()
+                .any(|r| r.method == "DELETE" && r.path == "/api/v1/namespaces/default/pods/early")
+        },
+    )
+    .await;
+    let log = node.agent_log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("repair in place is impossible on this node"))
+        .unwrap_or_else(|| panic!("no log line saying why:\n{log}"));
+    assert!(line.contains("falling back to deleting it"), "{line}");
+    assert!(
+        line.contains("iptables"),
+        "the reason names iptables: {line}"
+    );
+    let events: Vec<String> = node.srv.events().iter().map(|e| format!("{e:?}")).collect();
+    assert!(
+        events.iter().any(|e| e.contains("impossible on this node")),
+        "no Event saying why: {events:?}"
+    );
+    println!("fallback: {line}");
+}
+
+/// Runs sidecar pods until one is redirected (containerd reloads its CNI configuration asynchronously after
+/// a file changes); returns how many started before that. Fails after `max` pods.
+async fn pods_until_redirected(node: &ChartNode, prefix: &str, max: usize) -> usize {
+    for i in 0..max {
+        let pod = node.sidecar_pod(&format!("{prefix}-{i}"));
+        let (id, netns, _) = node.run_pod(&pod).await.expect("RunPodSandbox");
+        let ok = redirected(&node.rules(&netns));
+        node.cri.stop(&id).await.expect("stop");
+        node.cri.remove(&id).await.expect("remove");
+        if ok {
+            return i;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{prefix}: {max} pods in a row started unredirected\n{}",
+        node.agent_log()
+    );
+}
+
+/// Another CNI rewrites the primary (atomically, without our entry) while the agent runs: the entry comes
+/// back, containerd reloads, and pods are redirected again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_default_primary_rewritten_by_another_cni() {
+    if !require_root() {
+        return;
+    }
+    let _g = NETNS_COUNT.read().await;
+    let node = ChartNode::new(Chart::load("default")).await;
+    let primary = node.host(&node.conf_dir).join(&node.primary);
+    let original = std::fs::read_to_string(&primary).unwrap();
+    let (_sid, _cid, ip) = node.start_agent().await;
+    wait_for("ready", 30, || node.readyz(&ip) == "200").await;
+    wait_node(&node, "entry", 30, || {
+        conf_has_istio(&std::fs::read_to_string(&primary).unwrap_or_default()).is_some()
+    })
+    .await;
+    assert_eq!(pods_until_redirected(&node, "first", 20).await, 0);
+
+    // The other CNI's rewrite: temp file + rename, as CNI daemons write.
+    let tmp = primary.with_extension("tmp-other");
+    std::fs::write(&tmp, &original).unwrap();
+    std::fs::rename(&tmp, &primary).unwrap();
+    let back = wait_node(&node, "entry back after the rewrite", 30, || {
+        conf_has_istio(&std::fs::read_to_string(&primary).unwrap_or_default()).is_some()
+    })
+    .await;
+    let stale = pods_until_redirected(&node, "rewritten", 50).await;
+    println!(
+        "rewrite: entry back in {:.1} ms; {stale} pod(s) started unredirected meanwhile",
+        back.as_secs_f64() * 1e3
+    );
+    assert_eq!(node.readyz(&ip), "200");
+}
+
+/// A higher-priority primary appears (sorts first, as libcni and containerd choose): the agent must move
+/// into it, and must never report ready while pods start unredirected through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known: once installed, the installer only warns \"preempted by\" and stays ready while containerd \
+            starts pods through the new file unredirected (src/install/check.rs; the installer's owner decides)"]
+async fn chart_default_higher_priority_primary_appears() {
+    if !require_root() {
+        return;
+    }
+    let _g = NETNS_COUNT.read().await;
+    let node = ChartNode::new(Chart::load("default")).await;
+    let primary = node.host(&node.conf_dir).join(&node.primary);
+    let original = std::fs::read_to_string(&primary).unwrap();
+    let (_sid, _cid, ip) = node.start_agent().await;
+    wait_for("ready", 30, || node.readyz(&ip) == "200").await;
+    assert_eq!(pods_until_redirected(&node, "first", 20).await, 0);
+
+    let higher = node.host(&node.conf_dir).join("05-other.conflist");
+    let tmp = higher.with_extension("tmp");
+    std::fs::write(
+        &tmp,
+        original.replace("\"name\": \"e2e\"", "\"name\": \"other\""),
+    )
+    .unwrap();
+    std::fs::rename(&tmp, &higher).unwrap();
+    let t = Instant::now();
+    for i in 0..50 {
+        let pod = node.sidecar_pod(&format!("higher-{i}"));
+        let (id, netns, _) = node.run_pod(&pod).await.expect("RunPodSandbox");
+        let ok = redirected(&node.rules(&netns));
+        let ready = node.readyz(&ip) == "200";
+        node.cri.stop(&id).await.expect("stop");
+        node.cri.remove(&id).await.expect("remove");
+        assert!(
+            ok || !ready,
+            "pod {i} started unredirected while the agent reports ready ({:.0} ms after the new primary)\n{}",
+            t.elapsed().as_secs_f64() * 1e3,
+            node.agent_log()
+        );
+        if ok && conf_has_istio(&std::fs::read_to_string(&higher).unwrap_or_default()).is_some() {
+            println!("higher-priority primary: redirected again after {i} pod(s)");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the agent never moved into the higher-priority primary\n{}",
+        node.agent_log()
+    );
+}
