@@ -26,10 +26,10 @@ from common import (
 # securityContext.appArmorProfile) and the newest the schemas know.
 K8S_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
 
-REPAIR_CAPS = {"SYS_ADMIN", "SYS_PTRACE", "SYS_CHROOT", "NET_ADMIN", "NET_RAW", "DAC_OVERRIDE"}
-# What we add beyond upstream's chart, and why: the image has no iptables, so the node's own run chrooted
-# into the node's root (manifests/base/daemonset.yaml).
-BEYOND_UPSTREAM_CAPS = {"SYS_CHROOT"}
+REPAIR_CAPS = {"SYS_ADMIN", "SYS_PTRACE", "NET_ADMIN", "NET_RAW", "DAC_OVERRIDE"}
+# Nothing beyond upstream's chart: the node's own iptables run through the node's dynamic loader by path,
+# with no chroot (manifests/base/daemonset.yaml), so SYS_CHROOT is not needed.
+BEYOND_UPSTREAM_CAPS = set()
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/install-cni"
 # What istiod's untaint controller (pilot.taint.enabled) looks for: pods with this label in its CNI
 # namespace (pilot.taint.namespace), Ready on the node; then it removes this taint.

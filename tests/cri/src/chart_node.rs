@@ -212,8 +212,17 @@ impl ChartNode {
         run("nsenter", &a)
     }
 
-    /// The pod netns's iptables rules (the backend the plugin recorded), or "" when it cannot be read.
+    /// The pod netns's rules: the iptables rules (the backend the plugin recorded), then the nftables
+    /// listing of our `inet istio-*` tables (native_nftables mode); "" when nothing can be read.
     pub fn rules(&self, netns: &str) -> String {
+        let mut out = self.iptables_rules(netns);
+        out.push_str(&String::from_utf8_lossy(
+            &self.in_pod_netns(netns, &["nft", "list", "ruleset"]).stdout,
+        ));
+        out
+    }
+
+    fn iptables_rules(&self, netns: &str) -> String {
         let backend = std::fs::read_to_string(self.host(&self.run_dir).join("iptables-backend"))
             .unwrap_or_else(|_| "nft".into());
         let prog = if backend.trim() == "legacy" {

@@ -12,9 +12,13 @@ use cri_e2e::util::require_root;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// Our capture is in place: the iptables rules, or (native_nftables) our nf_tables table and its redirect.
 fn redirected(rules: &str) -> bool {
-    rules.contains("-A PREROUTING -p tcp -j ISTIO_INBOUND")
-        && rules.contains("-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001")
+    (rules.contains("-A PREROUTING -p tcp -j ISTIO_INBOUND")
+        && rules.contains("-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001"))
+        || (rules.contains("table inet istio-proxy-nat")
+            && rules.contains("redirect to :15001")
+            && rules.contains("redirect to :15006"))
 }
 
 async fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) -> Duration {
@@ -174,25 +178,6 @@ async fn scenario(name: &str) {
     if chained {
         let early_path = "/api/v1/namespaces/default/pods/early";
         match mode {
-            "in-place" if nft => {
-                // This build programs iptables only: the agent says so instead of repairing silently wrong.
-                wait_for(
-                    &format!("{name}: repair refused naming native_nftables"),
-                    30,
-                    || {
-                        redirected(&node.rules(&early_ns))
-                            || node.agent_log().contains("native_nftables")
-                    },
-                )
-                .await;
-                println!(
-                    "{name}: repair in place: {}",
-                    node.agent_log()
-                        .lines()
-                        .find(|l| l.contains("native_nftables"))
-                        .unwrap_or("redirected")
-                );
-            }
             "in-place" => {
                 let d = wait_for(
                     &format!("{name}: early pod repaired in place\n{}", node.agent_log()),
@@ -242,10 +227,19 @@ async fn scenario(name: &str) {
                     redirected(&rules),
                     "{name}: later pod not redirected:\n{rules}"
                 );
-            }
-            Err(e) if nft => {
-                assert!(e.contains("nftables"), "{name}: {e}");
-                println!("{name}: sidecar pod refused: {e}");
+                // native_nftables: our nf_tables tables over netlink, no iptables rules and no backend record.
+                assert_eq!(
+                    rules.contains("table inet istio-proxy-nat"),
+                    nft,
+                    "{name}: backend\n{rules}"
+                );
+                if nft {
+                    assert!(!rules.contains("ISTIO_REDIRECT"), "{name}: {rules}");
+                    assert!(
+                        !node.host(&node.run_dir).join("iptables-backend").exists(),
+                        "{name}: iptables backend recorded in nftables mode"
+                    );
+                }
             }
             Err(e) => panic!("{name}: RunPodSandbox: {e}\n{}", node.agent_log()),
         }
@@ -407,8 +401,6 @@ async fn chart_default_primary_rewritten_by_another_cni() {
 /// A higher-priority primary appears (sorts first, as libcni and containerd choose): the agent must move
 /// into it, and must never report ready while pods start unredirected through it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known: once installed, the installer only warns \"preempted by\" and stays ready while containerd \
-            starts pods through the new file unredirected (src/install/check.rs; the installer's owner decides)"]
 async fn chart_default_higher_priority_primary_appears() {
     if !require_root() {
         return;
