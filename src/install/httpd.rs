@@ -46,7 +46,8 @@ pub fn bind_dual_stack(port: u16) -> nix::Result<TcpListener> {
         use std::os::fd::AsRawFd;
         s::bind(fd.as_raw_fd(), &addr)?;
     }
-    s::listen(&fd, s::Backlog::new(128)?)?;
+    // SOMAXCONN: `Backlog::new(128)` is EINVAL on musl, whose SOMAXCONN is 128 (nix takes it as exclusive).
+    s::listen(&fd, s::Backlog::MAXCONN)?;
     Ok(TcpListener::from(fd))
 }
 

@@ -49,6 +49,7 @@ REPAIR_RULES = {
 CLIENT_CALLS = {
     "get_pod": ("pods", "get"),
     "get_pod_within": ("pods", "get"),
+    "get_pod_attempt": ("pods", "get"),
     "list_pods": ("pods", "list"),
     "watch_pods": ("pods", "watch"),
     "patch_pod_status": ("pods/status", "patch"),
