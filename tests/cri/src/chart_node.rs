@@ -205,9 +205,12 @@ impl ChartNode {
 
     /// Runs argv in the node's mount view and the network namespace at `netns`.
     pub fn in_pod_netns(&self, netns: &str, argv: &[&str]) -> std::process::Output {
-        let mnt = format!("--mount=/proc/{}/ns/mnt", self.holder.child.id());
+        let pid = self.holder.child.id();
+        let mnt = format!("--mount=/proc/{pid}/ns/mnt");
+        // Our root, not the namespace's (they differ when the tests run chrooted).
+        let root = format!("--root=/proc/{pid}/root");
         let net = format!("--net={netns}");
-        let mut a = vec![mnt.as_str(), "--", "nsenter", net.as_str()];
+        let mut a = vec![mnt.as_str(), root.as_str(), "--", "nsenter", net.as_str()];
         a.extend_from_slice(argv);
         run("nsenter", &a)
     }

@@ -102,7 +102,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             .expect("containerd log");
         let mut cmd = Command::new("nsenter");
         if let Some(pid) = self.mount_ns_of {
-            cmd.arg(format!("--mount=/proc/{pid}/ns/mnt"));
+            // --root too: entering a mount namespace resets the root to that namespace's, which is not ours
+            // when the tests run chrooted (a fresh Debian root); the holder kept our root.
+            cmd.arg(format!("--mount=/proc/{pid}/ns/mnt"))
+                .arg(format!("--root=/proc/{pid}/root"));
         }
         let child = cmd
             .arg(format!("--net={}", self.netns))
