@@ -10,7 +10,7 @@ use istio_cni::install::installer::{ConfigWrite, Installer};
 use istio_cni::install::run::{self, RoundEnd};
 use istio_cni::install::select::{self, Choice};
 use istio_cni::install::server::{self, Endpoints, State};
-use istio_cni::install::{binaries, cleanup, conflist, watch};
+use istio_cni::install::{binaries, conflist, watch};
 use istio_cni::json;
 use istio_cni::rundir::RunDir;
 use std::collections::{BTreeMap, HashMap};
@@ -443,7 +443,7 @@ fn cleanup_cases() {
         fs::rename(conf.join(kc_rel), run.join(RunDir::KUBECONFIG)).unwrap();
         let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
         inst.installed = Some(s(&st, "installed_config").to_string());
-        cleanup::cleanup(&inst).unwrap();
+        inst.cleanup().unwrap();
         assert_eq!(names(&conf), strs(&ex, "after_cleanup_files"), "{name}");
         for f in strs(&ex, "after_cleanup_files") {
             assert_eq!(

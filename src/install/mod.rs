@@ -13,7 +13,6 @@ pub mod cleanup;
 pub mod cli;
 pub mod conflist;
 pub mod flags;
-pub mod httpd;
 pub mod installer;
 pub mod kubeconfig;
 pub mod legacy;

@@ -3,7 +3,8 @@
 //! time) can hold up another. Each connection has a deadline counted from accept for its request head
 //! ([`HEAD_DEADLINE`]) and one for writing the answer ([`WRITE_DEADLINE`]); at most [`MAX_CONNS`] are
 //! open, and a new one beyond that closes the oldest. Listens dual-stack (`[::]`, `IPV6_V6ONLY` off) and
-//! falls back to `0.0.0.0` where the node has no IPv6.
+//! falls back to `0.0.0.0` where the node has no IPv6. Shared by the installer's servers and the standalone
+//! repair agent's metrics, so it sits below both roles.
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, TcpStream};
