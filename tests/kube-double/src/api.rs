@@ -97,7 +97,11 @@ pub fn handle(shared: &Shared, req: HttpRequest, conn: &mut Conn) -> Next {
         authorization: req.header("authorization").map(str::to_string),
         status: 0,
     };
-    let at = if is_watch(&req) { At::Watch } else { At::Request };
+    let at = if is_watch(&req) {
+        At::Watch
+    } else {
+        At::Request
+    };
     let fault = shared.take_fault(at);
     if let Some(Fault::Delay(d)) = &fault {
         std::thread::sleep(*d);
