@@ -5,8 +5,8 @@
 //! rules), and that re-ADD / CHECK / DEL behave.
 
 use crate::support::e2e::*;
+use crate::support::traffic::*;
 use crate::support::*;
-use std::net::{IpAddr, SocketAddr};
 
 fn nft_list(pod: &Pod) -> String {
     pod.ns.exec_ok(&["nft", "list", "ruleset"])
@@ -18,10 +18,8 @@ fn nftables_mode_captures_and_honours_bypasses_without_iptables() {
         return;
     }
     let node = Node::new(51);
-    let extra = r#""traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.252.51.2/32",
-        "traffic.sidecar.istio.io/excludeOutboundPorts": "9091",
-        "traffic.sidecar.istio.io/excludeInboundPorts": "8081""#;
-    let pod = node.pod("app", extra, "", false).with_native_nftables();
+    let extra = bypass_annotations(&node);
+    let pod = node.pod("app", &extra, "", false).with_native_nftables();
     let out = pod.add();
     out.assert_success();
     assert_json_eq(
@@ -35,44 +33,7 @@ fn nftables_mode_captures_and_honours_bypasses_without_iptables() {
     let listing = nft_list(&pod);
     assert!(listing.contains("table inet istio-proxy-nat"), "{listing}");
 
-    let envoy_out = listen_in(&pod.ns.path(), "0.0.0.0:15001".parse().unwrap(), false);
-    let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), false);
-    let node_9090 = listen_in(&node.ns.path(), "0.0.0.0:9090".parse().unwrap(), false);
-    let node_9091 = listen_in(&node.ns.path(), "0.0.0.0:9091".parse().unwrap(), false);
-
-    let dst: SocketAddr = "10.252.51.1:9090".parse().unwrap();
-    let _c = connect_from(&pod.ns.path(), dst, None).expect("app connect");
-    let got = accept_within(&envoy_out).expect("outbound connection did not reach 15001");
-    assert_eq!(original_dst(&got), dst);
-    assert!(accept_within_short(&node_9090).is_none());
-
-    let _c = connect_from(&pod.ns.path(), dst, Some(1337)).expect("proxy connect");
-    let got = accept_within(&node_9090).expect("uid 1337 traffic should reach the node directly");
-    assert_eq!(got.local_addr().unwrap(), dst);
-    assert!(accept_within_short(&envoy_out).is_none());
-
-    let excluded: SocketAddr = "10.252.51.2:9090".parse().unwrap();
-    let _c = connect_from(&pod.ns.path(), excluded, None).expect("connect to excluded CIDR");
-    let got = accept_within(&node_9090).expect("excluded CIDR was captured");
-    assert_eq!(got.local_addr().unwrap(), excluded);
-    let port: SocketAddr = "10.252.51.1:9091".parse().unwrap();
-    let _c = connect_from(&pod.ns.path(), port, None).expect("connect to excluded port");
-    let got = accept_within(&node_9091).expect("excluded port was captured");
-    assert_eq!(got.local_addr().unwrap(), port);
-    assert!(accept_within_short(&envoy_out).is_none());
-
-    let app_port = SocketAddr::new(pod.ip4, 8080);
-    let _c = connect_from(&node.ns.path(), app_port, None).expect("inbound connect");
-    let got = accept_within(&envoy_in).expect("inbound connection did not reach 15006");
-    assert_eq!(original_dst(&got), app_port);
-    let app_8081 = listen_in(&pod.ns.path(), SocketAddr::new(pod.ip4, 8081), false);
-    let _c =
-        connect_from(&node.ns.path(), SocketAddr::new(pod.ip4, 8081), None).expect("inbound 8081");
-    assert!(
-        accept_within(&app_8081).is_some(),
-        "excluded inbound port was captured"
-    );
-    assert!(accept_within_short(&envoy_in).is_none());
+    assert_captures_and_bypasses(&node, &pod);
 }
 
 #[test]
@@ -95,18 +56,7 @@ fn nftables_tproxy_delivers_inbound_transparently() {
     // A second ADD (routing already there) succeeds: upstream fails here with EEXIST.
     pod.add().assert_success();
 
-    let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), true);
-    let envoy_out = listen_in(&pod.ns.path(), "0.0.0.0:15001".parse().unwrap(), false);
-    let app_port = SocketAddr::new(pod.ip4, 8080);
-    let _c = connect_from(&node.ns.path(), app_port, None).expect("inbound connect");
-    let got = accept_within(&envoy_in).expect("inbound did not reach the transparent 15006");
-    assert_eq!(got.local_addr().unwrap(), app_port);
-    assert_eq!(got.peer_addr().unwrap().ip(), node.gw4(&pod));
-
-    let dst: SocketAddr = "10.252.52.1:9090".parse().unwrap();
-    let _c = connect_from(&pod.ns.path(), dst, None).expect("app connect");
-    let got = accept_within(&envoy_out).expect("outbound not captured");
-    assert_eq!(original_dst(&got), dst);
+    assert_tproxy_traffic(&node, &pod);
 }
 
 #[test]
@@ -118,22 +68,8 @@ fn nftables_dual_stack_captures_ipv6() {
     let env = r#"{"name": "ISTIO_DUAL_STACK", "value": "true"}"#;
     let pod = node.pod("v6", "", env, true).with_native_nftables();
     pod.add().assert_success();
-    let ip6 = pod.ip6.expect("pod has an IPv6 address");
-    let lo = pod.ns.exec_ok(&["ip", "-6", "addr", "show", "dev", "lo"]);
-    assert!(lo.contains("::6/128"), "{lo}");
     assert!(nft_list(&pod).contains("ip6 saddr ::6"));
-
-    let envoy_out = listen_in(&pod.ns.path(), "[::]:15001".parse().unwrap(), false);
-    let envoy_in = listen_in(&pod.ns.path(), "[::]:15006".parse().unwrap(), false);
-    let dst: SocketAddr = "[fd00:252:53::1]:9090".parse().unwrap();
-    let _c = connect_from(&pod.ns.path(), dst, None).expect("v6 app connect");
-    let got = accept_within(&envoy_out).expect("IPv6 outbound did not reach 15001");
-    assert_eq!(original_dst(&got), dst);
-
-    let app_port = SocketAddr::new(IpAddr::V6(ip6), 8080);
-    let _c = connect_from(&node.ns.path(), app_port, None).expect("v6 inbound connect");
-    let got = accept_within(&envoy_in).expect("IPv6 inbound did not reach 15006");
-    assert_eq!(original_dst(&got), app_port);
+    assert_ipv6_traffic(&node, &pod);
 }
 
 #[test]

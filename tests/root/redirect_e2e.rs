@@ -4,8 +4,9 @@
 //! transparent sockets prove where each connection landed. Traffic stays between namespaces the test made.
 
 use crate::support::e2e::*;
+use crate::support::traffic::*;
 use crate::support::*;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 #[test]
 fn redirect_mode_captures_outbound_and_inbound_and_honours_bypasses() {
@@ -13,10 +14,8 @@ fn redirect_mode_captures_outbound_and_inbound_and_honours_bypasses() {
         return;
     }
     let node = Node::new(11);
-    let extra = r#""traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.252.11.2/32",
-        "traffic.sidecar.istio.io/excludeOutboundPorts": "9091",
-        "traffic.sidecar.istio.io/excludeInboundPorts": "8081""#;
-    let pod = node.pod("app", extra, "", false);
+    let extra = bypass_annotations(&node);
+    let pod = node.pod("app", &extra, "", false);
     let out = pod.add();
     out.assert_success();
     // The result is the ptp result, passed through.
@@ -26,58 +25,7 @@ fn redirect_mode_captures_outbound_and_inbound_and_honours_bypasses() {
         "ADD result vs ptp result",
     );
 
-    let envoy_out = listen_in(&pod.ns.path(), "0.0.0.0:15001".parse().unwrap(), false);
-    let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), false);
-    let node_9090 = listen_in(&node.ns.path(), "0.0.0.0:9090".parse().unwrap(), false);
-    let node_9091 = listen_in(&node.ns.path(), "0.0.0.0:9091".parse().unwrap(), false);
-
-    // An app connection to the node lands on 15001 with its original destination intact.
-    let dst: SocketAddr = "10.252.11.1:9090".parse().unwrap();
-    let _c = connect_from(&pod.ns.path(), dst, None).expect("app connect");
-    let got = accept_within(&envoy_out).expect("outbound connection did not reach 15001");
-    assert_eq!(original_dst(&got), dst);
-    assert!(accept_within_short(&node_9090).is_none());
-
-    // The proxy's own traffic (uid 1337) is not redirected.
-    let _c = connect_from(&pod.ns.path(), dst, Some(1337)).expect("proxy connect");
-    let got = accept_within(&node_9090).expect("uid 1337 traffic should reach the node directly");
-    assert_eq!(got.local_addr().unwrap(), dst);
-    assert!(accept_within_short(&envoy_out).is_none());
-
-    // Excluded CIDR and excluded port bypass the proxy.
-    let excluded: SocketAddr = "10.252.11.2:9090".parse().unwrap();
-    let _c = connect_from(&pod.ns.path(), excluded, None).expect("connect to excluded CIDR");
-    assert_eq!(
-        accept_within(&node_9090)
-            .expect("excluded CIDR was captured")
-            .local_addr()
-            .unwrap(),
-        excluded
-    );
-    let port: SocketAddr = "10.252.11.1:9091".parse().unwrap();
-    let _c = connect_from(&pod.ns.path(), port, None).expect("connect to excluded port");
-    assert_eq!(
-        accept_within(&node_9091)
-            .expect("excluded port was captured")
-            .local_addr()
-            .unwrap(),
-        port
-    );
-    assert!(accept_within_short(&envoy_out).is_none());
-
-    // Inbound from the node lands on 15006 with the original destination; an excluded port does not.
-    let app_port = SocketAddr::new(pod.ip4, 8080);
-    let _c = connect_from(&node.ns.path(), app_port, None).expect("inbound connect");
-    let got = accept_within(&envoy_in).expect("inbound connection did not reach 15006");
-    assert_eq!(original_dst(&got), app_port);
-    let app_8081 = listen_in(&pod.ns.path(), SocketAddr::new(pod.ip4, 8081), false);
-    let _c =
-        connect_from(&node.ns.path(), SocketAddr::new(pod.ip4, 8081), None).expect("inbound 8081");
-    assert!(
-        accept_within(&app_8081).is_some(),
-        "excluded inbound port was captured"
-    );
-    assert!(accept_within_short(&envoy_in).is_none());
+    assert_captures_and_bypasses(&node, &pod);
 }
 
 #[test]
@@ -96,22 +44,7 @@ fn tproxy_mode_delivers_inbound_transparently() {
     let rules = pod.ns.exec_ok(&["ip", "rule"]);
     assert!(rules.contains("fwmark 0x539 lookup 133"), "{rules}");
 
-    let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), true);
-    let envoy_out = listen_in(&pod.ns.path(), "0.0.0.0:15001".parse().unwrap(), false);
-    let app_port = SocketAddr::new(pod.ip4, 8080);
-    let _c = connect_from(&node.ns.path(), app_port, None).expect("inbound connect");
-    let got =
-        accept_within(&envoy_in).expect("inbound connection did not reach the transparent 15006");
-    // TPROXY keeps the original destination as the socket's local address, and the client's source.
-    assert_eq!(got.local_addr().unwrap(), app_port);
-    assert_eq!(got.peer_addr().unwrap().ip(), node.gw4(&pod));
-
-    let dst: SocketAddr = "10.252.12.1:9090".parse().unwrap();
-    let _c = connect_from(&pod.ns.path(), dst, None).expect("app connect");
-    assert_eq!(
-        original_dst(&accept_within(&envoy_out).expect("outbound not captured")),
-        dst
-    );
+    assert_tproxy_traffic(&node, &pod);
 }
 
 #[test]
@@ -123,21 +56,7 @@ fn dual_stack_pod_gets_ipv6_rules_and_traffic_is_captured() {
     let env = r#"{"name": "ISTIO_DUAL_STACK", "value": "true"}"#;
     let pod = node.pod("v6", "", env, true);
     pod.add().assert_success();
-    let ip6 = pod.ip6.expect("pod has an IPv6 address");
-    let lo = pod.ns.exec_ok(&["ip", "-6", "addr", "show", "dev", "lo"]);
-    assert!(lo.contains("::6/128"), "{lo}");
-
-    let envoy_out = listen_in(&pod.ns.path(), "[::]:15001".parse().unwrap(), false);
-    let envoy_in = listen_in(&pod.ns.path(), "[::]:15006".parse().unwrap(), false);
-    let dst: SocketAddr = "[fd00:252:13::1]:9090".parse().unwrap();
-    let _c = connect_from(&pod.ns.path(), dst, None).expect("v6 app connect");
-    let got = accept_within(&envoy_out).expect("IPv6 outbound did not reach 15001");
-    assert_eq!(original_dst(&got), dst);
-
-    let app_port = SocketAddr::new(IpAddr::V6(ip6), 8080);
-    let _c = connect_from(&node.ns.path(), app_port, None).expect("v6 inbound connect");
-    let got = accept_within(&envoy_in).expect("IPv6 inbound did not reach 15006");
-    assert_eq!(original_dst(&got), app_port);
+    assert_ipv6_traffic(&node, &pod);
 }
 
 /// Issue 11 item 4 through the binary, both families: `-I OUTPUT 1 -j ACCEPT` and `-I PREROUTING 1 -j ACCEPT`

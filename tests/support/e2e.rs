@@ -28,6 +28,11 @@ pub struct Pod<'a> {
 }
 
 impl Node {
+    /// The index in the node's addresses (10.252.<idx>.1).
+    pub fn idx(&self) -> u8 {
+        self.idx
+    }
+
     /// A node namespace with addresses 10.252.<idx>.1, .2 and fd00:252:<idx>::1 on its `lo` (destinations for
     /// the pods' outbound traffic), the API double and a run dir with the plugin's kubeconfig.
     pub fn new(idx: u8) -> Node {
