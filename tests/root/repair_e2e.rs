@@ -6,53 +6,8 @@
 //! still-broken pod is not repaired a second time (same UID).
 
 use crate::support::e2e::*;
+use crate::support::repair::{validation_in, Agent, Pause, BROKEN_STATUS};
 use crate::support::*;
-use std::process::{Child, Command, Stdio};
-
-const BROKEN_STATUS: &str = r#"{"status":{"initContainerStatuses":[{"name":"istio-validation",
-  "state":{"waiting":{"reason":"CrashLoopBackOff"}},
-  "lastState":{"terminated":{"exitCode":126,"reason":"Error"}},"ready":false,"restartCount":1,"image":"","imageID":""}]}}"#;
-
-/// A long-running process in the pod's namespace (the pause container).
-struct Pause(Child);
-
-impl Pause {
-    fn start(ns: &Netns) -> Pause {
-        Pause(
-            Command::new("ip")
-                .args(["netns", "exec", ns.name(), "sleep", "3600"])
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("start the pause process"),
-        )
-    }
-}
-
-impl Drop for Pause {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn validation_in(ns: &Netns) -> std::process::Output {
-    ns.exec(&[
-        "setpriv",
-        "--reuid",
-        "1337",
-        "--regid",
-        "1337",
-        "--clear-groups",
-        crate::support::repair::BIN,
-        "istio-validation",
-        "--probe-timeout",
-        "1s",
-    ])
-}
-
-fn show(o: &std::process::Output) -> String {
-    crate::support::repair::show(o)
-}
 
 #[test]
 fn race_victim_is_repaired_in_place_and_validation_then_passes() {
@@ -66,52 +21,29 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
         .patch_pod("default", "victim", BROKEN_STATUS)
         .unwrap();
 
-    let before = validation_in(&pod.ns);
+    let before = validation_in(&pod.ns, false);
     assert_eq!(
         before.status.code(),
         Some(126),
         "before repair:\n{}",
-        show(&before)
+        crate::support::repair::show(&before)
     );
 
-    let run = node.dir.join("run");
-    let port = crate::support::repair::free_port();
-    let log = node.dir.join("agent.log");
-    let mut agent = Command::new(crate::support::repair::BIN)
-        .args([
-            "istio-cni-repair",
-            &format!(
-                "--kubeconfig={}",
-                run.join("istio-cni-kubeconfig").display()
-            ),
-            "--repair-node-name=node1",
-            "--repair-repair-pods=true",
-            "--repair-delete-pods=true",
-            "--repair-label-pods=true",
-            "--host-proc=/proc",
-            &format!("--cni-agent-run-dir={}", run.display()),
-            &format!("--monitoring-port={port}"),
-        ])
-        .env_clear()
-        .env("PATH", PLUGIN_PATH_ENV)
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
-        .spawn()
-        .unwrap();
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    let repaired = crate::support::repair::wait_until(60, || {
-        crate::support::repair::metric(&crate::support::repair::scrape(port), "repair", "success")
-            == 1
-    });
+    let agent = Agent::start(
+        &node,
+        &["--repair-delete-pods=true", "--repair-label-pods=true"],
+        &[],
+    );
+    let log_text = || agent.log();
+    let repaired = agent.wait_repaired();
     assert!(repaired, "no repair counted; agent log:\n{}", log_text());
 
-    let after = validation_in(&pod.ns);
+    let after = validation_in(&pod.ns, false);
     assert_eq!(
         after.status.code(),
         Some(0),
         "after repair:\n{}\nagent log:\n{}",
-        show(&after),
+        crate::support::repair::show(&after),
         log_text()
     );
     assert!(String::from_utf8_lossy(&after.stdout).contains("Validation passed"));
@@ -151,7 +83,7 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
         "the agent did not see the update; log:\n{}",
         log_text()
     );
-    let metrics = crate::support::repair::scrape(port);
+    let metrics = crate::support::repair::scrape(agent.port);
     assert_eq!(
         crate::support::repair::metric(&metrics, "repair", "success"),
         1,
@@ -178,6 +110,4 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
             .any(|e| istio_cni::json::str_of(e, "reason") == Some("RepairBrokenPod")),
         "no RepairBrokenPod event: {events:?}"
     );
-    let _ = agent.kill();
-    let _ = agent.wait();
 }

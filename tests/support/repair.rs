@@ -176,3 +176,113 @@ pub fn scrape(port: u16) -> String {
     let _ = c.read_to_string(&mut s);
     s
 }
+
+/// The status of a race victim: `istio-validation` failed with 126 and is in CrashLoopBackOff.
+pub const BROKEN_STATUS: &str = r#"{"status":{"initContainerStatuses":[{"name":"istio-validation",
+  "state":{"waiting":{"reason":"CrashLoopBackOff"}},
+  "lastState":{"terminated":{"exitCode":126,"reason":"Error"}},"ready":false,"restartCount":1,"image":"","imageID":""}]}}"#;
+
+/// A long-running process in a pod's namespace (the pause container the agent finds through /proc).
+pub struct Pause(Child);
+
+impl Pause {
+    pub fn start(ns: &super::Netns) -> Pause {
+        Pause(
+            Command::new("ip")
+                .args(["netns", "exec", ns.name(), "sleep", "3600"])
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("start the pause process"),
+        )
+    }
+}
+
+impl Drop for Pause {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `istio-validation` in the pod's namespace as the proxy uid 1337 (the init container).
+pub fn validation_in(ns: &super::Netns, native_nftables: bool) -> Output {
+    let mut args = vec![
+        "setpriv",
+        "--reuid",
+        "1337",
+        "--regid",
+        "1337",
+        "--clear-groups",
+        BIN,
+        "istio-validation",
+    ];
+    if native_nftables {
+        args.push("--native-nftables");
+    }
+    args.extend(["--probe-timeout", "1s"]);
+    ns.exec(&args)
+}
+
+/// The standalone repair agent on an end-to-end node (`node1`, repair mode, host `/proc`), debug log in the
+/// node's dir; killed on drop.
+pub struct Agent {
+    child: Child,
+    pub port: u16,
+    log: PathBuf,
+}
+
+impl Agent {
+    /// Starts it with the node's run dir and kubeconfig, plus `flags` and the environment `env`.
+    pub fn start(node: &super::e2e::Node, flags: &[&str], env: &[(&str, &str)]) -> Agent {
+        let run = node.dir.join("run");
+        let port = free_port();
+        let log = node.dir.join("agent.log");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("istio-cni-repair")
+            .arg(format!(
+                "--kubeconfig={}",
+                run.join("istio-cni-kubeconfig").display()
+            ))
+            .args([
+                "--repair-node-name=node1",
+                "--repair-repair-pods=true",
+                "--host-proc=/proc",
+            ])
+            .args(flags)
+            .arg(format!("--cni-agent-run-dir={}", run.display()))
+            .arg(format!("--monitoring-port={port}"))
+            .env_clear()
+            .env("PATH", super::PLUGIN_PATH_ENV)
+            .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()));
+        Agent {
+            child: cmd.spawn().unwrap(),
+            port,
+            log,
+        }
+    }
+
+    /// The agent's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether one successful repair is counted within 60 s (a bound, not a timing assertion).
+    pub fn wait_repaired(&self) -> bool {
+        wait_until(60, || metric(&scrape(self.port), "repair", "success") == 1)
+    }
+
+    /// Stops the agent now.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
