@@ -280,3 +280,41 @@ impl Rng {
         self.0
     }
 }
+
+/// Where an installer under test finds its directories, and its ports.
+pub struct InstallerDirs<'a> {
+    pub conf: &'a Path,
+    pub run: &'a Path,
+    pub bin: &'a Path,
+    pub sa: &'a Path,
+    pub health: u16,
+    pub metrics: u16,
+}
+
+/// The environment that points `install-cni` at `d`: conf, run, bin and service-account dirs, no secondary
+/// bin dir, an API address (never dialled by these tests) and the two ports.
+pub fn installer_env(d: &InstallerDirs) -> Vec<(String, String)> {
+    let path = |p: &Path| p.display().to_string();
+    [
+        ("MOUNTED_CNI_NET_DIR", path(d.conf)),
+        ("CNI_AGENT_RUN_DIR", path(d.run)),
+        ("CNI_BIN_DIR", path(d.bin)),
+        ("SECONDARY_BIN_DIR", String::new()),
+        ("SERVICE_ACCOUNT_DIR", path(d.sa)),
+        ("KUBERNETES_SERVICE_HOST", "10.96.0.1".into()),
+        ("KUBERNETES_SERVICE_PORT", "443".into()),
+        ("HEALTH_PORT", d.health.to_string()),
+        ("MONITORING_PORT", d.metrics.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Sets each of `vars` in `env`, replacing a variable of the same name.
+pub fn set_env<K: AsRef<str>, V: AsRef<str>>(env: &mut Vec<(String, String)>, vars: &[(K, V)]) {
+    for (k, v) in vars {
+        env.retain(|(x, _)| x != k.as_ref());
+        env.push((k.as_ref().to_string(), v.as_ref().to_string()));
+    }
+}

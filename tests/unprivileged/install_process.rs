@@ -91,25 +91,16 @@ impl Node {
     }
 
     fn env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-        let mut e: Vec<(String, String)> = [
-            ("MOUNTED_CNI_NET_DIR", self.conf.display().to_string()),
-            ("CNI_AGENT_RUN_DIR", self.run.display().to_string()),
-            ("CNI_BIN_DIR", self.bin.display().to_string()),
-            ("SECONDARY_BIN_DIR", String::new()),
-            ("SERVICE_ACCOUNT_DIR", self.sa.display().to_string()),
-            ("KUBERNETES_SERVICE_HOST", "10.96.0.1".into()),
-            ("KUBERNETES_SERVICE_PORT", "443".into()),
-            ("HEALTH_PORT", self.health.to_string()),
-            ("MONITORING_PORT", self.metrics.to_string()),
-            ("REPAIR_ENABLED", "false".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        for (k, v) in extra {
-            e.retain(|(x, _)| x != k);
-            e.push((k.to_string(), v.to_string()));
-        }
+        let mut e = installer_env(&InstallerDirs {
+            conf: &self.conf,
+            run: &self.run,
+            bin: &self.bin,
+            sa: &self.sa,
+            health: self.health,
+            metrics: self.metrics,
+        });
+        set_env(&mut e, &[("REPAIR_ENABLED", "false")]);
+        set_env(&mut e, extra);
         e
     }
 

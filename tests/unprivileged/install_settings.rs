@@ -51,28 +51,17 @@ impl Dirs {
 
     /// The case's env with the harness paths (conf dir, run dir, bin dir, service account, ports).
     fn env(&self, case_env: &[(String, String)]) -> Vec<(String, String)> {
-        let mut e: Vec<(String, String)> = case_env
-            .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "MOUNTED_CNI_NET_DIR" | "CNI_AGENT_RUN_DIR"))
-            .cloned()
-            .collect();
-        for (k, v) in [
-            ("MOUNTED_CNI_NET_DIR", self.conf.display().to_string()),
-            ("CNI_AGENT_RUN_DIR", self.run.display().to_string()),
-            ("CNI_BIN_DIR", self.root.join("bin").display().to_string()),
-            ("SECONDARY_BIN_DIR", String::new()),
-            (
-                "SERVICE_ACCOUNT_DIR",
-                self.root.join("sa").display().to_string(),
-            ),
-            ("KUBERNETES_SERVICE_HOST", "10.96.0.1".into()),
-            ("KUBERNETES_SERVICE_PORT", "443".into()),
-            ("HEALTH_PORT", self.health.to_string()),
-            ("MONITORING_PORT", free_port().to_string()),
-        ] {
-            e.retain(|(x, _)| x != k);
-            e.push((k.to_string(), v));
-        }
+        let mut e = case_env.to_vec();
+        let (bin, sa) = (self.root.join("bin"), self.root.join("sa"));
+        let harness = installer_env(&InstallerDirs {
+            conf: &self.conf,
+            run: &self.run,
+            bin: &bin,
+            sa: &sa,
+            health: self.health,
+            metrics: free_port(),
+        });
+        set_env(&mut e, &harness);
         e
     }
 

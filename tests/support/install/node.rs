@@ -45,31 +45,21 @@ impl Node {
     }
 
     pub fn start(&self, extra: &[(&str, &str)]) -> Proc {
-        let mut env: Vec<(String, String)> = [
-            ("MOUNTED_CNI_NET_DIR", self.conf.display().to_string()),
-            (
-                "CNI_AGENT_RUN_DIR",
-                self.root.join("run").display().to_string(),
-            ),
-            ("CNI_BIN_DIR", self.root.join("bin").display().to_string()),
-            ("SECONDARY_BIN_DIR", String::new()),
-            (
-                "SERVICE_ACCOUNT_DIR",
-                self.root.join("sa").display().to_string(),
-            ),
-            ("KUBERNETES_SERVICE_HOST", "10.96.0.1".into()),
-            ("KUBERNETES_SERVICE_PORT", "443".into()),
-            ("HEALTH_PORT", self.health.to_string()),
-            ("MONITORING_PORT", self.metrics.to_string()),
-            ("REPAIR_ENABLED", "false".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        for (k, v) in extra {
-            env.retain(|(x, _)| x != k);
-            env.push((k.to_string(), v.to_string()));
-        }
+        let (run, bin, sa) = (
+            self.root.join("run"),
+            self.root.join("bin"),
+            self.root.join("sa"),
+        );
+        let mut env = installer_env(&InstallerDirs {
+            conf: &self.conf,
+            run: &run,
+            bin: &bin,
+            sa: &sa,
+            health: self.health,
+            metrics: self.metrics,
+        });
+        set_env(&mut env, &[("REPAIR_ENABLED", "false")]);
+        set_env(&mut env, extra);
         spawn_installer(&env, &[], &self.root.join("stderr"))
     }
 
