@@ -1,11 +1,12 @@
 //! nftables mode, text: every `<CONFORMANCE_DIR>/capture/*/config.json` through the nftables generator gives
 //! the case's `expected.nft` byte for byte, through the library and through `istio-cni explain --nft`.
 
+use crate::support::explain_nft_script;
 use istio_cni::json;
 use istio_cni::nftables::{generate, script};
 use istio_cni::redirect::CaptureConfig;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn capture_cases() -> Vec<PathBuf> {
     let dir = crate::support::conformance_dir().join("capture");
@@ -47,26 +48,16 @@ fn every_capture_vector_gives_the_golden_script() {
 
 #[test]
 fn explain_nft_prints_the_golden_script() {
-    let bin = env!("CARGO_BIN_EXE_istio-cni-node");
     for case in capture_cases() {
-        let out = Command::new(bin)
-            .args(["istio-cni", "explain", "--nft", "--capture"])
-            .arg(case.join("config.json"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            case.display(),
-            String::from_utf8_lossy(&out.stderr)
+        let what = case.display().to_string();
+        let script_only = explain_nft_script(
+            &what,
+            &[
+                OsStr::new("--capture"),
+                case.join("config.json").as_os_str(),
+            ],
         );
-        let got = String::from_utf8(out.stdout).unwrap();
         let want = read(&case.join("expected.nft"));
-        let script_only: String = got
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(|l| format!("{l}\n"))
-            .collect();
         assert_eq!(script_only, want, "{}", case.display());
     }
 }

@@ -2,7 +2,7 @@
 //! re-apply, convergence to different rules, CHECK after tampering, TPROXY routing and `::6` on lo.
 //! Root only (see tests/common).
 
-use crate::support::{conformance_dir, require_root, Netns};
+use crate::support::{conformance_dir, require_root, words, Netns};
 use istio_cni::iptables::apply::{self, Addresses, Outcome, Plan, Report};
 use istio_cni::iptables::{Backend, Family};
 
@@ -113,28 +113,12 @@ fn check_lists_tampered_rules_and_reapply_repairs_them() {
         let basic = doc("pod/basic/expected.rules");
         apply(&ns.path(), b, v4(basic.clone())).unwrap();
         let prog = b.program(Family::V4, "restore").replace("-restore", "");
-        ns.exec_ok(&[
-            prog.as_str(),
-            "-t",
-            "nat",
-            "-D",
-            "ISTIO_OUTPUT",
-            "-o",
-            "lo",
-            "-s",
-            "127.0.0.6/32",
-            "-j",
-            "RETURN",
-        ]);
-        ns.exec_ok(&[
-            prog.as_str(),
-            "-t",
-            "nat",
-            "-A",
-            "ISTIO_OUTPUT",
-            "-j",
-            "ACCEPT",
-        ]);
+        for rule in [
+            "-t nat -D ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN",
+            "-t nat -A ISTIO_OUTPUT -j ACCEPT",
+        ] {
+            ns.exec_ok(&[vec![prog.as_str()], words(rule)].concat());
+        }
         let e = check(&ns.path(), b, vec![(Family::V4, basic.clone())])
             .unwrap_err()
             .to_string();

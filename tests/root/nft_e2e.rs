@@ -96,23 +96,8 @@ fn nftables_re_add_check_tamper_converge_del() {
     );
     pod.run("CHECK").assert_success();
 
-    let handle = again
-        .lines()
-        .find(|l| l.contains("127.0.0.6"))
-        .and_then(|l| l.rsplit("# handle ").next())
-        .unwrap()
-        .trim()
-        .to_string();
-    pod.ns.exec_ok(&[
-        "nft",
-        "delete",
-        "rule",
-        "inet",
-        "istio-proxy-nat",
-        "istio-output",
-        "handle",
-        &handle,
-    ]);
+    pod.ns
+        .nft_delete_rule("istio-proxy-nat", "istio-output", "127.0.0.6");
     let msg = pod.run("CHECK").assert_cni_error(103);
     assert!(
         msg.contains("missing rule: inet istio-proxy-nat istio-output oifname lo ip saddr 127.0.0.6/32 counter return"),
@@ -178,41 +163,19 @@ fn istio_validation_passes_on_rules_programmed_in_nftables_mode() {
     let bin = env!("CARGO_BIN_EXE_istio-cni-node");
     // The injected istio-validation arguments with upstream's `--native-nftables`, started as root (the
     // applet drops to 1337), then directly as uid 1337.
-    let o = pod.ns.exec(&[
-        bin,
-        "istio-validation",
-        "-p",
-        "15001",
-        "-z",
-        "15006",
-        "-u",
-        "1337",
-        "-m",
-        "REDIRECT",
-        "-i",
-        "*",
-        "-b",
-        "*",
-        "--run-validation",
-        "--skip-rule-apply",
-        "--native-nftables",
-        "--probe-timeout",
-        "10s",
-    ]);
+    let mut argv = vec![bin];
+    argv.extend(words(
+        "istio-validation -p 15001 -z 15006 -u 1337 -m REDIRECT -i * -b * --run-validation \
+         --skip-rule-apply --native-nftables --probe-timeout 10s",
+    ));
+    let o = pod.ns.exec(&argv);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
-    let o = pod.ns.exec(&[
-        "setpriv",
-        "--reuid",
-        "1337",
-        "--regid",
-        "1337",
-        "--clear-groups",
-        bin,
-        "istio-validation",
-        "--native-nftables",
-        "--probe-timeout",
-        "10s",
-    ]);
+    let mut argv = words("setpriv --reuid 1337 --regid 1337 --clear-groups");
+    argv.push(bin);
+    argv.extend(words(
+        "istio-validation --native-nftables --probe-timeout 10s",
+    ));
+    let o = pod.ns.exec(&argv);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
 }
 

@@ -4,11 +4,14 @@
 //! one step; CHECK catches a deleted rule and a foreign chain hooked before ours; kernel errors name the
 //! failing rule; 50 concurrent ADDs.
 
-use crate::support::{conformance_dir, require_root, sh, sh_ok, Netns, TempDir};
+use crate::support::{
+    conformance_dir, explain_nft_script, require_root, sh, sh_ok, Netns, TempDir,
+};
 use istio_cni::json;
 use istio_cni::nftables::apply::{apply, check, Outcome};
 use istio_cni::nftables::{encode, generate, socket::Socket, Ruleset};
 use istio_cni::redirect::CaptureConfig;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 const TABLES: [&str; 3] = ["istio-proxy-nat", "istio-proxy-mangle", "istio-proxy-raw"];
@@ -206,32 +209,7 @@ fn check_catches_a_deleted_rule_and_a_foreign_chain_hooked_before_ours() {
     check(&ns.path(), rs.clone()).unwrap();
 
     // Delete the first istio-output rule by handle.
-    let listing = ns.exec_ok(&[
-        "nft",
-        "-a",
-        "list",
-        "chain",
-        "inet",
-        "istio-proxy-nat",
-        "istio-output",
-    ]);
-    let handle = listing
-        .lines()
-        .find(|l| l.contains("127.0.0.6"))
-        .and_then(|l| l.rsplit("# handle ").next())
-        .unwrap()
-        .trim()
-        .to_string();
-    ns.exec_ok(&[
-        "nft",
-        "delete",
-        "rule",
-        "inet",
-        "istio-proxy-nat",
-        "istio-output",
-        "handle",
-        &handle,
-    ]);
+    ns.nft_delete_rule("istio-proxy-nat", "istio-output", "127.0.0.6");
     let e = check(&ns.path(), rs.clone()).unwrap_err().to_string();
     assert!(e.contains("missing rule: inet istio-proxy-nat istio-output oifname lo ip saddr 127.0.0.6/32 counter return"), "{e}");
     // Re-ADD repairs it.
@@ -371,26 +349,16 @@ fn pod_vectors_in_nftables_mode_program_their_capture_configuration() {
         let cfg = capture(&redirect, Addresses::PodIps(&addrs), &NodeEnv::default()).unwrap();
         let ours = Netns::new("nftpod");
         program(&ours, generate(&cfg).unwrap().ruleset());
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_istio-cni-node"))
-            .args(["istio-cni", "explain", "--nft", "--pod"])
-            .arg(case.join("pod.json"))
-            .arg("--conf")
-            .arg(case.join("conf.json"))
-            .env_clear()
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            case.display(),
-            String::from_utf8_lossy(&out.stderr)
+        let (pod_json, conf_json) = (case.join("pod.json"), case.join("conf.json"));
+        let script = explain_nft_script(
+            &case.display().to_string(),
+            &[
+                OsStr::new("--pod"),
+                pod_json.as_os_str(),
+                OsStr::new("--conf"),
+                conf_json.as_os_str(),
+            ],
         );
-        let script: String = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(|l| format!("{l}\n"))
-            .collect();
         let file = tmp.write(
             format!("{}.nft", case.file_name().unwrap().to_string_lossy()),
             script,

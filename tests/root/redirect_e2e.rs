@@ -134,19 +134,9 @@ fn re_add_is_a_no_op_check_finds_tampering_and_re_add_converges() {
     );
     pod.run("CHECK").assert_success();
 
-    pod.ns.exec_ok(&[
-        "iptables",
-        "-t",
-        "nat",
-        "-D",
-        "ISTIO_OUTPUT",
-        "-o",
-        "lo",
-        "-s",
-        "127.0.0.6/32",
-        "-j",
-        "RETURN",
-    ]);
+    pod.ns.exec_ok(&words(
+        "iptables -t nat -D ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN",
+    ));
     let msg = pod.run("CHECK").assert_cni_error(103);
     assert!(
         msg.contains("missing -t nat -A ISTIO_OUTPUT -s 127.0.0.6/32 -o lo -j RETURN"),

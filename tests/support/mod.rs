@@ -458,6 +458,23 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// Deletes, by its handle, the first rule of `inet <table> <chain>` whose listing contains `text`.
+    pub fn nft_delete_rule(&self, table: &str, chain: &str, text: &str) {
+        let listing = self.exec_ok(&["nft", "-a", "list", "chain", "inet", table, chain]);
+        let handle = listing
+            .lines()
+            .find(|l| l.contains(text))
+            .and_then(|l| l.rsplit("# handle ").next())
+            .unwrap_or_else(|| panic!("no rule with {text} in:\n{listing}"))
+            .trim()
+            .to_string();
+        self.exec_ok(&[
+            "nft", "delete", "rule", "inet", table, chain, "handle", &handle,
+        ]);
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = sh("ip", &["netns", "del", &self.name]);
@@ -561,4 +578,31 @@ pub fn b64(data: &[u8]) -> String {
         }
     }
     out
+}
+
+/// The words of `s` (split on white space): a command line written as upstream's docs write it.
+pub fn words(s: &str) -> Vec<&str> {
+    s.split_whitespace().collect()
+}
+
+/// `istio-cni explain --nft ARGS` in a clean environment: the nftables script it prints, without its `#`
+/// comment lines. Panics naming `what` when it fails.
+pub fn explain_nft_script<S: AsRef<OsStr>>(what: &str, args: &[S]) -> String {
+    let out = Command::new(our_binary())
+        .args(["istio-cni", "explain", "--nft"])
+        .args(args)
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
