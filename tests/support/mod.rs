@@ -21,6 +21,7 @@ pub mod repair;
 pub mod traffic;
 
 pub use istio_cni::json::{Number, Object, Value};
+pub use kube_double::b64;
 
 /// The environment variable that lets root-only tests skip (with a note) instead of failing when not root.
 pub const SKIP_ROOT_ENV: &str = "ISTIO_CNI_SKIP_ROOT_TESTS";
@@ -558,26 +559,6 @@ pub fn poll_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// Standard base64 with padding (for kubeconfig and secret fields).
-pub fn b64(data: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                A[(n >> (18 - 6 * i) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
 }
 
 /// The words of `s` (split on white space): a command line written as upstream's docs write it.
