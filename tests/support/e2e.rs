@@ -136,6 +136,18 @@ impl Node {
         self.srv
             .add_pod(&Node::pod_object(name, annotations, env, &ips))
             .expect("add pod to the double");
+        self.pod_in(ns, name, result, ip4, ip6)
+    }
+
+    /// The pod in `ns` that `result` (its plugin chain's result) describes, with this node's plugin conf.
+    fn pod_in(
+        &self,
+        ns: Netns,
+        name: &str,
+        result: Value,
+        ip4: IpAddr,
+        ip6: Option<Ipv6Addr>,
+    ) -> Pod<'_> {
         let conf = self.conf(&result);
         Pod {
             node: self,
@@ -172,16 +184,7 @@ impl Node {
             r#"{{"cniVersion":"1.0.0","interfaces":[{{"name":"eth0","sandbox":"{}"}}],"ips":[{{"address":"{ip4}/24","interface":0}}]}}"#,
             ns.path()
         ));
-        let conf = self.conf(&result);
-        Pod {
-            node: self,
-            ns,
-            name: name.into(),
-            ptp_result: result,
-            ip4,
-            ip6: None,
-            conf,
-        }
+        self.pod_in(ns, name, result, ip4, None)
     }
 
     /// The node-side address the pod's traffic comes from / goes to (ptp's gateway).
