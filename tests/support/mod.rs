@@ -14,12 +14,14 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod cmd;
 pub mod e2e;
 pub mod install;
 pub mod kube;
 pub mod repair;
 pub mod traffic;
 
+pub use cmd::{sh, sh_ok};
 pub use istio_cni::json::{Number, Object, Value};
 pub use kube_double::b64;
 
@@ -365,34 +367,6 @@ fn reader<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<Vec<u8>
         let _ = r.read_to_end(&mut buf);
         buf
     })
-}
-
-/// Runs a command (inheriting the test's environment) and returns its output; panics if it cannot start.
-pub fn sh<S: AsRef<OsStr>>(prog: &str, args: &[S]) -> Output {
-    Command::new(prog)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("exec {prog}: {e}"))
-}
-
-/// Like [`sh`] but panics (with stderr) unless it exits 0; returns stdout.
-pub fn sh_ok<S: AsRef<OsStr>>(prog: &str, args: &[S]) -> String {
-    let o = sh(prog, args);
-    if !o.status.success() {
-        let a: Vec<String> = args
-            .iter()
-            .map(|a| a.as_ref().to_string_lossy().into_owned())
-            .collect();
-        panic!(
-            "{prog} {} failed ({}):\n{}{}",
-            a.join(" "),
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// A named network namespace (`ip netns add`), deleted on drop. Needs root.
