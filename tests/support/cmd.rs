@@ -31,3 +31,19 @@ pub fn sh_ok<S: AsRef<OsStr>>(prog: &str, args: &[S]) -> String {
     }
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// An `iptables-save` dump without its comment lines and chain counters (`:CHAIN POLICY [packets:bytes]`),
+/// for comparing two dumps.
+pub fn without_counters(dump: &str) -> String {
+    dump.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            if l.starts_with(':') {
+                l.split(" [").next().unwrap_or(l)
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -417,19 +417,7 @@ impl Netns {
     /// `prog` (an `iptables-save` variant) inside the namespace, without comments and counters, for
     /// comparing two dumps.
     pub fn saved_rules(&self, prog: &str) -> String {
-        self.exec_ok(&[prog])
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            // `:CHAIN POLICY [packets:bytes]`: drop the counters.
-            .map(|l| {
-                if l.starts_with(':') {
-                    l.split(" [").next().unwrap_or(l)
-                } else {
-                    l
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        cmd::without_counters(&self.exec_ok(&[prog]))
     }
 }
 

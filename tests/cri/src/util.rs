@@ -113,18 +113,7 @@ impl Drop for Netns {
 /// `iptables-save` (nft backend unless told) in the namespace at `path` (any netns file), comments and
 /// counters removed.
 pub fn saved_rules(netns_path: &str, prog: &str) -> String {
-    let out = run_ok("nsenter", &[&format!("--net={netns_path}"), prog]);
-    out.lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            if l.starts_with(':') {
-                l.split(" [").next().unwrap_or(l)
-            } else {
-                l
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    crate::cmd::without_counters(&run_ok("nsenter", &[&format!("--net={netns_path}"), prog]))
 }
 
 /// Runs `f` on a new thread that first enters the network namespace at `path` (only the network namespace:
