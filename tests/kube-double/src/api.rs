@@ -31,6 +31,8 @@ pub(crate) fn status_body(code: u16, reason: &str, message: &str) -> Vec<u8> {
     json::to_string(&Value::Object(o)).into_bytes()
 }
 
+/// The API server's reason for a code. Deliberately its own table, not the client's (`kube::status`): the
+/// double must stay independent of the code it tests.
 pub(crate) fn reason_for(code: u16) -> &'static str {
     match code {
         400 => "BadRequest",
