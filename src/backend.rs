@@ -89,14 +89,8 @@ impl RuleBackend for Iptables {
         format!("iptables ({})", self.0.name())
     }
 
-    fn apply(
-        &self,
-        netns_path: &str,
-        redirect: Redirect,
-        env: NodeEnv,
-        decide_us: u128,
-    ) -> Result<String> {
-        let report = ipt::apply(netns_path, self.0, ipt_planner(redirect, env))
+    fn apply(&self, netns: &str, r: Redirect, env: NodeEnv, decide_us: u128) -> Result<String> {
+        let report = ipt::apply(netns, self.0, ipt_planner(r, env))
             .context("program the pod's network namespace")?;
         let steps: Vec<String> = report
             .families
@@ -122,16 +116,9 @@ impl RuleBackend for Nftables {
         "nftables".into()
     }
 
-    fn apply(
-        &self,
-        netns_path: &str,
-        redirect: Redirect,
-        env: NodeEnv,
-        decide_us: u128,
-    ) -> Result<String> {
-        let r = crate::nftables::apply::apply_planned(netns_path, move |addrs| {
-            capture(&redirect, &env, addrs)
-        })?;
+    fn apply(&self, netns: &str, r: Redirect, env: NodeEnv, decide_us: u128) -> Result<String> {
+        let r =
+            crate::nftables::apply::apply_planned(netns, move |addrs| capture(&r, &env, addrs))?;
         Ok(format!(
             "redirected ({}, nftables): rules built in {:.2} ms, {:?} in {:.1} ms",
             mode(r.tproxy, r.ipv6),

@@ -3,6 +3,7 @@
 //! Pure logic (no OS effects): [`cni`] (protocol), [`redirect`] (pod decision, annotations, rule text),
 //! [`install::conflist`] and friends, [`kube::request`], [`repair::detect`].
 //! Effects, kept thin: [`netns`], [`iptables`], [`kube::transport`], [`fsutil`].
+//! Below the roles: [`pod_rules`] (the sidecar path ADD, CHECK and repair share) over [`backend`], [`httpd`].
 //! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
 
 pub mod applet;
@@ -11,6 +12,7 @@ pub mod cli;
 pub mod cni;
 pub mod error;
 pub mod fsutil;
+pub mod httpd;
 pub mod install;
 pub mod iptables;
 pub mod json;
@@ -20,6 +22,7 @@ pub mod netlink;
 pub mod netns;
 pub mod nftables;
 pub mod plugin;
+pub mod pod_rules;
 pub mod redirect;
 pub mod repair;
 pub mod rundir;

@@ -2,7 +2,7 @@
 //! decide IPv6, as upstream's `getLocalIP`), add an address to `lo` (`::6/128` for inbound passthrough), add
 //! the TPROXY policy rule `fwmark 1337 lookup 133`, and add the route `local default dev lo table 133`. Call
 //! from a thread inside the pod's namespace ([`crate::netns`]). Every add is idempotent: "already exists"
-//! counts as success.
+//! counts as success. [`program_pod_routing`] is the routing step both rule backends run after their rules.
 
 use crate::error::{Error, Result};
 use nix::sys::socket::{
@@ -289,6 +289,25 @@ pub fn add_tproxy_routing(v6: bool, mark: u32, table: u32) -> Result<()> {
         &format!("ip {fam} route add local default dev lo table {table}"),
         &local_route_msg(v6, table, lo_index()?),
     )
+}
+
+/// The routing a redirected pod needs after its rules, the same for both rule backends: `::6/128` on `lo`
+/// when `six` (IPv6 inbound passthrough), then for TPROXY `(mark, table)` the policy rule and local route
+/// for IPv4, and for IPv6 too when `tproxy_v6`.
+pub fn program_pod_routing(six: bool, tproxy: Option<(u32, u32)>, tproxy_v6: bool) -> Result<()> {
+    if six {
+        add_loopback_address(
+            IpAddr::V6(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6)),
+            128,
+        )?;
+    }
+    if let Some((mark, table)) = tproxy {
+        add_tproxy_routing(false, mark, table)?;
+        if tproxy_v6 {
+            add_tproxy_routing(true, mark, table)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

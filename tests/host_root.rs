@@ -3,11 +3,11 @@
 //! root" is `/proc/self/root`, standing for a container's `/host/proc/1/root`. Its own test binary: it sets
 //! a process-wide variable. Root only.
 
-mod common;
+mod support;
 
-use common::{conformance_dir, require_root, Netns};
 use istio_cni::iptables::apply::{apply, Addresses, Outcome, Plan};
 use istio_cni::iptables::{backend, tool, Backend, Family};
+use support::{conformance_dir, require_root, Netns};
 
 #[test]
 fn iptables_run_from_the_host_root_through_its_loader() {

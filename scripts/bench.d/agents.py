@@ -163,7 +163,7 @@ def installer(b):
 
 
 def _repair_pod(i, node, broken):
-    """A realistically sized injected pod (~7 KB of JSON), as tests/repair_rss.rs builds them."""
+    """A realistically sized injected pod (~7 KB of JSON), as tests/unprivileged/repair_rss.rs builds them."""
     env = [{"name": f"ISTIO_META_VAR_{k}", "value": f"value-{k}-{i}-abcdefghijklmnopqrstuvwxyz"} for k in range(30)]
     vols = [{"name": f"vol-{k}", "emptyDir": {"medium": "Memory"}} for k in range(8)]
     if broken:

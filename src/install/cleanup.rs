@@ -1,15 +1,15 @@
 //! Cleanup on SIGTERM/SIGINT and `--uninstall` (installer.md §2.12): remove only our entry from the
 //! primary (atomic, mode kept) or our own file (standalone or Istio-owned), then the kubeconfig, our
 //! `istio-cni` binary (no other binary) and `log.sock`. Every step runs even when an earlier one failed;
-//! the first error is returned at the end.
+//! the first error is returned at the end. The whole sequence is [`super::installer::Installer::cleanup`];
+//! this module holds its configuration steps and imports nothing from the installer.
 //!
 //! When the file we wrote to has vanished meanwhile (the primary CNI removed its config), there is nothing
 //! to edit: that is logged and the other steps run as usual. Nothing is re-created.
 
 use super::conflist::{self, PLUGIN_TYPE};
-use super::installer::{Installer, PLUGIN_BINARY};
 use super::select;
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Result};
 use crate::fsutil;
 use crate::json::{self, Value};
 use std::path::Path;
@@ -127,65 +127,5 @@ pub fn scan_and_remove(dir: &Path, owned_name: Option<&str>) -> Result<Vec<Strin
     match first_err {
         Some(e) => Err(e),
         None => Ok(notes),
-    }
-}
-
-/// Full cleanup for an installer: config, kubeconfig, binary, log socket, backend record.
-pub fn cleanup(inst: &Installer) -> Result<()> {
-    let s = &inst.settings;
-    let mut first_err: Option<Error> = None;
-    let mut note = |r: Result<String>| match r {
-        Ok(n) => log::info!("cleanup: {n}"),
-        Err(e) => {
-            log::error!("cleanup: {e}");
-            first_err.get_or_insert(e);
-        }
-    };
-    let dir = inst.conf_dir();
-    match &inst.installed {
-        Some(name) => note(remove_config(dir, name, !s.chained || s.istio_owned)),
-        None => match scan_and_remove(
-            dir,
-            s.istio_owned.then_some(s.istio_owned_filename.as_str()),
-        ) {
-            Ok(notes) if notes.is_empty() => note(Ok("no Istio CNI configuration found".into())),
-            Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),
-            Err(e) => note(Err(e)),
-        },
-    }
-    let kc = inst.kubeconfig_path();
-    note(fsutil::remove_if_exists(&kc).map(|r| {
-        format!(
-            "kubeconfig {}: {}",
-            kc.display(),
-            if r { "removed" } else { "absent" }
-        )
-    }));
-    let dirs = if inst.bin_dirs.is_empty() {
-        super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref())
-    } else {
-        inst.bin_dirs.clone()
-    };
-    for d in dirs {
-        let p = d.join(PLUGIN_BINARY);
-        note(fsutil::remove_if_exists(&p).map(|r| {
-            format!(
-                "binary {}: {}",
-                p.display(),
-                if r { "removed" } else { "absent" }
-            )
-        }));
-    }
-    // The relay socket and the iptables backend record (a later install records it afresh).
-    for f in crate::rundir::RunDir::RECORDS {
-        let p = s.run_dir.join(f);
-        note(
-            fsutil::remove_if_exists(&p)
-                .map(|r| format!("{}: {}", p.display(), if r { "removed" } else { "absent" })),
-        );
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(()),
     }
 }

@@ -4,10 +4,10 @@
 
 use super::installer::Installer;
 use super::options::Settings;
+use super::relay;
 use super::run::{self, End};
 use super::server::{self, Endpoints, State};
 use super::watch::{Role, Watcher};
-use super::{cleanup, relay};
 use crate::error::{Context, IoContext, Result};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -66,7 +66,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
     }
     let mut inst = Installer::new(settings, self_exe()?);
     if inst.settings.uninstall {
-        return Ok(match cleanup::cleanup(&inst) {
+        return Ok(match inst.cleanup() {
             Ok(()) => 0,
             Err(e) => {
                 log::error!("uninstall: {e}");
@@ -131,7 +131,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
             if let Ok(Some(sig)) = sigfd.read_signal() {
                 log::info!("signal {}: cleaning up", sig.ssi_signo);
             }
-            Ok(match cleanup::cleanup(&inst) {
+            Ok(match inst.cleanup() {
                 Ok(()) => 0,
                 Err(e) => {
                     log::error!("cleanup: {e}");
@@ -142,7 +142,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
         Err(e) => {
             // Upstream runs cleanup in a defer on every exit of the run.
             if !inst.settings.once {
-                if let Err(ce) = cleanup::cleanup(&inst) {
+                if let Err(ce) = inst.cleanup() {
                     log::error!("cleanup: {ce}");
                 }
             }

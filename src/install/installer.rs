@@ -2,6 +2,7 @@
 //! validity check. The loop that drives them is in [`super::run`].
 
 use super::check::{self, CheckCtx, Outcome};
+use super::cleanup;
 use super::config::Settings;
 use super::conflist::{self, PluginEntry};
 use super::kubeconfig::{self, KubeconfigInputs};
@@ -198,12 +199,12 @@ impl Installer {
         let previous = self.installed.replace(final_name.clone());
         let follows = self.configured.is_none() && !self.settings.istio_owned;
         if previous.is_none() && follows {
-            for note in super::cleanup::remove_from_others(&dir, &final_name) {
+            for note in cleanup::remove_from_others(&dir, &final_name) {
                 log::info!("{note}");
             }
         }
         if let Some(old) = previous.filter(|o| *o != final_name && !self.settings.istio_owned) {
-            match super::cleanup::remove_config(&dir, &old, false) {
+            match cleanup::remove_config(&dir, &old, false) {
                 Ok(note) => log::info!(
                     "the container runtime now uses {}/{final_name} instead of {old}: {note}",
                     dir.display()
@@ -322,6 +323,73 @@ impl Installer {
             log::info!("removed stale temp file {}", p.display());
         }
         Ok(())
+    }
+
+    /// Full cleanup for an installer: config, kubeconfig, binary, log socket, backend record.
+    pub fn cleanup(&self) -> Result<()> {
+        let inst = self;
+        let s = &inst.settings;
+        let mut first_err: Option<Error> = None;
+        let mut note = |r: Result<String>| match r {
+            Ok(n) => log::info!("cleanup: {n}"),
+            Err(e) => {
+                log::error!("cleanup: {e}");
+                first_err.get_or_insert(e);
+            }
+        };
+        let dir = inst.conf_dir();
+        match &inst.installed {
+            Some(name) => note(cleanup::remove_config(
+                dir,
+                name,
+                !s.chained || s.istio_owned,
+            )),
+            None => match cleanup::scan_and_remove(
+                dir,
+                s.istio_owned.then_some(s.istio_owned_filename.as_str()),
+            ) {
+                Ok(notes) if notes.is_empty() => {
+                    note(Ok("no Istio CNI configuration found".into()))
+                }
+                Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),
+                Err(e) => note(Err(e)),
+            },
+        }
+        let kc = inst.kubeconfig_path();
+        note(fsutil::remove_if_exists(&kc).map(|r| {
+            format!(
+                "kubeconfig {}: {}",
+                kc.display(),
+                if r { "removed" } else { "absent" }
+            )
+        }));
+        let dirs = if inst.bin_dirs.is_empty() {
+            super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref())
+        } else {
+            inst.bin_dirs.clone()
+        };
+        for d in dirs {
+            let p = d.join(PLUGIN_BINARY);
+            note(fsutil::remove_if_exists(&p).map(|r| {
+                format!(
+                    "binary {}: {}",
+                    p.display(),
+                    if r { "removed" } else { "absent" }
+                )
+            }));
+        }
+        // The relay socket and the iptables backend record (a later install records it afresh).
+        for f in crate::rundir::RunDir::RECORDS {
+            let p = s.run_dir.join(f);
+            note(
+                fsutil::remove_if_exists(&p)
+                    .map(|r| format!("{}: {}", p.display(), if r { "removed" } else { "absent" })),
+            );
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 

@@ -6,6 +6,12 @@
 //! Effects: [`binaries`], [`installer`] (the steps), [`watch`] (inotify), [`run`] (the loop), [`server`]
 //! (health and metrics), [`relay`] (plugin log relay), [`cleanup`], [`cli`] (the
 //! run: signals, servers, the loop).
+//!
+//! The composition root of the DaemonSet: like upstream's `install-cni`, it runs the repair agent in-process
+//! (`REPAIR_ENABLED`), so it takes the agent's settings ([`crate::repair::options`]) and starts
+//! [`crate::repair::run_in_installer`]. That is the only role-to-role import, and it points one way: the
+//! repair agent imports nothing from the installer (what both use, [`crate::httpd`] and
+//! [`crate::pod_rules`], sits below them).
 
 pub mod binaries;
 pub mod check;
@@ -13,7 +19,6 @@ pub mod cleanup;
 pub mod cli;
 pub mod conflist;
 pub mod flags;
-pub mod httpd;
 pub mod installer;
 pub mod kubeconfig;
 pub mod legacy;

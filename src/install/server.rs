@@ -2,11 +2,11 @@
 //! installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
 //! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`).
 //! The responder is deliberately small: GET only, the request head bounded to 8 KiB and due within 2 s of
-//! accept, `Connection: close`; [`super::httpd`] multiplexes the connections so none can hold up another,
+//! accept, `Connection: close`; [`crate::httpd`] multiplexes the connections so none can hold up another,
 //! and listens dual-stack.
 
-use super::httpd::{self, MAX_HEAD};
 use crate::error::{IoContext, Result};
+use crate::httpd::{self, MAX_HEAD};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -137,7 +137,7 @@ fn reason(code: u16) -> &'static str {
 
 /// The whole response for a request head; `eof`: the client closed its side before the blank line.
 pub fn answer(state: &State, which: Endpoints, buf: &[u8], eof: bool) -> Vec<u8> {
-    let complete = super::httpd::head_complete_or(buf, eof);
+    let complete = httpd::head_complete_or(buf, eof);
     let head = String::from_utf8_lossy(buf);
     let line = head.lines().next().unwrap_or("");
     let mut parts = line.split_whitespace();

@@ -63,15 +63,8 @@ where
             families.push((*family, outcome, t.elapsed().as_micros()));
         }
         let ipv6 = plan.docs.iter().any(|(f, _)| *f == Family::V6);
-        if plan.ipv6_passthrough && ipv6 {
-            let six: IpAddr = IpAddr::V6(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6));
-            crate::netlink::add_loopback_address(six, 128)?;
-        }
-        if let Some((mark, table)) = plan.tproxy {
-            for (family, _) in &plan.docs {
-                crate::netlink::add_tproxy_routing(*family == Family::V6, mark, table)?;
-            }
-        }
+        let v6_docs = plan.docs.iter().any(|(f, _)| *f == Family::V6);
+        crate::netlink::program_pod_routing(plan.ipv6_passthrough && ipv6, plan.tproxy, v6_docs)?;
         Ok(Report {
             ipv6,
             tproxy: plan.tproxy.is_some(),

@@ -1,6 +1,7 @@
 //! Kubeconfig and in-cluster parsing: each accepted shape and each refusal.
 
 use super::*;
+use kube_double::b64;
 use std::path::PathBuf;
 
 /// The conformance directory (the CA and kubeconfigs of the kubeconfig cases are read from it;
@@ -41,25 +42,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn b64(data: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 fn json_kubeconfig(cluster: &str, user: &str) -> String {

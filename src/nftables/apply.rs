@@ -11,7 +11,7 @@ use super::state::{self, ChainState, Foreign, Tables};
 use crate::error::{Context, Error, Result};
 use crate::redirect::{CaptureConfig, TproxyRoute};
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::time::Instant;
 
 /// What ADD did.
@@ -270,18 +270,11 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
             Outcome::Converged
         }
     };
-    if ipv6 {
-        crate::netlink::add_loopback_address(
-            IpAddr::V6(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6)),
-            128,
-        )?;
-    }
-    if let Some(t) = tproxy {
-        crate::netlink::add_tproxy_routing(false, t.mark, t.table)?;
-        if t.ipv6 {
-            crate::netlink::add_tproxy_routing(true, t.mark, t.table)?;
-        }
-    }
+    crate::netlink::program_pod_routing(
+        ipv6,
+        tproxy.map(|t| (t.mark, t.table)),
+        tproxy.is_some_and(|t| t.ipv6),
+    )?;
     Ok(outcome)
 }
 

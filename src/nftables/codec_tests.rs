@@ -29,12 +29,7 @@ fn lo4() -> Item {
 fn sample() -> Ruleset {
     let inbound = vec![
         Item::L4(Proto::Tcp),
-        Item::Port {
-            proto: Proto::Tcp,
-            dport: true,
-            neq: false,
-            port: 15008,
-        },
+        crate::nftables::emit::tcp_dport(false, 15008),
         Item::Counter,
         Item::Return,
     ];

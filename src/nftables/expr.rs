@@ -182,6 +182,22 @@ fn ifname(n: &str) -> Vec<u8> {
     v
 }
 
+/// `meta l4proto <proto>` unless the rule already matched it (`l4`), then the transport port at `offset`
+/// (0 source, 2 destination) into register 1.
+fn load_port(e: &mut Vec<Expr>, l4: &mut Option<u8>, proto: u8, offset: u32) {
+    if *l4 != Some(proto) {
+        e.push(load_meta(META_L4PROTO));
+        e.push(cmp(CMP_EQ, vec![proto]));
+        *l4 = Some(proto);
+    }
+    e.push(Expr::Payload {
+        dreg: NFT_REG_1,
+        base: PAYLOAD_TRANSPORT,
+        offset,
+        len: 2,
+    });
+}
+
 /// Lowers one rule. `groups` resolves group names (numeric strings are numbers).
 pub fn lower(items: &[Item], groups: GroupResolver) -> Result<Lowered> {
     let mut out = Lowered {
@@ -256,31 +272,11 @@ pub fn lower(items: &[Item], groups: GroupResolver) -> Result<Lowered> {
                 neq,
                 port,
             } => {
-                if l4 != Some(proto.number()) {
-                    e.push(load_meta(META_L4PROTO));
-                    e.push(cmp(CMP_EQ, vec![proto.number()]));
-                    l4 = Some(proto.number());
-                }
-                e.push(Expr::Payload {
-                    dreg: NFT_REG_1,
-                    base: PAYLOAD_TRANSPORT,
-                    offset: if *dport { 2 } else { 0 },
-                    len: 2,
-                });
+                load_port(e, &mut l4, proto.number(), if *dport { 2 } else { 0 });
                 e.push(cmp(op(*neq), port.to_be_bytes().to_vec()));
             }
             Item::PortSet { proto, neq, ports } => {
-                if l4 != Some(proto.number()) {
-                    e.push(load_meta(META_L4PROTO));
-                    e.push(cmp(CMP_EQ, vec![proto.number()]));
-                    l4 = Some(proto.number());
-                }
-                e.push(Expr::Payload {
-                    dreg: NFT_REG_1,
-                    base: PAYLOAD_TRANSPORT,
-                    offset: 2,
-                    len: 2,
-                });
+                load_port(e, &mut l4, proto.number(), 2);
                 let id = out.sets.len() as u32;
                 out.sets
                     .push(ports.iter().map(|p| p.to_be_bytes().to_vec()).collect());

@@ -126,12 +126,7 @@ mod tests {
         // spec §4.6: `meta l4proto tcp tcp dport 15008 counter return` (nft prints data as LE words).
         let items = [
             Item::L4(Proto::Tcp),
-            Item::Port {
-                proto: Proto::Tcp,
-                dport: true,
-                neq: false,
-                port: 15008,
-            },
+            crate::nftables::emit::tcp_dport(false, 15008),
             Item::Counter,
             Item::Return,
         ];

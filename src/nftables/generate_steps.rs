@@ -1,7 +1,7 @@
 //! Generation steps of [`super::generate::generate`] long enough to stand alone (spec nftables.md §2.2):
 //! inbound capture (step 6), DNS (step 13) and the TPROXY marks (step 18).
 
-use super::generate::*;
+use super::emit::*;
 use super::model::*;
 use crate::redirect::annotations::InterceptionMode;
 use crate::redirect::capture::CaptureConfig;

@@ -8,6 +8,7 @@
 pub mod apply;
 pub mod batch;
 pub mod decode;
+mod emit;
 pub mod encode;
 pub mod expr;
 mod expr_text;

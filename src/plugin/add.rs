@@ -1,10 +1,10 @@
 //! ADD and CHECK: decide whether the pod gets redirection and, if so, program it in the pod's netns.
 
-use super::sidecar;
 use crate::cni::{result, CmdEnv, K8sArgs, NetConf};
 use crate::error::{Context, Result};
 use crate::json::Object;
 use crate::kube;
+use crate::pod_rules;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,7 @@ pub fn add(
             args.pod_namespace, args.pod_name
         )
     })?;
-    let msg = sidecar::program_pod(&pod, &env.netns, conf, node_env)
+    let msg = pod_rules::program_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("pod {}/{}", args.pod_namespace, args.pod_name))?;
     log::info!(
         "{who}: {msg}; pod lookup {:.1} ms",
@@ -72,6 +72,6 @@ pub fn check(
         return Ok(());
     }
     let (pod, _) = pod_lookup(conf, &args)?;
-    sidecar::check_pod(&pod, &env.netns, conf, node_env)
+    pod_rules::check_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("CHECK pod {}/{}", args.pod_namespace, args.pod_name))
 }

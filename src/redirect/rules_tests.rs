@@ -1,4 +1,4 @@
-//! Branches the conformance vectors do not reach; the vectors themselves run in tests/conformance_rules.rs.
+//! Branches the conformance vectors do not reach; the vectors themselves run in tests/conformance/conformance_rules.rs.
 
 use super::*;
 use crate::json;

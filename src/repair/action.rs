@@ -21,9 +21,9 @@ pub struct Actor {
     pub netconf: NetConf,
 }
 
-/// Applies exactly what the plugin's ADD applies, through the plugin's own code.
+/// Applies exactly what the plugin's ADD applies, through the same code ([`crate::pod_rules`]).
 fn program(pod: &Object, ns_path: &str, conf: &NetConf) -> Result<String> {
-    crate::plugin::sidecar::program_pod(pod, ns_path, conf, &|k| std::env::var(k).ok())
+    crate::pod_rules::program_pod(pod, ns_path, conf, &|k| std::env::var(k).ok())
 }
 
 fn unix_nanos() -> u128 {

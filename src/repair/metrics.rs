@@ -3,7 +3,7 @@
 //! increment, as upstream.
 
 use crate::error::{IoContext, Result};
-use crate::install::httpd;
+use crate::httpd;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -71,7 +71,7 @@ fn answer(head: &[u8]) -> Vec<u8> {
 }
 
 /// Serves `GET /metrics` dual-stack on `[::]:port` (`0.0.0.0` without IPv6; 0 = any free port) from a
-/// background thread, every connection independently (the installer's [`httpd`]); returns the bound
+/// background thread, every connection independently ([`httpd`], as the installer); returns the bound
 /// address.
 pub fn serve(port: u16) -> Result<SocketAddr> {
     let l = httpd::bind_with(port, httpd::bind_dual_stack)

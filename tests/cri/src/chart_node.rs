@@ -437,23 +437,7 @@ pub fn primary_conflist(ipam: &Path, subnet: &str) -> String {
 
 impl Drop for ChartNode {
     fn drop(&mut self) {
-        let sock = self.containerd.socket();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                let cri = Cri::connect(&sock).await;
-                for id in cri.list().await {
-                    let _ = cri.stop(&id).await;
-                    let _ = cri.remove(&id).await;
-                }
-            });
-        })
-        .join();
+        crate::cri::remove_all_sandboxes(self.containerd.socket());
         self.containerd.stop();
         let r = self.dir.join("runc/k8s.io").to_string_lossy().into_owned();
         let out = run("runc", &["--root", &r, "list", "-q"]);

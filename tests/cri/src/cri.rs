@@ -229,3 +229,24 @@ impl Cri {
         Ok((st.state, st.exit_code, pid))
     }
 }
+
+/// Best effort, from a drop (a failed test): stops and removes every sandbox still there, through the CRI,
+/// on a thread with its own runtime (the drop may run inside the test's runtime).
+pub fn remove_all_sandboxes(sock: PathBuf) {
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            let cri = Cri::connect(&sock).await;
+            for id in cri.list().await {
+                let _ = cri.stop(&id).await;
+                let _ = cri.remove(&id).await;
+            }
+        });
+    })
+    .join();
+}

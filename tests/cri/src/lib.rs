@@ -6,6 +6,8 @@
 
 pub mod chart;
 pub mod chart_node;
+#[path = "../../support/cmd.rs"]
+mod cmd;
 pub mod containerd;
 pub mod cri;
 pub mod image;

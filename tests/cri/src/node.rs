@@ -228,25 +228,7 @@ pub fn cni_netns() -> Vec<String> {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        // Best effort: remove every sandbox still there (a failed test), through the CRI, from a thread with
-        // its own runtime (drop may run inside the test's runtime).
-        let sock = self.containerd.socket();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                let cri = Cri::connect(&sock).await;
-                for id in cri.list().await {
-                    let _ = cri.stop(&id).await;
-                    let _ = cri.remove(&id).await;
-                }
-            });
-        })
-        .join();
+        crate::cri::remove_all_sandboxes(self.containerd.socket());
         self.containerd.stop();
         let root = self.dir.join("runc/k8s.io");
         let r = root.to_string_lossy().into_owned();

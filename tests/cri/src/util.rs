@@ -1,8 +1,6 @@
 //! Commands, temporary directories, unique names and the network namespace helpers.
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
@@ -22,32 +20,8 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Runs a program, returns its output (panics only when it cannot be started).
-pub fn run<S: AsRef<OsStr>>(prog: &str, args: &[S]) -> Output {
-    Command::new(prog)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {prog}: {e}"))
-}
-
-/// Like [`run`] but panics unless it exits 0; returns stdout.
-pub fn run_ok<S: AsRef<OsStr>>(prog: &str, args: &[S]) -> String {
-    let o = run(prog, args);
-    if !o.status.success() {
-        let a: Vec<String> = args
-            .iter()
-            .map(|s| s.as_ref().to_string_lossy().into_owned())
-            .collect();
-        panic!(
-            "{prog} {} failed ({}):\nstdout: {}\nstderr: {}",
-            a.join(" "),
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+/// The root crate's command helpers (tests/support/cmd.rs), under this crate's names.
+pub use crate::cmd::{sh as run, sh_ok as run_ok};
 
 /// True when root; otherwise skips (false) with `ISTIO_CNI_SKIP_ROOT_TESTS=1`, else panics.
 pub fn require_root() -> bool {
@@ -139,18 +113,7 @@ impl Drop for Netns {
 /// `iptables-save` (nft backend unless told) in the namespace at `path` (any netns file), comments and
 /// counters removed.
 pub fn saved_rules(netns_path: &str, prog: &str) -> String {
-    let out = run_ok("nsenter", &[&format!("--net={netns_path}"), prog]);
-    out.lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            if l.starts_with(':') {
-                l.split(" [").next().unwrap_or(l)
-            } else {
-                l
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    crate::cmd::without_counters(&run_ok("nsenter", &[&format!("--net={netns_path}"), prog]))
 }
 
 /// Runs `f` on a new thread that first enters the network namespace at `path` (only the network namespace:

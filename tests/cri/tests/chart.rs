@@ -363,6 +363,17 @@ async fn pods_until_redirected(node: &ChartNode, prefix: &str, max: usize) -> us
     );
 }
 
+/// The default chart's node with the agent ready: the node, its primary conflist's host path, that file's
+/// text before the agent touched it, and the agent pod's IP.
+async fn default_chart_ready() -> (ChartNode, std::path::PathBuf, String, String) {
+    let node = ChartNode::new(Chart::load("default")).await;
+    let primary = node.host(&node.conf_dir).join(&node.primary);
+    let original = std::fs::read_to_string(&primary).unwrap();
+    let (_sid, _cid, ip) = node.start_agent().await;
+    wait_for("ready", 30, || node.readyz(&ip) == "200").await;
+    (node, primary, original, ip)
+}
+
 /// Another CNI rewrites the primary (atomically, without our entry) while the agent runs: the entry comes
 /// back, containerd reloads, and pods are redirected again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,11 +382,7 @@ async fn chart_default_primary_rewritten_by_another_cni() {
         return;
     }
     let _g = NETNS_COUNT.read().await;
-    let node = ChartNode::new(Chart::load("default")).await;
-    let primary = node.host(&node.conf_dir).join(&node.primary);
-    let original = std::fs::read_to_string(&primary).unwrap();
-    let (_sid, _cid, ip) = node.start_agent().await;
-    wait_for("ready", 30, || node.readyz(&ip) == "200").await;
+    let (node, primary, original, ip) = default_chart_ready().await;
     wait_node(&node, "entry", 30, || {
         conf_has_istio(&std::fs::read_to_string(&primary).unwrap_or_default()).is_some()
     })
@@ -406,11 +413,7 @@ async fn chart_default_higher_priority_primary_appears() {
         return;
     }
     let _g = NETNS_COUNT.read().await;
-    let node = ChartNode::new(Chart::load("default")).await;
-    let primary = node.host(&node.conf_dir).join(&node.primary);
-    let original = std::fs::read_to_string(&primary).unwrap();
-    let (_sid, _cid, ip) = node.start_agent().await;
-    wait_for("ready", 30, || node.readyz(&ip) == "200").await;
+    let (node, _, original, ip) = default_chart_ready().await;
     assert_eq!(pods_until_redirected(&node, "first", 20).await, 0);
 
     let higher = node.host(&node.conf_dir).join("05-other.conflist");

@@ -31,6 +31,8 @@ pub(crate) fn status_body(code: u16, reason: &str, message: &str) -> Vec<u8> {
     json::to_string(&Value::Object(o)).into_bytes()
 }
 
+/// The API server's reason for a code. Deliberately its own table, not the client's (`kube::status`): the
+/// double must stay independent of the code it tests.
 pub(crate) fn reason_for(code: u16) -> &'static str {
     match code {
         400 => "BadRequest",
@@ -97,7 +99,11 @@ pub fn handle(shared: &Shared, req: HttpRequest, conn: &mut Conn) -> Next {
         authorization: req.header("authorization").map(str::to_string),
         status: 0,
     };
-    let at = if is_watch(&req) { At::Watch } else { At::Request };
+    let at = if is_watch(&req) {
+        At::Watch
+    } else {
+        At::Request
+    };
     let fault = shared.take_fault(at);
     if let Some(Fault::Delay(d)) = &fault {
         std::thread::sleep(*d);

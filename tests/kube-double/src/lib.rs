@@ -192,7 +192,9 @@ fn parse_object(text: &str) -> io::Result<Object> {
     miniserde::json::from_str::<Object>(text).map_err(|_| invalid("not a JSON object"))
 }
 
-fn b64(data: &[u8]) -> String {
+/// Standard base64 with padding (kubeconfig `certificate-authority-data`). Public for the tests of the
+/// root crate, which need an encoder independent of the one under test.
+pub fn b64(data: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in data.chunks(3) {

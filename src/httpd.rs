@@ -1,0 +1,288 @@
+//! The listener and connection loop behind the health and metrics servers: one thread per listener
+//! multiplexing every connection with poll(2), so no client (idle, or sending its head a byte at a
+//! time) can hold up another. Each connection has a deadline counted from accept for its request head
+//! ([`HEAD_DEADLINE`]) and one for writing the answer ([`WRITE_DEADLINE`]); at most [`MAX_CONNS`] are
+//! open, and a new one beyond that closes the oldest. Listens dual-stack (`[::]`, `IPV6_V6ONLY` off) and
+//! falls back to `0.0.0.0` where the node has no IPv6. Shared by the installer's servers and the standalone
+//! repair agent's metrics, so it sits below both roles.
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+
+/// Largest request head; more gets 431.
+pub const MAX_HEAD: usize = 8 * 1024;
+/// The whole request head must arrive within this time of accept.
+pub const HEAD_DEADLINE: Duration = Duration::from_secs(2);
+/// The answer must be written within this time of the head completing.
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(2);
+/// Connections open at once per listener; a new one beyond this closes the oldest.
+pub const MAX_CONNS: usize = 256;
+
+/// Is this failure "the node has no IPv6" (so IPv4 alone is right), rather than a real problem?
+pub fn ipv6_unavailable(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::EAFNOSUPPORT | Errno::EPROTONOSUPPORT | Errno::EADDRNOTAVAIL | Errno::ENOPROTOOPT
+    )
+}
+
+/// `[::]:port` accepting IPv4 too (IPv4-mapped), whatever `net.ipv6.bindv6only` says.
+pub fn bind_dual_stack(port: u16) -> nix::Result<TcpListener> {
+    use nix::sys::socket::{self as s, sockopt, AddressFamily, SockFlag, SockType};
+    let fd = s::socket(
+        AddressFamily::Inet6,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    s::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    s::setsockopt(&fd, sockopt::Ipv6V6Only, &false)?;
+    let addr = s::SockaddrIn6::from(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0));
+    {
+        use std::os::fd::AsRawFd;
+        s::bind(fd.as_raw_fd(), &addr)?;
+    }
+    // SOMAXCONN: `Backlog::new(128)` is EINVAL on musl, whose SOMAXCONN is 128 (nix takes it as exclusive).
+    s::listen(&fd, s::Backlog::MAXCONN)?;
+    Ok(TcpListener::from(fd))
+}
+
+/// Dual-stack via `dual`, or `0.0.0.0:port` when `dual` fails because there is no IPv6. Any other
+/// failure (the port is taken, ...) is returned.
+pub fn bind_with(
+    port: u16,
+    dual: impl FnOnce(u16) -> nix::Result<TcpListener>,
+) -> io::Result<TcpListener> {
+    match dual(port) {
+        Ok(l) => Ok(l),
+        Err(e) if ipv6_unavailable(e) => {
+            log::info!("no IPv6 on this node ({e}); listening on 0.0.0.0:{port} (IPv4 only)");
+            TcpListener::bind(("0.0.0.0", port))
+        }
+        Err(e) => Err(io::Error::from(e)),
+    }
+}
+
+struct Conn {
+    sock: TcpStream,
+    /// Until when it may read (before the head is complete), then until when it may write.
+    deadline: Instant,
+    head: Vec<u8>,
+    /// The answer and how much of it was written; `None` while reading.
+    out: Option<(Vec<u8>, usize)>,
+}
+
+/// Is the head complete (blank line seen)?
+fn head_complete(buf: &[u8]) -> bool {
+    buf.windows(4).any(|w| w == b"\r\n\r\n") || buf.windows(2).any(|w| w == b"\n\n")
+}
+
+/// Whether a head can be answered: complete, or ended by the client after at least one line.
+pub fn head_complete_or(buf: &[u8], eof: bool) -> bool {
+    head_complete(buf) || (eof && buf.contains(&b'\n'))
+}
+
+enum Step {
+    Keep,
+    Close,
+}
+
+/// Reads what is there; when the head is complete (or too big, or the peer finished sending), the answer
+/// from `answer(head, eof)` is queued.
+fn on_readable(c: &mut Conn, answer: &impl Fn(&[u8], bool) -> Vec<u8>) -> Step {
+    let mut chunk = [0u8; 1024];
+    loop {
+        match c.sock.read(&mut chunk) {
+            Ok(0) => {
+                if c.head.is_empty() {
+                    return Step::Close;
+                }
+                c.out = Some((answer(&c.head, true), 0));
+                break;
+            }
+            Ok(n) => {
+                c.head.extend_from_slice(&chunk[..n]);
+                if head_complete(&c.head) || c.head.len() >= MAX_HEAD {
+                    c.out = Some((answer(&c.head, false), 0));
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Keep,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Step::Close,
+        }
+    }
+    c.head = Vec::new();
+    c.deadline = Instant::now() + WRITE_DEADLINE;
+    on_writable(c)
+}
+
+fn on_writable(c: &mut Conn) -> Step {
+    let Some((buf, done)) = c.out.as_mut() else {
+        return Step::Keep;
+    };
+    while *done < buf.len() {
+        match c.sock.write(&buf[*done..]) {
+            Ok(0) => return Step::Close,
+            Ok(n) => *done += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Keep,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Step::Close,
+        }
+    }
+    let _ = c.sock.shutdown(std::net::Shutdown::Write);
+    Step::Close
+}
+
+/// Serves `listener` forever: `answer(head, eof)` gives the full response for a request head (`eof`:
+/// the client closed its side before a blank line).
+pub fn run(listener: TcpListener, answer: impl Fn(&[u8], bool) -> Vec<u8>) {
+    if let Err(e) = listener.set_nonblocking(true) {
+        log::error!("HTTP server: cannot make the listener non-blocking: {e}");
+        return;
+    }
+    let mut conns: Vec<Conn> = Vec::new();
+    loop {
+        let now = Instant::now();
+        // Expired connections go first: a head not complete in time, an answer not taken in time.
+        conns.retain(|c| c.deadline > now);
+        let wait = conns
+            .iter()
+            .map(|c| c.deadline.saturating_duration_since(now))
+            .min()
+            // Round up, so the wake-up is at or after the deadline.
+            .map(|d| {
+                PollTimeout::try_from(d + Duration::from_millis(1)).unwrap_or(PollTimeout::MAX)
+            })
+            .unwrap_or(PollTimeout::NONE);
+        let ready: Vec<PollFlags> = {
+            let mut fds = Vec::with_capacity(conns.len() + 1);
+            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+            for c in &conns {
+                let ev = if c.out.is_some() {
+                    PollFlags::POLLOUT
+                } else {
+                    PollFlags::POLLIN
+                };
+                fds.push(PollFd::new(c.sock.as_fd(), ev));
+            }
+            match nix::poll::poll(&mut fds, wait) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(e) => {
+                    log::warn!("HTTP server: poll: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            }
+            fds.iter()
+                .map(|f| f.revents().unwrap_or(PollFlags::empty()))
+                .collect()
+        };
+        // Connections first (their indices match `ready`), then new ones.
+        let mut i = conns.len();
+        while i > 0 {
+            i -= 1;
+            let r = ready[i + 1];
+            if r.is_empty() {
+                continue;
+            }
+            let c = &mut conns[i];
+            let step = if c.out.is_some() {
+                on_writable(c)
+            } else {
+                on_readable(c, &answer)
+            };
+            if matches!(step, Step::Close) {
+                conns.swap_remove(i);
+            }
+        }
+        if !ready[0].is_empty() {
+            accept_all(&listener, &mut conns);
+        }
+    }
+}
+
+fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>) {
+    loop {
+        match listener.accept() {
+            Ok((sock, _)) => {
+                if sock.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                if conns.len() >= MAX_CONNS {
+                    // The oldest has had the most time; the newest is likely a prober.
+                    if let Some(oldest) = (0..conns.len()).min_by_key(|&i| conns[i].deadline) {
+                        conns.swap_remove(oldest);
+                    }
+                }
+                conns.push(Conn {
+                    sock,
+                    deadline: Instant::now() + HEAD_DEADLINE,
+                    head: Vec::new(),
+                    out: None,
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning on a listener that stays
+                // readable.
+                log::warn!("HTTP server: accept: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_complete_at_the_blank_line() {
+        assert!(head_complete(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+        assert!(head_complete(b"GET / HTTP/1.0\n\n"));
+        assert!(!head_complete(b"GET / HTTP/1.1\r\nHost: x\r\n"));
+    }
+
+    #[test]
+    fn which_failures_mean_no_ipv6() {
+        assert!(ipv6_unavailable(Errno::EAFNOSUPPORT));
+        assert!(ipv6_unavailable(Errno::EADDRNOTAVAIL));
+        assert!(!ipv6_unavailable(Errno::EADDRINUSE));
+        assert!(!ipv6_unavailable(Errno::EACCES));
+    }
+
+    #[test]
+    fn falls_back_to_ipv4_only_when_ipv6_is_missing() {
+        // The kernel without IPv6 (ipv6.disable=1) refuses AF_INET6 sockets with EAFNOSUPPORT.
+        let l = bind_with(0, |_| Err(Errno::EAFNOSUPPORT)).unwrap();
+        let addr = l.local_addr().unwrap();
+        assert!(addr.is_ipv4(), "{addr}");
+        TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
+        // A port already taken is an error, not a reason to listen on IPv4 only.
+        let e = bind_with(0, |_| Err(Errno::EADDRINUSE)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(Errno::EADDRINUSE as i32));
+    }
+
+    #[test]
+    fn dual_stack_takes_ipv4_and_ipv6() {
+        let l = match bind_dual_stack(0) {
+            Ok(l) => l,
+            Err(e) if ipv6_unavailable(e) => return,
+            Err(e) => panic!("{e}"),
+        };
+        let port = l.local_addr().unwrap().port();
+        TcpStream::connect(("127.0.0.1", port)).unwrap();
+        if std::net::TcpListener::bind("[::1]:0").is_ok() {
+            TcpStream::connect(("::1", port)).unwrap();
+        }
+    }
+}

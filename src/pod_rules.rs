@@ -1,0 +1,70 @@
+//! The sidecar path shared by the plugin's ADD and CHECK and the repair agent's repair in place: decide
+//! from the pod object, then plan and program inside the pod's namespace, through the one pure plan
+//! ([`crate::redirect::plan`]) and the rule backend the configuration selects ([`crate::backend`]). It sits
+//! below both roles, so neither imports the other, and both apply exactly the same rules, decided the same
+//! way. The `*_with` forms take the backend chooser, which the unit tests replace with a recording fake.
+
+use crate::backend::{self, RuleBackend};
+use crate::cni::NetConf;
+use crate::error::Result;
+use crate::json::Object;
+use crate::redirect::plan::{decide_pod, NodeEnv, PodPlan};
+use crate::redirect::PodInfo;
+use std::time::Instant;
+
+/// Chooses the rule backend; called only once the pod needs redirection.
+pub type Chooser<'a> = &'a dyn Fn() -> Result<Box<dyn RuleBackend>>;
+
+/// Applies what `pod` needs inside `netns_path`, with the node environment `env`; returns the log line.
+/// Used by ADD and by repair in place.
+pub fn program_pod(
+    pod: &Object,
+    netns_path: &str,
+    conf: &NetConf,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String> {
+    program_pod_with(pod, netns_path, &|| backend::for_conf(conf), env)
+}
+
+/// [`program_pod`] with the backend from `choose`.
+pub fn program_pod_with(
+    pod: &Object,
+    netns_path: &str,
+    choose: Chooser,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String> {
+    let t = Instant::now();
+    let redirect = match decide_pod(&PodInfo::from_pod(pod)?)? {
+        PodPlan::Skip(reason) => return Ok(format!("no redirection: {reason}")),
+        PodPlan::Redirect(r) => r,
+    };
+    let decide_us = t.elapsed().as_micros();
+    choose()?.apply(netns_path, redirect, NodeEnv::take(env), decide_us)
+}
+
+/// CHECK: the rules the pod needs are all in its namespace, and nothing bypasses them.
+pub fn check_pod(
+    pod: &Object,
+    netns_path: &str,
+    conf: &NetConf,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<()> {
+    check_pod_with(pod, netns_path, &|| backend::for_conf(conf), env)
+}
+
+/// [`check_pod`] with the backend from `choose`.
+pub fn check_pod_with(
+    pod: &Object,
+    netns_path: &str,
+    choose: Chooser,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<()> {
+    match decide_pod(&PodInfo::from_pod(pod)?)? {
+        PodPlan::Skip(_) => Ok(()),
+        PodPlan::Redirect(redirect) => choose()?.verify(netns_path, redirect, NodeEnv::take(env)),
+    }
+}
+
+#[cfg(test)]
+#[path = "pod_rules_tests.rs"]
+mod tests;

@@ -1,0 +1,18 @@
+//! The integration tests that need root, in one test binary: network namespaces they create, real
+//! iptables/nftables, Debian's CNI plugins, end-to-end traffic and repair. Not root, they fail unless
+//! `ISTIO_CNI_SKIP_ROOT_TESTS=1`. Each file in this folder is one module; test names read `<file>::<test>`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod apply_netns;
+mod cni_chain;
+mod cni_hostns;
+mod install_server;
+mod lookup_add_wall;
+mod nft_e2e;
+mod nft_netns;
+mod nft_repair_e2e;
+mod redirect_e2e;
+mod repair_e2e;
+mod validation_e2e;

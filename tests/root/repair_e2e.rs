@@ -1,0 +1,113 @@
+//! Repair in place, end to end (root): a pod wired by Debian's real `ptp` + `host-local` but WITHOUT our
+//! plugin (the node-startup race), a pause process in it, and the pod object in the HTTPS API double
+//! showing a failed `istio-validation`. The validation applet, run in the pod as uid 1337, exits 126; the
+//! agent finds the namespace from /proc by the pod IP and programs it through the plugin's code; then the
+//! applet exits 0, and the pod has exactly the rules ADD gives a twin pod. A later update of the
+//! still-broken pod is not repaired a second time (same UID).
+
+use crate::support::e2e::*;
+use crate::support::repair::{validation_in, Agent, Pause, BROKEN_STATUS};
+use crate::support::*;
+
+#[test]
+fn race_victim_is_repaired_in_place_and_validation_then_passes() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(41);
+    let pod = node.pod("victim", "", "", false);
+    let _pause = Pause::start(&pod.ns);
+    node.srv
+        .patch_pod("default", "victim", BROKEN_STATUS)
+        .unwrap();
+
+    let before = validation_in(&pod.ns, false);
+    assert_eq!(
+        before.status.code(),
+        Some(126),
+        "before repair:\n{}",
+        crate::support::repair::show(&before)
+    );
+
+    let agent = Agent::start(
+        &node,
+        &["--repair-delete-pods=true", "--repair-label-pods=true"],
+        &[],
+    );
+    let log_text = || agent.log();
+    let repaired = agent.wait_repaired();
+    assert!(repaired, "no repair counted; agent log:\n{}", log_text());
+
+    let after = validation_in(&pod.ns, false);
+    assert_eq!(
+        after.status.code(),
+        Some(0),
+        "after repair:\n{}\nagent log:\n{}",
+        crate::support::repair::show(&after),
+        log_text()
+    );
+    assert!(String::from_utf8_lossy(&after.stdout).contains("Validation passed"));
+
+    // Exactly what ADD applies: a twin pod that went through the plugin has the same rules.
+    let twin = node.pod("twin", "", "", false);
+    twin.add().assert_success();
+    let mut rules = String::new();
+    for prog in [
+        "iptables-legacy-save",
+        "iptables-nft-save",
+        "ip6tables-legacy-save",
+        "ip6tables-nft-save",
+    ] {
+        let (ours, add) = (pod.save(prog), twin.save(prog));
+        assert_eq!(ours, add, "{prog}: repaired pod vs pod set up by ADD");
+        rules.push_str(&ours);
+    }
+    assert!(
+        rules.contains("-A ISTIO_OUTPUT") && rules.contains("ISTIO_IN_REDIRECT"),
+        "no rules seen:\n{rules}"
+    );
+
+    // The same (still broken) pod changes again: no second repair of the same UID, and repair mode
+    // beats delete and label: no write to the pod at all.
+    node.srv
+        .patch_pod(
+            "default",
+            "victim",
+            r#"{"metadata":{"annotations":{"touched":"1"}}}"#,
+        )
+        .unwrap();
+    let seen =
+        crate::support::repair::wait_until(60, || log_text().contains("pod default/victim (uid"));
+    assert!(
+        seen,
+        "the agent did not see the update; log:\n{}",
+        log_text()
+    );
+    let metrics = crate::support::repair::scrape(agent.port);
+    assert_eq!(
+        crate::support::repair::metric(&metrics, "repair", "success"),
+        1,
+        "{metrics}\n{}",
+        log_text()
+    );
+    assert_eq!(
+        crate::support::repair::metric(&metrics, "repair", "fail"),
+        0,
+        "{metrics}\n{}",
+        log_text()
+    );
+    let writes: Vec<_> = node
+        .srv
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET" && !r.path.ends_with("/events"))
+        .collect();
+    assert!(writes.is_empty(), "repair mode wrote to pods: {writes:?}");
+    let events = node.srv.events();
+    assert!(
+        events
+            .iter()
+            .any(|e| istio_cni::json::str_of(e, "reason") == Some("RepairBrokenPod")),
+        "no RepairBrokenPod event: {events:?}"
+    );
+}

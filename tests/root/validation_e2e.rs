@@ -1,0 +1,130 @@
+//! The `istio-validation` applet in real network namespaces (root): 126 without redirection rules, 0 with
+//! upstream's own rule goldens applied (IPv4 and IPv6), run both as root (the applet drops to the proxy
+//! uid) and as uid 1337 via setpriv.
+
+use crate::support::repair::{show, BIN};
+use crate::support::{conformance_dir, require_root};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn capture_case(case: &str, file: &str) -> PathBuf {
+    let p = conformance_dir().join("capture").join(case).join(file);
+    assert!(
+        p.is_file(),
+        "conformance vectors missing: {} not found (set CONFORMANCE_DIR)",
+        p.display()
+    );
+    p
+}
+
+/// Runs `script` in a fresh network namespace with `lo` up; `$BIN` is the binary.
+fn in_netns(script: &str) -> Output {
+    Command::new("unshare")
+        .args(["-n", "sh", "-ec", &format!("ip link set lo up\n{script}")])
+        .env("BIN", BIN)
+        .output()
+        .expect("run unshare")
+}
+
+#[test]
+fn without_rules_exits_126_with_a_clear_message() {
+    if !require_root() {
+        return;
+    }
+    let o = in_netns(r#"exec "$BIN" istio-validation --probe-timeout 1s"#);
+    assert_eq!(o.status.code(), Some(126), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("validation timeout") && err.contains("127.0.0.6:15002"),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        err.contains("workload is not ready for Istio"),
+        "{}",
+        show(&o)
+    );
+}
+
+#[test]
+fn upstream_rules_pass_as_root_and_as_the_proxy_uid() {
+    if !require_root() {
+        return;
+    }
+    let rules = capture_case("inbound-ports-wildcard", "expected.v4.rules");
+    // The injected container's arguments, verbatim; started as root, the applet switches to 1337.
+    let o = in_netns(&format!(
+        r#"iptables-restore --noflush < {rules}
+"$BIN" istio-validation -p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x "" -b '*' -d 15090,15021,15020 --log_output_level=default:info --run-validation --skip-rule-apply
+setpriv --reuid 1337 --regid 1337 --clear-groups "$BIN" istio-validation --probe-timeout 10s"#,
+        rules = rules.display()
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        out.matches("Validation passed, iptables rules established")
+            .count(),
+        2,
+        "{}",
+        show(&o)
+    );
+}
+
+#[test]
+fn root_traffic_is_not_redirected_so_uid_0_fails() {
+    if !require_root() {
+        return;
+    }
+    // With -u 0 the applet stays root, and the rules only redirect uid 1337: the check must fail.
+    let rules = capture_case("inbound-ports-wildcard", "expected.v4.rules");
+    let o = in_netns(&format!(
+        r#"iptables-restore --noflush < {}
+exec "$BIN" istio-validation -u 0 --probe-timeout 1s"#,
+        rules.display()
+    ));
+    assert_eq!(o.status.code(), Some(126), "{}", show(&o));
+}
+
+#[test]
+fn ipv6_pod_probes_colon6() {
+    if !require_root() {
+        return;
+    }
+    let v6 = capture_case("ipv6-inbound-ports", "expected.v6.rules");
+    let v4 = capture_case("ipv6-inbound-ports", "expected.v4.rules");
+    let o = in_netns(&format!(
+        r#"ip link add e0 type veth peer name e1
+ip link set e0 up
+ip addr add fd00::2/64 dev e0 nodad
+ip addr add ::6/128 dev lo nodad
+rc=0; "$BIN" istio-validation --probe-timeout 1s || rc=$?
+echo "before=$rc"
+ip6tables-restore --noflush < {v6}
+iptables-restore --noflush < {v4}
+exec "$BIN" istio-validation --probe-timeout 10s"#,
+        v6 = v6.display(),
+        v4 = v4.display()
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("before=126"), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("::6:15002"),
+        "{}",
+        show(&o)
+    );
+}
+
+#[test]
+fn bad_flags_exit_1() {
+    let o = Command::new(BIN)
+        .args(["istio-validation", "--probe-timeout", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--probe-timeout"),
+        "{}",
+        show(&o)
+    );
+}

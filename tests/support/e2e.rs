@@ -1,0 +1,406 @@
+//! A node with pods for end-to-end tests: the "node" namespace, pod namespaces wired by Debian's `ptp` +
+//! `host-local`, the HTTPS API double serving the pods, and our plugin exec'd like a runtime. Plus the
+//! traffic helpers: listeners and connections created inside a namespace, `SO_ORIGINAL_DST`.
+
+use super::*;
+use kube_double::{Options, Server};
+use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+pub struct Node {
+    pub ns: Netns,
+    pub dir: TempDir,
+    pub plugins: PluginDir,
+    pub srv: Server,
+    idx: u8,
+}
+
+pub struct Pod<'a> {
+    pub node: &'a Node,
+    pub ns: Netns,
+    pub name: String,
+    pub ptp_result: Value,
+    pub ip4: IpAddr,
+    pub ip6: Option<Ipv6Addr>,
+    conf: String,
+}
+
+impl Node {
+    /// The index in the node's addresses (10.252.<idx>.1).
+    pub fn idx(&self) -> u8 {
+        self.idx
+    }
+
+    /// A node namespace with addresses 10.252.<idx>.1, .2 and fd00:252:<idx>::1 on its `lo` (destinations for
+    /// the pods' outbound traffic), the API double and a run dir with the plugin's kubeconfig.
+    pub fn new(idx: u8) -> Node {
+        let ns = Netns::new("node");
+        for a in [format!("10.252.{idx}.1/32"), format!("10.252.{idx}.2/32")] {
+            ns.exec_ok(&["ip", "addr", "add", &a, "dev", "lo"]);
+        }
+        ns.exec_ok(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("fd00:252:{idx}::1/128"),
+            "dev",
+            "lo",
+        ]);
+        let dir = TempDir::new("node");
+        std::fs::create_dir_all(dir.join("run")).unwrap();
+        let srv = Server::start(Options::default()).expect("start the API double");
+        srv.write_kubeconfig(&dir.join("run/istio-cni-kubeconfig"))
+            .unwrap();
+        Node {
+            ns,
+            dir,
+            plugins: PluginDir::new(),
+            srv,
+            idx,
+        }
+    }
+
+    /// Writes the iptables backend record the installer would write.
+    pub fn record_backend(&self, name: &str) {
+        std::fs::write(self.dir.join("run/iptables-backend"), format!("{name}\n")).unwrap();
+    }
+
+    fn conf(&self, prev: &Value) -> String {
+        format!(
+            r#"{{"cniVersion":"1.0.0","name":"e2e","type":"istio-cni","cni_agent_run_dir":"{}",
+               "exclude_namespaces":["kube-system"],"plugin_log_level":"debug","pod_lookup_timeout_seconds":2,
+               "prevResult":{}}}"#,
+            self.dir.join("run").display(),
+            to_json(prev)
+        )
+    }
+
+    fn pod_object(name: &str, annotations: &str, env: &str, ips: &[IpAddr]) -> String {
+        let sep = if annotations.is_empty() { "" } else { "," };
+        let ips_json: Vec<String> = ips.iter().map(|i| format!(r#"{{"ip":"{i}"}}"#)).collect();
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default",
+               "annotations":{{"sidecar.istio.io/status":"{{}}"{sep}{annotations}}}}},
+               "spec":{{"nodeName":"node1","containers":[{{"name":"app"}},{{"name":"istio-proxy",
+               "args":["proxy","sidecar"],"env":[{env}]}}]}},
+               "status":{{"podIP":"{}","podIPs":[{}]}}}}"#,
+            ips[0],
+            ips_json.join(",")
+        )
+    }
+
+    /// A pod wired by ptp + host-local (IPv4, and IPv6 when `dual_stack`), served by the API double.
+    pub fn pod(&self, name: &str, annotations: &str, env: &str, dual_stack: bool) -> Pod<'_> {
+        let ns = Netns::new("pod");
+        let idx = self.idx;
+        let v6 = if dual_stack {
+            format!(r#",[{{"subnet":"fd00:251:{idx}::/64"}}]"#)
+        } else {
+            String::new()
+        };
+        let routes = if dual_stack {
+            r#"[{"dst":"0.0.0.0/0"},{"dst":"::/0"}]"#
+        } else {
+            r#"[{"dst":"0.0.0.0/0"}]"#
+        };
+        let ptp_conf = format!(
+            r#"{{"cniVersion":"1.0.0","name":"e2e","type":"ptp","ipMasq":false,
+               "ipam":{{"type":"host-local","dataDir":"{}","ranges":[[{{"subnet":"10.251.{idx}.0/24"}}]{v6}],
+               "routes":{routes}}}}}"#,
+            self.dir.join("ipam").display()
+        );
+        let env_add = CniEnv::new("ADD", name, &ns.path(), &self.plugins.cni_path());
+        let out = run_plugin_in(
+            &self.ns,
+            &debian_plugin("ptp"),
+            &env_add,
+            ptp_conf.as_bytes(),
+        );
+        out.assert_success();
+        let result = out.json();
+        let ips = result_ips(&result);
+        let ip4 = *ips
+            .iter()
+            .find(|i| i.is_ipv4())
+            .expect("ptp gave no IPv4 address");
+        let ip6 = ips.iter().find_map(|i| match i {
+            IpAddr::V6(a) => Some(*a),
+            _ => None,
+        });
+        if ip6.is_some() {
+            wait_for_ipv6(&ns);
+        }
+        self.srv
+            .add_pod(&Node::pod_object(name, annotations, env, &ips))
+            .expect("add pod to the double");
+        self.pod_in(ns, name, result, ip4, ip6)
+    }
+
+    /// The pod in `ns` that `result` (its plugin chain's result) describes, with this node's plugin conf.
+    fn pod_in(
+        &self,
+        ns: Netns,
+        name: &str,
+        result: Value,
+        ip4: IpAddr,
+        ip6: Option<Ipv6Addr>,
+    ) -> Pod<'_> {
+        let conf = self.conf(&result);
+        Pod {
+            node: self,
+            ns,
+            name: name.into(),
+            ptp_result: result,
+            ip4,
+            ip6,
+            conf,
+        }
+    }
+
+    /// A pod namespace with no interfaces but `lo`, holding 10.253.<i>.2/24 (the address IPv6 is decided
+    /// from, as upstream does inside the namespace), and a prevResult naming it (enough to program rules:
+    /// nothing sends traffic). Served by the double.
+    pub fn bare_pod(&self, name: &str, i: u8) -> Pod<'_> {
+        let p = self.pod_without_api_object_at(name, i);
+        self.srv
+            .add_pod(&Node::pod_object(name, "", "", &[p.ip4]))
+            .expect("add pod");
+        p
+    }
+
+    /// Like [`Node::bare_pod`] but the API has no such pod.
+    pub fn pod_without_api_object(&self, name: &str) -> Pod<'_> {
+        self.pod_without_api_object_at(name, 250)
+    }
+
+    fn pod_without_api_object_at(&self, name: &str, i: u8) -> Pod<'_> {
+        let ns = Netns::new("bare");
+        let ip4: IpAddr = format!("10.253.{i}.2").parse().unwrap();
+        ns.exec_ok(&["ip", "addr", "add", &format!("{ip4}/24"), "dev", "lo"]);
+        let result = parse_json(&format!(
+            r#"{{"cniVersion":"1.0.0","interfaces":[{{"name":"eth0","sandbox":"{}"}}],"ips":[{{"address":"{ip4}/24","interface":0}}]}}"#,
+            ns.path()
+        ));
+        self.pod_in(ns, name, result, ip4, None)
+    }
+
+    /// The node-side address the pod's traffic comes from / goes to (ptp's gateway).
+    pub fn gw4(&self, pod: &Pod) -> IpAddr {
+        let o = match &pod.ptp_result {
+            Value::Object(o) => o,
+            _ => panic!("result is not an object"),
+        };
+        match o.get("ips") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .find_map(|ip| match ip {
+                    Value::Object(ip) => match ip.get("gateway") {
+                        Some(Value::String(g)) => g.parse::<IpAddr>().ok().filter(|g| g.is_ipv4()),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .expect("no IPv4 gateway in the ptp result"),
+            _ => panic!("no ips in the ptp result"),
+        }
+    }
+}
+
+impl Pod<'_> {
+    /// Runs our plugin for `command` on this pod, as a runtime does.
+    pub fn run(&self, command: &str) -> PluginOutput {
+        let env = CniEnv::new(
+            command,
+            &self.name,
+            &self.ns.path(),
+            &self.node.plugins.cni_path(),
+        )
+        .with_args(&format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
+            self.name
+        ));
+        run_plugin(
+            &self.node.plugins.istio_cni(),
+            "istio-cni",
+            &env,
+            self.conf.as_bytes(),
+        )
+    }
+
+    /// ADD with the node's `/etc/nsswitch.conf` replaced (in a private mount namespace) by `nsswitch`.
+    pub fn add_with_nsswitch(&self, nsswitch: &str) -> PluginOutput {
+        let conf = self.node.dir.write("nsswitch.conf", nsswitch);
+        let env = CniEnv::new(
+            "ADD",
+            &self.name,
+            &self.ns.path(),
+            &self.node.plugins.cni_path(),
+        )
+        .with_args(&format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
+            self.name
+        ));
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            r#"mount --bind "$1" /etc/nsswitch.conf && exec "$2""#,
+            "sh",
+        ])
+        .arg(conf)
+        .arg(self.node.plugins.istio_cni());
+        run_cmd(cmd, &env, self.conf.as_bytes())
+    }
+
+    pub fn add(&self) -> PluginOutput {
+        self.run("ADD")
+    }
+
+    /// This pod's configuration with `pod_lookup_timeout_seconds` set to `secs` (the node's is 2).
+    pub fn set_lookup_timeout(&mut self, secs: u32) {
+        self.conf = self.conf.replace(
+            r#""pod_lookup_timeout_seconds":2"#,
+            &format!(r#""pod_lookup_timeout_seconds":{secs}"#),
+        );
+    }
+
+    /// The same pod with `native_nftables: true` in its network configuration.
+    pub fn with_native_nftables(mut self) -> Self {
+        self.conf = self.conf.replacen(
+            r#""type":"istio-cni""#,
+            r#""type":"istio-cni","native_nftables":true"#,
+            1,
+        );
+        assert!(self.conf.contains("native_nftables"), "{}", self.conf);
+        self
+    }
+
+    /// `prog` (an iptables-save) inside the pod, without comments and counters.
+    pub fn save(&self, prog: &str) -> String {
+        self.ns.saved_rules(prog)
+    }
+}
+
+fn result_ips(result: &Value) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    if let Value::Object(o) = result {
+        if let Some(Value::Array(a)) = o.get("ips") {
+            for ip in a {
+                if let Value::Object(ip) = ip {
+                    if let Some(Value::String(addr)) = ip.get("address") {
+                        if let Some(a) = addr.split('/').next().and_then(|a| a.parse().ok()) {
+                            out.push(a);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Waits (bounded) until no IPv6 address in `ns` is still tentative (duplicate address detection).
+fn wait_for_ipv6(ns: &Netns) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if !ns.exec_ok(&["ip", "-6", "addr"]).contains("tentative") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A listening socket created inside the namespace at `ns_path` (sockets keep their namespace).
+pub fn listen_in(ns_path: &str, addr: SocketAddr, transparent: bool) -> TcpListener {
+    let l = istio_cni::netns::run_in(ns_path, move || {
+        let fam = if addr.is_ipv4() {
+            AddressFamily::Inet
+        } else {
+            AddressFamily::Inet6
+        };
+        let fd: OwnedFd = socket::socket(fam, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)
+            .map_err(|e| istio_cni::Error::other(format!("socket: {e}")))?;
+        socket::setsockopt(&fd, sockopt::ReuseAddr, &true)
+            .map_err(|e| istio_cni::Error::other(e.to_string()))?;
+        if transparent {
+            socket::setsockopt(&fd, sockopt::IpTransparent, &true)
+                .map_err(|e| istio_cni::Error::other(format!("IP_TRANSPARENT: {e}")))?;
+        }
+        socket::bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &SockaddrStorage::from(addr),
+        )
+        .map_err(|e| istio_cni::Error::other(format!("bind {addr}: {e}")))?;
+        socket::listen(&fd, socket::Backlog::new(64).unwrap())
+            .map_err(|e| istio_cni::Error::other(format!("listen: {e}")))?;
+        Ok(TcpListener::from(fd))
+    })
+    .unwrap_or_else(|e| panic!("listen on {addr} in {ns_path}: {e}"));
+    l.set_nonblocking(true).unwrap();
+    l
+}
+
+/// Connects from inside the namespace at `ns_path`, optionally as file-system uid/gid `fsuid` (what
+/// `-m owner` matches), with a bounded timeout.
+pub fn connect_from(
+    ns_path: &str,
+    to: SocketAddr,
+    fsuid: Option<u32>,
+) -> std::io::Result<TcpStream> {
+    istio_cni::netns::run_in(ns_path, move || {
+        if let Some(u) = fsuid {
+            // Per-thread credentials: only this short-lived thread's new socket is owned by `u`.
+            nix::unistd::setfsgid(nix::unistd::Gid::from_raw(u));
+            nix::unistd::setfsuid(nix::unistd::Uid::from_raw(u));
+        }
+        TcpStream::connect_timeout(&to, Duration::from_secs(3))
+            .map_err(|e| istio_cni::Error::io(format!("connect {to}"), e))
+    })
+    .map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+fn accept_for(l: &TcpListener, d: Duration) -> Option<TcpStream> {
+    let deadline = Instant::now() + d;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => return Some(s),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// A connection accepted within a few seconds, if any.
+pub fn accept_within(l: &TcpListener) -> Option<TcpStream> {
+    accept_for(l, Duration::from_secs(5))
+}
+
+/// Checks that nothing arrives (short wait, used after a connection already landed elsewhere).
+pub fn accept_within_short(l: &TcpListener) -> Option<TcpStream> {
+    accept_for(l, Duration::from_millis(200))
+}
+
+/// `SO_ORIGINAL_DST` of an accepted, redirected connection.
+pub fn original_dst(s: &TcpStream) -> SocketAddr {
+    if s.local_addr().unwrap().is_ipv4() {
+        let a = socket::getsockopt(s, sockopt::OriginalDst).expect("SO_ORIGINAL_DST");
+        SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))),
+            u16::from_be(a.sin_port),
+        )
+    } else {
+        let a = socket::getsockopt(s, sockopt::Ip6tOriginalDst).expect("IP6T_SO_ORIGINAL_DST");
+        SocketAddr::new(
+            IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)),
+            u16::from_be(a.sin6_port),
+        )
+    }
+}

@@ -1,0 +1,288 @@
+//! The repair agent tests' part of the support tree: the vectors, the API double, running the agent.
+
+use istio_cni::json::{self, Object, Value};
+use kube_double::{RecordedRequest, Server};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+pub use super::{conformance_dir, free_port};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_istio-cni-node");
+pub const NODE: &str = "test-node";
+
+pub fn cases() -> Vec<Object> {
+    let text = std::fs::read_to_string(conformance_dir().join("repair/cases.json")).unwrap();
+    match json::parse(&text, "cases.json").unwrap() {
+        Value::Array(a) => a
+            .into_iter()
+            .map(|v| match v {
+                Value::Object(o) => o,
+                _ => panic!("entry is not an object"),
+            })
+            .collect(),
+        _ => panic!("cases.json is not an array"),
+    }
+}
+
+pub fn s<'a>(o: &'a Object, k: &str) -> &'a str {
+    json::str_of(o, k).unwrap_or_else(|| panic!("field {k} missing"))
+}
+
+pub fn obj<'a>(o: &'a Object, k: &str) -> &'a Object {
+    json::obj_of(o, k).unwrap_or_else(|| panic!("object {k} missing"))
+}
+
+pub fn flag(o: &Object, k: &str) -> bool {
+    matches!(o.get(k), Some(Value::Bool(true)))
+}
+
+/// The pod placed on `node` (the API double enforces the field selector).
+pub fn on_node(pod: &Object, node: &str) -> Object {
+    let mut p = pod.clone();
+    let mut spec = json::obj_of(&p, "spec").cloned().unwrap_or_default();
+    spec.insert("nodeName".into(), json::string(node));
+    p.insert("spec".into(), Value::Object(spec));
+    p
+}
+
+/// An API double holding `pods`, and a kubeconfig for it.
+pub struct Api {
+    pub srv: Server,
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+impl Api {
+    pub fn new(tag: &str) -> Api {
+        let srv = Server::start(kube_double::Options::default()).unwrap();
+        let dir = std::env::temp_dir().join(format!(
+            "istio-cni-repair-{tag}-{}-{}",
+            std::process::id(),
+            srv.addr().port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        srv.write_kubeconfig(&kubeconfig).unwrap();
+        Api {
+            srv,
+            dir,
+            kubeconfig,
+        }
+    }
+
+    pub fn add(&self, pod: &Object) -> Object {
+        self.srv
+            .add_pod(&json::to_compact(&Value::Object(pod.clone())))
+            .unwrap()
+    }
+
+    /// Requests other than GET (the writes), in order.
+    pub fn writes(&self) -> Vec<RecordedRequest> {
+        self.srv
+            .requests()
+            .into_iter()
+            .filter(|r| r.method != "GET")
+            .collect()
+    }
+
+    pub fn writes_to(&self, method: &str, path: &str) -> Vec<RecordedRequest> {
+        self.writes()
+            .into_iter()
+            .filter(|r| r.method == method && r.path == path)
+            .collect()
+    }
+
+    /// The agent as a command, with a clean environment.
+    pub fn agent(&self, args: &[String]) -> Command {
+        // ISTIO_CNI_BIN measures another build (e.g. the static musl release) with the same harness.
+        let bin = std::env::var("ISTIO_CNI_BIN").unwrap_or_else(|_| BIN.to_string());
+        let mut c = Command::new(bin);
+        c.arg("istio-cni-repair")
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(args)
+            .env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env("RUST_LOG", "info");
+        c
+    }
+
+    pub fn run_once(&self, args: &[String]) -> Output {
+        let mut a = vec!["--run-as-daemon=false".to_string()];
+        a.extend_from_slice(args);
+        self.agent(&a).output().unwrap()
+    }
+
+    pub fn spawn(&self, args: &[String], log: &Path) -> Child {
+        let f = std::fs::File::create(log).unwrap();
+        self.agent(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(f))
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The value of `istio_cni_repair_pods_repaired_total{result,type}` in a metrics text (0 if absent).
+pub fn metric(text: &str, kind: &str, result: &str) -> u64 {
+    let series =
+        format!("istio_cni_repair_pods_repaired_total{{result=\"{result}\",type=\"{kind}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0)
+}
+
+pub fn parse_body(r: &RecordedRequest) -> Object {
+    json::parse_object(&r.body, "request body").unwrap()
+}
+
+/// Polls `f` every 100 ms for up to `secs` seconds (a bound, not a timing assertion).
+pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    f()
+}
+
+pub fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut s = String::new();
+    let _ = c.read_to_string(&mut s);
+    s
+}
+
+/// The status of a race victim: `istio-validation` failed with 126 and is in CrashLoopBackOff.
+pub const BROKEN_STATUS: &str = r#"{"status":{"initContainerStatuses":[{"name":"istio-validation",
+  "state":{"waiting":{"reason":"CrashLoopBackOff"}},
+  "lastState":{"terminated":{"exitCode":126,"reason":"Error"}},"ready":false,"restartCount":1,"image":"","imageID":""}]}}"#;
+
+/// A long-running process in a pod's namespace (the pause container the agent finds through /proc).
+pub struct Pause(Child);
+
+impl Pause {
+    pub fn start(ns: &super::Netns) -> Pause {
+        Pause(
+            Command::new("ip")
+                .args(["netns", "exec", ns.name(), "sleep", "3600"])
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("start the pause process"),
+        )
+    }
+}
+
+impl Drop for Pause {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `istio-validation` in the pod's namespace as the proxy uid 1337 (the init container).
+pub fn validation_in(ns: &super::Netns, native_nftables: bool) -> Output {
+    let mut args = vec![
+        "setpriv",
+        "--reuid",
+        "1337",
+        "--regid",
+        "1337",
+        "--clear-groups",
+        BIN,
+        "istio-validation",
+    ];
+    if native_nftables {
+        args.push("--native-nftables");
+    }
+    args.extend(["--probe-timeout", "1s"]);
+    ns.exec(&args)
+}
+
+/// The standalone repair agent on an end-to-end node (`node1`, repair mode, host `/proc`), debug log in the
+/// node's dir; killed on drop.
+pub struct Agent {
+    child: Child,
+    pub port: u16,
+    log: PathBuf,
+}
+
+impl Agent {
+    /// Starts it with the node's run dir and kubeconfig, plus `flags` and the environment `env`.
+    pub fn start(node: &super::e2e::Node, flags: &[&str], env: &[(&str, &str)]) -> Agent {
+        let run = node.dir.join("run");
+        let port = free_port();
+        let log = node.dir.join("agent.log");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("istio-cni-repair")
+            .arg(format!(
+                "--kubeconfig={}",
+                run.join("istio-cni-kubeconfig").display()
+            ))
+            .args([
+                "--repair-node-name=node1",
+                "--repair-repair-pods=true",
+                "--host-proc=/proc",
+            ])
+            .args(flags)
+            .arg(format!("--cni-agent-run-dir={}", run.display()))
+            .arg(format!("--monitoring-port={port}"))
+            .env_clear()
+            .env("PATH", super::PLUGIN_PATH_ENV)
+            .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()));
+        Agent {
+            child: cmd.spawn().unwrap(),
+            port,
+            log,
+        }
+    }
+
+    /// The agent's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether one successful repair is counted within 60 s (a bound, not a timing assertion).
+    pub fn wait_repaired(&self) -> bool {
+        wait_until(60, || metric(&scrape(self.port), "repair", "success") == 1)
+    }
+
+    /// Stops the agent now.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,22 @@
+//! The integration tests that need no root, in one test binary: the CLI and the CNI protocol over our binary,
+//! the installer run as a process against temp dirs, the kube client against the HTTPS API double, and the
+//! repair agent against it. Each file in this folder is one module; test names read `<file>::<test>`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cli;
+mod cni_protocol;
+mod install_e2e;
+mod install_invariant;
+mod install_lost_update;
+mod install_process;
+mod install_select_process;
+mod install_settings;
+mod kube_api;
+mod kube_client;
+mod kube_lookup_deadline;
+mod repair_oneshot;
+mod repair_rss;
+mod repair_watch;
+mod repair_watch_pace;
