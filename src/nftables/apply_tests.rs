@@ -1,0 +1,71 @@
+use super::*;
+use crate::nftables::expr::no_groups;
+
+fn tproxy_batch() -> encode::Batch {
+    let o = crate::json::parse_object(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/conformance/capture/tproxy/config.json"
+        ))
+        .unwrap(),
+        "c",
+    )
+    .unwrap();
+    let cfg = crate::redirect::CaptureConfig::from_json(&o).unwrap();
+    let rs = crate::nftables::generate(&cfg).unwrap().ruleset();
+    let groups = |_: &str| -> Result<u32> { Ok(0) };
+    encode::batch(&rs, &groups, None, 10, true).unwrap()
+}
+
+#[test]
+fn a_missing_module_is_named_with_the_rule() {
+    let b = tproxy_batch();
+    let w = b
+        .what
+        .iter()
+        .find(|w| w.op.contains("tproxy ip to"))
+        .unwrap();
+    let t = failure_text(
+        &b,
+        &[Failure {
+            errno: 2,
+            seq: w.seq,
+        }],
+    );
+    assert!(
+        t.starts_with("nftables run failed: add rule inet istio-proxy-mangle istio-tproxy meta l4proto tcp ip daddr != 127.0.0.1/32 tproxy ip to :15006"),
+        "{t}"
+    );
+    assert!(t.contains("No such file or directory"), "{t}");
+    assert!(t.contains("tproxy needs kernel module nft_tproxy"), "{t}");
+    let chain = b
+        .what
+        .iter()
+        .find(|w| w.op.contains("type nat hook prerouting"))
+        .unwrap();
+    let t = failure_text(
+        &b,
+        &[Failure {
+            errno: 2,
+            seq: chain.seq,
+        }],
+    );
+    assert!(
+        t.contains("type nat chain needs kernel module nft_chain_nat"),
+        "{t}"
+    );
+    // Commit-time errors land on the first message: say so.
+    let t = failure_text(
+        &b,
+        &[Failure {
+            errno: 22,
+            seq: b.what[0].seq,
+        }],
+    );
+    assert!(
+        t.contains("add table inet istio-proxy-nat: Invalid argument"),
+        "{t}"
+    );
+    assert!(t.contains("found at commit"), "{t}");
+    assert!(no_groups("x").is_err());
+}
