@@ -28,11 +28,6 @@ pub fn parse_bounded(text: &str, what: &str, max_len: usize) -> Result<Value> {
             "{what}: larger than {max_len} bytes"
         )));
     }
-    if nesting_depth(text) > MAX_DEPTH {
-        return Err(Error::Decode(format!(
-            "{what}: nested deeper than {MAX_DEPTH} levels"
-        )));
-    }
     parser::Parser::parse(text, MAX_DEPTH)
         .map_err(|why| Error::Decode(format!("{what}: not valid JSON ({why})")))
 }
@@ -43,32 +38,6 @@ pub fn parse_object(text: &str, what: &str) -> Result<Object> {
         Value::Object(o) => Ok(o),
         _ => Err(Error::Decode(format!("{what}: expected a JSON object"))),
     }
-}
-
-/// The maximum bracket depth of a JSON text, ignoring brackets inside strings.
-fn nesting_depth(text: &str) -> usize {
-    let (mut depth, mut max, mut in_str, mut esc) = (0usize, 0usize, false, false);
-    for b in text.bytes() {
-        if in_str {
-            match (esc, b) {
-                (true, _) => esc = false,
-                (false, b'\\') => esc = true,
-                (false, b'"') => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_str = true,
-            b'[' | b'{' => {
-                depth += 1;
-                max = max.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    max
 }
 
 pub fn str_of<'a>(o: &'a Object, key: &str) -> Option<&'a str> {

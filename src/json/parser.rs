@@ -40,6 +40,10 @@ impl<'a> Parser<'a> {
         format!("{what} at byte {}", self.pos)
     }
 
+    fn too_deep(&self) -> Fail {
+        self.fail(&format!("nested deeper than {} levels", self.max_depth))
+    }
+
     fn ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.pos) {
             self.pos += 1;
@@ -69,7 +73,7 @@ impl<'a> Parser<'a> {
             Some(b'-' | b'0'..=b'9') => self.number().map(Value::Number),
             Some(b'[') => {
                 if depth >= self.max_depth {
-                    return Err(self.fail("nested too deeply"));
+                    return Err(self.too_deep());
                 }
                 self.pos += 1;
                 let mut a = Array::new();
@@ -94,7 +98,7 @@ impl<'a> Parser<'a> {
             }
             Some(b'{') => {
                 if depth >= self.max_depth {
-                    return Err(self.fail("nested too deeply"));
+                    return Err(self.too_deep());
                 }
                 self.pos += 1;
                 let mut o = Object::new();
