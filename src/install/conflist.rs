@@ -15,7 +15,7 @@
 //! upstream vector — are unaffected.
 
 use crate::error::{Error, Result};
-use crate::json::{self, Array, Number, Object, Value};
+use crate::json::{self, Array, Object, Value};
 
 /// The plugin type (and network name) of our entry.
 pub const PLUGIN_TYPE: &str = "istio-cni";
@@ -124,31 +124,12 @@ impl PluginEntry {
     }
 }
 
-/// Prints a configuration as upstream does: sorted keys, 2-space indent, one trailing newline.
+/// Prints a configuration as upstream does: sorted keys, 2-space indent, one trailing newline. Numbers
+/// were read as Go reads them ([`json::parse`]: integers beyond 2^53 are floats), so they print as Go does.
 pub fn render(v: &Value) -> String {
-    let mut s = json::to_pretty(&go_numbers(v.clone()), "  ");
+    let mut s = json::to_pretty(v, "  ");
     s.push('\n');
     s
-}
-
-/// Go decodes every JSON number into a float64: integers beyond 2^53 lose precision the same way here.
-fn go_numbers(v: Value) -> Value {
-    const EXACT: u64 = 1 << 53;
-    match v {
-        Value::Number(Number::U64(u)) if u > EXACT => Value::Number(Number::F64(u as f64)),
-        Value::Number(Number::I64(i)) if i.unsigned_abs() > EXACT => {
-            Value::Number(Number::F64(i as f64))
-        }
-        Value::Array(a) => Value::Array(a.into_iter().map(go_numbers).collect()),
-        Value::Object(o) => {
-            let mut out = Object::new();
-            for (k, x) in o {
-                out.insert(k, go_numbers(x));
-            }
-            Value::Object(out)
-        }
-        other => other,
-    }
 }
 
 /// Parses `a.b.c` (missing parts are 0); `None` when not numeric.
