@@ -8,14 +8,8 @@ use ipnet::IpNet;
 use std::fmt;
 use std::net::IpAddr;
 
-/// Go's `strconv.ParseBool`: `1 t T TRUE true True` / `0 f F FALSE false False`, nothing else.
-pub fn parse_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
+/// Go's `strconv.ParseBool`, from the one settings toolkit.
+pub use crate::settings::go_bool as parse_bool;
 
 /// One port: Go's `strconv.ParseUint(strings.TrimSpace(p), 10, 16)` (digits only, no sign, ≤ 65535).
 pub fn parse_port(s: &str) -> Result<u16, String> {
@@ -279,19 +273,6 @@ pub fn parse_id_list(s: &str) -> Result<Vec<u32>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_parse_bool() {
-        for t in ["1", "t", "T", "TRUE", "true", "True"] {
-            assert_eq!(parse_bool(t), Some(true), "{t}");
-        }
-        for f in ["0", "f", "F", "FALSE", "false", "False"] {
-            assert_eq!(parse_bool(f), Some(false), "{f}");
-        }
-        for x in ["", "yes", "tRUE", " true", "2"] {
-            assert_eq!(parse_bool(x), None, "{x}");
-        }
-    }
 
     #[test]
     fn ports() {
