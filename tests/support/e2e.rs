@@ -210,9 +210,9 @@ impl Node {
 }
 
 impl Pod<'_> {
-    /// Runs our plugin for `command` on this pod, as a runtime does.
-    pub fn run(&self, command: &str) -> PluginOutput {
-        let env = CniEnv::new(
+    /// The environment a runtime gives the plugin for `command` on this pod.
+    fn cni_env(&self, command: &str) -> CniEnv {
+        CniEnv::new(
             command,
             &self.name,
             &self.ns.path(),
@@ -221,7 +221,12 @@ impl Pod<'_> {
         .with_args(&format!(
             "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
             self.name
-        ));
+        ))
+    }
+
+    /// Runs our plugin for `command` on this pod, as a runtime does.
+    pub fn run(&self, command: &str) -> PluginOutput {
+        let env = self.cni_env(command);
         run_plugin(
             &self.node.plugins.istio_cni(),
             "istio-cni",
@@ -233,16 +238,7 @@ impl Pod<'_> {
     /// ADD with the node's `/etc/nsswitch.conf` replaced (in a private mount namespace) by `nsswitch`.
     pub fn add_with_nsswitch(&self, nsswitch: &str) -> PluginOutput {
         let conf = self.node.dir.write("nsswitch.conf", nsswitch);
-        let env = CniEnv::new(
-            "ADD",
-            &self.name,
-            &self.ns.path(),
-            &self.node.plugins.cni_path(),
-        )
-        .with_args(&format!(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
-            self.name
-        ));
+        let env = self.cni_env("ADD");
         let mut cmd = std::process::Command::new("unshare");
         cmd.args([
             "--mount",
