@@ -56,15 +56,15 @@ pub fn holds_entry(bytes: &[u8]) -> bool {
     let text = super::libcni::go_text(bytes);
     match json::parse(&text, "CNI config") {
         Ok(Value::Object(o)) => {
-            super::libcni::plugin_type(&o) == Some(PLUGIN_TYPE)
-                || json::arr_of(&o, "plugins").is_some_and(|a| {
-                    a.iter().any(|p| {
-                        matches!(p, Value::Object(po) if super::libcni::plugin_type(po) == Some(PLUGIN_TYPE))
-                    })
-                })
+            super::libcni::plugin_type(&o) == Some(PLUGIN_TYPE) || list_has_entry(&o)
         }
         _ => false,
     }
+}
+
+/// Whether a list's `plugins` holds an `istio-cni` plugin.
+pub fn list_has_entry(o: &Object) -> bool {
+    json::arr_of(o, "plugins").is_some_and(|a| !entries_of(a).is_empty())
 }
 
 /// The `istio-cni` plugins of a list (libcni's case-insensitive `type`).
@@ -197,11 +197,7 @@ pub fn check(
         };
         // libcni matches the key ignoring case (`"TYPE"` runs the plugin); so do we (upstream reads
         // only `type` and then never becomes ready: a deviation, README).
-        let ty = po.get("type").or_else(|| {
-            po.iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case("type"))
-                .map(|(_, v)| v)
-        });
+        let ty = super::libcni::field(po, "type");
         match ty {
             Some(Value::String(t)) => types.push(t.clone()),
             Some(other) => {

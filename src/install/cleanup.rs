@@ -60,15 +60,6 @@ pub fn remove_config(dir: &Path, name: &str, delete_whole_file: bool) -> Result<
     )))
 }
 
-/// Whether a list's `plugins` holds an `istio-cni` plugin.
-fn list_has_entry(o: &json::Object) -> bool {
-    json::arr_of(o, "plugins").is_some_and(|p| {
-        p.iter().any(
-            |x| matches!(x, Value::Object(po) if super::libcni::plugin_type(po) == Some(PLUGIN_TYPE)),
-        )
-    })
-}
-
 /// Takes our entry out of every list in `dir` other than `keep`: after a restart that finds the
 /// runtime's choice changed, the file we wrote before still holds an entry (a later uninstall would
 /// leave it naming a removed binary). Returns a log line per file changed; a failure is logged as a
@@ -87,7 +78,7 @@ pub fn remove_from_others(dir: &Path, keep: &str) -> Vec<String> {
         let Ok(Value::Object(o)) = json::parse(&super::libcni::go_text(bytes), &c.name) else {
             continue;
         };
-        if list_has_entry(&o) {
+        if super::check::list_has_entry(&o) {
             match remove_config(dir, &c.name, false) {
                 Ok(n) => notes.push(format!("stale entry: {n}")),
                 Err(e) => log::warn!(
@@ -114,7 +105,7 @@ pub fn scan_and_remove(dir: &Path, owned_name: Option<&str>) -> Result<Vec<Strin
         };
         let ours_whole =
             json::str_of(&o, "type") == Some(PLUGIN_TYPE) || Some(c.name.as_str()) == owned_name;
-        if ours_whole || list_has_entry(&o) {
+        if ours_whole || super::check::list_has_entry(&o) {
             match remove_config(dir, &c.name, ours_whole) {
                 Ok(n) => notes.push(n),
                 Err(e) => {

@@ -170,7 +170,8 @@ fn decode_field(path: &str, v: &Value, kind: Kind) -> std::result::Result<(), St
 }
 
 /// The value Go assigns to a struct field: the exact key if present, else a key matching it ignoring case.
-fn field<'a>(o: &'a Object, name: &str) -> Option<&'a Value> {
+/// A field as Go's `encoding/json` finds it: the exact key, else the first key equal ignoring case.
+pub fn field<'a>(o: &'a Object, name: &str) -> Option<&'a Value> {
     o.get(name).or_else(|| {
         o.iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
