@@ -6,8 +6,9 @@
 //! falls back to `0.0.0.0` where the node has no IPv6. Shared by the installer's servers and the standalone
 //! repair agent's metrics, so it sits below both roles.
 
+use crate::error::{IoContext, Result};
 use std::io::{self, Read, Write};
-use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, TcpStream};
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,66 @@ pub fn bind_with(
         }
         Err(e) => Err(io::Error::from(e)),
     }
+}
+
+/// A route's answer for a request path: status code, content type, body.
+pub type Reply = (u16, &'static str, String);
+
+fn reason(code: u16) -> &'static str {
+    match code {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+/// The whole response for a request head (`eof`: the client closed its side before the blank line):
+/// `route` answers the path (query stripped) of a complete `GET`/`HEAD` head; anything else is 405, 400
+/// or 431. `HEAD` gets the head only. `Connection: close`.
+pub fn answer(buf: &[u8], eof: bool, route: &impl Fn(&str) -> Reply) -> Vec<u8> {
+    let complete = head_complete_or(buf, eof);
+    let head = String::from_utf8_lossy(buf);
+    let line = head.lines().next().unwrap_or("");
+    let mut parts = line.split_whitespace();
+    let text = |code: u16| (code, "text/plain", format!("{}\n", reason(code)));
+    let ((code, ctype, body), method) = match (complete, parts.next(), parts.next()) {
+        _ if buf.len() >= MAX_HEAD => (text(431), "GET"),
+        (true, Some(m @ ("GET" | "HEAD")), Some(p)) => (route(p.split('?').next().unwrap_or(p)), m),
+        (true, Some(_), Some(_)) => (text(405), "GET"),
+        _ => (text(400), "GET"),
+    };
+    let mut resp = format!(
+        "HTTP/1.1 {code} {}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        reason(code),
+        body.len()
+    );
+    if method != "HEAD" {
+        resp.push_str(&body);
+    }
+    resp.into_bytes()
+}
+
+/// Binds `[::]:port` dual-stack (or `0.0.0.0:port` where the node has no IPv6; 0 = any free port) and
+/// serves `route` ([`answer`]) from a background thread named `what`. Returns the bound address.
+pub fn serve(
+    port: u16,
+    what: &str,
+    route: impl Fn(&str) -> Reply + Send + 'static,
+) -> Result<SocketAddr> {
+    let listener =
+        bind_with(port, bind_dual_stack).io_context(|| format!("listen on :{port} for {what}"))?;
+    let addr = listener
+        .local_addr()
+        .io_context(|| format!("local address of :{port}"))?;
+    std::thread::Builder::new()
+        .name(format!("http-{what}").to_lowercase())
+        .spawn(move || run(listener, |head, eof| answer(head, eof, &route)))
+        .io_context(|| format!("spawn the {what} HTTP server thread"))?;
+    Ok(addr)
 }
 
 struct Conn {

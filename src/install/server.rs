@@ -5,8 +5,8 @@
 //! accept, `Connection: close`; [`crate::httpd`] multiplexes the connections so none can hold up another,
 //! and listens dual-stack.
 
-use crate::error::{IoContext, Result};
-use crate::httpd::{self, MAX_HEAD};
+use crate::error::Result;
+use crate::httpd;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -93,17 +93,8 @@ pub enum Endpoints {
     Metrics,
 }
 
-/// The response for a request path.
-pub fn respond(
-    state: &State,
-    which: Endpoints,
-    method: &str,
-    path: &str,
-) -> (u16, &'static str, String) {
-    let path = path.split('?').next().unwrap_or(path);
-    if method != "GET" && method != "HEAD" {
-        return (405, "text/plain", "Method Not Allowed\n".into());
-    }
+/// The answer for a request path on the `which` server.
+pub fn respond(state: &State, which: Endpoints, path: &str) -> httpd::Reply {
     match (which, path) {
         (Endpoints::Health, "/healthz") => (200, "text/plain", "OK\n".into()),
         (Endpoints::Health, "/readyz") => {
@@ -123,61 +114,12 @@ pub fn respond(
     }
 }
 
-fn reason(code: u16) -> &'static str {
-    match code {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        431 => "Request Header Fields Too Large",
-        503 => "Service Unavailable",
-        _ => "Error",
-    }
-}
-
-/// The whole response for a request head; `eof`: the client closed its side before the blank line.
-pub fn answer(state: &State, which: Endpoints, buf: &[u8], eof: bool) -> Vec<u8> {
-    let complete = httpd::head_complete_or(buf, eof);
-    let head = String::from_utf8_lossy(buf);
-    let line = head.lines().next().unwrap_or("");
-    let mut parts = line.split_whitespace();
-    let (code, ctype, body, method) = match (complete, parts.next(), parts.next()) {
-        _ if buf.len() >= MAX_HEAD => (
-            431,
-            "text/plain",
-            "Request Header Fields Too Large\n".to_string(),
-            "GET",
-        ),
-        (true, Some(m), Some(p)) => {
-            let (c, t, b) = respond(state, which, m, p);
-            (c, t, b, m)
-        }
-        _ => (400, "text/plain", "Bad Request\n".to_string(), "GET"),
-    };
-    let mut resp = format!(
-        "HTTP/1.1 {code} {}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        reason(code),
-        body.len()
-    );
-    if method != "HEAD" {
-        resp.push_str(&body);
-    }
-    resp.into_bytes()
-}
-
-/// Binds `[::]:port` dual-stack (or `0.0.0.0:port` where the node has no IPv6; 0 = any free port) and
-/// serves `which` on a background thread. Returns the bound address.
+/// Serves `which` on `port` ([`httpd::serve`]: dual-stack, every connection independently). Returns the
+/// bound address.
 pub fn serve(port: u16, state: Arc<State>, which: Endpoints) -> Result<SocketAddr> {
-    let listener = httpd::bind_with(port, httpd::bind_dual_stack)
-        .io_context(|| format!("listen on :{port} for {which:?}"))?;
-    let addr = listener
-        .local_addr()
-        .io_context(|| format!("local address of :{port}"))?;
-    std::thread::Builder::new()
-        .name(format!("http-{which:?}").to_lowercase())
-        .spawn(move || httpd::run(listener, |head, eof| answer(&state, which, head, eof)))
-        .io_context(|| "spawn HTTP server thread".to_string())?;
-    Ok(addr)
+    httpd::serve(port, &format!("{which:?}"), move |path| {
+        respond(&state, which, path)
+    })
 }
 
 #[cfg(test)]
@@ -216,7 +158,7 @@ mod tests {
         assert_eq!(get(m, "/readyz").0, 404);
         // An oversized head is refused, not buffered.
         let mut c = TcpStream::connect(("127.0.0.1", h.port())).unwrap();
-        let _ = c.write_all(&vec![b'a'; MAX_HEAD + 10]);
+        let _ = c.write_all(&vec![b'a'; httpd::MAX_HEAD + 10]);
         let mut s = String::new();
         let _ = c.read_to_string(&mut s);
         assert!(s.starts_with("HTTP/1.1 431"), "{s}");

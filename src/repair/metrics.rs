@@ -2,7 +2,7 @@
 //! [`render`]; the standalone agent serves it itself with [`serve`]). A series appears after its first
 //! increment, as upstream.
 
-use crate::error::{IoContext, Result};
+use crate::error::Result;
 use crate::httpd;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,42 +48,13 @@ pub fn render() -> String {
     format!("# HELP {NAME} {HELP}\n# TYPE {NAME} counter\n{lines}")
 }
 
-fn answer(head: &[u8]) -> Vec<u8> {
-    let line = String::from_utf8_lossy(head);
-    let mut parts = line.split_whitespace();
-    let (code, body) = match (
-        parts.next(),
-        parts.next().map(|p| p.split('?').next().unwrap_or(p)),
-    ) {
-        _ if head.len() >= httpd::MAX_HEAD => (
-            "431 Request Header Fields Too Large",
-            "Request Header Fields Too Large\n".to_string(),
-        ),
-        (Some("GET"), Some("/metrics")) => ("200 OK", render()),
-        (Some("GET"), Some(_)) => ("404 Not Found", "Not Found\n".to_string()),
-        _ => ("400 Bad Request", "Bad Request\n".to_string()),
-    };
-    format!(
-        "HTTP/1.1 {code}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
-/// Serves `GET /metrics` dual-stack on `[::]:port` (`0.0.0.0` without IPv6; 0 = any free port) from a
-/// background thread, every connection independently ([`httpd`], as the installer); returns the bound
-/// address.
+/// Serves `GET /metrics` on `port` ([`httpd::serve`]: dual-stack, every connection independently, as the
+/// installer); returns the bound address.
 pub fn serve(port: u16) -> Result<SocketAddr> {
-    let l = httpd::bind_with(port, httpd::bind_dual_stack)
-        .io_context(|| format!("repair: listen on :{port} for metrics"))?;
-    let addr = l
-        .local_addr()
-        .io_context(|| "repair: metrics listener address".into())?;
-    std::thread::Builder::new()
-        .name("repair-metrics".into())
-        .spawn(move || httpd::run(l, |head, _eof| answer(head)))
-        .io_context(|| "repair: spawn the metrics thread".into())?;
-    Ok(addr)
+    httpd::serve(port, "repair-metrics", |path| match path {
+        "/metrics" => (200, "text/plain; version=0.0.4; charset=utf-8", render()),
+        _ => (404, "text/plain", "Not Found\n".into()),
+    })
 }
 
 #[cfg(test)]
