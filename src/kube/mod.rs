@@ -7,6 +7,7 @@
 //! - [`status`]: API `Status` decoding and error classification ([`ApiErrorExt`]).
 //! - [`watch`]: watch event decoding and the [`WatchStream`] iterator.
 //! - [`client`]: the [`Client`] the roles use; [`retry`]: [`get_pod_with_retry`] and [`Backoff`].
+//! - [`watch_timing`]: how long each watch took to answer and to deliver its initial state (`/metrics`).
 
 pub mod client;
 pub mod config;
@@ -16,6 +17,7 @@ pub mod status;
 pub mod token;
 pub mod transport;
 pub mod watch;
+pub mod watch_timing;
 pub(crate) mod yaml;
 
 pub use client::{Client, PodList};

@@ -8,7 +8,39 @@ use crate::pod_rules;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::record::{AddRecord, Backend, Lookup, Outcome};
 use crate::redirect::plan::shortcut;
+
+/// What an ADD did, for the record the plugin relays ([`super::record`]).
+#[derive(Debug, Default)]
+pub struct Report {
+    pub lookup: Option<Lookup>,
+    pub redirected: bool,
+}
+
+impl Report {
+    /// The record of an ADD that took `took` and succeeded (`ok`) or not; `nftables` is the configured
+    /// backend (the one a failed ADD was due to program).
+    pub fn record(&self, took: Duration, ok: bool, nftables: bool) -> AddRecord {
+        let configured = if nftables {
+            Backend::Nftables
+        } else {
+            Backend::Iptables
+        };
+        let (backend, outcome) = match (ok, self.redirected) {
+            (true, true) => (configured, Outcome::Redirected),
+            (true, false) => (Backend::None, Outcome::Skipped),
+            (false, _) if self.lookup.is_some() => (configured, Outcome::Failed),
+            (false, _) => (Backend::None, Outcome::Failed),
+        };
+        AddRecord {
+            seconds: took.as_secs_f64(),
+            backend,
+            outcome,
+            lookup: self.lookup,
+        }
+    }
+}
 
 fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration)> {
     let t = Instant::now();
@@ -24,11 +56,13 @@ fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration)> {
     Ok((pod, t.elapsed()))
 }
 
-/// ADD, with `node_env` the plugin process's environment (read by the plan).
+/// ADD, with `node_env` the plugin process's environment (read by the plan); `report` learns where the
+/// pod came from and whether rules were programmed.
 pub fn add(
     conf: &NetConf,
     env: &CmdEnv,
     node_env: &dyn Fn(&str) -> Option<String>,
+    report: &mut Report,
 ) -> Result<String> {
     let args = K8sArgs::parse(&env.args).context("failed to load args")?;
     // Parse prevResult first: a result we cannot pass on fails ADD before anything is programmed.
@@ -41,6 +75,8 @@ pub fn add(
         log::info!("{who}: no redirection: {}", s.reason());
         return Ok(output);
     }
+    // No pod cache yet: every pod object comes from the API server (counted even when the GET fails).
+    report.lookup = Some(Lookup::Api("disabled"));
     let (pod, lookup) = pod_lookup(conf, &args).with_context(|| {
         format!(
             "pod {}/{} may need a sidecar, refusing to start it unredirected",
@@ -49,6 +85,7 @@ pub fn add(
     })?;
     let msg = pod_rules::program_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("pod {}/{}", args.pod_namespace, args.pod_name))?;
+    report.redirected = msg.redirected;
     log::info!(
         "{who}: {msg}; pod lookup {:.1} ms",
         lookup.as_secs_f64() * 1000.0

@@ -9,6 +9,7 @@ use super::detect::{choose_action, needs_repair, Action, Detector, PodFacts};
 use super::pace::{held_note, random, LogLimit, Pace, LOG_WINDOW};
 use crate::error::Result;
 use crate::json::{self, Object};
+use crate::kube::watch_timing::Timing;
 use crate::kube::{ApiErrorExt, Client, EventKind, ListParams, WatchParams};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -48,8 +49,17 @@ pub fn message(det: &Detector, pod: Object) -> Msg {
     }
 }
 
-/// Lists every selected pod page by page; sends each and then `Synced`. Returns the list's RV.
-pub fn list_all(client: &Client, det: &Detector, tx: &Sender<Msg>) -> Result<String> {
+/// The name of the agent's watch on `/metrics` ([`crate::kube::watch_timing`]).
+pub const WATCH_NAME: &str = "pods";
+
+/// Lists every selected pod page by page; sends each and then `Synced`. Returns the list's RV. `timing`
+/// learns when the first page arrived and when the last one was handled.
+pub fn list_all(
+    client: &Client,
+    det: &Detector,
+    tx: &Sender<Msg>,
+    timing: &mut Timing,
+) -> Result<String> {
     let mut params = ListParams {
         label_selector: Some(det.opts.label_selectors.clone()).filter(|s| !s.is_empty()),
         field_selector: Some(det.opts.effective_field_selector()),
@@ -59,6 +69,7 @@ pub fn list_all(client: &Client, det: &Detector, tx: &Sender<Msg>) -> Result<Str
     let mut keys = HashSet::new();
     loop {
         let page = client.list_pods(&params)?;
+        timing.answered();
         for pod in page.items {
             let m = message(det, pod);
             if let Msg::Pod { facts, .. } = &m {
@@ -70,6 +81,7 @@ pub fn list_all(client: &Client, det: &Detector, tx: &Sender<Msg>) -> Result<Str
             Some(c) => params.continue_token = Some(c),
             None => {
                 let _ = tx.send(Msg::Synced(keys));
+                timing.listed();
                 return Ok(page.resource_version);
             }
         }
@@ -97,7 +109,13 @@ enum Ended {
 
 /// Opens one watch from `rv` and forwards its events; returns how it ended and whether it delivered any
 /// change (and advances `rv`).
-fn watch_once(client: &Client, det: &Detector, tx: &Sender<Msg>, rv: &mut String) -> (Ended, bool) {
+fn watch_once(
+    client: &Client,
+    det: &Detector,
+    tx: &Sender<Msg>,
+    rv: &mut String,
+    timing: &mut Timing,
+) -> (Ended, bool) {
     let params = WatchParams {
         label_selector: Some(det.opts.label_selectors.clone()).filter(|s| !s.is_empty()),
         field_selector: Some(det.opts.effective_field_selector()),
@@ -111,6 +129,7 @@ fn watch_once(client: &Client, det: &Detector, tx: &Sender<Msg>, rv: &mut String
         Err(e) if e.is_gone() => return (Ended::Gone(e), false),
         Err(e) => return (Ended::Failed(e), false),
     };
+    timing.answered();
     let mut failure = None;
     let mut delivered = false;
     for ev in &mut stream {
@@ -155,9 +174,10 @@ pub fn watch_forever(client: &Client, det: &Detector, tx: &Sender<Msg>) {
     let mut rv: Option<String> = None;
     loop {
         let began = Instant::now();
+        let mut timing = Timing::start(WATCH_NAME);
         let mut at = match rv.take() {
             Some(r) => r,
-            None => match list_all(client, det, tx) {
+            None => match list_all(client, det, tx, &mut timing) {
                 Ok(r) => {
                     if let Some(n) = logs.allow("listed", Instant::now()) {
                         log::info!(
@@ -180,7 +200,7 @@ pub fn watch_forever(client: &Client, det: &Detector, tx: &Sender<Msg>) {
                 }
             },
         };
-        let (ended, delivered) = watch_once(client, det, tx, &mut at);
+        let (ended, delivered) = watch_once(client, det, tx, &mut at, &mut timing);
         let d = pace.next(began.elapsed(), delivered, random());
         let now = Instant::now();
         match ended {

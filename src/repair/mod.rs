@@ -153,7 +153,8 @@ pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> 
     let (tx, rx) = std::sync::mpsc::channel();
     let mut worker = controller::Worker::default();
     if !rt.run_as_daemon {
-        controller::list_all(&client, &det, &tx).context("repair: list pods")?;
+        let mut timing = crate::kube::watch_timing::Timing::start(controller::WATCH_NAME);
+        controller::list_all(&client, &det, &tx, &mut timing).context("repair: list pods")?;
         drop(tx);
         worker.run(&rx, &actor);
         return Ok(worker.failed);
