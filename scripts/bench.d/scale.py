@@ -357,6 +357,56 @@ def scrape_agents(agents):
 # --- the storm ----------------------------------------------------------------------------------------
 
 
+class CacheProbe:
+    """Time from a pod's creation in the double to its presence in the node's pod cache. The probe asks the
+    node's `pod-cache.sock` (protocol v1: one JSON request line, reply lines) for the pod before it exists: the
+    agent answers `wait` and holds the request for the pod's watch event (up to its unseen-pod wait, 200 ms).
+    Then the pod is created; the hit's arrival minus the moment the create request was sent is the time. A pod
+    still unseen when the agent gives up is asked again until it is there."""
+
+    LIMIT = 10.0
+
+    def __init__(self, agent, ns, name, uid):
+        self.path = os.path.join(agent.run, "pod-cache.sock")
+        self.line = json.dumps({"v": 1, "namespace": ns, "name": name, "uid": uid}, separators=(",", ":")) + "\n"
+        self.sock = self._ask()
+        first = self._read()
+        if first.get("result") != "wait":
+            raise BenchError(f"pod cache of {agent.node}: expected `wait` for a pod not created yet, got {first}")
+
+    def _ask(self):
+        import socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.LIMIT)
+        s.connect(self.path)
+        s.sendall(self.line.encode())
+        self.buf = b""
+        return s
+
+    def _read(self):
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise BenchError(f"{self.path}: closed without a reply")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def finish(self, t_created):
+        deadline = t_created + self.LIMIT
+        while True:
+            r = self._read()
+            if r.get("result") == "hit":
+                self.sock.close()
+                return (time.perf_counter() - t_created) * 1000
+            if r.get("result") != "wait":
+                self.sock.close()
+                if time.perf_counter() > deadline:
+                    raise BenchError(f"{self.path}: pod not in the cache {self.LIMIT} s after its creation: {r}")
+                self.sock = self._ask()
+
+
+
 def pod_object(i, node, uid):
     p = _repair_pod(i, node, False)
     p["metadata"]["name"] = f"storm-{i}"
@@ -379,7 +429,7 @@ class Storm:
         self.cv = threading.Condition()
         self.queue = deque()
         self.done_creating = False
-        self.fresh_ms, self.pool_ms, self.failures = [], [], []
+        self.fresh_ms, self.pool_ms, self.failures, self.propagation_ms = [], [], [], []
         self.stdin_dir = os.path.join(work, "stdin")
         os.makedirs(self.stdin_dir, exist_ok=True)
 
@@ -397,7 +447,14 @@ class Storm:
                 while i - self.started > self.a.ahead:
                     self.cv.wait(0.05)
             agent = self.agents[i % len(self.agents)]
-            self.double.admin("POST", "/_double/pods", [pod_object(i, agent.node, self.uid(i))])
+            pod = pod_object(i, agent.node, self.uid(i))
+            probe = None
+            if self.cache and self.stride and i % self.stride == self.stride // 2:
+                probe = CacheProbe(agent, pod["metadata"]["namespace"], pod["metadata"]["name"], self.uid(i))
+            t_sent = time.perf_counter()
+            self.double.admin("POST", "/_double/pods", [pod])
+            if probe:
+                self.propagation_ms.append(probe.finish(t_sent))
             t = time.perf_counter()
             with self.cv:
                 self.created[i] = t
@@ -517,7 +574,7 @@ def one_run(a, binary_copy, n, cache, work):
             "double_cpu_s_per_1000_pod_starts_net_of_creates": cpu_per_1000 - 1000 * per_create,
             "agent_rss_kb": rss, "agent_idle_cpu_percent": idle, "idle_window_s": a.idle,
             "add_ms": stats_ms(storm.fresh_ms), "pool_add_ms": stats_ms(storm.pool_ms),
-            "cache_propagation_ms": None,
+            "cache_propagation_ms": stats_ms(storm.propagation_ms),
             "agents_start_s": start_s, "storm_wall_s": wall, "pod_starts_per_s": m / wall,
             "lag_s": a.lag, "workers": a.workers,
             "startup_ready_ms": stats_ms(scraped["startup"]),
