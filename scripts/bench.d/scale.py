@@ -46,6 +46,7 @@ PRIMARY = {"cniVersion": "1.0.0", "name": "k8s-pod-network",
            "plugins": [{"type": "ptp", "ipMasq": False,
                         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.210.0.0/16"}]]}}]}
 TICK = os.sysconf("SC_CLK_TCK")
+SETPRIV = shutil.which("setpriv", path=PATH_ENV) or "/usr/bin/setpriv"
 
 
 def log(msg):
@@ -105,7 +106,7 @@ class Double:
         ready = os.path.join(work, "double.ready")
         self.log = open(os.path.join(work, "double.log"), "w")
         self.proc = subprocess.Popen(
-            [exe, "--listen", "127.0.0.1:0", "--token", self.token, "--ca-out", self.ca, "--ready-file", ready,
+            [SETPRIV, "--pdeathsig", "TERM", "--", exe, "--listen", "127.0.0.1:0", "--token", self.token, "--ca-out", self.ca, "--ready-file", ready,
              "--bookmark-interval-ms", "60000"],
             stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
         deadline = time.time() + 30
@@ -213,7 +214,7 @@ PORTS = re.compile(r"metrics on \S*:(\d+)/metrics, health on \S*:(\d+)/healthz")
 
 
 class Agent:
-    def __init__(self, i, root, double, binary, cache):
+    def __init__(self, i, root, double, binary, installer, cache):
         self.i = i
         self.node = f"node-{i}"
         d = os.path.join(root, f"node-{i}")
@@ -239,7 +240,9 @@ class Agent:
         fa = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
               (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
               (os.POSIX_SPAWN_OPEN, 2, self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)]
-        self.pid = os.posix_spawn(binary, ["install-cni"], env, file_actions=fa)
+        # Through setpriv --pdeathsig: should this harness die, every agent gets SIGTERM (and cleans up) instead
+        # of living on, holding its inotify instance. `binary` is a link named install-cni (the applet).
+        self.pid = os.posix_spawn(SETPRIV, [SETPRIV, "--pdeathsig", "TERM", "--", installer], env, file_actions=fa)
         self.health = self.metrics = None
         self.netconf = None
 
@@ -272,11 +275,14 @@ class Agent:
         self.netconf = dict(entry[0], name=lst["name"], cniVersion=lst["cniVersion"])
 
 
-def start_agents(n, root, double, binary, cache, batch):
-    agents, t0 = [], time.time()
+def start_agents(agents, n, root, double, binary, installer, cache, batch):
+    """Starts `n` agents into `agents` (so that the caller stops every one started, even when this fails)."""
+    t0 = time.time()
     for start in range(0, n, batch):
-        wave = [Agent(i, root, double, binary, cache) for i in range(start, min(n, start + batch))]
-        agents.extend(wave)
+        wave = []
+        for i in range(start, min(n, start + batch)):
+            wave.append(Agent(i, root, double, binary, installer, cache))
+            agents.append(wave[-1])
         deadline = time.time() + 120
         pending = list(wave)
         while pending:
@@ -297,7 +303,7 @@ def start_agents(n, root, double, binary, cache, batch):
         if time.time() > deadline:
             raise BenchError(f"only {double.stats()['watches_open']} of {n} watches open after 120 s")
         time.sleep(0.05)
-    return agents, time.time() - t0
+    return time.time() - t0
 
 
 def stop_agents(agents):
@@ -533,6 +539,7 @@ def calibrate_creates(double, count):
 
 
 def one_run(a, binary_copy, n, cache, work):
+    installer = os.path.join(work, "install-cni")
     tag = f"n{n}-{'cache' if cache else 'nocache'}"
     run_dir = os.path.join(work, tag)
     os.makedirs(run_dir)
@@ -541,7 +548,7 @@ def one_run(a, binary_copy, n, cache, work):
     agents = []
     try:
         log(f"==> N={n}, pod cache {'on' if cache else 'off'}: starting {n} agents")
-        agents, start_s = start_agents(n, run_dir, double, binary_copy, cache, a.batch)
+        start_s = start_agents(agents, n, run_dir, double, binary_copy, installer, cache, a.batch)
         log(f"    {n} agents ready and watching in {start_s:.1f} s; storm of {a.pods_per_node * n} pods")
         time.sleep(a.settle)
         storm = Storm(a, double, agents, nss, run_dir, cache)
@@ -672,7 +679,7 @@ def picture(doc, path):
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="best")
     fig.suptitle(f"{doc['runs'][0]['pods'] // doc['runs'][0]['nodes']} pods per node, one HTTPS API double, "
                  f"N install-cni on {doc['machine']['nproc']} CPUs", fontsize=10)
     fig.tight_layout()
@@ -726,9 +733,10 @@ def main():
                 fh.write(str(want))
     work = tempfile.mkdtemp(prefix="istio-cni-scale-")
     os.chmod(work, 0o700)
-    # One copy of the binary in the work dir: every node's bin dir hard-links it.
+    # One copy of the binary in the work dir: every node's bin dir hard-links it; agents run it as install-cni.
     binary_copy = os.path.join(work, "istio-cni-node")
     shutil.copy(a.bin, binary_copy)
+    os.symlink(binary_copy, os.path.join(work, "install-cni"))
     t0 = time.time()
     runs = []
 
