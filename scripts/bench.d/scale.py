@@ -649,6 +649,20 @@ def markdown(doc):
             f"{r['agent_rss_kb']['median']:,.0f} / {r['agent_rss_kb']['max']:,} | "
             f"{f(r['agent_idle_cpu_percent']['median'], 3)} / {f(r['agent_idle_cpu_percent']['max'], 3)} | "
             f"{f(add.get('p50'))} / {f(add.get('p99'))} |")
+    rows += ["", "| N nodes | pod cache | agents started (all ready and watching) s | start → ready p50 / p99 ms | "
+             "watch first response p50 / p99 ms | watch initial list p50 / p99 ms | ADD records relayed / pods | "
+             "pod lookups by source | ADD p50 / p99 ms (re-ADD, pool) | storm s (pod starts / s) |",
+             "|---:|:---:|---:|---|---|---|---|---|---|---|"]
+    for r in doc["runs"]:
+        def pp(k):
+            v = r[k]
+            return f"{f(v['p50'], 1)} / {f(v['p99'], 1)}" if v else "–"
+        lookups = ", ".join(f"{k} {v:,}" for k, v in sorted(r["pod_lookups"].items()))
+        rows.append(
+            f"| {r['nodes']:,} | {'on' if r['cache'] else 'off'} | {f(r['agents_start_s'], 1)} | {pp('startup_ready_ms')} | "
+            f"{pp('watch_first_response_ms')} | {pp('watch_initial_list_ms')} | {r['relayed_add_records']:,} / "
+            f"{r['pods']:,} | {lookups} | {pp('pool_add_ms')} | {f(r['storm_wall_s'], 1)} "
+            f"({f(r['pod_starts_per_s'], 0)}) |")
     m = doc["machine"]
     load = ", ".join(f"{x:.1f}" for x in m["loadavg_at_end"])
     return "\n".join([
@@ -660,6 +674,9 @@ def markdown(doc):
 def picture(doc, path):
     import matplotlib
     matplotlib.use("Agg")
+    # Text stays text (a smaller file that diffs), and no timestamp in it.
+    matplotlib.rcParams["svg.fonttype"] = "none"
+    matplotlib.rcParams["svg.hashsalt"] = "scale"
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for cache, style in ((False, "o--"), (True, "s-")):
@@ -683,7 +700,7 @@ def picture(doc, path):
     fig.suptitle(f"{doc['runs'][0]['pods'] // doc['runs'][0]['nodes']} pods per node, one HTTPS API double, "
                  f"N install-cni on {doc['machine']['nproc']} CPUs", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, metadata={"Date": None})
     plt.close(fig)
 
 
