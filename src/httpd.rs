@@ -1,11 +1,19 @@
 //! The listener and connection loop behind the health and metrics servers: one thread per listener
 //! multiplexing every connection with poll(2), so no client (idle, or sending its head a byte at a
 //! time) can hold up another. Each connection has a deadline counted from accept for its request head
-//! ([`HEAD_DEADLINE`]) and one for writing the answer ([`WRITE_DEADLINE`]); at most [`MAX_CONNS`] are
-//! open, and a new one beyond that closes the oldest. Listens dual-stack (`[::]`, `IPV6_V6ONLY` off) and
-//! falls back to `0.0.0.0` where the node has no IPv6. Shared by the installer's servers and the standalone
-//! repair agent's metrics, so it sits below both roles.
-
+//! ([`HEAD_DEADLINE`]) and one for writing the answer ([`WRITE_DEADLINE`]). Listens dual-stack (`[::]`,
+//! `IPV6_V6ONLY` off) and falls back to `0.0.0.0` where the node has no IPv6. Shared by the installer's
+//! servers and the standalone repair agent's metrics, so it sits below both roles.
+//!
+//! Under a connection flood a kubelet probe (one connect, `GET /readyz`) must still be answered:
+//! - the listen backlog is the kernel's maximum (`net.core.somaxconn`, 4096 by default), not musl's
+//!   `SOMAXCONN` of 128, so a burst does not drop the probe's SYN;
+//! - a new connection is read at once, and a request that came with it (a probe's does) is answered and
+//!   closed right there, before it could be pushed out;
+//! - at most [`ACCEPT_BATCH`] connections are taken per wake-up, so those accepted in the previous round
+//!   are read before newer ones can push them out;
+//! - beyond [`MAX_CONNS`] open connections, the oldest one whose request is still incomplete (idle or
+//!   dribbling) is closed; a new connection is never refused, an answer being written never dropped.
 use crate::error::{IoContext, Result};
 use std::io::{self, Read, Write};
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
@@ -21,8 +29,10 @@ pub const MAX_HEAD: usize = 8 * 1024;
 pub const HEAD_DEADLINE: Duration = Duration::from_secs(2);
 /// The answer must be written within this time of the head completing.
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(2);
-/// Connections open at once per listener; a new one beyond this closes the oldest.
+/// Connections open at once per listener; a new one beyond this closes the oldest incomplete one.
 pub const MAX_CONNS: usize = 256;
+/// Connections accepted per wake-up of the loop (see the module docs).
+pub const ACCEPT_BATCH: usize = MAX_CONNS / 2;
 
 /// Is this failure "the node has no IPv6" (so IPv4 alone is right), rather than a real problem?
 pub fn ipv6_unavailable(e: Errno) -> bool {
@@ -48,9 +58,35 @@ pub fn bind_dual_stack(port: u16) -> nix::Result<TcpListener> {
         use std::os::fd::AsRawFd;
         s::bind(fd.as_raw_fd(), &addr)?;
     }
-    // SOMAXCONN: `Backlog::new(128)` is EINVAL on musl, whose SOMAXCONN is 128 (nix takes it as exclusive).
-    s::listen(&fd, s::Backlog::MAXCONN)?;
+    listen_max(fd)
+}
+
+/// listen(2) with the largest backlog the kernel allows (-1: `net.core.somaxconn`), not musl's `SOMAXCONN`
+/// (128), which a connection flood fills in milliseconds.
+fn listen_max(fd: std::os::fd::OwnedFd) -> nix::Result<TcpListener> {
+    nix::sys::socket::listen(&fd, nix::sys::socket::Backlog::MAXALLOWABLE)?;
     Ok(TcpListener::from(fd))
+}
+
+/// `0.0.0.0:port`, for a node without IPv6 (with the backlog of [`listen_max`]).
+fn bind_ipv4(port: u16) -> nix::Result<TcpListener> {
+    use nix::sys::socket::{self as s, sockopt, AddressFamily, SockFlag, SockType};
+    let fd = s::socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    s::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    let addr = s::SockaddrIn::from(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::UNSPECIFIED,
+        port,
+    ));
+    {
+        use std::os::fd::AsRawFd;
+        s::bind(fd.as_raw_fd(), &addr)?;
+    }
+    listen_max(fd)
 }
 
 /// Dual-stack via `dual`, or `0.0.0.0:port` when `dual` fails because there is no IPv6. Any other
@@ -63,7 +99,7 @@ pub fn bind_with(
         Ok(l) => Ok(l),
         Err(e) if ipv6_unavailable(e) => {
             log::info!("no IPv6 on this node ({e}); listening on 0.0.0.0:{port} (IPv4 only)");
-            TcpListener::bind(("0.0.0.0", port))
+            bind_ipv4(port).map_err(io::Error::from)
         }
         Err(e) => Err(io::Error::from(e)),
     }
@@ -131,6 +167,8 @@ pub fn serve(
 
 struct Conn {
     sock: TcpStream,
+    /// When it was accepted (the oldest incomplete one goes first when there are too many).
+    since: Instant,
     /// Until when it may read (before the head is complete), then until when it may write.
     deadline: Instant,
     head: Vec<u8>,
@@ -264,30 +302,38 @@ pub fn run(listener: TcpListener, answer: impl Fn(&[u8], bool) -> Vec<u8>) {
             }
         }
         if !ready[0].is_empty() {
-            accept_all(&listener, &mut conns);
+            accept_batch(&listener, &mut conns, &answer);
         }
     }
 }
 
-fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>) {
-    loop {
+/// Accepts up to [`ACCEPT_BATCH`] connections, answering at once those whose request is already there.
+fn accept_batch(
+    listener: &TcpListener,
+    conns: &mut Vec<Conn>,
+    answer: &impl Fn(&[u8], bool) -> Vec<u8>,
+) {
+    for _ in 0..ACCEPT_BATCH {
         match listener.accept() {
             Ok((sock, _)) => {
                 if sock.set_nonblocking(true).is_err() {
                     continue;
                 }
-                if conns.len() >= MAX_CONNS {
-                    // The oldest has had the most time; the newest is likely a prober.
-                    if let Some(oldest) = (0..conns.len()).min_by_key(|&i| conns[i].deadline) {
-                        conns.swap_remove(oldest);
-                    }
-                }
-                conns.push(Conn {
+                let now = Instant::now();
+                let mut c = Conn {
                     sock,
-                    deadline: Instant::now() + HEAD_DEADLINE,
+                    since: now,
+                    deadline: now + HEAD_DEADLINE,
                     head: Vec::new(),
                     out: None,
-                });
+                };
+                if matches!(on_readable(&mut c, answer), Step::Close) {
+                    continue;
+                }
+                if conns.len() >= MAX_CONNS {
+                    evict_oldest(conns);
+                }
+                conns.push(c);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -299,6 +345,19 @@ fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>) {
                 return;
             }
         }
+    }
+}
+
+/// Closes the connection accepted longest ago whose request is incomplete (it had the most time to send
+/// it); only when every one is being answered, the oldest of those.
+fn evict_oldest(conns: &mut Vec<Conn>) {
+    let oldest = |writing: bool| {
+        (0..conns.len())
+            .filter(|&i| conns[i].out.is_some() == writing)
+            .min_by_key(|&i| conns[i].since)
+    };
+    if let Some(i) = oldest(false).or_else(|| oldest(true)) {
+        conns.swap_remove(i);
     }
 }
 
