@@ -125,14 +125,12 @@ fn reason(code: u16) -> &'static str {
 /// or 431. `HEAD` gets the head only. `Connection: close`.
 pub fn answer(buf: &[u8], eof: bool, route: &impl Fn(&str) -> Reply) -> Vec<u8> {
     let complete = head_complete_or(buf, eof);
-    let head = String::from_utf8_lossy(buf);
-    let line = head.lines().next().unwrap_or("");
-    let mut parts = line.split_whitespace();
+    let line = buf.split(|b| *b == b'\n').next().unwrap_or(b"");
     let text = |code: u16| (code, "text/plain", format!("{}\n", reason(code)));
-    let ((code, ctype, body), method) = match (complete, parts.next(), parts.next()) {
+    let ((code, ctype, body), method) = match (complete, request_line(line)) {
         _ if buf.len() >= MAX_HEAD => (text(431), "GET"),
-        (true, Some(m @ ("GET" | "HEAD")), Some(p)) => (route(p.split('?').next().unwrap_or(p)), m),
-        (true, Some(_), Some(_)) => (text(405), "GET"),
+        (true, Some((m @ ("GET" | "HEAD"), p))) => (route(p.split('?').next().unwrap_or(p)), m),
+        (true, Some(_)) => (text(405), "GET"),
         _ => (text(400), "GET"),
     };
     let mut resp = format!(
@@ -144,6 +142,27 @@ pub fn answer(buf: &[u8], eof: bool, route: &impl Fn(&str) -> Reply) -> Vec<u8> 
         resp.push_str(&body);
     }
     resp.into_bytes()
+}
+
+/// The method and target of a request line `method SP target SP HTTP/d.d` (RFC 9112 §3; a trailing CR is
+/// the line's end): exactly one SP between the three parts and no other whitespace (not TAB, VT, FF or
+/// NBSP), a token for the method, visible ASCII for the target. `None` for anything else (a 400).
+fn request_line(line: &[u8]) -> Option<(&str, &str)> {
+    let line = std::str::from_utf8(line.strip_suffix(b"\r").unwrap_or(line)).ok()?;
+    let mut parts = line.split(' ');
+    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let version_ok = matches!(
+        version.strip_prefix("HTTP/").map(str::as_bytes),
+        Some([major, b'.', minor]) if major.is_ascii_digit() && minor.is_ascii_digit()
+    );
+    let ok = parts.next().is_none()
+        && version_ok
+        && !method.is_empty()
+        && method.bytes().all(tchar)
+        && !target.is_empty()
+        && target.bytes().all(|b| b.is_ascii_graphic());
+    ok.then_some((method, target))
 }
 
 /// Binds `[::]:port` dual-stack (or `0.0.0.0:port` where the node has no IPv6; 0 = any free port) and
@@ -370,6 +389,35 @@ mod tests {
         assert!(head_complete(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
         assert!(head_complete(b"GET / HTTP/1.0\n\n"));
         assert!(!head_complete(b"GET / HTTP/1.1\r\nHost: x\r\n"));
+    }
+
+    /// RFC 9112 §3: method, target and version separated by exactly one SP each; NBSP, VT, FF, TAB, a
+    /// double space or a missing version is a 400, never routed.
+    #[test]
+    fn request_line_parts_are_separated_by_single_spaces() {
+        let route = |p: &str| -> Reply { (200, "text/plain", format!("route {p}\n")) };
+        let code = |head: &[u8]| -> String {
+            String::from_utf8_lossy(&answer(head, false, &route))[9..12].to_string()
+        };
+        assert_eq!(code(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"), "200");
+        assert_eq!(code(b"HEAD /readyz?x=1 HTTP/1.0\n\n"), "200");
+        assert_eq!(code(b"POST /readyz HTTP/1.1\r\n\r\n"), "405");
+        for bad in [
+            &b"GET\xc2\xa0/readyz HTTP/1.1\r\n\r\n"[..], // NBSP
+            b"GET /readyz\xc2\xa0HTTP/1.1\r\n\r\n",
+            b"GET\x0b/readyz HTTP/1.1\r\n\r\n", // VT
+            b"GET /readyz\x0cHTTP/1.1\r\n\r\n", // FF
+            b"GET\t/readyz HTTP/1.1\r\n\r\n",
+            b"GET  /readyz HTTP/1.1\r\n\r\n",
+            b" GET /readyz HTTP/1.1\r\n\r\n",
+            b"GET /readyz HTTP/1.1 \r\n\r\n",
+            b"GET /readyz\r\n\r\n",
+            b"GET /readyz FTP/1.1\r\n\r\n",
+            b"GET /ready\x7fz HTTP/1.1\r\n\r\n",
+            b"G(T /readyz HTTP/1.1\r\n\r\n",
+        ] {
+            assert_eq!(code(bad), "400", "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]
