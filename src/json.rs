@@ -329,4 +329,4 @@ fn write_escaped(out: &mut String, s: &str, html: bool) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -220,11 +220,5 @@ fn nesting_as_deep_as_go_allows_on_any_stack() {
         assert!(valid && held);
         assert!(merged.unwrap() > 1_000_000, "indented as Go indents");
     };
-    run();
-    std::thread::Builder::new()
-        .stack_size(64 << 10)
-        .spawn(run)
-        .unwrap()
-        .join()
-        .expect("no stack overflow on a 64 KiB stack");
+    crate::json::tests::on_this_and_a_small_stack(run);
 }

@@ -153,6 +153,17 @@ fn strings_as_go_and_as_zap() {
     assert_eq!(zap, "\"<a&b>\u{2028}\\\"\\u0001\\n\"");
 }
 
+/// Runs `run` on this thread, then on one with a 64 KiB stack: what walks a deep value must not recurse.
+pub fn on_this_and_a_small_stack(run: fn()) {
+    run();
+    std::thread::Builder::new()
+        .stack_size(64 << 10)
+        .spawn(run)
+        .unwrap()
+        .join()
+        .expect("no stack overflow on a 64 KiB stack");
+}
+
 /// `{"a":[{"a":[…]}]}` nesting `depth` levels.
 fn alternating(depth: usize) -> String {
     let (mut open, mut close) = (String::new(), String::new());
@@ -191,13 +202,7 @@ fn go_depth_parses_prints_and_drops_on_a_small_stack() {
         assert!(parse(&alternating(MAX_DEPTH), "s").is_ok());
         assert!(parse(&alternating(MAX_DEPTH + 1), "s").is_err());
     };
-    run();
-    std::thread::Builder::new()
-        .stack_size(64 << 10)
-        .spawn(run)
-        .unwrap()
-        .join()
-        .expect("no stack overflow on a 64 KiB stack");
+    on_this_and_a_small_stack(run);
 }
 
 #[test]
