@@ -84,7 +84,7 @@ pub fn compact_lossy(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len());
     for chunk in data.utf8_chunks() {
         out.push_str(chunk.valid());
-        out.extend(std::iter::repeat_n('?', chunk.invalid().len()));
+        out.extend(chunk.invalid().iter().map(|_| '?'));
     }
     out
 }
