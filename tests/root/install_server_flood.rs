@@ -110,8 +110,11 @@ fn every_probe_is_answered_during_a_connection_flood() {
     std::thread::sleep(Duration::from_millis(300));
     let (start, before) = (Instant::now(), f.connects.load(Ordering::Relaxed));
     let mut results = Vec::new();
+    let mut slowest = Duration::ZERO;
     while start.elapsed() < Duration::from_secs(4) {
+        let t = Instant::now();
         results.push(probe(addr));
+        slowest = slowest.max(t.elapsed());
         std::thread::sleep(Duration::from_millis(10));
     }
     let rate = (f.connects.load(Ordering::Relaxed) - before) as f64 / start.elapsed().as_secs_f64();
@@ -121,7 +124,7 @@ fn every_probe_is_answered_during_a_connection_flood() {
     }
     let answered = results.iter().filter(|r| **r == Ok(200)).count();
     println!(
-        "MEASURE flood {rate:.0} connections/s: {answered}/{} probes answered",
+        "MEASURE flood {rate:.0} connections/s: {answered}/{} probes answered, slowest {slowest:?}",
         results.len()
     );
     let failed: Vec<_> = results.iter().filter(|r| **r != Ok(200)).collect();
