@@ -29,7 +29,6 @@ import re
 import resource
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -38,23 +37,19 @@ import time
 from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agents import _repair_pod  # noqa: E402  (a realistically sized injected pod)
+import bench  # noqa: E402  (its Double, log, BenchError, PATH_ENV)
+from agents import _cpu_s, _http_get as http_get, _repair_pod, _status_kb  # noqa: E402
 from report import median, pct  # noqa: E402
 
-PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PATH_ENV = bench.PATH_ENV
 PRIMARY = {"cniVersion": "1.0.0", "name": "k8s-pod-network",
            "plugins": [{"type": "ptp", "ipMasq": False,
                         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.210.0.0/16"}]]}}]}
-TICK = os.sysconf("SC_CLK_TCK")
 SETPRIV = shutil.which("setpriv", path=PATH_ENV) or "/usr/bin/setpriv"
 
 
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-class BenchError(Exception):
-    pass
+log = bench.log
+BenchError = bench.BenchError
 
 
 def stats_ms(vals):
@@ -64,61 +59,15 @@ def stats_ms(vals):
     return {"n": len(s), "p50": median(s), "p99": pct(s, 99), "max": s[-1]}
 
 
-def proc_cpu_s(pid):
-    try:
-        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / TICK
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def proc_rss_kb(pid):
-    try:
-        for line in open(f"/proc/{pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def http_get(port, path, timeout=5):
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        c.request("GET", path)
-        r = c.getresponse()
-        body = r.read()
-        c.close()
-        return r.status, body.decode(errors="replace")
-    except (OSError, http.client.HTTPException):
-        return None, ""
-
-
 # --- the API double -----------------------------------------------------------------------------------
 
 
-class Double:
-    """The HTTPS kube-double, and one keep-alive admin connection per calling thread."""
+class Double(bench.Double):
+    """The bench's kube-double (bookmarks every 60 s, as an API server sends them; it dies with the harness),
+    plus one keep-alive admin connection per calling thread."""
 
     def __init__(self, exe, work):
-        self.token = f"scale-token-{os.getpid()}"
-        self.ca = os.path.join(work, "ca.pem")
-        ready = os.path.join(work, "double.ready")
-        self.log = open(os.path.join(work, "double.log"), "w")
-        self.proc = subprocess.Popen(
-            [SETPRIV, "--pdeathsig", "TERM", "--", exe, "--listen", "127.0.0.1:0", "--token", self.token, "--ca-out", self.ca, "--ready-file", ready,
-             "--bookmark-interval-ms", "60000"],
-            stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
-        deadline = time.time() + 30
-        while not os.path.exists(ready):
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise BenchError(f"kube-double did not start; see {self.log.name}")
-            time.sleep(0.02)
-        time.sleep(0.02)
-        url = open(ready).read().strip()
-        self.host, self.port = url.split("://", 1)[1].rsplit(":", 1)
-        self.ctx = ssl.create_default_context(cafile=self.ca)
-        self.ctx.check_hostname = False
+        super().__init__(exe, work, bookmark_ms=60_000, wrap=(SETPRIV, "--pdeathsig", "TERM", "--"))
         self.local = threading.local()
 
     def _conn(self):
@@ -148,16 +97,6 @@ class Double:
 
     def stats(self):
         return self.admin("GET", "/_double/stats")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 def stats_delta(a, b):
@@ -329,10 +268,10 @@ def stop_agents(agents):
 
 
 def idle_and_rss(agents, window):
-    c0 = {a.pid: proc_cpu_s(a.pid) for a in agents}
+    c0 = {a.pid: _cpu_s(a.pid) for a in agents}
     time.sleep(window)
-    cpu = [100 * (proc_cpu_s(a.pid) - c0[a.pid]) / window for a in agents]
-    rss = [proc_rss_kb(a.pid) for a in agents]
+    cpu = [100 * (_cpu_s(a.pid) - c0[a.pid]) / window for a in agents]
+    rss = [_status_kb(a.pid, "VmRSS:") for a in agents]
     return ({"median": median(cpu), "max": max(cpu)}, {"median": median(rss), "max": max(rss)})
 
 
@@ -341,7 +280,7 @@ def scrape_agents(agents):
     from prometheus_client.parser import text_string_to_metric_families
     out = {"startup": [], "first_response": [], "initial_list": [], "adds": 0, "lookups": {}}
     for a in agents:
-        st, text = http_get(a.metrics, "/metrics")
+        st, text = http_get(a.metrics, "/metrics", timeout=5)
         if st != 200:
             raise BenchError(f"{a.node}: /metrics answered {st}")
         for fam in text_string_to_metric_families(text):
