@@ -93,6 +93,10 @@ pub struct Flags {
     /// service account dir [SERVICE_ACCOUNT_DIR, /var/run/secrets/kubernetes.io/serviceaccount]
     #[argh(option)]
     pub service_account_dir: Option<String>,
+    /// at SIGTERM always remove what we installed, even when our DaemonSet is only being rolled or restarted
+    /// (AMBIENT_DISABLE_SAFE_UPGRADE is read too) [DISABLE_SAFE_UPGRADE, false]
+    #[argh(option)]
+    pub disable_safe_upgrade: Option<String>,
     /// one install pass, then exit 0 (installed) or non-zero
     #[argh(switch)]
     pub once: bool,

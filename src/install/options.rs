@@ -57,6 +57,19 @@ pub struct Settings {
     pub uninstall: bool,
     /// The in-process repair agent's settings (`REPAIR_*`).
     pub repair: crate::repair::options::Options,
+    /// What the SIGTERM decision (replacement or uninstall) needs.
+    pub handover: Handover,
+}
+
+/// Settings of the SIGTERM decision ([`super::handover`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Handover {
+    /// POD_NAME (the chart's `fieldRef`): our pod, whose `ownerReferences` name our DaemonSet.
+    pub pod_name: String,
+    /// NODE_NAME, else KUBERNETES_NODE_NAME, else REPAIR_NODE_NAME (our pod's `spec.nodeName` wins).
+    pub node_name: String,
+    /// `Some("DISABLE_SAFE_UPGRADE=true")` (or upstream's ambient-mode name) when turned off: always clean up.
+    pub disabled_by: Option<String>,
 }
 
 impl Settings {
@@ -151,6 +164,34 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         )?,
         uninstall: f.uninstall,
         repair: crate::repair::options::from_installer_env(env)?,
+        handover: handover(f, &r, env)?,
+    })
+}
+
+/// DISABLE_SAFE_UPGRADE (flag `--disable-safe-upgrade`), else upstream's ambient-mode
+/// AMBIENT_DISABLE_SAFE_UPGRADE; POD_NAME; the node's name.
+fn handover(f: &Flags, r: &Named<'_>, env: Env<'_>) -> Result<Handover> {
+    let ours = r.find(&f.disable_safe_upgrade, "DISABLE_SAFE_UPGRADE");
+    let off = |var: &str, found: Option<crate::settings::Found>| -> Result<Option<String>> {
+        let on = crate::settings::typed(found, false, parse_bool)?;
+        Ok(on.then(|| format!("{var}=true")))
+    };
+    let disabled_by = if ours.as_ref().is_some_and(|x| !x.value.trim().is_empty()) {
+        off("DISABLE_SAFE_UPGRADE", ours)?
+    } else {
+        off(
+            "AMBIENT_DISABLE_SAFE_UPGRADE",
+            r.find(&None, "AMBIENT_DISABLE_SAFE_UPGRADE"),
+        )?
+    };
+    let node_name = ["NODE_NAME", "KUBERNETES_NODE_NAME", "REPAIR_NODE_NAME"]
+        .iter()
+        .find_map(|v| env(v).filter(|n| !n.trim().is_empty()))
+        .unwrap_or_default();
+    Ok(Handover {
+        pod_name: env("POD_NAME").unwrap_or_default().trim().to_string(),
+        node_name: node_name.trim().to_string(),
+        disabled_by,
     })
 }
 
