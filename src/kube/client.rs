@@ -164,7 +164,7 @@ impl Client {
     }
 
     /// One GET of a single object (`req` from [`request`]) bounded by `total`, named `what` in errors.
-    pub fn get_object_within(&self, req: &Request, what: &str, total: Duration) -> Result<Object> {
+    fn get_object_within(&self, req: &Request, what: &str, total: Duration) -> Result<Object> {
         let body = self.execute(req, total).context(what.to_string())?;
         parse_body(&body, what)
     }
