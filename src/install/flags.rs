@@ -57,6 +57,10 @@ pub struct Flags {
     /// ambient mode; not supported by this build, must be false [AMBIENT_ENABLED, false]
     #[argh(option)]
     pub ambient_enabled: Option<String>,
+    /// written into the plugin's entry as given; ambient mode, so never acted on here
+    /// [ENABLE_AMBIENT_DETECTION_RETRY, false]
+    #[argh(option)]
+    pub enable_ambient_detection_retry: Option<String>,
     /// the installer's log level (debug, info, warn, error, none, ...) or scopes "default:debug,cni-plugin:info" [LOG_LEVEL, info]
     #[argh(option)]
     pub log_level: Option<String>,

@@ -41,6 +41,8 @@ pub struct Settings {
     pub plugin_log_level: String,
     /// AMBIENT_ENABLEMENT_SELECTOR, parsed; written into our entry even with ambient off, as upstream.
     pub enablement_selectors: Vec<EnablementSelector>,
+    /// ENABLE_AMBIENT_DETECTION_RETRY, written into our entry as given, as upstream.
+    pub enable_ambient_detection_retry: bool,
     /// FORCE_IPTABLES_BINARY: record this backend instead of detecting the host's.
     pub forced_iptables_backend: Option<Backend>,
     pub k8s_protocol: String,
@@ -101,7 +103,18 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
             "ambient mode is not supported by this installer; set it to false",
         ));
     }
-    let (plugin_log_level, log, warnings) = super::log_settings::resolve(f, &r)?;
+    let (plugin_log_level, log, mut warnings) = super::log_settings::resolve(f, &r)?;
+    if f.chained_cni_plugin.is_none()
+        && env("CHAINED_CNI_PLUGIN").is_some_and(|v| v.trim().is_empty())
+    {
+        // Almost always a templating slip; standalone would replace the node's network (README).
+        warnings.push(
+            "CHAINED_CNI_PLUGIN is set but empty: chaining into the primary CNI configuration (the default); \
+             upstream's install-cni reads an empty value as false and writes a standalone configuration \
+             instead. Set it to true or false."
+                .into(),
+        );
+    }
     let bins = binaries(f, &r)?;
     let exclude = list(&r, &f.exclude_namespaces, "EXCLUDE_NAMESPACES", |c| {
         c == ','
@@ -142,6 +155,11 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         plugin_log_level,
         enablement_selectors: super::selectors::parse(
             &env("AMBIENT_ENABLEMENT_SELECTOR").unwrap_or_default(),
+        )?,
+        enable_ambient_detection_retry: r.bool(
+            &f.enable_ambient_detection_retry,
+            "ENABLE_AMBIENT_DETECTION_RETRY",
+            false,
         )?,
         forced_iptables_backend: forced_backend(env)?,
         // The installer's own logging and servers.

@@ -381,3 +381,44 @@ fn safe_upgrade_setting_and_handover_names() {
     );
     assert_eq!(off(&[("REPAIR_NODE_NAME", "r")]).node_name, "r");
 }
+
+/// Differential round 3, item 1: ENABLE_AMBIENT_DETECTION_RETRY goes into the entry as given.
+#[test]
+fn ambient_detection_retry_as_given() {
+    let get = |pairs: &[(&str, &str)]| {
+        resolve_with(&Flags::default(), pairs)
+            .unwrap()
+            .enable_ambient_detection_retry
+    };
+    assert!(!get(&[]));
+    assert!(get(&[("ENABLE_AMBIENT_DETECTION_RETRY", "true")]));
+    assert!(!get(&[("ENABLE_AMBIENT_DETECTION_RETRY", "false")]));
+    assert!(!get(&[("ENABLE_AMBIENT_DETECTION_RETRY", "")]));
+    let e = resolve_with(
+        &Flags::default(),
+        &[("ENABLE_AMBIENT_DETECTION_RETRY", "yes")],
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("ENABLE_AMBIENT_DETECTION_RETRY"),
+        "{e}"
+    );
+}
+
+/// Differential round 3, item 2: CHAINED_CNI_PLUGIN="" chains (upstream: standalone) and says so.
+#[test]
+fn empty_chained_cni_plugin_chains_with_a_warning() {
+    let s = resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", "")]).unwrap();
+    assert!(s.chained);
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("CHAINED_CNI_PLUGIN") && w.contains("standalone")),
+        "{:?}",
+        s.warnings
+    );
+    for v in ["true", "false"] {
+        let s = resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", v)]).unwrap();
+        assert!(!s.warnings.iter().any(|w| w.contains("CHAINED_CNI_PLUGIN")));
+    }
+}
