@@ -66,24 +66,25 @@ pub struct Cluster {
     pub health: u16,
     pub metrics: u16,
     pub api: Server,
+    _node: super::node::Node,
 }
 
 impl Cluster {
     pub fn new(tag: &str) -> Cluster {
-        let root = tempdir(tag);
+        // The node's dirs and ports (removed with it), with the double's CA and token as the service account.
+        let node = super::node::Node::new(tag);
+        let root = node.root.clone();
         let c = Cluster {
-            conf: root.join("conf"),
+            conf: node.conf.clone(),
             bin: root.join("bin"),
             run: root.join("run"),
             sa: root.join("sa"),
             root,
-            health: free_port(),
-            metrics: free_port(),
+            health: node.health,
+            metrics: node.metrics,
             api: Server::start(Options::default()).unwrap(),
+            _node: node,
         };
-        for d in [&c.conf, &c.bin, &c.run, &c.sa] {
-            fs::create_dir_all(d).unwrap();
-        }
         fs::write(c.sa.join("ca.crt"), c.api.ca_pem()).unwrap();
         fs::write(c.sa.join("token"), c.api.token()).unwrap();
         fs::write(c.sa.join("namespace"), NS).unwrap();
@@ -189,12 +190,6 @@ impl Cluster {
             );
         }
         line
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.root);
     }
 }
 
