@@ -19,6 +19,8 @@ pub mod cleanup;
 pub mod cli;
 pub mod conflist;
 pub mod flags;
+pub mod handover;
+pub mod handover_lookup;
 pub mod installer;
 pub mod kubeconfig;
 pub mod legacy;

@@ -9,6 +9,7 @@ mod cli;
 mod cni_protocol;
 mod install_e2e;
 mod install_go_json;
+mod install_handover;
 mod install_invariant;
 mod install_lost_update;
 mod install_process;
