@@ -241,8 +241,9 @@ pub fn run_loop(
                 err_backoff = Duration::from_millis(200);
                 if changed {
                     log::info!(
-                        "wrote the istio-cni configuration to {}/{name}",
-                        inst.conf_dir().display()
+                        "wrote the istio-cni configuration to {}/{}",
+                        inst.conf_dir().display(),
+                        super::select::shown(&name)
                     );
                 }
             }
@@ -275,7 +276,7 @@ fn watch_link_target(inst: &Installer, watcher: &mut Watcher) {
         return; // a missing conf dir is reported by the check
     };
     for ent in entries.flatten() {
-        let name = ent.file_name().to_string_lossy().into_owned();
+        let name = ent.file_name();
         if !super::select::is_candidate_name(&name)
             || !ent.file_type().is_ok_and(|t| t.is_symlink())
         {

@@ -7,6 +7,7 @@ mod support;
 
 mod cli;
 mod cni_protocol;
+mod install_conf_dir;
 mod install_e2e;
 mod install_invariant;
 mod install_lost_update;

@@ -80,7 +80,7 @@ impl Node {
             .ok()?
             .valid
             .first()
-            .cloned()
+            .map(|n| n.to_string_lossy().into_owned())
     }
 
     /// The invariant's right-hand side: the runtime's file holds our entry.
