@@ -8,6 +8,7 @@ mod support;
 mod apply_netns;
 mod cni_chain;
 mod cni_hostns;
+mod install_bind_mount;
 mod install_server;
 mod lookup_add_wall;
 mod nft_e2e;
