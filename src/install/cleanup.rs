@@ -11,7 +11,7 @@ use super::conflist::{self, PLUGIN_TYPE};
 use super::select::{self, shown};
 use crate::error::{Context, Result};
 use crate::fsutil;
-use crate::json::{self, Value};
+use crate::json::Value;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -77,8 +77,7 @@ pub fn remove_from_others(dir: &Path, keep: &OsStr) -> Vec<String> {
     let mut notes = Vec::new();
     for c in cands.iter().filter(|c| c.name != keep) {
         let Ok(bytes) = &c.content else { continue };
-        let Ok(Value::Object(o)) = json::parse(&super::libcni::go_text(bytes), &shown(&c.name))
-        else {
+        let Ok(Value::Object(o)) = super::libcni::parse(bytes, &shown(&c.name)) else {
             continue;
         };
         if super::check::list_has_entry(&o) {
@@ -103,11 +102,10 @@ pub fn scan_and_remove(dir: &Path, owned_name: Option<&OsStr>) -> Result<Vec<Str
     cands.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     for c in cands {
         let Ok(bytes) = &c.content else { continue };
-        let Ok(Value::Object(o)) = json::parse(&super::libcni::go_text(bytes), &shown(&c.name))
-        else {
+        let Ok(Value::Object(o)) = super::libcni::parse(bytes, &shown(&c.name)) else {
             continue;
         };
-        let ours_whole = json::str_of(&o, "type") == Some(PLUGIN_TYPE)
+        let ours_whole = super::libcni::plugin_type(&o) == Some(PLUGIN_TYPE)
             || owned_name.is_some_and(|n| c.name == n);
         if ours_whole || super::check::list_has_entry(&o) {
             match remove_config(dir, &c.name, ours_whole) {
