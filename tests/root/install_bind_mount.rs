@@ -20,16 +20,7 @@ fn a_removed_host_conf_dir_behind_a_bind_mount_fails_healthz() {
     let host = n.root.join("host-net.d");
     fs::create_dir_all(&host).unwrap();
     fs::write(host.join("10-ptp.conflist"), list_text("ptp-net", "ptp")).unwrap();
-    let (run, bin, sa) = (n.root.join("run"), n.root.join("bin"), n.root.join("sa"));
-    let mut env = installer_env(&InstallerDirs {
-        conf: &n.conf,
-        run: &run,
-        bin: &bin,
-        sa: &sa,
-        health: n.health,
-        metrics: n.metrics,
-    });
-    set_env(&mut env, &[("REPAIR_ENABLED", "false")]);
+    let env = n.env(&[]);
     let stderr = n.root.join("stderr");
     let mut cmd = std::process::Command::new("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
@@ -50,13 +41,8 @@ fn a_removed_host_conf_dir_behind_a_bind_mount_fails_healthz() {
     };
     poll_until("ready through the bind mount", LONG, || n.ready());
     assert_eq!(get(n.health, "/healthz").map(|r| r.0), Some(200));
-    let entries = |p: &std::path::Path| {
-        fs::read_to_string(p)
-            .map(|t| istio_cni::install::conflist::count_entries(&t))
-            .unwrap_or(0)
-    };
     assert_eq!(
-        entries(&host.join("10-ptp.conflist")),
+        entries_at(&host.join("10-ptp.conflist")),
         1,
         "written through the mount"
     );

@@ -7,18 +7,11 @@ use crate::support::install::node::*;
 use crate::support::install::*;
 use nix::sys::signal::Signal;
 use std::ffi::OsStr;
-use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant};
 
 fn conf_text(name: &str, plugin: &str) -> String {
     format!("{{\"cniVersion\":\"1.0.0\",\"name\":\"{name}\",\"type\":\"{plugin}\"}}\n")
-}
-
-fn entries_at(p: &std::path::Path) -> usize {
-    fs::read_to_string(p)
-        .map(|t| istio_cni::install::conflist::count_entries(&t))
-        .unwrap_or(0)
 }
 
 #[test]

@@ -60,11 +60,7 @@ fn a_conf_dir_that_shows_only_its_deleted_self_fails_healthz() {
         .spawn()
         .unwrap();
     let seen = PathBuf::from(format!("/proc/{}/cwd", holder.id()));
-    let mut env = node_env(&n);
-    set_env(
-        &mut env,
-        &[("MOUNTED_CNI_NET_DIR", seen.display().to_string())],
-    );
+    let env = n.env(&[("MOUNTED_CNI_NET_DIR", &seen.display().to_string())]);
     let mut p = spawn_installer(&env, &[], &n.root.join("stderr"));
     poll_until("ready", LONG, || n.ready());
     assert_eq!(healthz(&n), Some(200));
@@ -85,19 +81,4 @@ fn a_conf_dir_that_shows_only_its_deleted_self_fails_healthz() {
     p.wait_exit(LONG);
     let _ = holder.kill();
     let _ = holder.wait();
-}
-
-/// The environment [`Node::start`] gives the installer.
-fn node_env(n: &Node) -> Vec<(String, String)> {
-    let (run, bin, sa) = (n.root.join("run"), n.root.join("bin"), n.root.join("sa"));
-    let mut env = installer_env(&InstallerDirs {
-        conf: &n.conf,
-        run: &run,
-        bin: &bin,
-        sa: &sa,
-        health: n.health,
-        metrics: n.metrics,
-    });
-    set_env(&mut env, &[("REPAIR_ENABLED", "false")]);
-    env
 }
