@@ -38,7 +38,7 @@ impl Watcher {
                     let e = format!("{e}");
                     if self.bases[i].state != BaseState::Failed(e.clone()) {
                         log::error!(
-                            "cannot watch {} or any directory above it: {e}",
+                            "cannot watch {} (nor, while it is missing, a directory above it): {e}",
                             path.display()
                         );
                     }
