@@ -2,7 +2,8 @@
 //!
 //! Entry: [`main`]; command line: [`flags`]; settings: [`options`] (also reachable as `config`).
 //! Pure: [`select`] (primary choice), [`libcni`] (libcni's validity rules), [`conflist`] (merge/remove, byte-exact
-//! output), [`check`] (validity of the installed state), [`kubeconfig`] (rendering).
+//! output), [`check`] (validity of the installed state), [`kubeconfig`] (rendering), [`links`] (the candidates'
+//! link chains and the directories to watch for them; its `chains_of` reads the file system).
 //! Effects: [`binaries`], [`installer`] (the steps), [`watch`] (inotify), [`run`] (the loop), [`server`]
 //! (health and metrics), [`relay`] (plugin log relay), [`cleanup`], [`cli`] (the
 //! run: signals, servers, the loop).
@@ -25,6 +26,7 @@ pub mod installer;
 pub mod kubeconfig;
 pub mod legacy;
 pub mod libcni;
+pub mod links;
 pub mod log_settings;
 pub mod options;
 pub mod relay;
