@@ -197,10 +197,89 @@ impl Pause {
     }
 }
 
+impl Pause {
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for Pause {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// A cgroup named as the kubelet's systemd driver names a pod's container
+/// (`kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid>.slice/cri-containerd-….scope`),
+/// in the first cgroup hierarchy here that takes it: v2 at `/sys/fs/cgroup` or `/sys/fs/cgroup/unified`
+/// (hybrid), else v1's `pids`. Removed on drop (what we made of it), its processes moved back to the
+/// hierarchy's root first.
+pub struct PodCgroup {
+    root: PathBuf,
+    made: Vec<PathBuf>,
+    leaf: PathBuf,
+}
+
+impl PodCgroup {
+    pub fn new(uid: &str) -> PodCgroup {
+        let pod = format!("kubepods-besteffort-pod{}.slice", uid.replace('-', "_"));
+        let rel = [
+            "kubepods.slice",
+            "kubepods-besteffort.slice",
+            pod.as_str(),
+            "cri-containerd-e2e.scope",
+        ];
+        for root in [
+            "/sys/fs/cgroup",
+            "/sys/fs/cgroup/unified",
+            "/sys/fs/cgroup/pids",
+        ] {
+            let root = PathBuf::from(root);
+            if !root.join("cgroup.procs").is_file() {
+                continue;
+            }
+            let mut cg = PodCgroup {
+                root: root.clone(),
+                made: Vec::new(),
+                leaf: root.clone(),
+            };
+            for r in rel {
+                cg.leaf.push(r);
+                if !cg.leaf.is_dir() {
+                    if std::fs::create_dir(&cg.leaf).is_err() {
+                        break;
+                    }
+                    cg.made.push(cg.leaf.clone());
+                }
+            }
+            if cg.leaf.join("cgroup.procs").is_file() {
+                return cg;
+            }
+        }
+        panic!(
+            "no cgroup hierarchy takes a pod cgroup here (tried cgroup v2 at /sys/fs/cgroup and \
+             /sys/fs/cgroup/unified, v1 pids): the test needs root with a writable cgroup tree"
+        );
+    }
+
+    /// Moves process `pid` into the pod's cgroup.
+    pub fn add(&self, pid: u32) {
+        std::fs::write(self.leaf.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("move {pid} into {}: {e}", self.leaf.display()));
+    }
+}
+
+impl Drop for PodCgroup {
+    fn drop(&mut self) {
+        for dir in self.made.iter().rev() {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines() {
+                let _ = std::fs::write(self.root.join("cgroup.procs"), pid);
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
