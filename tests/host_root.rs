@@ -283,6 +283,13 @@ fn loader_and_libc_variables_never_reach_the_node_tools() {
             leaked.is_empty() && loaded_into.is_empty(),
             "root {root:?}: the node tool saw {leaked:?}; the recorder library ran in {loaded_into:?}"
         );
+        // Ours is there: the node's modules (a container has none of its own at iptables' default path).
+        assert_eq!(
+            seen.iter()
+                .any(|l| l.starts_with("XTABLES_LIBDIR=/proc/self/root/")),
+            root.is_some(),
+            "root {root:?}: {seen:?}"
+        );
         assert!(
             seen.iter().any(|l| l.starts_with("PATH=")),
             "root {root:?}: no PATH: {seen:?}"

@@ -133,37 +133,39 @@ impl Tool {
     /// our own root's nsswitch.conf, so that is the one that counts. `Err` when a loader without
     /// `--argv0` cannot be handed the tool under its name.
     pub fn command(&self) -> Result<Command> {
-        let mut keep_open = None;
-        let mut c = match &self.launch {
-            Launch::Direct { file } => Command::new(file),
-            Launch::Loader {
-                loader,
-                file,
-                library_path,
-                xtables_libdir,
-                naming,
-            } => {
-                let mut c = Command::new(loader);
-                c.arg("--library-path").arg(library_path);
-                match naming {
-                    Naming::Argv0Flag => c.arg("--argv0").arg(&self.name).arg(file),
-                    Naming::PrivateLink => {
-                        let (link, dir) = applet_link::link(&self.name, file)?;
-                        keep_open = Some(dir);
-                        c.arg(link)
-                    }
-                };
-                if let Some(x) = xtables_libdir {
-                    c.env("XTABLES_LIBDIR", x);
-                }
-                c
-            }
+        let program = match &self.launch {
+            Launch::Direct { file } => file,
+            Launch::Loader { loader, .. } => loader,
         };
-        let inherited: Vec<_> = INHERITED_ENV
-            .iter()
-            .filter_map(|k| std::env::var_os(k).map(|v| (*k, v)))
-            .collect();
-        c.env_clear().envs(inherited);
+        let mut c = Command::new(program);
+        c.env_clear();
+        for k in INHERITED_ENV {
+            if let Some(v) = std::env::var_os(k) {
+                c.env(k, v);
+            }
+        }
+        let mut keep_open = None;
+        if let Launch::Loader {
+            file,
+            library_path,
+            xtables_libdir,
+            naming,
+            ..
+        } = &self.launch
+        {
+            c.arg("--library-path").arg(library_path);
+            match naming {
+                Naming::Argv0Flag => c.arg("--argv0").arg(&self.name).arg(file),
+                Naming::PrivateLink => {
+                    let (link, dir) = applet_link::link(&self.name, file)?;
+                    keep_open = Some(dir);
+                    c.arg(link)
+                }
+            };
+            if let Some(x) = xtables_libdir {
+                c.env("XTABLES_LIBDIR", x);
+            }
+        }
         let isolate = isolate_nss(None);
         if keep_open.is_none() && !isolate {
             return Ok(c);
