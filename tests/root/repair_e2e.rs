@@ -8,7 +8,8 @@
 
 use crate::support::e2e::*;
 use crate::support::repair::{
-    metric, scrape, validation_in, wait_until, Agent, Pause, PodCgroup, BROKEN_STATUS,
+    assert_validation_passes, metric, scrape, touch_pod, validation_in, wait_until, Agent, Pause,
+    PodCgroup, BROKEN_STATUS,
 };
 use crate::support::*;
 
@@ -41,15 +42,7 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
     let repaired = agent.wait_repaired();
     assert!(repaired, "no repair counted; agent log:\n{}", log_text());
 
-    let after = validation_in(&pod.ns, false);
-    assert_eq!(
-        after.status.code(),
-        Some(0),
-        "after repair:\n{}\nagent log:\n{}",
-        crate::support::repair::show(&after),
-        log_text()
-    );
-    assert!(String::from_utf8_lossy(&after.stdout).contains("Validation passed"));
+    assert_validation_passes(&pod.ns, false, &log_text());
 
     // Exactly what ADD applies: a twin pod that went through the plugin has the same rules.
     let twin = node.pod("twin", "", "", false);
@@ -72,13 +65,7 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
 
     // The same (still broken) pod changes again: no second repair of the same UID, and repair mode
     // beats delete and label: no write to the pod at all.
-    node.srv
-        .patch_pod(
-            "default",
-            "victim",
-            r#"{"metadata":{"annotations":{"touched":"1"}}}"#,
-        )
-        .unwrap();
+    touch_pod(&node.srv, "victim");
     let seen =
         crate::support::repair::wait_until(60, || log_text().contains("pod default/victim (uid"));
     assert!(
@@ -177,13 +164,7 @@ fn a_namespace_squatting_the_pod_ip_is_never_programmed() {
     );
 
     cgroup.add(pause.pid());
-    node.srv
-        .patch_pod(
-            "default",
-            "victim",
-            r#"{"metadata":{"annotations":{"touched":"1"}}}"#,
-        )
-        .unwrap();
+    touch_pod(&node.srv, "victim");
     assert!(
         agent.wait_repaired(),
         "no repair; agent log:\n{}",
@@ -198,12 +179,5 @@ fn a_namespace_squatting_the_pod_ip_is_never_programmed() {
         !has_istio_rules(&hostile),
         "the hostile namespace was programmed"
     );
-    let after = validation_in(&pod.ns, false);
-    assert_eq!(
-        after.status.code(),
-        Some(0),
-        "after repair:\n{}\nagent log:\n{}",
-        crate::support::repair::show(&after),
-        agent.log()
-    );
+    assert_validation_passes(&pod.ns, false, &agent.log());
 }

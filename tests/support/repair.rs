@@ -177,6 +177,16 @@ pub fn scrape(port: u16) -> String {
     s
 }
 
+/// Changes pod `default/<name>` (an annotation), which starts a new repair streak for it.
+pub fn touch_pod(srv: &Server, name: &str) {
+    srv.patch_pod(
+        "default",
+        name,
+        r#"{"metadata":{"annotations":{"touched":"1"}}}"#,
+    )
+    .unwrap();
+}
+
 /// The status of a race victim: `istio-validation` failed with 126 and is in CrashLoopBackOff.
 pub const BROKEN_STATUS: &str = r#"{"status":{"initContainerStatuses":[{"name":"istio-validation",
   "state":{"waiting":{"reason":"CrashLoopBackOff"}},
@@ -300,6 +310,19 @@ pub fn validation_in(ns: &super::Netns, native_nftables: bool) -> Output {
     }
     args.extend(["--probe-timeout", "1s"]);
     ns.exec(&args)
+}
+
+/// Asserts that `istio-validation` now passes in the pod's namespace (after a repair; `agent_log` for the
+/// failure message).
+pub fn assert_validation_passes(ns: &super::Netns, native_nftables: bool, agent_log: &str) {
+    let after = validation_in(ns, native_nftables);
+    assert_eq!(
+        after.status.code(),
+        Some(0),
+        "after repair:\n{}\nagent log:\n{agent_log}",
+        show(&after)
+    );
+    assert!(String::from_utf8_lossy(&after.stdout).contains("Validation passed"));
 }
 
 /// The standalone repair agent on an end-to-end node (`node1`, repair mode, host `/proc`), debug log in the
