@@ -210,20 +210,21 @@ pub fn link(name: &str, file: &Path) -> Result<(PathBuf, Arc<File>)> {
     let i = match d.links.iter().position(|(n, f)| n == name && f == file) {
         Some(i) => i,
         None => {
-            let sub = pinned(&d.dir).join(d.links.len().to_string());
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&sub)
-                .map_err(fail)?;
-            if let Err(e) = std::os::unix::fs::symlink(file, sub.join(name)) {
-                let _ = std::fs::remove_dir(&sub);
-                return Err(fail(e));
-            }
             d.links.push((name.to_string(), file.to_path_buf()));
             d.links.len() - 1
         }
     };
-    let path = pinned(&d.dir).join(i.to_string()).join(name);
+    let sub = pinned(&d.dir).join(i.to_string());
+    let path = sub.join(name);
+    if std::fs::read_link(&path).ok().as_deref() != Some(file) {
+        // Made now, or removed since (a temp-dir cleaner such as systemd-tmpfiles): made again.
+        match std::fs::DirBuilder::new().mode(0o700).create(&sub) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(fail(e)),
+            _ => {}
+        }
+        let _ = std::fs::remove_file(&path);
+        std::os::unix::fs::symlink(file, &path).map_err(fail)?;
+    }
     Ok((path, Arc::clone(&d.dir)))
 }
 

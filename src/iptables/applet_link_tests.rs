@@ -57,6 +57,15 @@ fn links_live_in_a_private_directory_reached_through_its_descriptor() {
         .0;
     assert_ne!(other, path);
     assert!(link("a/b", Path::new("/bin/true")).is_err());
+    // A link a temp-dir cleaner removed (only root can) is made again.
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(
+        link("iptables-test-save", Path::new("/bin/true"))
+            .unwrap()
+            .0,
+        path
+    );
+    assert_eq!(std::fs::read_link(&path).unwrap(), Path::new("/bin/true"));
     let name = DIR
         .lock()
         .unwrap()
