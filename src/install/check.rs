@@ -111,10 +111,22 @@ pub fn check(
     listing: &Result<Listing>,
     read: &dyn Fn(&OsStr) -> Option<Vec<u8>>,
 ) -> Outcome {
-    let valid = match listing {
-        Ok(l) => &l.valid,
+    let (valid, blocked) = match listing {
+        Ok(l) => (&l.valid, &l.blocked),
         Err(e) => return invalid(e.to_string()),
     };
+    if let Some((name, why)) = blocked {
+        return Outcome::Preempted {
+            runtime_file: name.clone(),
+            reason: format!(
+                "{}/{} sorts before every file we can read and the container runtime may use it \
+                 ({why}): pods started now may NOT be redirected. Remove it or shrink it below {} bytes",
+                ctx.dir,
+                shown(name),
+                crate::fsutil::MAX_CONFIG_BYTES
+            ),
+        };
+    }
     let Some(first) = valid.first() else {
         return invalid(format!("no networks found in {}", ctx.dir));
     };

@@ -16,11 +16,30 @@ use std::path::Path;
 /// Standalone mode's default file name.
 pub const STANDALONE_DEFAULT: &str = "YYY-istio-cni.conf";
 
-/// A candidate file: its name and its content (or the read error).
+/// A candidate file: its name and its content (or why it was not read).
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub name: OsString,
-    pub content: std::result::Result<Vec<u8>, String>,
+    pub content: std::result::Result<Vec<u8>, Unread>,
+}
+
+/// Why a candidate was not read, and what the runtime does with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unread {
+    /// The runtime cannot use it either (a FIFO hangs it, a device or a file that is not JSON fails its
+    /// load): skipped, as libcni skips (or never gets past) it.
+    Skip(String),
+    /// A regular file over our read limit that starts like a JSON object: libcni reads files of any size,
+    /// so the runtime may load it, and we cannot tell whether it holds our entry.
+    Undecided(String),
+}
+
+impl Unread {
+    pub fn reason(&self) -> &str {
+        match self {
+            Unread::Skip(s) | Unread::Undecided(s) => s,
+        }
+    }
 }
 
 /// The valid configurations in priority order, and the skipped ones with the reason.
@@ -28,6 +47,9 @@ pub struct Candidate {
 pub struct Listing {
     pub valid: Vec<OsString>,
     pub skipped: Vec<(OsString, String)>,
+    /// An [`Unread::Undecided`] candidate sorting before every valid one: the runtime may load it, so no
+    /// file of ours can be the runtime's choice for sure (the installer stays not ready while it is there).
+    pub blocked: Option<(OsString, String)>,
 }
 
 /// The extensions the runtimes load, in libcni's `ConfFiles` call.
@@ -94,11 +116,52 @@ pub fn list_candidates(dir: &Path) -> Result<Vec<Candidate>> {
             Ok(Some(b)) => Ok(b),
             // Removed between the listing and the read: not a candidate any more.
             Ok(None) => continue,
-            Err(e) => Err(e.to_string()),
+            Err(e) if oversized_object(&ent.path()) => Err(Unread::Undecided(format!(
+                "{e}, but it starts like a JSON object and the container runtime reads files of any size, \
+                 so it may load it"
+            ))),
+            Err(e) => Err(Unread::Skip(e.to_string())),
         };
         out.push(Candidate { name, content });
     }
     Ok(out)
+}
+
+/// How far into an oversized file we look for its first byte.
+const PEEK_BYTES: usize = 64 * 1024;
+
+/// Whether `path` is a regular file over the read limit whose first non-blank byte (within
+/// [`PEEK_BYTES`]) is `{`, or is all blank that far: a document libcni might accept. Anything else
+/// (a sparse file of zeros, text) fails Go's `json.Unmarshal` into a struct at its first byte.
+fn oversized_object(path: &Path) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    if !meta.is_file() || meta.len() <= fsutil::MAX_CONFIG_BYTES {
+        return false;
+    }
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+    else {
+        return false;
+    };
+    let mut head = Vec::with_capacity(PEEK_BYTES);
+    if f.take(PEEK_BYTES as u64).read_to_end(&mut head).is_err() {
+        // Unreadable to us: assume the runtime (also root) may read it.
+        return true;
+    }
+    first_is_object(&head)
+}
+
+/// The pure half of [`oversized_object`]: the first byte after JSON whitespace is `{` (or there is none).
+fn first_is_object(head: &[u8]) -> bool {
+    head.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .map_or(true, |&b| b == b'{')
 }
 
 /// Whether `<dir>/<name>/` holds `*.conf` files (libcni ≥1.2 accepts a list without `plugins` then).
@@ -140,7 +203,13 @@ pub fn valid_configs(
     for c in sorted {
         let verdict = match &c.content {
             Ok(bytes) => validate(&c.name, bytes, plugin_dir_has_confs),
-            Err(e) => Err(e.clone()),
+            Err(Unread::Undecided(why)) => {
+                if listing.valid.is_empty() && listing.blocked.is_none() {
+                    listing.blocked = Some((c.name.clone(), why.clone()));
+                }
+                Err(why.clone())
+            }
+            Err(Unread::Skip(why)) => Err(why.clone()),
         };
         match verdict {
             Ok(()) => listing.valid.push(c.name.clone()),
@@ -185,6 +254,15 @@ pub fn choose(
     let name = match configured {
         Some(n) => n.to_os_string(),
         None => match listing {
+            Ok(Listing {
+                blocked: Some((n, why)),
+                ..
+            }) => {
+                return Choice::Wait(format!(
+                    "{} sorts first and may be the container runtime's choice: {why}",
+                    shown(n)
+                ))
+            }
             Ok(l) => match l.valid.iter().find(|n| Some(n.as_os_str()) != skip) {
                 Some(n) => n.clone(),
                 None => return Choice::Wait("no primary CNI config file yet".into()),
@@ -320,6 +398,60 @@ mod tests {
             choose(true, Some(OsStr::new("05-a.json")), &Ok(l), None, &exists),
             Choice::Use("05-a.conflist".into())
         );
+    }
+
+    #[test]
+    fn an_oversized_object_sorting_first_blocks_the_choice() {
+        let list = r#"{"name":"n","plugins":[{"type":"x"}]}"#;
+        let big = |name: &str, kind: fn(String) -> Unread| Candidate {
+            name: name.into(),
+            content: Err(kind(format!("{name}: too large"))),
+        };
+        let exists = |_: &OsStr| true;
+        // First in order and the runtime may load it: no choice, and the check reports it.
+        let c = vec![
+            cand("10-a.conflist", list),
+            big("05-big.conflist", Unread::Undecided),
+        ];
+        let l = valid_configs("/d", &c, &|_| false).unwrap();
+        assert_eq!(
+            l.blocked.as_ref().map(|b| b.0.as_os_str()),
+            Some(OsStr::new("05-big.conflist"))
+        );
+        assert!(
+            matches!(choose(true, None, &Ok(l), None, &exists), Choice::Wait(w) if w.contains("05-big.conflist"))
+        );
+        // After a valid file it does not matter: the runtime stops at the first valid one.
+        let c = vec![
+            cand("10-a.conflist", list),
+            big("20-big.conflist", Unread::Undecided),
+        ];
+        let l = valid_configs("/d", &c, &|_| false).unwrap();
+        assert!(l.blocked.is_none());
+        assert_eq!(
+            choose(true, None, &Ok(l), None, &exists),
+            Choice::Use("10-a.conflist".into())
+        );
+        // One the runtime cannot load either (not JSON, a FIFO) is skipped, as libcni skips it.
+        let c = vec![
+            cand("10-a.conflist", list),
+            big("05-zeros.conflist", Unread::Skip),
+        ];
+        let l = valid_configs("/d", &c, &|_| false).unwrap();
+        assert!(l.blocked.is_none());
+        assert_eq!(l.skipped.len(), 1);
+    }
+
+    #[test]
+    fn only_a_json_object_start_may_be_loaded() {
+        assert!(first_is_object(b" \n\t{\"x\""));
+        assert!(
+            first_is_object(b"   "),
+            "all blank so far: cannot tell, assume it may load"
+        );
+        assert!(!first_is_object(b"\0\0\0"));
+        assert!(!first_is_object(b"[{}]"));
+        assert!(!first_is_object(b"\xef\xbb\xbf{}"), "Go rejects a BOM");
     }
 
     #[test]

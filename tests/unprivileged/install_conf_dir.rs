@@ -119,3 +119,48 @@ fn names_sort_as_bytes_as_the_runtime_sorts_them() {
     p.signal(Signal::SIGTERM);
     assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
 }
+
+/// A valid configuration over our 4 MiB read limit (blank padding) sorting first: libcni reads files of
+/// any size, so the runtime loads it and it lacks our entry. Before, we skipped it as unreadable and stayed
+/// ready with our entry in the next file (the runtime's file without it); now we are not ready while it is
+/// there and ready again once it is gone. A sparse file of zeros (no runtime loads it) changes nothing.
+#[test]
+fn an_oversized_config_the_runtime_may_load_first_makes_us_not_ready() {
+    let n = Node::new("oversized");
+    n.write("10-ptp.conflist", &list_text("ptp-net", "ptp"));
+    let mut p = n.start(&[]);
+    n.settle_ready(&p, "initial");
+    // Zeros: Go's json rejects the first byte, so the runtime skips it as we do.
+    let zeros = std::fs::File::create(n.conf.join("01-zeros.conflist")).unwrap();
+    zeros.set_len(1 << 30).unwrap();
+    drop(zeros);
+    stays(
+        "a sparse file of zeros leaves us ready",
+        Duration::from_secs(1),
+        || n.ready(),
+    );
+    let big =
+        list_text("big-net", "bridge").replacen('{', &format!("{{{}", " ".repeat(5 << 20)), 1);
+    let t0 = Instant::now();
+    n.write("05-big.conflist", &big);
+    poll_until("503: the runtime may load 05-big.conflist", LONG, || {
+        n.not_ready()
+    });
+    eprintln!("oversized primary: 503 after {:?}", t0.elapsed());
+    stays(
+        "stays not ready while it is there",
+        Duration::from_secs(1),
+        || n.not_ready(),
+    );
+    assert!(
+        p.stderr().contains("05-big.conflist"),
+        "the log names the file:\n{}",
+        p.stderr()
+    );
+    std::fs::remove_file(n.conf.join("05-big.conflist")).unwrap();
+    poll_until("ready again once it is gone", LONG, || {
+        n.ready() && n.entries("10-ptp.conflist") == 1
+    });
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}

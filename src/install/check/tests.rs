@@ -32,7 +32,7 @@ fn run(chained: bool, name: &str, text: &str, e: &PluginEntry) -> Outcome {
     };
     let listing = Ok(Listing {
         valid: vec![name.into()],
-        skipped: Vec::new(),
+        ..Listing::default()
     });
     let text = text.to_string();
     check(&ctx, &listing, &move |_| Some(text.clone().into_bytes()))
