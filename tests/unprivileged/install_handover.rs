@@ -224,3 +224,42 @@ fn upstreams_daemonset_name_is_the_fallback() {
     let line = c.assert_decision(&log, "replacement", true);
     assert!(line.contains("our pod could not be read"), "{line}");
 }
+
+/// An error exit (here the first pass cannot install the binary) is followed by the kubelet restarting the
+/// container: the same rule as at SIGTERM decides, so the entry stays for the restarted agent instead of a
+/// crash loop opening the window; with the setting off, today's cleanup.
+#[test]
+fn an_error_exit_during_a_rollout_keeps_the_entry() {
+    let c = Cluster::new("handover-error");
+    let a = c.start("istio-cni-node-aaaaa", &[]);
+    c.wait_ready(&a);
+    let (_, log) = c.stop(a);
+    c.assert_decision(&log, "replacement", true);
+    // Something in the way of the binary: the next agent's first pass fails.
+    fs::remove_file(c.bin.join("istio-cni")).unwrap();
+    fs::create_dir_all(c.bin.join("istio-cni/in-the-way")).unwrap();
+    for (pod, extra, kept) in [
+        ("istio-cni-node-bbbbb", &[][..], true),
+        (
+            "istio-cni-node-ccccc",
+            &[("DISABLE_SAFE_UPGRADE", "true")][..],
+            false,
+        ),
+    ] {
+        let mut p = c.start(pod, extra);
+        let st = p.wait_exit(LONG);
+        let log = p.stderr();
+        assert!(!st.success(), "the first pass must fail:\n{log}");
+        let line = log
+            .lines()
+            .find(|l| l.contains("error exit:"))
+            .unwrap_or_else(|| panic!("no decision line:\n{log}"));
+        assert_eq!(c.entries(), usize::from(kept), "{line}\n{log}");
+        let rule = if kept {
+            "(rule replacement)"
+        } else {
+            "(rule disabled)"
+        };
+        assert!(line.contains(rule), "{line}");
+    }
+}
