@@ -272,26 +272,39 @@ pub fn run_loop(
     }
 }
 
+/// How long a watched directory may show its deleted self before the installer exits, so the kubelet
+/// restarts the container with the directory mounted afresh (upstream's chart has no liveness probe).
+pub const DELETED_DIR_EXIT: Duration = Duration::from_secs(10);
+
 /// Re-resolves the candidates' link chains (watching every directory on them, dropping the watches of
 /// directories no longer on any), re-places lost watches, and reports liveness. Returns what changed
-/// since the last look.
-fn refresh(inst: &Installer, watcher: &mut Watcher, state: &State) -> Changes {
+/// since the last look; an error once a watched directory has been deleted for [`DELETED_DIR_EXIT`].
+fn refresh(inst: &Installer, watcher: &mut Watcher, state: &State) -> Result<Changes> {
     let mut ch = watcher.resync();
     if watcher.follow_links(super::links::chains_of(inst.conf_dir())) {
         ch.conf = true;
     }
     let health = watcher.health();
     let was = state.set_healthy(health.is_none());
-    match health {
-        Some(why) if was => log::error!(
-            "{why}; /healthz now answers 503 (a liveness probe on it restarts this container)"
-        ),
+    match &health {
+        Some(why) if was => {
+            log::error!("{why}; /healthz now answers 503 (and the installer exits if it lasts)")
+        }
         None if !was => {
             log::info!("all watched directories are followed again; /healthz answers 200")
         }
         _ => {}
     }
-    ch
+    match watcher.deleted_for() {
+        Some(d) if d >= DELETED_DIR_EXIT => Err(crate::Error::other(format!(
+            "{} (for {} s): exiting, so the container is restarted and sees the directory anew",
+            health
+                .as_deref()
+                .unwrap_or("a watched directory was deleted"),
+            d.as_secs()
+        ))),
+        _ => Ok(ch),
+    }
 }
 
 /// Waits for a change, the stop descriptor or `limit` (`None`: none), refreshing ([`refresh`]) every
@@ -312,7 +325,7 @@ fn wait_change(
                 return Ok(Wake::Timeout)
             }
             Wake::Timeout => {
-                let ch = refresh(inst, watcher, state);
+                let ch = refresh(inst, watcher, state)?;
                 if ch.any() {
                     return Ok(Wake::Changed(ch));
                 }
@@ -353,7 +366,7 @@ pub fn round(
     // Conf-dir events from before the check are reflected by the check itself; other changes are
     // handed back so the loop refreshes binaries or the kubeconfig first.
     let mut before = watcher.drain()?;
-    before.merge(refresh(inst, watcher, state));
+    before.merge(refresh(inst, watcher, state)?);
     if before.service_account || before.bin || before.run {
         state.set_ready(false);
         return Ok(RoundEnd::Changed(before));

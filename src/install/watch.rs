@@ -116,6 +116,8 @@ pub struct Watcher {
     unwatched: BTreeSet<PathBuf>,
     /// Link-chain directories left out beyond [`super::links::MAX_DIRS`] (logged when it changes).
     left_out: usize,
+    /// Since when a watched directory has shown its deleted self ([`Watcher::deleted_for`]).
+    deleted_at: Option<Instant>,
 }
 
 const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
@@ -144,6 +146,7 @@ impl Watcher {
             chains: Vec::new(),
             unwatched: BTreeSet::new(),
             left_out: 0,
+            deleted_at: None,
         })
     }
 
@@ -279,6 +282,20 @@ impl Watcher {
             )),
             _ => None,
         })
+    }
+
+    /// How long a watched directory has shown its deleted self (see [`Watcher::health`]); `None` while
+    /// none does. A deleted directory never comes back: only a fresh mount (a restart) shows the new one.
+    pub fn deleted_for(&mut self) -> Option<Duration> {
+        let deleted = self
+            .bases
+            .iter()
+            .any(|b| matches!(b.state, BaseState::Watched(..)) && dirs::is_deleted(&b.path));
+        if !deleted {
+            self.deleted_at = None;
+            return None;
+        }
+        Some(self.deleted_at.get_or_insert_with(Instant::now).elapsed())
     }
 
     /// Waits until a relevant change, the stop descriptor, or `timeout` (`None`: no timeout).

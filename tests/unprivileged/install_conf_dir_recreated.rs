@@ -48,7 +48,7 @@ fn healthz(n: &Node) -> Option<u16> {
 }
 
 #[test]
-fn a_conf_dir_that_shows_only_its_deleted_self_fails_healthz() {
+fn a_conf_dir_that_shows_only_its_deleted_self_fails_healthz_then_exits() {
     let n = Node::new("detached");
     n.write("10-ptp.conflist", &list_text("ptp-net", "ptp"));
     // The installer sees the conf dir through a path that keeps resolving to the directory after it is
@@ -77,8 +77,15 @@ fn a_conf_dir_that_shows_only_its_deleted_self_fails_healthz() {
         "a clear log line:\n{}",
         p.stderr()
     );
-    p.signal(Signal::SIGTERM);
-    p.wait_exit(LONG);
+    // It can never see the new directory: it exits so that a restart (a fresh mount) can.
+    let st = p.wait_exit(Duration::from_secs(40));
+    assert!(!st.success(), "exits with an error:\n{}", p.stderr());
+    assert!(
+        p.stderr()
+            .contains("exiting, so the container is restarted"),
+        "{}",
+        p.stderr()
+    );
     let _ = holder.kill();
     let _ = holder.wait();
 }
