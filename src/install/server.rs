@@ -1,5 +1,6 @@
-//! Readiness, metrics, and a tiny HTTP/1.x responder for them: `/healthz` (always 200), `/readyz` (200 when
-//! installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
+//! Readiness, metrics, and a tiny HTTP/1.x responder for them: `/healthz` (200 unless a directory we must
+//! follow can no longer be watched, e.g. the conf dir's mount shows a deleted directory: then 503, so a
+//! liveness probe restarts us), `/readyz` (200 when installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
 //! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`), ours
 //! (`istio_cni_startup_ready_seconds`), and what the repair agent, the watches
 //! ([`crate::kube::watch_timing`]) and the plugin's records ([`super::plugin_metrics`]) add.
@@ -42,6 +43,7 @@ pub const STARTUP_READY: &str = "istio_cni_startup_ready_seconds";
 #[derive(Debug, Default)]
 pub struct State {
     ready: AtomicBool,
+    unhealthy: AtomicBool,
     installs: [AtomicU64; 4],
     /// Process start → first ready (`istio_cni_startup_ready_seconds`).
     first_ready: OnceLock<Duration>,
@@ -64,6 +66,13 @@ impl State {
     }
     pub fn ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
+    }
+    /// Sets liveness; returns the previous value.
+    pub fn set_healthy(&self, healthy: bool) -> bool {
+        !self.unhealthy.swap(!healthy, Ordering::SeqCst)
+    }
+    pub fn healthy(&self) -> bool {
+        !self.unhealthy.load(Ordering::SeqCst)
     }
     pub fn count(&self, r: InstallResult) {
         if let Some(i) = RESULTS.iter().position(|(x, _)| *x == r) {
@@ -120,7 +129,13 @@ pub enum Endpoints {
 /// The answer for a request path on the `which` server.
 pub fn respond(state: &State, which: Endpoints, path: &str) -> httpd::Reply {
     match (which, path) {
-        (Endpoints::Health, "/healthz") => (200, "text/plain", "OK\n".into()),
+        (Endpoints::Health, "/healthz") => {
+            if state.healthy() {
+                (200, "text/plain", "OK\n".into())
+            } else {
+                (503, "text/plain", "Service Unavailable\n".into())
+            }
+        }
         (Endpoints::Health, "/readyz") => {
             if state.ready() {
                 (200, "text/plain", "OK\n".into())
