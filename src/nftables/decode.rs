@@ -277,5 +277,10 @@ pub fn error(m: &Msg) -> Result<(i32, u32)> {
     let code = m.body.get(..4).ok_or_else(|| bad("short error"))?;
     let code = i32::from_ne_bytes(code.try_into().map_err(|_| bad("short error"))?);
     let seq = u32_at(m.body, 4 + 8).ok_or_else(|| bad("error without the request header"))?;
-    Ok((-code, seq))
+    // The kernel sends 0 or a negated errno; i32::MIN has no positive counterpart (and is no errno).
+    let errno = code
+        .checked_neg()
+        .filter(|e| *e >= 0)
+        .ok_or_else(|| bad("error code out of range"))?;
+    Ok((errno, seq))
 }
