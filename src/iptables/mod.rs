@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod backend;
 pub mod exec;
+pub mod foreign;
 pub mod save;
 pub mod state;
 pub mod tool;

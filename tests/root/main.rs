@@ -15,6 +15,7 @@ mod nft_e2e;
 mod nft_limits;
 mod nft_netns;
 mod nft_repair_e2e;
+mod redirect_bypass_e2e;
 mod redirect_e2e;
 mod repair_e2e;
 mod validation_e2e;
