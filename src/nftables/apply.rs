@@ -171,7 +171,8 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
         foreign.extend(crate::xtables::findings(&crate::xtables::FAMILIES)?);
         refuse(foreign)?;
         let same = state::diff(&want, &seen.ours, &|_, _, _| String::new()).is_empty();
-        if same && seen.dormant.is_empty() {
+        // "In place" only for a state read in one generation; otherwise the guarded batch decides.
+        if same && seen.dormant.is_empty() && observe::genid(&mut s)? == head.genid {
             Outcome::AlreadyInPlace
         } else {
             // Re-creating our tables also clears a dormant flag.

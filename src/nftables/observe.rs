@@ -270,6 +270,22 @@ pub fn observe(r: &mut Reader, head: &Head, hooks: &[OurHook]) -> Result<Observe
     })
 }
 
+/// A kernel without nf_tables (a legacy-only node): no socket for the family, or no nf_tables subsystem
+/// behind it (nfnetlink answers `EINVAL` for a subsystem it cannot load). Then no nf_tables rule exists.
+fn no_nf_tables(e: &Error) -> bool {
+    let Error::Io { source, .. } = e.root() else {
+        return false;
+    };
+    matches!(
+        source.raw_os_error().map(nix::errno::Errno::from_raw),
+        Some(
+            nix::errno::Errno::EPROTONOSUPPORT
+                | nix::errno::Errno::EINVAL
+                | nix::errno::Errno::EOPNOTSUPP
+        )
+    )
+}
+
 /// For a backend that is not nf_tables native (iptables mode): the foreign base chains that run before
 /// `hooks` and can move traffic, leaving out the chains `skip` names (the ones that backend's own dump
 /// already covers). Opens its own socket in the current thread's namespace.
@@ -277,9 +293,17 @@ pub fn foreign_only(
     hooks: &[OurHook],
     skip: &dyn Fn(u8, &str, &str) -> bool,
 ) -> Result<Vec<String>> {
-    let mut s = Socket::open()?;
+    let mut s = match Socket::open() {
+        Ok(s) => s,
+        Err(e) if no_nf_tables(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
     let mut r = Reader::new(&mut s);
-    let head = head(&mut r)?;
+    let head = match head(&mut r) {
+        Ok(h) => h,
+        Err(e) if no_nf_tables(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
     let base = chains(&mut r, &head, &mut Tables::new(), skip)?;
     let rules = foreign_rules(&mut r, &base, hooks)?;
     Ok(foreign::findings(&base, &rules, hooks))
