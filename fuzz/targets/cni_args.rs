@@ -12,7 +12,7 @@ pub fn run(data: &[u8]) {
     match K8sArgs::parse(text) {
         Ok(a) => {
             // Round trip through the canonical form, reversed order.
-            let mut pairs = vec![
+            let mut pairs = [
                 format!("K8S_POD_NAME={}", a.pod_name),
                 format!("K8S_POD_NAMESPACE={}", a.pod_namespace),
                 format!("K8S_POD_INFRA_CONTAINER_ID={}", a.infra_container_id),
