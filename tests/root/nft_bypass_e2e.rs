@@ -30,12 +30,7 @@ fn a_dormant_table_fails_check_and_re_add_wakes_it() {
         msg.contains("table inet istio-proxy-nat is dormant"),
         "{msg}"
     );
-    let out = pod.add();
-    out.assert_success();
-    assert!(
-        out.stderr.contains("Converged") && !out.stderr.contains("AlreadyInPlace"),
-        "{out}"
-    );
+    assert_re_add(&pod, "Converged");
     pod.run("CHECK").assert_success();
     assert!(outbound_captured(&node, &pod));
     assert!(inbound_captured(&node, &pod));
@@ -155,9 +150,7 @@ fn foreign_rules_that_cannot_move_traffic_leave_check_and_re_add_alone() {
         pod.ns.exec_ok(&["sh", "-c", c]);
     }
     pod.run("CHECK").assert_success();
-    let out = pod.add();
-    out.assert_success();
-    assert!(out.stderr.contains("AlreadyInPlace"), "{out}");
+    assert_re_add(&pod, "AlreadyInPlace");
     assert!(outbound_captured(&node, &pod));
     assert!(inbound_captured(&node, &pod));
 }

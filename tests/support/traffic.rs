@@ -155,6 +155,21 @@ pub fn inbound_captured(node: &Node, pod: &Pod) -> bool {
     }
 }
 
+/// A re-ADD succeeds with `outcome` in its decision log (`Converged` or `AlreadyInPlace`), and only that.
+pub fn assert_re_add(pod: &Pod, outcome: &str) {
+    let out = pod.add();
+    out.assert_success();
+    let other = if outcome == "Converged" {
+        "AlreadyInPlace"
+    } else {
+        "Converged"
+    };
+    assert!(
+        out.stderr.contains(outcome) && !out.stderr.contains(other),
+        "re-ADD should be {outcome}: {out}"
+    );
+}
+
 /// One way around the redirect: shell commands run in the pod's namespace, the direction it opens, what
 /// CHECK and re-ADD must name, and how to take it away again.
 pub struct Bypass<'a> {
@@ -211,9 +226,7 @@ pub fn assert_named_and_refused(node: &Node, pod: &Pod, b: &Bypass) {
     }
     sh_in(pod, &b.undo);
     pod.run("CHECK").assert_success();
-    let out = pod.add();
-    out.assert_success();
-    assert!(out.stderr.contains("AlreadyInPlace"), "{}: {out}", b.what);
+    assert_re_add(pod, "AlreadyInPlace");
     assert!(
         captured(node, pod, b.inbound),
         "{}: not captured after undo",
