@@ -128,8 +128,19 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
             Ok(1)
         }
         Ok(End::Stopped) => {
-            if let Ok(Some(sig)) = sigfd.read_signal() {
-                log::info!("signal {}: cleaning up", sig.ssi_signo);
+            let sig = match sigfd.read_signal() {
+                Ok(Some(sig)) => format!("signal {}", sig.ssi_signo),
+                _ => "stop".to_string(),
+            };
+            // Replacement (a rolling update, a restart) or uninstall: read our DaemonSet first.
+            let started = std::time::Instant::now();
+            let d = super::handover_lookup::decide_at_stop(&inst.settings);
+            log::info!(
+                "{sig}: {d} [decided in {} ms]",
+                started.elapsed().as_millis()
+            );
+            if d.verdict == super::handover::Verdict::Keep {
+                return Ok(0);
             }
             Ok(match inst.cleanup() {
                 Ok(()) => 0,

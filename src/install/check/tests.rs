@@ -16,6 +16,7 @@ fn entry() -> PluginEntry {
         pod_namespace: "istio-system".into(),
         native_nftables: false,
         enablement_selectors: crate::install::selectors::parse(CHART_SELECTOR).unwrap(),
+        enable_ambient_detection_retry: false,
     }
 }
 
@@ -26,11 +27,11 @@ fn run(chained: bool, name: &str, text: &str, e: &PluginEntry) -> Outcome {
         chained,
         owned: None,
         configured: None,
-        installed: Some(name),
+        installed: Some(std::ffi::OsStr::new(name)),
         entry: &obj,
     };
     let listing = Ok(Listing {
-        valid: vec![name.to_string()],
+        valid: vec![name.into()],
         skipped: Vec::new(),
     });
     let text = text.to_string();
