@@ -4,9 +4,30 @@
 //! The body of the cargo-fuzz target of the same name (fuzz/fuzz_targets/), also run on stable by
 //! tests/fuzz (seeds and mutations).
 
-use istio_cni::json;
+use istio_cni::json::{self, Value};
 
 const COMMANDS: [&str; 7] = ["ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC", "BOGUS"];
+const NOWHERE: &str = "/nonexistent/istio-cni-fuzz/run";
+
+/// Keeps the plugin off this machine's API server: a configuration that is a JSON object gets a run dir
+/// (where the kubeconfig is looked for) and a legacy `kubernetes.kubeconfig` that do not exist. Otherwise
+/// a node whose `/var/run/istio-cni` holds a kubeconfig makes every non-excluded ADD wait out the pod
+/// lookup's 30 s deadline.
+fn hermetic(stdin: &str) -> String {
+    let Ok(mut o) = json::parse_object(stdin, "stdin") else {
+        return stdin.to_string();
+    };
+    o.insert("cni_agent_run_dir".into(), json::string(NOWHERE));
+    if let Some(Value::Object(k)) = o.get_mut("kubernetes") {
+        if k.contains_key("kubeconfig") {
+            k.insert(
+                "kubeconfig".into(),
+                json::string(&format!("{NOWHERE}/kubeconfig")),
+            );
+        }
+    }
+    json::object_to_compact(&o)
+}
 
 pub fn run(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else {
@@ -28,7 +49,7 @@ pub fn run(data: &[u8]) {
             _ => None,
         }
     };
-    let out = istio_cni::plugin::handle(cmd, &env, Ok(stdin.to_string()));
+    let out = istio_cni::plugin::handle(cmd, &env, Ok(hermetic(stdin)));
     if out.code == 0 {
         if !out.stdout.is_empty() {
             json::parse_object(&out.stdout, "result").expect("a result is a JSON object");
