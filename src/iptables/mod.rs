@@ -5,6 +5,7 @@ pub mod applet_link;
 pub mod apply;
 pub mod backend;
 pub mod exec;
+pub mod foreign;
 pub mod node_root;
 pub mod nss;
 pub mod save;

@@ -235,6 +235,11 @@ impl Pod<'_> {
         )
     }
 
+    /// Runs `cmd` (a plugin, maybe wrapped) with this pod's environment for `command` and its conf.
+    pub fn run_wrapped(&self, cmd: std::process::Command, command: &str) -> PluginOutput {
+        run_cmd(cmd, &self.cni_env(command), self.conf.as_bytes())
+    }
+
     /// ADD with the node's `/etc/nsswitch.conf` replaced (in a private mount namespace) by `nsswitch`.
     pub fn add_with_nsswitch(&self, nsswitch: &str) -> PluginOutput {
         let conf = self.node.dir.write("nsswitch.conf", nsswitch);
