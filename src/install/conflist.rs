@@ -37,6 +37,9 @@ pub struct PluginEntry {
     pub native_nftables: bool,
     /// AMBIENT_ENABLEMENT_SELECTOR, written even with ambient off, as upstream does.
     pub enablement_selectors: Vec<super::selectors::EnablementSelector>,
+    /// ENABLE_AMBIENT_DETECTION_RETRY, written as given, as upstream does (the plugin never reads it:
+    /// ambient is refused).
+    pub enable_ambient_detection_retry: bool,
 }
 
 impl PluginEntry {
@@ -63,7 +66,10 @@ impl PluginEntry {
         o.insert("exclude_namespaces".into(), self.exclude_value());
         o.insert("pod_namespace".into(), json::string(&self.pod_namespace));
         o.insert("native_nftables".into(), Value::Bool(self.native_nftables));
-        o.insert("enable_ambient_detection_retry".into(), Value::Bool(false));
+        o.insert(
+            "enable_ambient_detection_retry".into(),
+            Value::Bool(self.enable_ambient_detection_retry),
+        );
         o
     }
 
@@ -108,7 +114,7 @@ impl PluginEntry {
             ),
             (
                 "enable_ambient_detection_retry",
-                pretty(&Value::Bool(false)),
+                pretty(&Value::Bool(self.enable_ambient_detection_retry)),
             ),
         ];
         let mut out = String::from("{\n");
@@ -326,6 +332,7 @@ mod tests {
             pod_namespace: "istio-system".into(),
             native_nftables: false,
             enablement_selectors: Vec::new(),
+            enable_ambient_detection_retry: false,
         }
     }
 
@@ -403,6 +410,17 @@ mod tests {
         assert!(t.starts_with("{\n  \"cniVersion\": \"0.3.1\",\n  \"name\": \"istio-cni\""));
         assert!(t.contains("\"exclude_namespaces\": [\n    \"kube-system\"\n  ],"));
         assert!(t.ends_with("\"enable_ambient_detection_retry\": false\n}\n"));
+        let retry = PluginEntry {
+            enable_ambient_detection_retry: true,
+            ..entry()
+        };
+        assert!(retry
+            .standalone_text()
+            .ends_with("\"enable_ambient_detection_retry\": true\n}\n"));
+        assert!(matches!(
+            retry.to_object().get("enable_ambient_detection_retry"),
+            Some(Value::Bool(true))
+        ));
         json::parse(&t, "standalone").unwrap();
     }
 }

@@ -10,6 +10,7 @@ pub mod flags;
 pub mod metrics;
 pub mod options;
 pub mod pace;
+pub mod pod_netns;
 pub mod procfs;
 pub mod request;
 pub mod selector;

@@ -78,7 +78,7 @@ impl Node {
         )
     }
 
-    fn pod_object(name: &str, annotations: &str, env: &str, ips: &[IpAddr]) -> String {
+    pub fn pod_object(name: &str, annotations: &str, env: &str, ips: &[IpAddr]) -> String {
         let sep = if annotations.is_empty() { "" } else { "," };
         let ips_json: Vec<String> = ips.iter().map(|i| format!(r#"{{"ip":"{i}"}}"#)).collect();
         format!(
@@ -235,6 +235,11 @@ impl Pod<'_> {
         )
     }
 
+    /// Runs `cmd` (a plugin, maybe wrapped) with this pod's environment for `command` and its conf.
+    pub fn run_wrapped(&self, cmd: std::process::Command, command: &str) -> PluginOutput {
+        run_cmd(cmd, &self.cni_env(command), self.conf.as_bytes())
+    }
+
     /// ADD with the node's `/etc/nsswitch.conf` replaced (in a private mount namespace) by `nsswitch`.
     pub fn add_with_nsswitch(&self, nsswitch: &str) -> PluginOutput {
         let conf = self.node.dir.write("nsswitch.conf", nsswitch);
@@ -264,6 +269,22 @@ impl Pod<'_> {
             r#""pod_lookup_timeout_seconds":2"#,
             &format!(r#""pod_lookup_timeout_seconds":{secs}"#),
         );
+    }
+
+    /// The same pod with the plugin reading its kubeconfig (and backend record) from `run_dir`, where an
+    /// installer under test wrote them.
+    pub fn with_agent_run_dir(mut self, run_dir: &std::path::Path) -> Self {
+        let ours = format!(
+            r#""cni_agent_run_dir":"{}""#,
+            self.node.dir.join("run").display()
+        );
+        assert!(self.conf.contains(&ours), "{}", self.conf);
+        self.conf = self.conf.replacen(
+            &ours,
+            &format!(r#""cni_agent_run_dir":"{}""#, run_dir.display()),
+            1,
+        );
+        self
     }
 
     /// The same pod with `native_nftables: true` in its network configuration.
