@@ -160,7 +160,8 @@ class TestImage(unittest.TestCase):
         args += ["-v", f"{sa}:/var/run/secrets/kubernetes.io/serviceaccount:ro"]
         env = dict(config, KUBERNETES_SERVICE_HOST="10.96.0.1", KUBERNETES_SERVICE_PORT="443", WAIT_TIMEOUT="10s")
         for e in container["env"]:
-            env[e["name"]] = {"spec.nodeName": "node-1", "metadata.namespace": "kube-system"}[
+            env[e["name"]] = {"spec.nodeName": "node-1", "metadata.namespace": "kube-system",
+                              "metadata.name": "istio-cni-node-x1y2z"}[
                 e["valueFrom"]["fieldRef"]["fieldPath"]]
         for k, v in env.items():
             args += ["-e", f"{k}={v}"]
