@@ -1,5 +1,6 @@
-# The istio-cni-node image: one static binary, nothing else (no shell, no libc, no CA bundle: the cluster
-# CA comes from the service-account volume).
+# The istio-cni-node image: one static binary and its SBOM, nothing else (no shell, no libc, no CA bundle: the
+# cluster CA comes from the service-account volume). The label io.istio.cni.sbom names the SBOM's path in the
+# image; the binary itself also carries its dependency list (cargo auditable), which image scanners read.
 #
 # No builder stage and no base image, so it builds offline. Do not run this file by hand against the
 # repository root: `scripts/image` builds the static binary, stages the context (below) in
@@ -11,6 +12,8 @@
 #   rootfs/usr/local/bin/{install-cni,istio-cni-repair,istio-validation,istio-cni-node}
 #                                                     relative symlinks to it; the binary picks its applet from
 #                                                     basename(argv[0])
+#   rootfs/sbom/istio-cni-node.cdx.json               the binary's SBOM (CycloneDX 1.5 JSON, by cargo-cyclonedx;
+#                                                     scripts/build-multiarch writes it next to the binary)
 #   rootfs/tmp                                        empty, mode 1777
 # COPY of a directory keeps symlinks as symlinks (buildah 1.28 checked by tests/packaging), so the applet
 # names cost no space.
@@ -25,7 +28,9 @@ LABEL org.opencontainers.image.title="install-cni" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      io.istio.cni.arch="${TARGETARCH}"
+      io.istio.cni.arch="${TARGETARCH}" \
+      io.istio.cni.sbom="/sbom/istio-cni-node.cdx.json" \
+      io.istio.cni.sbom.format="CycloneDX 1.5 JSON"
 
 COPY rootfs/ /
 

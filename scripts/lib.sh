@@ -9,6 +9,82 @@ BIN_NAME="istio-cni-node"
 # The release binary scripts/build produces.
 RELEASE_BIN="$REPO/target/$MUSL_TARGET/release/$BIN_NAME"
 
+# release_build TRIPLE [CARGO-ARGS...]: the static release binary for TRIPLE, built the one way every release
+# binary is (scripts/build, scripts/build-multiarch, hence scripts/image and scripts/release):
+#   - `cargo auditable build` (cargo-auditable, installed by scripts/setup): the binary carries its dependency
+#     list in a `.dep-v0` section that Trivy, Grype, osv-scanner and `rust-audit-info` read;
+#   - `--locked`: exactly the versions in Cargo.lock;
+#   - reproducible: the absolute paths rustc could embed (this checkout, the target dir, $CARGO_HOME with the
+#     registry sources) are remapped to fixed names, so two checkouts of one commit in different directories
+#     give the same bytes. Passed with --config, which cargo merges with .cargo/config.toml's per-target
+#     rustflags (RUSTFLAGS would replace them).
+# Output: target/TRIPLE/release/istio-cni-node (or under $CARGO_TARGET_DIR).
+release_build() {
+	local triple=$1 home target_dir flags=() args=() a p
+	shift
+	command -v cargo-auditable >/dev/null 2>&1 ||
+		die "cargo-auditable not found: scripts/setup installs the pinned version (as root)"
+	for a in "$@"; do [ "$a" = --locked ] || args+=("$a"); done # --locked is always given
+	home=${CARGO_HOME:-$HOME/.cargo}
+	target_dir=${CARGO_TARGET_DIR:-$REPO/target}
+	case $target_dir in /*) ;; *) target_dir=$REPO/$target_dir ;; esac
+	# From general to specific: rustc applies the last prefix that matches.
+	for p in "$home=/cargo" "$(cd "$home" && pwd -P)=/cargo" "$REPO=/src" "$(cd "$REPO" && pwd -P)=/src" \
+		"$target_dir=/target"; do
+		case $p in *'"'* | *'\'*) die "release_build: cannot remap a path with a quote or backslash: $p" ;; esac
+		case " ${flags[*]} " in *" \"--remap-path-prefix=$p\" "*) ;; *) flags+=("\"--remap-path-prefix=$p\"") ;; esac
+	done
+	local config
+	config="target.$triple.rustflags=[$(IFS=,; echo "${flags[*]}")]"
+	(
+		cd "$REPO" || exit 1
+		# .cargo/config.toml names the linkers and crt-static; ring's C parts need a C compiler for the target.
+		case $triple in
+		x86_64-unknown-linux-musl) export CC_x86_64_unknown_linux_musl=${CC_x86_64_unknown_linux_musl:-musl-gcc} ;;
+		aarch64-unknown-linux-musl)
+			export CC_aarch64_unknown_linux_musl=${CC_aarch64_unknown_linux_musl:-aarch64-linux-gnu-gcc}
+			export AR_aarch64_unknown_linux_musl=${AR_aarch64_unknown_linux_musl:-aarch64-linux-gnu-ar}
+			;;
+		esac
+		cargo auditable build --release --locked --target "$triple" --bin "$BIN_NAME" --config "$config" "${args[@]}"
+	)
+}
+
+# source_date_epoch: $SOURCE_DATE_EPOCH, else the time of the checked-out commit, else 0 (a tree without git:
+# set SOURCE_DATE_EPOCH). The one date a release carries (the image's and the SBOM's timestamps).
+source_date_epoch() {
+	if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+		echo "$SOURCE_DATE_EPOCH"
+	else
+		git -C "$REPO" log -1 --format=%ct 2>/dev/null || echo 0
+	fi
+}
+
+# write_sbom TRIPLE OUT: the SBOM of the release binary for TRIPLE, CycloneDX 1.5 JSON, by cargo-cyclonedx
+# (pinned; scripts/setup installs it): every crate Cargo.lock resolves for TRIPLE as a [dependencies]
+# entry, transitively, with version, licence and checksum; dev- and build-dependencies left out.
+# Reproducible: SOURCE_DATE_EPOCH (source_date_epoch) sets its timestamp and drops the random serial number,
+# and the one absolute path it records (the root package's `path+file://` id) is renamed as release_build
+# renames it in the binary (/src).
+write_sbom() {
+	local triple=$1 out=$2 made m
+	command -v cargo-cyclonedx >/dev/null 2>&1 ||
+		die "cargo-cyclonedx not found: scripts/setup installs the pinned version (as root)"
+	made="${BIN_NAME}_bin_$triple.cdx.json"
+	(cd "$REPO" && SOURCE_DATE_EPOCH=$(source_date_epoch) cargo cyclonedx -q --format json --spec-version 1.5 \
+		--describe binaries --target "$triple" --target-in-filename --no-build-deps) ||
+		die "cargo cyclonedx failed for $triple"
+	[ -f "$REPO/$made" ] || die "cargo cyclonedx wrote no $made"
+	jq --arg logical "path+file://$REPO" --arg physical "path+file://$(cd "$REPO" && pwd -P)" '
+		walk(if type == "string" and startswith($physical) then "path+file:///src" + ltrimstr($physical)
+		     elif type == "string" and startswith($logical) then "path+file:///src" + ltrimstr($logical)
+		     else . end)' "$REPO/$made" >"$out.tmp" && mv "$out.tmp" "$out"
+	# It writes one file per workspace member, next to its Cargo.toml: keep the binary's, drop the test crates'.
+	rm -f "$REPO/$made"
+	while read -r m; do rm -f "$(dirname "$m")"/*_bin_"$triple".cdx.json; done < <(
+		cargo metadata --format-version 1 --no-deps --manifest-path "$REPO/Cargo.toml" | jq -r '.packages[].manifest_path')
+}
+
 # rustup installs into ~/.cargo/bin; a fresh root shell may not have it on PATH yet.
 case ":$PATH:" in
 *":${CARGO_HOME:-$HOME/.cargo}/bin:"*) ;;

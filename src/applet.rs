@@ -17,12 +17,15 @@ pub fn since_start() -> Duration {
     mark_start().elapsed()
 }
 
-/// `<applet> <version> (commit <sha>); CNI spec versions: ...`
+/// `<applet> <version> (commit <sha>; <target triple>; <rustc -V>); CNI spec versions: ...`: what a
+/// rebuild needs to reproduce this binary (build.rs records the commit, target and compiler).
 pub fn version_text(applet: &str) -> String {
     format!(
-        "{applet} {} (commit {}); CNI spec versions: {}",
+        "{applet} {} (commit {}; {}; {}); CNI spec versions: {}",
         env!("CARGO_PKG_VERSION"),
         env!("GIT_COMMIT"),
+        env!("BUILD_TARGET"),
+        env!("RUSTC_VERSION"),
         SUPPORTED.join(", ")
     )
 }
@@ -52,6 +55,10 @@ mod tests {
         let v = version_text("istio-cni");
         assert!(v.starts_with("istio-cni "));
         assert!(v.contains("commit"));
+        assert!(
+            v.contains(env!("BUILD_TARGET")) && v.contains("; rustc 1."),
+            "{v}"
+        );
         assert!(v.contains("1.1.0") && v.contains("0.1.0"));
     }
 }

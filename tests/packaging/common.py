@@ -1,6 +1,8 @@
 """Shared helpers for the packaging tests: paths, the crate version, rendering with `kubectl kustomize`, and
 the names and defaults install-cni reads, parsed from its source so that the manifests cannot drift from it."""
 
+import functools
+import json
 import os
 import re
 import subprocess
@@ -32,6 +34,52 @@ def crate_version() -> str:
 
 def release_binary(arch: str) -> Path:
     return REPO / "target" / TRIPLES[arch] / "release" / "istio-cni-node"
+
+
+# The design card's runtime crates: the binary's only direct dependencies.
+CARD = {"argh", "miniserde", "nix", "ureq", "rustls", "ipnet", "log", "env_logger"}
+
+
+@functools.lru_cache(maxsize=None)
+def cargo_metadata(triple: str) -> dict:
+    """`cargo metadata --locked --filter-platform TRIPLE`: Cargo.lock's graph as it resolves for TRIPLE."""
+    p = run(["cargo", "metadata", "--format-version", "1", "--locked", "--filter-platform", triple], cwd=REPO)
+    assert p.returncode == 0, f"cargo metadata failed:\n{p.stderr}"
+    return json.loads(p.stdout)
+
+
+def lock_graph(triple: str, through_proc_macros: bool) -> set:
+    """(name, version) of every crate Cargo.lock resolves for TRIPLE as the binary's [dependencies],
+    transitively, the binary's own package excluded: no dev-dependency (the test crates) and no
+    build-dependency (build scripts' helpers). through_proc_macros=False also leaves out the proc-macro crates
+    and what only they need: those run inside the compiler, and cargo auditable lists them as "build"."""
+    m = cargo_metadata(triple)
+    pkgs = {p["id"]: p for p in m["packages"]}
+    nodes = {n["id"]: n for n in m["resolve"]["nodes"]}
+    root = next(i for i, p in pkgs.items() if p["name"] == "istio-cni-node" and p["source"] is None)
+
+    def proc_macro(i):
+        return any("proc-macro" in t["kind"] for t in pkgs[i]["targets"])
+
+    seen, todo = {root}, [root]
+    while todo:
+        for d in nodes[todo.pop()]["deps"]:
+            normal = any(k["kind"] is None for k in d["dep_kinds"])
+            if normal and d["pkg"] not in seen and (through_proc_macros or not proc_macro(d["pkg"])):
+                seen.add(d["pkg"])
+                todo.append(d["pkg"])
+    return {(pkgs[i]["name"], pkgs[i]["version"]) for i in seen - {root}}
+
+
+def lock_checksums() -> dict:
+    """(name, version) -> the sha256 Cargo.lock records for each crates.io package."""
+    text = (REPO / "Cargo.lock").read_text()
+    out = {}
+    for block in text.split("[[package]]")[1:]:
+        f = dict(re.findall(r'^(name|version|checksum) = "([^"]+)"', block, re.M))
+        if "checksum" in f:
+            out[(f["name"], f["version"])] = f["checksum"]
+    return out
 
 
 def run(cmd, **kw) -> subprocess.CompletedProcess:

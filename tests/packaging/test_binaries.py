@@ -51,9 +51,13 @@ class TestReleaseBinaries(unittest.TestCase):
         b = str(self.binary("arm64"))
         out = self.version([qemu, b, "--version"])
         self.assertTrue(out.startswith(f"istio-cni-node {crate_version()} (commit "), out)
-        # Same source, same answer as the x86_64 build (the commit may differ if one was rebuilt since).
-        strip = lambda s: re.sub(r"\(commit \w+\)", "(commit)", s)
-        self.assertEqual(strip(out), strip(self.version([str(self.binary("amd64")), "--version"])))
+        self.assertIn("; aarch64-unknown-linux-musl; rustc ", out)
+        # Same source, same answer as the x86_64 build but for the target (the commit may differ if one was
+        # rebuilt since).
+        native = self.version([str(self.binary("amd64")), "--version"])
+        self.assertIn("; x86_64-unknown-linux-musl; rustc ", native)
+        strip = lambda s: re.sub(r"\(commit \w+; [\w-]+; ", "(commit; ", s)
+        self.assertEqual(strip(out), strip(native))
         # argv[0] dispatch: qemu's -0 sets the guest's argv[0], as a symlink named install-cni would.
         out = self.version([qemu, "-0", "/usr/local/bin/install-cni", b, "--version"])
         self.assertTrue(out.startswith(f"install-cni {crate_version()} "), out)

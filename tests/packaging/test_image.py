@@ -1,5 +1,6 @@
 """The FROM-scratch image, built offline by scripts/image for both arches: its entrypoint answers --version,
-it holds exactly the binary plus the applet symlinks, and its metadata is what the DaemonSet expects.
+it holds exactly the binary, the applet symlinks and the binary's SBOM (named by a label), and its metadata is
+what the DaemonSet expects.
 Root-only (buildah storage); uses the binaries scripts/build-multiarch already built (--no-build)."""
 
 import json
@@ -56,9 +57,10 @@ class TestImage(unittest.TestCase):
                 self.assertIsNotNone(m, self.out)
                 size = int(m.group(1))
                 binary = release_binary(arch).stat().st_size
-                print(f"\n    image {arch}: {size} bytes (binary {binary})", end="")
-                # The binary plus four symlinks of a few dozen bytes each: nothing else.
-                self.assertLess(size - binary, 200)
+                sbom = Path(f"{release_binary(arch)}.cdx.json").stat().st_size
+                print(f"\n    image {arch}: {size} bytes (binary {binary}, SBOM {sbom})", end="")
+                # The binary, its SBOM and four symlinks of a few dozen bytes each: nothing else.
+                self.assertLess(size - binary - sbom, 200)
 
     def test_manifest_list(self):
         self.assertIn(f"manifest localhost/install-cni:{self.version}: ", self.out)
@@ -77,6 +79,7 @@ class TestImage(unittest.TestCase):
         self.assertIn(f"org.opencontainers.image.version:{self.version}", labels)
         self.assertIn("org.opencontainers.image.title:install-cni", labels)
         self.assertIn("io.istio.cni.arch:amd64", labels)
+        self.assertIn("io.istio.cni.sbom:/sbom/istio-cni-node.cdx.json", labels)
         self.assertIn("PATH=/usr/local/bin:/opt/cni/bin", env)
 
     def test_contents_are_the_binary_and_applet_links(self):
@@ -97,11 +100,16 @@ class TestImage(unittest.TestCase):
                             entries[rel] = ("link:" + os.readlink(full)) if full.is_symlink() else (
                                 "dir" if full.is_dir() else "file")
                     expected = {"opt": "dir", "opt/cni": "dir", "opt/cni/bin": "dir", "opt/cni/bin/istio-cni": "file",
-                                "usr": "dir", "usr/local": "dir", "usr/local/bin": "dir", "tmp": "dir"}
+                                "usr": "dir", "usr/local": "dir", "usr/local/bin": "dir", "tmp": "dir",
+                                "sbom": "dir", "sbom/istio-cni-node.cdx.json": "file"}
                     expected.update({f"usr/local/bin/{a}": "link:../../../opt/cni/bin/istio-cni" for a in APPLETS})
                     self.assertEqual(entries, expected)
                     self.assertEqual((root / "opt/cni/bin/istio-cni").read_bytes(), release_binary(arch).read_bytes())
                     self.assertEqual(os.stat(root / "opt/cni/bin/istio-cni").st_mode & 0o7777, 0o755)
+                    # The binary's own SBOM, the one scripts/build-multiarch leaves next to it.
+                    self.assertEqual((root / "sbom/istio-cni-node.cdx.json").read_bytes(),
+                                     Path(f"{release_binary(arch)}.cdx.json").read_bytes())
+                    self.assertEqual(os.stat(root / "sbom/istio-cni-node.cdx.json").st_mode & 0o7777, 0o644)
                     self.assertEqual(os.stat(root / "tmp").st_mode & 0o7777, 0o1777)
                 finally:
                     buildah("umount", ctr)
@@ -152,7 +160,8 @@ class TestImage(unittest.TestCase):
         args += ["-v", f"{sa}:/var/run/secrets/kubernetes.io/serviceaccount:ro"]
         env = dict(config, KUBERNETES_SERVICE_HOST="10.96.0.1", KUBERNETES_SERVICE_PORT="443", WAIT_TIMEOUT="10s")
         for e in container["env"]:
-            env[e["name"]] = {"spec.nodeName": "node-1", "metadata.namespace": "kube-system"}[
+            env[e["name"]] = {"spec.nodeName": "node-1", "metadata.namespace": "kube-system",
+                              "metadata.name": "istio-cni-node-x1y2z"}[
                 e["valueFrom"]["fieldRef"]["fieldPath"]]
         for k, v in env.items():
             args += ["-e", f"{k}={v}"]

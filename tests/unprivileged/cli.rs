@@ -52,6 +52,11 @@ fn version_names_commit_and_cni_versions() {
         assert!(o.status.success(), "{argv0} {args:?}: {o:?}");
         let out = text(&o.stdout);
         assert!(out.contains("commit"), "{argv0} {args:?}: {out}");
+        // What a rebuild needs: the target triple and the compiler (build.rs records both).
+        assert!(
+            out.contains(&format!("; {}; rustc 1.", env!("BUILD_TARGET"))),
+            "{argv0} {args:?}: no target triple and rustc version: {out}"
+        );
         for v in [
             "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
         ] {
