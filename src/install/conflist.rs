@@ -37,6 +37,9 @@ pub struct PluginEntry {
     pub native_nftables: bool,
     /// AMBIENT_ENABLEMENT_SELECTOR, written even with ambient off, as upstream does.
     pub enablement_selectors: Vec<super::selectors::EnablementSelector>,
+    /// POD_CACHE_ENABLED: our key `"pod_cache": false` is written only when off, so the default entry is
+    /// upstream's, byte for byte.
+    pub pod_cache: bool,
 }
 
 impl PluginEntry {
@@ -64,6 +67,9 @@ impl PluginEntry {
         o.insert("pod_namespace".into(), json::string(&self.pod_namespace));
         o.insert("native_nftables".into(), Value::Bool(self.native_nftables));
         o.insert("enable_ambient_detection_retry".into(), Value::Bool(false));
+        if !self.pod_cache {
+            o.insert("pod_cache".into(), Value::Bool(false));
+        }
         o
     }
 
@@ -78,7 +84,7 @@ impl PluginEntry {
     pub fn standalone_text(&self) -> String {
         // Values are at depth 1 of the document; re-indent the nested lines.
         let pretty = |v: &Value| json::to_pretty(v, "  ").replace('\n', "\n  ");
-        let fields = [
+        let mut fields = vec![
             ("cniVersion", pretty(&json::string(UPSTREAM_CNI_VERSION))),
             ("name", pretty(&json::string(PLUGIN_TYPE))),
             ("type", pretty(&json::string(PLUGIN_TYPE))),
@@ -111,6 +117,9 @@ impl PluginEntry {
                 pretty(&Value::Bool(false)),
             ),
         ];
+        if !self.pod_cache {
+            fields.push(("pod_cache", pretty(&Value::Bool(false))));
+        }
         let mut out = String::from("{\n");
         for (i, (k, text)) in fields.iter().enumerate() {
             out.push_str("  ");
@@ -296,6 +305,7 @@ mod tests {
             pod_namespace: "istio-system".into(),
             native_nftables: false,
             enablement_selectors: Vec::new(),
+            pod_cache: true,
         }
     }
 
@@ -373,6 +383,24 @@ mod tests {
         assert!(t.starts_with("{\n  \"cniVersion\": \"0.3.1\",\n  \"name\": \"istio-cni\""));
         assert!(t.contains("\"exclude_namespaces\": [\n    \"kube-system\"\n  ],"));
         assert!(t.ends_with("\"enable_ambient_detection_retry\": false\n}\n"));
+        json::parse(&t, "standalone").unwrap();
+    }
+
+    #[test]
+    fn pod_cache_key_only_when_off() {
+        let on = entry();
+        assert!(!on.to_object().contains_key("pod_cache"));
+        assert!(!on.standalone_text().contains("pod_cache"));
+        let off = PluginEntry {
+            pod_cache: false,
+            ..entry()
+        };
+        assert!(matches!(
+            off.to_object().get("pod_cache"),
+            Some(Value::Bool(false))
+        ));
+        let t = off.standalone_text();
+        assert!(t.ends_with("false,\n  \"pod_cache\": false\n}\n"), "{t}");
         json::parse(&t, "standalone").unwrap();
     }
 }

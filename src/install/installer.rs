@@ -67,6 +67,7 @@ impl Installer {
             pod_namespace: s.pod_namespace.clone(),
             native_nftables: s.native_nftables,
             enablement_selectors: s.enablement_selectors.clone(),
+            pod_cache: s.pod_cache,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The controller: a watcher (paginated LIST, then WATCH with bookmarks from the list's resourceVersion;
-//! 410 → relist; otherwise re-watch; every restart paced by backoff 800 ms … 30 s with jitter) that reduces every pod to
-//! [`PodFacts`] at once, and a worker that keeps only the broken pods and acts on them, at most
+//! 410 → relist; otherwise re-watch; every restart paced by backoff 800 ms … 30 s with jitter) feeding a
+//! [`PodSink`] (the repair one reduces every pod to [`PodFacts`] at once; `install-cni` feeds its pod
+//! cache from the same loop), and a worker that keeps only the broken pods and acts on them, at most
 //! [`MAX_ATTEMPTS`] times per failure streak with exponential backoff. Nothing here panics on API input;
 //! API failures are logged and retried.
 
@@ -48,28 +49,97 @@ pub fn message(det: &Detector, pod: Object) -> Msg {
     }
 }
 
-/// Lists every selected pod page by page; sends each and then `Synced`. Returns the list's RV.
-pub fn list_all(client: &Client, det: &Detector, tx: &Sender<Msg>) -> Result<String> {
+/// What the list/watch loop feeds: the repair worker's channel ([`RepairSink`]), or, in `install-cni`,
+/// the node's pod cache and the repair worker together.
+pub trait PodSink {
+    /// A (re)list starts.
+    fn list_begun(&mut self) {}
+    /// A pod from a list page or an ADDED/MODIFIED event.
+    fn pod(&mut self, pod: Object);
+    /// A DELETED event.
+    fn gone(&mut self, pod: &Object);
+    /// The list is complete: these are all the pods that exist.
+    fn list_done(&mut self);
+    /// A watch opened; `restart` when it is not the first one.
+    fn watch_up(&mut self, _restart: bool) {}
+    /// A list or watch failed (a server closing a watch normally is not a failure).
+    fn watch_down(&mut self) {}
+}
+
+/// The repair worker's side of the loop: each pod reduced to a [`Msg`] at once.
+pub struct RepairSink {
+    pub det: Detector,
+    pub tx: Sender<Msg>,
+    listed: Option<HashSet<String>>,
+}
+
+impl RepairSink {
+    pub fn new(det: Detector, tx: Sender<Msg>) -> RepairSink {
+        RepairSink {
+            det,
+            tx,
+            listed: None,
+        }
+    }
+}
+
+impl PodSink for RepairSink {
+    fn list_begun(&mut self) {
+        self.listed = Some(HashSet::new());
+    }
+    fn pod(&mut self, pod: Object) {
+        let m = message(&self.det, pod);
+        if let (Some(keys), Msg::Pod { facts, .. }) = (self.listed.as_mut(), &m) {
+            keys.insert(facts.key());
+        }
+        let _ = self.tx.send(m);
+    }
+    fn gone(&mut self, pod: &Object) {
+        let _ = self.tx.send(Msg::Gone(self.det.facts(pod).key()));
+    }
+    fn list_done(&mut self) {
+        let keys = self.listed.take().unwrap_or_default();
+        let _ = self.tx.send(Msg::Synced(keys));
+    }
+}
+
+/// Which pods the loop lists and watches (server-side selectors), and the name its log lines carry.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub label: Option<String>,
+    pub field: String,
+    pub what: &'static str,
+}
+
+impl Selection {
+    /// The standalone agent's: its label and field selectors (and the node) on the server.
+    pub fn of_repair(opts: &super::options::Options) -> Selection {
+        Selection {
+            label: Some(opts.label_selectors.clone()).filter(|s| !s.is_empty()),
+            field: opts.effective_field_selector(),
+            what: "repair",
+        }
+    }
+}
+
+/// Lists every selected pod page by page into `sink`. Returns the list's RV.
+pub fn list_all(client: &Client, sel: &Selection, sink: &mut dyn PodSink) -> Result<String> {
     let mut params = ListParams {
-        label_selector: Some(det.opts.label_selectors.clone()).filter(|s| !s.is_empty()),
-        field_selector: Some(det.opts.effective_field_selector()),
+        label_selector: sel.label.clone(),
+        field_selector: Some(sel.field.clone()),
         limit: Some(PAGE),
         ..ListParams::default()
     };
-    let mut keys = HashSet::new();
+    sink.list_begun();
     loop {
         let page = client.list_pods(&params)?;
         for pod in page.items {
-            let m = message(det, pod);
-            if let Msg::Pod { facts, .. } = &m {
-                keys.insert(facts.key());
-            }
-            let _ = tx.send(m);
+            sink.pod(pod);
         }
         match page.continue_token {
             Some(c) => params.continue_token = Some(c),
             None => {
-                let _ = tx.send(Msg::Synced(keys));
+                sink.list_done();
                 return Ok(page.resource_version);
             }
         }
@@ -97,10 +167,16 @@ enum Ended {
 
 /// Opens one watch from `rv` and forwards its events; returns how it ended and whether it delivered any
 /// change (and advances `rv`).
-fn watch_once(client: &Client, det: &Detector, tx: &Sender<Msg>, rv: &mut String) -> (Ended, bool) {
+fn watch_once(
+    client: &Client,
+    sel: &Selection,
+    sink: &mut dyn PodSink,
+    rv: &mut String,
+    restart: bool,
+) -> (Ended, bool) {
     let params = WatchParams {
-        label_selector: Some(det.opts.label_selectors.clone()).filter(|s| !s.is_empty()),
-        field_selector: Some(det.opts.effective_field_selector()),
+        label_selector: sel.label.clone(),
+        field_selector: Some(sel.field.clone()),
         resource_version: Some(rv.clone()).filter(|r| !r.is_empty()),
         allow_bookmarks: true,
         timeout_seconds: Some(watch_timeout()),
@@ -111,6 +187,7 @@ fn watch_once(client: &Client, det: &Detector, tx: &Sender<Msg>, rv: &mut String
         Err(e) if e.is_gone() => return (Ended::Gone(e), false),
         Err(e) => return (Ended::Failed(e), false),
     };
+    sink.watch_up(restart);
     let mut failure = None;
     let mut delivered = false;
     for ev in &mut stream {
@@ -119,12 +196,11 @@ fn watch_once(client: &Client, det: &Detector, tx: &Sender<Msg>, rv: &mut String
                 EventKind::Bookmark => {}
                 EventKind::Deleted => {
                     delivered = true;
-                    let f = det.facts(&ev.object);
-                    let _ = tx.send(Msg::Gone(f.key()));
+                    sink.gone(&ev.object);
                 }
                 EventKind::Added | EventKind::Modified => {
                     delivered = true;
-                    let _ = tx.send(message(det, ev.object));
+                    sink.pod(ev.object);
                 }
             },
             Err(e) => {
@@ -149,29 +225,32 @@ fn watch_once(client: &Client, det: &Detector, tx: &Sender<Msg>, rv: &mut String
 /// only after a watch that delivered changes or stayed up [`super::pace::HEALTHY_WATCH`]; so a server
 /// that ends every watch at once sees a few requests per minute, not thousands. Lines that would repeat on every restart are
 /// written at most once per [`LOG_WINDOW`] each.
-pub fn watch_forever(client: &Client, det: &Detector, tx: &Sender<Msg>) {
+pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
+    let what = sel.what;
     let mut pace = Pace::default();
     let mut logs = LogLimit::new(LOG_WINDOW);
     let mut rv: Option<String> = None;
+    let mut watched = false;
     loop {
         let began = Instant::now();
         let mut at = match rv.take() {
             Some(r) => r,
-            None => match list_all(client, det, tx) {
+            None => match list_all(client, sel, sink) {
                 Ok(r) => {
                     if let Some(n) = logs.allow("listed", Instant::now()) {
                         log::info!(
-                            "repair: listed pods at resourceVersion {r}; watching{}",
+                            "{what}: listed pods at resourceVersion {r}; watching{}",
                             held_note(n, LOG_WINDOW)
                         );
                     }
                     r
                 }
                 Err(e) => {
+                    sink.watch_down();
                     let d = pace.next(Duration::ZERO, false, random());
                     if let Some(n) = logs.allow("list-failed", Instant::now()) {
                         log::warn!(
-                            "repair: list pods failed (retry in {d:.1?}): {e}{}",
+                            "{what}: list pods failed (retry in {d:.1?}): {e}{}",
                             held_note(n, LOG_WINDOW)
                         );
                     }
@@ -180,26 +259,29 @@ pub fn watch_forever(client: &Client, det: &Detector, tx: &Sender<Msg>) {
                 }
             },
         };
-        let (ended, delivered) = watch_once(client, det, tx, &mut at);
+        let (ended, delivered) = watch_once(client, sel, sink, &mut at, watched);
+        watched = true;
         let d = pace.next(began.elapsed(), delivered, random());
         let now = Instant::now();
         match ended {
             Ended::Closed => {
-                log::debug!("repair: watch closed by the server; re-watching from {at} in {d:.1?}");
+                log::debug!("{what}: watch closed by the server; re-watching from {at} in {d:.1?}");
                 rv = Some(at);
             }
             Ended::Gone(e) => {
+                sink.watch_down();
                 if let Some(n) = logs.allow("gone", now) {
                     log::info!(
-                        "repair: watch expired ({e}); relisting in {d:.1?}{}",
+                        "{what}: watch expired ({e}); relisting in {d:.1?}{}",
                         held_note(n, LOG_WINDOW)
                     );
                 }
             }
             Ended::Failed(e) => {
+                sink.watch_down();
                 if let Some(n) = logs.allow("watch-failed", now) {
                     log::warn!(
-                        "repair: watch pods failed (re-watch from {at} in {d:.1?}): {e}{}",
+                        "{what}: watch pods failed (re-watch from {at} in {d:.1?}): {e}{}",
                         held_note(n, LOG_WINDOW)
                     );
                 }

@@ -16,6 +16,7 @@ fn entry() -> PluginEntry {
         pod_namespace: "istio-system".into(),
         native_nftables: false,
         enablement_selectors: crate::install::selectors::parse(CHART_SELECTOR).unwrap(),
+        pod_cache: true,
     }
 }
 
