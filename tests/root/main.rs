@@ -13,6 +13,7 @@ mod lookup_add_wall;
 mod nft_e2e;
 mod nft_netns;
 mod nft_repair_e2e;
+mod podcache_e2e;
 mod redirect_e2e;
 mod repair_e2e;
 mod validation_e2e;

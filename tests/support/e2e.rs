@@ -24,6 +24,8 @@ pub struct Pod<'a> {
     pub ptp_result: Value,
     pub ip4: IpAddr,
     pub ip6: Option<Ipv6Addr>,
+    /// `metadata.uid` the double gave the pod ("" when it has none): the runtime's `K8S_POD_UID`.
+    pub uid: String,
     conf: String,
 }
 
@@ -133,10 +135,13 @@ impl Node {
         if ip6.is_some() {
             wait_for_ipv6(&ns);
         }
-        self.srv
+        let stored = self
+            .srv
             .add_pod(&Node::pod_object(name, annotations, env, &ips))
             .expect("add pod to the double");
-        self.pod_in(ns, name, result, ip4, ip6)
+        let mut p = self.pod_in(ns, name, result, ip4, ip6);
+        p.uid = uid_of(&stored);
+        p
     }
 
     /// The pod in `ns` that `result` (its plugin chain's result) describes, with this node's plugin conf.
@@ -156,6 +161,7 @@ impl Node {
             ptp_result: result,
             ip4,
             ip6,
+            uid: String::new(),
             conf,
         }
     }
@@ -164,10 +170,17 @@ impl Node {
     /// from, as upstream does inside the namespace), and a prevResult naming it (enough to program rules:
     /// nothing sends traffic). Served by the double.
     pub fn bare_pod(&self, name: &str, i: u8) -> Pod<'_> {
-        let p = self.pod_without_api_object_at(name, i);
-        self.srv
-            .add_pod(&Node::pod_object(name, "", "", &[p.ip4]))
+        self.bare_pod_with(name, i, "", "")
+    }
+
+    /// [`Node::bare_pod`] with these annotations and istio-proxy env entries (JSON fragments).
+    pub fn bare_pod_with(&self, name: &str, i: u8, annotations: &str, env: &str) -> Pod<'_> {
+        let mut p = self.pod_without_api_object_at(name, i);
+        let stored = self
+            .srv
+            .add_pod(&Node::pod_object(name, annotations, env, &[p.ip4]))
             .expect("add pod");
+        p.uid = uid_of(&stored);
         p
     }
 
@@ -185,6 +198,18 @@ impl Node {
             ns.path()
         ));
         self.pod_in(ns, name, result, ip4, None)
+    }
+
+    /// A pod without a sidecar (`app` only), served by the double; returns its UID.
+    pub fn add_plain_pod(&self, name: &str) -> String {
+        let stored = self
+            .srv
+            .add_pod(&format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default"}},
+                   "spec":{{"nodeName":"node1","containers":[{{"name":"app"}}]}}}}"#
+            ))
+            .expect("add pod");
+        uid_of(&stored)
     }
 
     /// The node-side address the pod's traffic comes from / goes to (ptp's gateway).
@@ -219,8 +244,13 @@ impl Pod<'_> {
             &self.node.plugins.cni_path(),
         )
         .with_args(&format!(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
-            self.name
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}{}",
+            self.name,
+            if self.uid.is_empty() {
+                String::new()
+            } else {
+                format!(";K8S_POD_UID={}", self.uid)
+            }
         ))
     }
 
@@ -277,9 +307,34 @@ impl Pod<'_> {
         self
     }
 
+    /// The same pod with `"pod_cache": false` in its network configuration (what the installer writes
+    /// with `POD_CACHE_ENABLED=false`).
+    pub fn without_pod_cache(mut self) -> Self {
+        self.conf = self
+            .conf
+            .replacen(r#""type":"istio-cni""#, r#""type":"istio-cni","pod_cache":false"#, 1);
+        self
+    }
+
+    /// The same pod with `conf` as its whole network configuration (e.g. the file the installer wrote).
+    pub fn with_conf(mut self, conf: String) -> Self {
+        self.conf = conf;
+        self
+    }
+
     /// `prog` (an iptables-save) inside the pod, without comments and counters.
     pub fn save(&self, prog: &str) -> String {
         self.ns.saved_rules(prog)
+    }
+}
+
+fn uid_of(pod: &miniserde::json::Object) -> String {
+    match pod.get("metadata") {
+        Some(Value::Object(m)) => match m.get("uid") {
+            Some(Value::String(u)) => u.clone(),
+            _ => String::new(),
+        },
+        _ => String::new(),
     }
 }
 

@@ -18,6 +18,7 @@ pub mod cmd;
 pub mod e2e;
 pub mod install;
 pub mod kube;
+pub mod podcache;
 pub mod repair;
 pub mod traffic;
 
