@@ -37,6 +37,9 @@ pub const WRITE_DEADLINE: Duration = Duration::from_secs(1);
 pub const MAX_CONNS: usize = 512;
 /// How often the server checks that its socket file is still there (and binds it again if not).
 const RECHECK: Duration = Duration::from_secs(2);
+/// Connections accepted per turn of the loop: a client connecting in a tight loop cannot keep the server
+/// accepting instead of answering the connections it has.
+const ACCEPT_BATCH: usize = 32;
 
 struct Inner {
     store: Mutex<Store>,
@@ -389,7 +392,7 @@ fn run(mut listener: UnixListener, cache: Cache, path: PathBuf) {
 }
 
 fn accept_all(listener: &UnixListener, conns: &mut Vec<Conn>) {
-    loop {
+    for _ in 0..ACCEPT_BATCH {
         match listener.accept() {
             Ok((sock, _)) => {
                 if sock.set_nonblocking(true).is_err() || !allowed_peer(&sock) {

@@ -6,7 +6,7 @@
 use crate::support::repair::*;
 
 /// An injected pod of realistic size (~7 KB of JSON: status annotation, proxy env, volumes, statuses).
-fn pod(i: usize, broken: bool) -> String {
+pub fn pod(i: usize, broken: bool) -> String {
     let env: Vec<String> = (0..30)
         .map(|k| format!(r#"{{"name":"ISTIO_META_VAR_{k}","value":"value-{k}-{i}-abcdefghijklmnopqrstuvwxyz"}}"#))
         .collect();
