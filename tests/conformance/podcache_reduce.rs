@@ -6,7 +6,7 @@
 
 use istio_cni::json::{self, Object, Value};
 use istio_cni::podcache::reduce::{reduce, reduce_object};
-use istio_cni::redirect::plan::{decide_pod, plan_pod, Addresses, NodeEnv, PodPlan, Planned};
+use istio_cni::redirect::plan::{decide_pod, plan_pod, Addresses, NodeEnv, Planned, PodPlan};
 use istio_cni::redirect::PodInfo;
 use std::path::Path;
 
@@ -22,7 +22,12 @@ fn pod_files(kind: &str) -> Vec<(String, Object)> {
     dirs.sort();
     assert!(!dirs.is_empty(), "no pods under {}", base.display());
     dirs.iter()
-        .map(|d| (format!("{kind}/{}", name(d)), read_object(&d.join("pod.json"))))
+        .map(|d| {
+            (
+                format!("{kind}/{}", name(d)),
+                read_object(&d.join("pod.json")),
+            )
+        })
         .collect()
 }
 
@@ -92,11 +97,16 @@ fn reduced_pods_decide_and_plan_exactly_as_the_full_objects() {
         assert_eq!(o, outcome(&reduced), "{what}");
         redirected += usize::from(o.starts_with("redirect"));
         let r = reduce(pod);
-        let body = r.body.unwrap_or_else(|| panic!("{what}: too large to cache"));
+        let body = r
+            .body
+            .unwrap_or_else(|| panic!("{what}: too large to cache"));
         full_bytes += json::to_compact(&Value::Object(pod.clone())).len();
         kept_bytes += body.len();
     }
-    assert!(redirected >= 10, "only {redirected} redirected pods among the vectors");
+    assert!(
+        redirected >= 10,
+        "only {redirected} redirected pods among the vectors"
+    );
     println!(
         "{} pods ({redirected} redirected): {full_bytes} bytes of JSON, {kept_bytes} kept by the cache",
         all.len()

@@ -14,6 +14,7 @@ mod nft_e2e;
 mod nft_netns;
 mod nft_repair_e2e;
 mod podcache_e2e;
+mod podcache_wall;
 mod redirect_e2e;
 mod repair_e2e;
 mod validation_e2e;

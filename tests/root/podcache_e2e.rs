@@ -83,9 +83,11 @@ fn pod_starts_read_no_pod_from_the_api_server_while_the_agent_runs() {
     // The same run with the cache off: the installer's entry says so, and every pod is read once.
     let mut agent = Agent::start(&node.srv, &run, NODE, &[("POD_CACHE_ENABLED", "false")]);
     let conflist = agent.dir.join("conf/10-primary.conflist");
-    poll_until("our entry with pod_cache false", Duration::from_secs(10), || {
-        std::fs::read_to_string(&conflist).is_ok_and(|t| t.contains("\"pod_cache\": false"))
-    });
+    poll_until(
+        "our entry with pod_cache false",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(&conflist).is_ok_and(|t| t.contains("\"pod_cache\": false")),
+    );
     // A listener where the socket was: the plugin must never connect to it.
     let sock = agent.socket();
     let _ = std::fs::remove_file(&sock);
@@ -108,7 +110,11 @@ fn pod_starts_read_no_pod_from_the_api_server_while_the_agent_runs() {
         matches!(spy.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "the plugin connected to the cache socket with pod_cache false"
     );
-    assert!(agent.log().contains("(api: pod cache disabled)"), "{}", agent.log());
+    assert!(
+        agent.log().contains("(api: pod cache disabled)"),
+        "{}",
+        agent.log()
+    );
     agent.proc.child.kill().unwrap();
 }
 
@@ -125,7 +131,12 @@ fn cached_pods_start_through_an_api_outage_and_uncached_ones_fail_closed() {
     agent.wait_pods(2);
     let check = |p: &Pod, redirected: bool| {
         let rules = p.save("iptables-nft-save");
-        assert_eq!(rules.contains("-A ISTIO_OUTPUT"), redirected, "{}: {rules}", p.name);
+        assert_eq!(
+            rules.contains("-A ISTIO_OUTPUT"),
+            redirected,
+            "{}: {rules}",
+            p.name
+        );
     };
     let fail_closed = |what: &str| {
         let mut p = node.pod_without_api_object(what);
@@ -221,11 +232,19 @@ fn nftables_pods_in_standalone_mode_start_through_the_cache() {
         &[("CHAINED_CNI_PLUGIN", "false"), ("NATIVE_NFTABLES", "true")],
     );
     let standalone = agent.dir.join("conf/YYY-istio-cni.conf");
-    poll_until("the standalone file", Duration::from_secs(10), || standalone.exists());
+    poll_until("the standalone file", Duration::from_secs(10), || {
+        standalone.exists()
+    });
     let conf = std::fs::read_to_string(&standalone).unwrap();
-    assert!(conf.contains("\"native_nftables\": true") && !conf.contains("pod_cache"), "{conf}");
+    assert!(
+        conf.contains("\"native_nftables\": true") && !conf.contains("pod_cache"),
+        "{conf}"
+    );
     let pods: Vec<Pod> = (0..5)
-        .map(|i| node.bare_pod(&format!("nft-{i}"), 10 + i).with_conf(conf.clone()))
+        .map(|i| {
+            node.bare_pod(&format!("nft-{i}"), 10 + i)
+                .with_conf(conf.clone())
+        })
         .collect();
     agent.wait_synced();
     agent.wait_pods(5);
@@ -234,7 +253,8 @@ fn nftables_pods_in_standalone_mode_start_through_the_cache() {
         let out = p.add();
         out.assert_success();
         assert!(out.stderr.contains("(cache)"), "{out}");
-        let tables = p.ns.exec_ok(&["nft", "list", "table", "inet", "istio-proxy-nat"]);
+        let tables =
+            p.ns.exec_ok(&["nft", "list", "table", "inet", "istio-proxy-nat"]);
         assert!(tables.contains("chain istio-output"), "{tables}");
     }
     assert_eq!(pod_gets(&node.srv), Vec::<String>::new());

@@ -310,9 +310,11 @@ impl Pod<'_> {
     /// The same pod with `"pod_cache": false` in its network configuration (what the installer writes
     /// with `POD_CACHE_ENABLED=false`).
     pub fn without_pod_cache(mut self) -> Self {
-        self.conf = self
-            .conf
-            .replacen(r#""type":"istio-cni""#, r#""type":"istio-cni","pod_cache":false"#, 1);
+        self.conf = self.conf.replacen(
+            r#""type":"istio-cni""#,
+            r#""type":"istio-cni","pod_cache":false"#,
+            1,
+        );
         self
     }
 

@@ -11,7 +11,8 @@ use std::time::Duration;
 /// The node name the e2e pods carry (`spec.nodeName`).
 pub const NODE: &str = "node1";
 
-pub const PRIMARY: &str = r#"{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"ptp"}]}"#;
+pub const PRIMARY: &str =
+    r#"{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"ptp"}]}"#;
 
 /// `install-cni` as the DaemonSet runs it, pointed at `srv`, with `run` as its run dir.
 pub struct Agent {
@@ -76,7 +77,8 @@ impl Agent {
     /// Waits until the cache holds the node's pods (its first list is done) and the watch is open.
     pub fn wait_synced(&self) {
         poll_until("the pod cache to sync", Duration::from_secs(30), || {
-            self.log().contains("pod cache: synced") && self.metric("istio_cni_pod_cache_pods").is_some()
+            self.log().contains("pod cache: synced")
+                && self.metric("istio_cni_pod_cache_pods").is_some()
         });
         // The watch opens right after the list.
         std::thread::sleep(Duration::from_millis(100));
@@ -84,14 +86,18 @@ impl Agent {
 
     /// Waits until the cache holds `n` pods.
     pub fn wait_pods(&self, n: u64) {
-        poll_until(&format!("{n} pods in the cache"), Duration::from_secs(30), || {
-            self.metric("istio_cni_pod_cache_pods") == Some(n)
-        });
+        poll_until(
+            &format!("{n} pods in the cache"),
+            Duration::from_secs(30),
+            || self.metric("istio_cni_pod_cache_pods") == Some(n),
+        );
     }
 
     /// The agent's whole `/metrics` text.
     pub fn metrics_text(&self) -> String {
-        get(self.metrics, "/metrics").map(|(_, b)| b).unwrap_or_default()
+        get(self.metrics, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default()
     }
 
     /// One series' value (`name` with its labels, as printed).

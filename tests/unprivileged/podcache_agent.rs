@@ -61,7 +61,8 @@ fn a_thousand_cached_pods_cost_under_4_mb() {
 #[test]
 fn hostile_socket_clients_stall_neither_readyz_nor_lookups() {
     // One connection per fd: allow well over 1,000 of them in this process.
-    let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    let (_, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
     let _ = nix::sys::resource::setrlimit(
         nix::sys::resource::Resource::RLIMIT_NOFILE,
         hard.min(8192),
@@ -103,7 +104,11 @@ fn hostile_socket_clients_stall_neither_readyz_nor_lookups() {
             while !stop.load(Ordering::Relaxed) {
                 if let Ok(mut c) = UnixStream::connect(&path) {
                     let _ = c.set_nonblocking(true);
-                    let _ = c.write(if n % 2 == 0 { &big[..] } else { b"\xff{]garbage\n" });
+                    let _ = c.write(if n % 2 == 0 {
+                        &big[..]
+                    } else {
+                        b"\xff{]garbage\n"
+                    });
                 }
                 n += 1;
                 std::thread::sleep(Duration::from_millis(1));
@@ -132,7 +137,10 @@ fn hostile_socket_clients_stall_neither_readyz_nor_lookups() {
         "hostile clients: {probes} /readyz probes, slowest {worst:?}; lookups {hits} served, misses {misses:?}; VmHWM {hwm_before} → {hwm_after} kB"
     );
     // A lookup may miss its bound on a starved machine and fall back to the API server; most are served.
-    assert!(hits * 2 > probes, "{hits} of {probes} lookups served under load: {misses:?}");
+    assert!(
+        hits * 2 > probes,
+        "{hits} of {probes} lookups served under load: {misses:?}"
+    );
     // Bounded: connections are capped and hit replies are shared, so the peak barely moves.
     assert!(
         hwm_after <= hwm_before + 16 * 1024,
@@ -144,5 +152,10 @@ fn hostile_socket_clients_stall_neither_readyz_nor_lookups() {
         Duration::from_secs(10),
         || (0..20).all(|i| client::lookup(&path, &request(i)).is_ok()),
     );
-    assert!(agent.metric("istio_cni_pod_cache_lookups_total{result=\"bad_request\"}").unwrap_or(0) > 0);
+    assert!(
+        agent
+            .metric("istio_cni_pod_cache_lookups_total{result=\"bad_request\"}")
+            .unwrap_or(0)
+            > 0
+    );
 }

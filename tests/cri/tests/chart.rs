@@ -236,9 +236,15 @@ async fn scenario(name: &str) {
                     .srv
                     .requests()
                     .into_iter()
-                    .filter(|r| r.method == "GET" && r.path == "/api/v1/namespaces/default/pods/later")
+                    .filter(|r| {
+                        r.method == "GET" && r.path == "/api/v1/namespaces/default/pods/later"
+                    })
                     .collect();
-                assert!(gets.is_empty(), "{name}: the plugin read the later pod from the API server: {gets:?}\n{}", node.agent_log());
+                assert!(
+                    gets.is_empty(),
+                    "{name}: the plugin read the later pod from the API server: {gets:?}\n{}",
+                    node.agent_log()
+                );
                 let log = node.agent_log();
                 assert!(
                     log.lines()
