@@ -1,11 +1,19 @@
 //! The listener and connection loop behind the health and metrics servers: one thread per listener
 //! multiplexing every connection with poll(2), so no client (idle, or sending its head a byte at a
 //! time) can hold up another. Each connection has a deadline counted from accept for its request head
-//! ([`HEAD_DEADLINE`]) and one for writing the answer ([`WRITE_DEADLINE`]); at most [`MAX_CONNS`] are
-//! open, and a new one beyond that closes the oldest. Listens dual-stack (`[::]`, `IPV6_V6ONLY` off) and
-//! falls back to `0.0.0.0` where the node has no IPv6. Shared by the installer's servers and the standalone
-//! repair agent's metrics, so it sits below both roles.
-
+//! ([`HEAD_DEADLINE`]) and one for writing the answer ([`WRITE_DEADLINE`]). Listens dual-stack (`[::]`,
+//! `IPV6_V6ONLY` off) and falls back to `0.0.0.0` where the node has no IPv6. Shared by the installer's
+//! servers and the standalone repair agent's metrics, so it sits below both roles.
+//!
+//! Under a connection flood a kubelet probe (one connect, `GET /readyz`) must still be answered:
+//! - the listen backlog is the kernel's maximum (`net.core.somaxconn`, 4096 by default), not musl's
+//!   `SOMAXCONN` of 128, so a burst does not drop the probe's SYN;
+//! - a new connection is read at once, and a request that came with it (a probe's does) is answered and
+//!   closed right there, before it could be pushed out;
+//! - at most [`ACCEPT_BATCH`] connections are taken per wake-up, so those accepted in the previous round
+//!   are read before newer ones can push them out;
+//! - beyond [`MAX_CONNS`] open connections, the oldest one whose request is still incomplete (idle or
+//!   dribbling) is closed; a new connection is never refused, an answer being written never dropped.
 use crate::error::{IoContext, Result};
 use std::io::{self, Read, Write};
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
@@ -21,8 +29,10 @@ pub const MAX_HEAD: usize = 8 * 1024;
 pub const HEAD_DEADLINE: Duration = Duration::from_secs(2);
 /// The answer must be written within this time of the head completing.
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(2);
-/// Connections open at once per listener; a new one beyond this closes the oldest.
+/// Connections open at once per listener; a new one beyond this closes the oldest incomplete one.
 pub const MAX_CONNS: usize = 256;
+/// Connections accepted per wake-up of the loop (see the module docs).
+pub const ACCEPT_BATCH: usize = MAX_CONNS / 2;
 
 /// Is this failure "the node has no IPv6" (so IPv4 alone is right), rather than a real problem?
 pub fn ipv6_unavailable(e: Errno) -> bool {
@@ -48,9 +58,35 @@ pub fn bind_dual_stack(port: u16) -> nix::Result<TcpListener> {
         use std::os::fd::AsRawFd;
         s::bind(fd.as_raw_fd(), &addr)?;
     }
-    // SOMAXCONN: `Backlog::new(128)` is EINVAL on musl, whose SOMAXCONN is 128 (nix takes it as exclusive).
-    s::listen(&fd, s::Backlog::MAXCONN)?;
+    listen_max(fd)
+}
+
+/// listen(2) with the largest backlog the kernel allows (-1: `net.core.somaxconn`), not musl's `SOMAXCONN`
+/// (128), which a connection flood fills in milliseconds.
+fn listen_max(fd: std::os::fd::OwnedFd) -> nix::Result<TcpListener> {
+    nix::sys::socket::listen(&fd, nix::sys::socket::Backlog::MAXALLOWABLE)?;
     Ok(TcpListener::from(fd))
+}
+
+/// `0.0.0.0:port`, for a node without IPv6 (with the backlog of [`listen_max`]).
+fn bind_ipv4(port: u16) -> nix::Result<TcpListener> {
+    use nix::sys::socket::{self as s, sockopt, AddressFamily, SockFlag, SockType};
+    let fd = s::socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    s::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    let addr = s::SockaddrIn::from(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::UNSPECIFIED,
+        port,
+    ));
+    {
+        use std::os::fd::AsRawFd;
+        s::bind(fd.as_raw_fd(), &addr)?;
+    }
+    listen_max(fd)
 }
 
 /// Dual-stack via `dual`, or `0.0.0.0:port` when `dual` fails because there is no IPv6. Any other
@@ -63,7 +99,7 @@ pub fn bind_with(
         Ok(l) => Ok(l),
         Err(e) if ipv6_unavailable(e) => {
             log::info!("no IPv6 on this node ({e}); listening on 0.0.0.0:{port} (IPv4 only)");
-            TcpListener::bind(("0.0.0.0", port))
+            bind_ipv4(port).map_err(io::Error::from)
         }
         Err(e) => Err(io::Error::from(e)),
     }
@@ -89,14 +125,12 @@ fn reason(code: u16) -> &'static str {
 /// or 431. `HEAD` gets the head only. `Connection: close`.
 pub fn answer(buf: &[u8], eof: bool, route: &impl Fn(&str) -> Reply) -> Vec<u8> {
     let complete = head_complete_or(buf, eof);
-    let head = String::from_utf8_lossy(buf);
-    let line = head.lines().next().unwrap_or("");
-    let mut parts = line.split_whitespace();
+    let line = buf.split(|b| *b == b'\n').next().unwrap_or(b"");
     let text = |code: u16| (code, "text/plain", format!("{}\n", reason(code)));
-    let ((code, ctype, body), method) = match (complete, parts.next(), parts.next()) {
+    let ((code, ctype, body), method) = match (complete, request_line(line)) {
         _ if buf.len() >= MAX_HEAD => (text(431), "GET"),
-        (true, Some(m @ ("GET" | "HEAD")), Some(p)) => (route(p.split('?').next().unwrap_or(p)), m),
-        (true, Some(_), Some(_)) => (text(405), "GET"),
+        (true, Some((m @ ("GET" | "HEAD"), p))) => (route(p.split('?').next().unwrap_or(p)), m),
+        (true, Some(_)) => (text(405), "GET"),
         _ => (text(400), "GET"),
     };
     let mut resp = format!(
@@ -108,6 +142,27 @@ pub fn answer(buf: &[u8], eof: bool, route: &impl Fn(&str) -> Reply) -> Vec<u8> 
         resp.push_str(&body);
     }
     resp.into_bytes()
+}
+
+/// The method and target of a request line `method SP target SP HTTP/d.d` (RFC 9112 §3; a trailing CR is
+/// the line's end): exactly one SP between the three parts and no other whitespace (not TAB, VT, FF or
+/// NBSP), a token for the method, visible ASCII for the target. `None` for anything else (a 400).
+fn request_line(line: &[u8]) -> Option<(&str, &str)> {
+    let line = std::str::from_utf8(line.strip_suffix(b"\r").unwrap_or(line)).ok()?;
+    let mut parts = line.split(' ');
+    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let version_ok = matches!(
+        version.strip_prefix("HTTP/").map(str::as_bytes),
+        Some([major, b'.', minor]) if major.is_ascii_digit() && minor.is_ascii_digit()
+    );
+    let ok = parts.next().is_none()
+        && version_ok
+        && !method.is_empty()
+        && method.bytes().all(tchar)
+        && !target.is_empty()
+        && target.bytes().all(|b| b.is_ascii_graphic());
+    ok.then_some((method, target))
 }
 
 /// Binds `[::]:port` dual-stack (or `0.0.0.0:port` where the node has no IPv6; 0 = any free port) and
@@ -131,6 +186,8 @@ pub fn serve(
 
 struct Conn {
     sock: TcpStream,
+    /// When it was accepted (the oldest incomplete one goes first when there are too many).
+    since: Instant,
     /// Until when it may read (before the head is complete), then until when it may write.
     deadline: Instant,
     head: Vec<u8>,
@@ -264,30 +321,38 @@ pub fn run(listener: TcpListener, answer: impl Fn(&[u8], bool) -> Vec<u8>) {
             }
         }
         if !ready[0].is_empty() {
-            accept_all(&listener, &mut conns);
+            accept_batch(&listener, &mut conns, &answer);
         }
     }
 }
 
-fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>) {
-    loop {
+/// Accepts up to [`ACCEPT_BATCH`] connections, answering at once those whose request is already there.
+fn accept_batch(
+    listener: &TcpListener,
+    conns: &mut Vec<Conn>,
+    answer: &impl Fn(&[u8], bool) -> Vec<u8>,
+) {
+    for _ in 0..ACCEPT_BATCH {
         match listener.accept() {
             Ok((sock, _)) => {
                 if sock.set_nonblocking(true).is_err() {
                     continue;
                 }
-                if conns.len() >= MAX_CONNS {
-                    // The oldest has had the most time; the newest is likely a prober.
-                    if let Some(oldest) = (0..conns.len()).min_by_key(|&i| conns[i].deadline) {
-                        conns.swap_remove(oldest);
-                    }
-                }
-                conns.push(Conn {
+                let now = Instant::now();
+                let mut c = Conn {
                     sock,
-                    deadline: Instant::now() + HEAD_DEADLINE,
+                    since: now,
+                    deadline: now + HEAD_DEADLINE,
                     head: Vec::new(),
                     out: None,
-                });
+                };
+                if matches!(on_readable(&mut c, answer), Step::Close) {
+                    continue;
+                }
+                if conns.len() >= MAX_CONNS {
+                    evict_oldest(conns);
+                }
+                conns.push(c);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -302,48 +367,19 @@ fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn heads_complete_at_the_blank_line() {
-        assert!(head_complete(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
-        assert!(head_complete(b"GET / HTTP/1.0\n\n"));
-        assert!(!head_complete(b"GET / HTTP/1.1\r\nHost: x\r\n"));
-    }
-
-    #[test]
-    fn which_failures_mean_no_ipv6() {
-        assert!(ipv6_unavailable(Errno::EAFNOSUPPORT));
-        assert!(ipv6_unavailable(Errno::EADDRNOTAVAIL));
-        assert!(!ipv6_unavailable(Errno::EADDRINUSE));
-        assert!(!ipv6_unavailable(Errno::EACCES));
-    }
-
-    #[test]
-    fn falls_back_to_ipv4_only_when_ipv6_is_missing() {
-        // The kernel without IPv6 (ipv6.disable=1) refuses AF_INET6 sockets with EAFNOSUPPORT.
-        let l = bind_with(0, |_| Err(Errno::EAFNOSUPPORT)).unwrap();
-        let addr = l.local_addr().unwrap();
-        assert!(addr.is_ipv4(), "{addr}");
-        TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
-        // A port already taken is an error, not a reason to listen on IPv4 only.
-        let e = bind_with(0, |_| Err(Errno::EADDRINUSE)).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(Errno::EADDRINUSE as i32));
-    }
-
-    #[test]
-    fn dual_stack_takes_ipv4_and_ipv6() {
-        let l = match bind_dual_stack(0) {
-            Ok(l) => l,
-            Err(e) if ipv6_unavailable(e) => return,
-            Err(e) => panic!("{e}"),
-        };
-        let port = l.local_addr().unwrap().port();
-        TcpStream::connect(("127.0.0.1", port)).unwrap();
-        if std::net::TcpListener::bind("[::1]:0").is_ok() {
-            TcpStream::connect(("::1", port)).unwrap();
-        }
+/// Closes the connection accepted longest ago whose request is incomplete (it had the most time to send
+/// it); only when every one is being answered, the oldest of those.
+fn evict_oldest(conns: &mut Vec<Conn>) {
+    let oldest = |writing: bool| {
+        (0..conns.len())
+            .filter(|&i| conns[i].out.is_some() == writing)
+            .min_by_key(|&i| conns[i].since)
+    };
+    if let Some(i) = oldest(false).or_else(|| oldest(true)) {
+        conns.swap_remove(i);
     }
 }
+
+#[cfg(test)]
+#[path = "httpd_tests.rs"]
+mod tests;

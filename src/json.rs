@@ -6,14 +6,24 @@
 use crate::error::{Error, Result};
 pub use miniserde::json::{Array, Number, Object, Value};
 
+pub mod go_struct;
+pub mod ordered;
 mod parser;
 
 /// Largest JSON document we accept on any input (the CNI stdin, a conflist, an API response).
 pub const MAX_INPUT: usize = 4 << 20;
 
-/// Deepest nesting we accept; real configurations and API objects stay far below it, and it keeps
-/// every recursive walk over a parsed value (printing, merging) safely bounded.
+/// Deepest nesting we accept in what the plugin reads (its stdin) and in API and kubeconfig documents.
+/// Nothing real comes near it and a hostile document fails fast. It also bounds the recursion that
+/// remains outside this module: miniserde's `Value` clones and debug-formats recursively, and the plugin
+/// and the API code clone parsed values (`prevResult`, pod objects) on threads with Rust's default stack.
+/// Parsing, printing and dropping are iterative, which is what lets CNI files use [`GO_MAX_DEPTH`].
 pub const MAX_DEPTH: usize = 64;
+
+/// Deepest nesting Go's `encoding/json` accepts (`maxNestingDepth` in its scanner). CNI configuration
+/// files are read with it ([`parse_go_depth`]): the container runtime (Go) uses a file nested this deep, so
+/// refusing it would make us skip the file the runtime uses.
+pub const GO_MAX_DEPTH: usize = 10_000;
 
 /// Parses a JSON document; `what` names it in the error ("network configuration", a file path).
 pub fn parse(text: &str, what: &str) -> Result<Value> {
@@ -23,13 +33,34 @@ pub fn parse(text: &str, what: &str) -> Result<Value> {
 /// [`parse`] with another size bound (API list pages can be larger than any configuration); the depth
 /// bound is always [`MAX_DEPTH`].
 pub fn parse_bounded(text: &str, what: &str, max_len: usize) -> Result<Value> {
+    parse_limited(text, what, max_len, MAX_DEPTH)
+}
+
+/// [`parse`] allowing Go's nesting depth ([`GO_MAX_DEPTH`]), for documents a Go program reads too.
+pub fn parse_go_depth(text: &str, what: &str) -> Result<Value> {
+    parse_limited(text, what, MAX_INPUT, GO_MAX_DEPTH)
+}
+
+fn parse_limited(text: &str, what: &str, max_len: usize, max_depth: usize) -> Result<Value> {
     if text.len() > max_len {
         return Err(Error::Decode(format!(
             "{what}: larger than {max_len} bytes"
         )));
     }
-    parser::Parser::parse(text, MAX_DEPTH)
+    parser::Parser::parse(text, max_depth)
         .map_err(|why| Error::Decode(format!("{what}: not valid JSON ({why})")))
+}
+
+/// The JSON kind of a value, as Go names it in its errors.
+pub fn kind_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
 }
 
 /// Parses a JSON document that must be an object.
@@ -110,15 +141,29 @@ pub fn string(s: &str) -> Value {
 /// Compact JSON (no whitespace), keys sorted.
 pub fn to_compact(v: &Value) -> String {
     let mut out = String::new();
-    write_value(&mut out, v, None, 0);
+    write_value(&mut out, Item::Value(v), None, usize::MAX);
+    out
+}
+
+/// [`to_compact`] of an object.
+pub fn object_to_compact(o: &Object) -> String {
+    let mut out = String::new();
+    write_value(&mut out, Item::Object(o), None, usize::MAX);
     out
 }
 
 /// Indented JSON as Go's `json.MarshalIndent(v, "", indent)`; no trailing newline.
 pub fn to_pretty(v: &Value, indent: &str) -> String {
     let mut out = String::new();
-    write_value(&mut out, v, Some(indent), 0);
+    write_value(&mut out, Item::Value(v), Some(indent), usize::MAX);
     out
+}
+
+/// [`to_pretty`], or `None` as soon as the text grows past `max_len` bytes: indentation grows with the
+/// nesting, so a document thousands of levels deep would print as hundreds of megabytes.
+pub fn to_pretty_bounded(v: &Value, indent: &str, max_len: usize) -> Option<String> {
+    let mut out = String::new();
+    write_value(&mut out, Item::Value(v), Some(indent), max_len).then_some(out)
 }
 
 fn newline(out: &mut String, indent: Option<&str>, depth: usize) {
@@ -130,49 +175,85 @@ fn newline(out: &mut String, indent: Option<&str>, depth: usize) {
     }
 }
 
-// Recursion is bounded: every parsed value passed `MAX_DEPTH`, and values we build are shallow.
-fn write_value(out: &mut String, v: &Value, indent: Option<&str>, depth: usize) {
-    match v {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => write_number(out, n),
-        Value::String(s) => write_string(out, s),
-        Value::Array(a) => {
-            if a.is_empty() {
-                out.push_str("[]");
-                return;
+enum Item<'a> {
+    Value(&'a Value),
+    Object(&'a Object),
+}
+
+/// An array or object being printed: what is left of it, and whether an item was printed already.
+enum Open<'a> {
+    Array(std::slice::Iter<'a, Value>, bool),
+    Object(std::collections::btree_map::Iter<'a, String, Value>, bool),
+}
+
+/// Prints `item`; false (with `out` cut short) once `out` grows past `max_len`. Iterative (an explicit
+/// stack of open containers), so a value as deep as [`GO_MAX_DEPTH`] prints on any thread's stack.
+fn write_value(out: &mut String, item: Item<'_>, indent: Option<&str>, max_len: usize) -> bool {
+    let mut open: Vec<Open<'_>> = Vec::new();
+    let mut next = Some(item);
+    loop {
+        match next.take() {
+            Some(Item::Object(o)) if o.is_empty() => out.push_str("{}"),
+            Some(Item::Object(o)) => {
+                out.push('{');
+                open.push(Open::Object(o.iter(), false));
             }
-            out.push('[');
-            for (i, item) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+            Some(Item::Value(v)) => match v {
+                Value::Null => out.push_str("null"),
+                Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+                Value::Number(n) => write_number(out, n),
+                Value::String(s) => write_string(out, s),
+                Value::Array(a) if a.is_empty() => out.push_str("[]"),
+                Value::Array(a) => {
+                    out.push('[');
+                    open.push(Open::Array(a.iter(), false));
                 }
-                newline(out, indent, depth + 1);
-                write_value(out, item, indent, depth + 1);
-            }
-            newline(out, indent, depth);
-            out.push(']');
+                Value::Object(o) => next = Some(Item::Object(o)),
+            },
+            None => {}
         }
-        Value::Object(o) => {
-            if o.is_empty() {
-                out.push_str("{}");
-                return;
-            }
-            out.push('{');
-            for (i, (k, item)) in o.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+        if next.is_some() {
+            continue;
+        }
+        if out.len() > max_len {
+            return false;
+        }
+        let depth = open.len();
+        match open.last_mut() {
+            None => return true,
+            Some(Open::Array(items, started)) => match items.next() {
+                Some(v) => {
+                    if std::mem::replace(started, true) {
+                        out.push(',');
+                    }
+                    newline(out, indent, depth);
+                    next = Some(Item::Value(v));
                 }
-                newline(out, indent, depth + 1);
-                write_string(out, k);
-                out.push(':');
-                if indent.is_some() {
-                    out.push(' ');
+                None => {
+                    open.pop();
+                    newline(out, indent, depth - 1);
+                    out.push(']');
                 }
-                write_value(out, item, indent, depth + 1);
-            }
-            newline(out, indent, depth);
-            out.push('}');
+            },
+            Some(Open::Object(entries, started)) => match entries.next() {
+                Some((k, v)) => {
+                    if std::mem::replace(started, true) {
+                        out.push(',');
+                    }
+                    newline(out, indent, depth);
+                    write_string(out, k);
+                    out.push(':');
+                    if indent.is_some() {
+                        out.push(' ');
+                    }
+                    next = Some(Item::Value(v));
+                }
+                None => {
+                    open.pop();
+                    newline(out, indent, depth - 1);
+                    out.push('}');
+                }
+            },
         }
     }
 }
@@ -248,4 +329,4 @@ fn write_escaped(out: &mut String, s: &str, html: bool) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

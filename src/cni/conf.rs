@@ -3,6 +3,12 @@
 //! `pod_lookup_timeout_seconds` and `pod_cache`, and the
 //! legacy 1.9/maistra ones (`log_level`, `kubernetes{kubeconfig, exclude_namespaces, cni_bin_dir, intercept_type}`).
 //! Unknown keys are ignored, as Go's `json.Unmarshal` does.
+//!
+//! Keys are matched exactly, not with Go's case-insensitive struct-field rules (`json::go_struct`), on
+//! purpose: libcni hands a plugin its entry re-marshalled from a map with `name`, `cniVersion` and
+//! `prevResult` set under exactly those keys (the ones the runtime itself goes by), and the installer keeps
+//! our entry byte-exact (any other spelling of a key is reinstalled away), so the exact key is the value
+//! the runtime used. A Go plugin would take a later `cniVerſion` over the runtime's `cniVersion`.
 
 use super::version;
 use crate::error::{Error, Result};

@@ -53,8 +53,7 @@ fn invalid(reason: impl Into<String>) -> Outcome {
 
 /// Whether a configuration text holds an `istio-cni` plugin (a list entry, or a `.conf` of that type).
 pub fn holds_entry(bytes: &[u8]) -> bool {
-    let text = super::libcni::go_text(bytes);
-    match json::parse(&text, "CNI config") {
+    match super::libcni::parse(bytes, "CNI config") {
         Ok(Value::Object(o)) => {
             super::libcni::plugin_type(&o) == Some(PLUGIN_TYPE) || list_has_entry(&o)
         }
@@ -81,10 +80,10 @@ fn entries_of(plugins: &json::Array) -> Vec<&Object> {
 /// Why a list's `plugins` does not hold exactly our current entry once; `None` when it does.
 fn entry_mismatch(plugins: &json::Array, entry: &Object, what: &str) -> Option<String> {
     let found = entries_of(plugins);
-    let want = json::to_compact(&Value::Object(entry.clone()));
+    let want = json::object_to_compact(entry);
     match found.as_slice() {
         [] => Some(format!("istio-cni plugin not found in Istio CNI config at {what}")),
-        [one] if json::to_compact(&Value::Object((*one).clone())) == want => None,
+        [one] if json::object_to_compact(one) == want => None,
         [_] => Some(format!(
             "the istio-cni entry in {what} is not the one this installer writes (edited by someone?)"
         )),
@@ -97,8 +96,7 @@ fn entry_mismatch(plugins: &json::Array, entry: &Object, what: &str) -> Option<S
 
 /// Whether a configuration text is a list holding exactly our current entry once.
 pub fn holds_our_entry(bytes: &[u8], entry: &Object) -> bool {
-    let text = super::libcni::go_text(bytes);
-    match json::parse(&text, "CNI config") {
+    match super::libcni::parse(bytes, "CNI config") {
         Ok(Value::Object(o)) => {
             json::arr_of(&o, "plugins").is_some_and(|a| entry_mismatch(a, entry, "").is_none())
         }
@@ -164,8 +162,7 @@ pub fn check(
     let Some(bytes) = read(installed) else {
         return invalid(format!("CNI config file removed: {installed_path}"));
     };
-    let text = super::libcni::go_text(&bytes);
-    let obj = match json::parse(&text, &installed_path) {
+    let obj = match super::libcni::parse(&bytes, &installed_path) {
         Ok(Value::Object(o)) => o,
         Ok(_) => return invalid(format!("{installed_path}: not a JSON object")),
         Err(e) => return invalid(e.to_string()),

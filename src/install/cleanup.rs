@@ -11,7 +11,7 @@ use super::conflist::{self, PLUGIN_TYPE};
 use super::select;
 use crate::error::{Context, Result};
 use crate::fsutil;
-use crate::json::{self, Value};
+use crate::json::Value;
 use std::path::Path;
 
 /// Removes our entry from (or, for our own files, deletes) the file `name` of the conf dir.
@@ -75,7 +75,7 @@ pub fn remove_from_others(dir: &Path, keep: &str) -> Vec<String> {
     let mut notes = Vec::new();
     for c in cands.iter().filter(|c| c.name != keep) {
         let Ok(bytes) = &c.content else { continue };
-        let Ok(Value::Object(o)) = json::parse(&super::libcni::go_text(bytes), &c.name) else {
+        let Ok(Value::Object(o)) = super::libcni::parse(bytes, &c.name) else {
             continue;
         };
         if super::check::list_has_entry(&o) {
@@ -100,11 +100,11 @@ pub fn scan_and_remove(dir: &Path, owned_name: Option<&str>) -> Result<Vec<Strin
     cands.sort_by(|a, b| a.name.cmp(&b.name));
     for c in cands {
         let Ok(bytes) = &c.content else { continue };
-        let Ok(Value::Object(o)) = json::parse(&super::libcni::go_text(bytes), &c.name) else {
+        let Ok(Value::Object(o)) = super::libcni::parse(bytes, &c.name) else {
             continue;
         };
-        let ours_whole =
-            json::str_of(&o, "type") == Some(PLUGIN_TYPE) || Some(c.name.as_str()) == owned_name;
+        let ours_whole = super::libcni::plugin_type(&o) == Some(PLUGIN_TYPE)
+            || Some(c.name.as_str()) == owned_name;
         if ours_whole || super::check::list_has_entry(&o) {
             match remove_config(dir, &c.name, ours_whole) {
                 Ok(n) => notes.push(n),

@@ -135,10 +135,19 @@ impl PluginEntry {
 
 /// Prints a configuration as upstream does: sorted keys, 2-space indent, one trailing newline. Numbers
 /// were read as Go reads them ([`json::parse`]: integers beyond 2^53 are floats), so they print as Go does.
-pub fn render(v: &Value) -> String {
-    let mut s = json::to_pretty(v, "  ");
+/// A text larger than we would read back ([`json::MAX_INPUT`]) is refused rather than written: the
+/// indentation grows with the nesting, so a primary thousands of levels deep (Go reads up to 10,000)
+/// would print as hundreds of megabytes.
+pub fn render(v: &Value) -> Result<String> {
+    let mut s = json::to_pretty_bounded(v, "  ", json::MAX_INPUT - 1).ok_or_else(|| {
+        Error::config(format!(
+            "the CNI config with our entry would be larger than {} bytes (is the primary nested thousands \
+             of levels deep?); not writing it",
+            json::MAX_INPUT
+        ))
+    })?;
     s.push('\n');
-    s
+    Ok(s)
 }
 
 /// Parses `a.b.c` (missing parts are 0); `None` when not numeric.
@@ -178,7 +187,7 @@ pub fn merge(existing: &str, entry: &Object) -> Result<String> {
     let mut entry = entry.clone();
     entry.remove("cniVersion");
     let mut conf =
-        match json::parse(existing, "existing CNI config") {
+        match json::parse_go_depth(existing, "existing CNI config") {
             Ok(Value::Object(o)) => o,
             Ok(_) => return Err(Error::config(
                 "error loading existing CNI config (JSON error): the document is not a JSON object",
@@ -201,18 +210,27 @@ pub fn merge(existing: &str, entry: &Object) -> Result<String> {
         let mut plugins = Array::new();
         // A `.conf` that is itself an istio-cni entry (a standalone leftover) is replaced by ours, not
         // kept beside it: exactly one entry (upstream writes two).
-        if !is_ours(&Value::Object(conf.clone())) {
+        if !is_ours_object(&conf) {
             plugins.push(Value::Object(conf));
         }
         plugins.push(Value::Object(entry));
         list.insert("plugins".into(), Value::Array(plugins));
-        return Ok(render(&Value::Object(list)));
+        return render(&Value::Object(list));
     }
-    let plugins = plugin_list(&conf)?;
-    let mut kept: Array = plugins.iter().filter(|p| !is_ours(p)).cloned().collect();
+    plugin_list(&conf)?;
+    let mut kept = take_plugins_except_ours(&mut conf);
     kept.push(Value::Object(entry));
     conf.insert("plugins".into(), Value::Array(kept));
-    Ok(render(&Value::Object(conf)))
+    render(&Value::Object(conf))
+}
+
+/// Takes a list's `plugins` out of it without the `istio-cni` ones (moved, not copied: a plugin may
+/// nest thousands of levels deep, and cloning a value recurses).
+fn take_plugins_except_ours(conf: &mut Object) -> Array {
+    match conf.remove("plugins") {
+        Some(Value::Array(plugins)) => plugins.into_iter().filter(|p| !is_ours(p)).collect(),
+        _ => Array::new(),
+    }
 }
 
 /// The `plugins` array of a list, every element an object (upstream's errors otherwise).
@@ -229,13 +247,18 @@ fn plugin_list(conf: &Object) -> Result<&Array> {
 }
 
 fn is_ours(p: &Value) -> bool {
-    matches!(p, Value::Object(o) if super::libcni::plugin_type(o) == Some(PLUGIN_TYPE))
+    matches!(p, Value::Object(o) if is_ours_object(o))
+}
+
+/// Whether libcni runs this plugin as `istio-cni` ([`super::libcni::plugin_type`]).
+fn is_ours_object(o: &Object) -> bool {
+    super::libcni::plugin_type(o) == Some(PLUGIN_TYPE)
 }
 
 /// True when a list's `plugins` is an empty array (libcni rejects it: cleanup deletes such a file
 /// rather than leave it).
 pub fn has_empty_plugins(text: &str) -> bool {
-    match json::parse(text, "CNI config") {
+    match json::parse_go_depth(text, "CNI config") {
         Ok(Value::Object(o)) => json::arr_of(&o, "plugins").is_some_and(|a| a.is_empty()),
         _ => false,
     }
@@ -244,7 +267,7 @@ pub fn has_empty_plugins(text: &str) -> bool {
 /// Cleanup of a chained list: removes the `istio-cni` plugins and re-renders (sorted, as upstream).
 /// Returns `None` when there is no such plugin (nothing to write).
 pub fn remove_entry(text: &str, what: &str) -> Result<Option<String>> {
-    let mut conf = match json::parse(text, what)? {
+    let mut conf = match json::parse_go_depth(text, what)? {
         Value::Object(o) => o,
         _ => {
             return Err(Error::config(format!(
@@ -259,16 +282,23 @@ pub fn remove_entry(text: &str, what: &str) -> Result<Option<String>> {
     if !plugins.iter().any(is_ours) {
         return Ok(None);
     }
-    let kept: Array = plugins.iter().filter(|p| !is_ours(p)).cloned().collect();
+    let kept = take_plugins_except_ours(&mut conf);
     conf.insert("plugins".into(), Value::Array(kept));
-    Ok(Some(render(&Value::Object(conf))))
+    render(&Value::Object(conf)).map(Some)
 }
 
-/// The plugin types of a list (or the single `type` of a `.conf`), for the owned-config check.
+/// The plugin types of a list (or the single `type` of a `.conf`) as libcni reads them, for the
+/// owned-config check.
 pub fn plugin_types(text: &str, what: &str) -> Result<Vec<String>> {
-    let conf = json::parse_object(text, what)?;
-    if let Some(t) = json::str_of(&conf, "type") {
-        return Ok(vec![t.to_string()]);
+    let conf = match json::parse_go_depth(text, what)? {
+        Value::Object(o) => o,
+        _ => return Err(Error::Decode(format!("{what}: expected a JSON object"))),
+    };
+    if conf.contains_key("type") {
+        return Ok(super::libcni::plugin_type(&conf)
+            .map(str::to_string)
+            .into_iter()
+            .collect());
     }
     let plugins = json::arr_of(&conf, "plugins").ok_or_else(|| {
         Error::config(format!("{what}: error reading plugin list from CNI config"))
@@ -276,7 +306,7 @@ pub fn plugin_types(text: &str, what: &str) -> Result<Vec<String>> {
     Ok(plugins
         .iter()
         .filter_map(|p| match p {
-            Value::Object(o) => json::str_of(o, "type").map(str::to_string),
+            Value::Object(o) => super::libcni::plugin_type(o).map(str::to_string),
             _ => None,
         })
         .collect())
@@ -284,7 +314,7 @@ pub fn plugin_types(text: &str, what: &str) -> Result<Vec<String>> {
 
 /// How many `istio-cni` plugins a list holds (0 when it is not a list).
 pub fn count_entries(text: &str) -> usize {
-    match json::parse(text, "CNI config") {
+    match json::parse_go_depth(text, "CNI config") {
         Ok(Value::Object(o)) => json::arr_of(&o, "plugins")
             .map(|a| a.iter().filter(|p| is_ours(p)).count())
             .unwrap_or(0),
@@ -372,7 +402,7 @@ mod tests {
     fn go_number_rules() {
         let v = json::parse(r#"{"a":10000000000000001,"b":1.0,"c":1e21,"d":-3}"#, "t").unwrap();
         assert_eq!(
-            render(&v),
+            render(&v).unwrap(),
             "{\n  \"a\": 10000000000000000,\n  \"b\": 1,\n  \"c\": 1e+21,\n  \"d\": -3\n}\n"
         );
     }

@@ -2,17 +2,23 @@
 //! v1.3.0 `libcni/conf.go`, the version upstream Istio vendors), so the file we call primary is the file the
 //! container runtime uses (issue 16 item 4). Pure: text in, verdict out.
 //!
-//! - `.conf`: `NetworkPluginConfFromBytes` (Go `json.Unmarshal` into `types.PluginConf`, then a non-empty
-//!   `type`), then `ConfListFromConf`, which re-checks the same entry inside a list.
-//! - `.conflist`: `NetworkConfFromBytes`: a JSON object with a string `name`, a string `cniVersion` if
-//!   present, `cniVersions` (a list of parsable versions), `disableCheck`/`disableGC`/`loadOnlyInlinedPlugins`
-//!   via `readBool` (a bool, or a string equal to true/false ignoring case), then every `plugins[]` entry
-//!   through `NetworkPluginConfFromBytes`.
-//! - Go's `encoding/json` rules that matter: struct fields match keys case-insensitively (`"TYPE"` is
-//!   `type`), `null` is accepted for every field, a wrong JSON kind is an error, invalid UTF-8 and lone
-//!   surrogate escapes decode as U+FFFD (see [`go_text`]).
+//! - `.conf`: `NetworkPluginConfFromBytes` (Go `json.Unmarshal` of the file's bytes into
+//!   `types.PluginConf`, then a non-empty `type`), then `ConfListFromConf`, which decodes the bytes into a
+//!   map, wraps it in a list and marshals that, so the plugin is decoded a second time with its keys sorted
+//!   and de-duplicated; both decodings must succeed.
+//! - `.conflist`: `NetworkConfFromBytes`: a JSON object (a Go map: exact keys, the last duplicate wins)
+//!   with a string `name`, a string `cniVersion` if present, `cniVersions` (a list of parsable versions),
+//!   `disableCheck`/`disableGC`/`loadOnlyInlinedPlugins` via `readBool` (a bool, or a string equal to
+//!   true/false ignoring case), then every `plugins[]` entry marshalled from that map (keys sorted) through
+//!   `NetworkPluginConfFromBytes`.
+//! - Go's `encoding/json` rules that matter ([`crate::json::go_struct`]): a struct field takes every key
+//!   equal to its name ignoring case, ſ (U+017F) standing for `s` and K (U+212A) for `k`; the last such
+//!   key wins, `null` leaving a string field as it was; a wrong JSON kind under any of them is an error;
+//!   nesting up to 10,000 levels; invalid UTF-8 and lone surrogate escapes decode as U+FFFD (see
+//!   [`go_text`]). `libcni_vectors.json` holds documents with the decision Go 1.19 makes for each.
 
-use crate::json::{self, Object, Value};
+use crate::json::ordered::{Doc, Id, Keys, Node};
+use crate::json::{self, go_struct, Object, Value};
 
 /// Go's decoding of a JSON text's bytes: invalid UTF-8 and lone surrogate escapes (`"\ud800"`) become
 /// U+FFFD instead of errors. The result is what Go's `json.Unmarshal` would see (and re-marshal).
@@ -106,80 +112,88 @@ const DNS_FIELDS: [(&str, Kind); 4] = [
 ];
 const ATTACHMENT_FIELDS: [(&str, Kind); 2] = [("containerID", Kind::Str), ("ifname", Kind::Str)];
 
-fn kind_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
-fn mismatch(field: &str, v: &Value, want: &str) -> String {
+fn mismatch(doc: &Doc, field: &str, v: Id, want: &str) -> String {
     format!(
         "json: cannot unmarshal {} into Go struct field {field} of type {want}",
-        kind_name(v)
+        doc.kind(v)
     )
 }
 
-/// Go's struct decoding of `v` into the given fields: every key that names a field (ignoring case) must
-/// hold a value of the field's kind (or null); other keys are ignored.
-fn decode_struct(ctx: &str, v: &Value, fields: &[(&str, Kind)]) -> std::result::Result<(), String> {
-    let o = match v {
-        Value::Null => return Ok(()),
-        Value::Object(o) => o,
-        other => return Err(mismatch(ctx, other, "struct")),
-    };
-    for (key, val) in o.iter() {
-        let Some((fname, kind)) = fields.iter().find(|(f, _)| f.eq_ignore_ascii_case(key)) else {
+/// Go's struct decoding of `v` into the given fields, seeing an object's keys in the order `keys`: every
+/// key that names a field ([`go_struct::key_matches`]) must hold a value of the field's kind (or null);
+/// other keys are ignored.
+fn decode_struct(
+    doc: &Doc,
+    keys: Keys,
+    ctx: &str,
+    v: Id,
+    fields: &[(&str, Kind)],
+) -> std::result::Result<(), String> {
+    match doc.node(v) {
+        Node::Scalar(Value::Null) => return Ok(()),
+        Node::Object(_) => {}
+        _ => return Err(mismatch(doc, ctx, v, "struct")),
+    }
+    for (key, val) in doc.entries(v, keys) {
+        let Some((fname, kind)) = fields.iter().find(|(f, _)| go_struct::key_matches(key, f))
+        else {
             continue;
         };
-        let path = format!("{ctx}.{fname}");
-        decode_field(&path, val, *kind)?;
+        decode_field(doc, keys, &format!("{ctx}.{fname}"), val, *kind)?;
     }
     Ok(())
 }
 
-fn decode_field(path: &str, v: &Value, kind: Kind) -> std::result::Result<(), String> {
-    if matches!(v, Value::Null) {
+fn decode_field(
+    doc: &Doc,
+    keys: Keys,
+    path: &str,
+    v: Id,
+    kind: Kind,
+) -> std::result::Result<(), String> {
+    let node = doc.node(v);
+    if matches!(node, Node::Scalar(Value::Null)) {
         return Ok(());
     }
-    match (kind, v) {
-        (Kind::Str, Value::String(_)) => Ok(()),
-        (Kind::Str, _) => Err(mismatch(path, v, "string")),
-        (Kind::StrList, Value::Array(a)) => {
-            a.iter().try_for_each(|x| decode_field(path, x, Kind::Str))
-        }
-        (Kind::StrList, _) => Err(mismatch(path, v, "[]string")),
-        (Kind::BoolMap, Value::Object(o)) => o.values().try_for_each(|x| match x {
-            Value::Bool(_) | Value::Null => Ok(()),
-            other => Err(mismatch(path, other, "bool")),
-        }),
-        (Kind::BoolMap, _) => Err(mismatch(path, v, "map[string]bool")),
-        (Kind::AnyMap, Value::Object(_)) => Ok(()),
-        (Kind::AnyMap, _) => Err(mismatch(path, v, "map[string]interface {}")),
-        (Kind::Ipam, _) => decode_struct(path, v, &IPAM_FIELDS),
-        (Kind::Dns, _) => decode_struct(path, v, &DNS_FIELDS),
-        (Kind::Attachments, Value::Array(a)) => a
+    match (kind, node) {
+        (Kind::Str, Node::Scalar(Value::String(_))) => Ok(()),
+        (Kind::Str, _) => Err(mismatch(doc, path, v, "string")),
+        (Kind::StrList, Node::Array(a)) => a
             .iter()
-            .try_for_each(|x| decode_struct(path, x, &ATTACHMENT_FIELDS)),
-        (Kind::Attachments, _) => Err(mismatch(path, v, "[]types.GCAttachment")),
+            .try_for_each(|x| decode_field(doc, keys, path, *x, Kind::Str)),
+        (Kind::StrList, _) => Err(mismatch(doc, path, v, "[]string")),
+        // Every entry of a map is decoded, duplicates too (in source order).
+        (Kind::BoolMap, Node::Object(_)) => {
+            doc.entries(v, keys)
+                .into_iter()
+                .try_for_each(|(_, x)| match doc.node(x) {
+                    Node::Scalar(Value::Bool(_) | Value::Null) => Ok(()),
+                    _ => Err(mismatch(doc, path, x, "bool")),
+                })
+        }
+        (Kind::BoolMap, _) => Err(mismatch(doc, path, v, "map[string]bool")),
+        (Kind::AnyMap, Node::Object(_)) => Ok(()),
+        (Kind::AnyMap, _) => Err(mismatch(doc, path, v, "map[string]interface {}")),
+        (Kind::Ipam, _) => decode_struct(doc, keys, path, v, &IPAM_FIELDS),
+        (Kind::Dns, _) => decode_struct(doc, keys, path, v, &DNS_FIELDS),
+        (Kind::Attachments, Node::Array(a)) => a
+            .iter()
+            .try_for_each(|x| decode_struct(doc, keys, path, *x, &ATTACHMENT_FIELDS)),
+        (Kind::Attachments, _) => Err(mismatch(doc, path, v, "[]types.GCAttachment")),
     }
 }
 
-/// The value Go assigns to a struct field: the exact key if present, else a key matching it ignoring case.
-/// A field as Go's `encoding/json` finds it: the exact key, else the first key equal ignoring case.
+/// A struct field of a CNI configuration object as Go decodes it (the lookup everything reading one as
+/// libcni does shares): of the keys naming `name` ignoring case (ſ and K included, see
+/// [`go_struct::key_matches`]), the last whose value is not null. `o` is a map, so its keys are in the
+/// sorted, de-duplicated order libcni's re-marshalled plugin has.
 pub fn field<'a>(o: &'a Object, name: &str) -> Option<&'a Value> {
-    o.get(name).or_else(|| {
-        o.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
+    go_struct::last_match(o.iter().map(|(k, v)| (k.as_str(), v)), name, |v| {
+        matches!(v, Value::Null)
     })
 }
 
-/// The plugin type as libcni reads it (case-insensitive key), when it is a string.
+/// The plugin type as libcni reads it ([`field`]), when it is a string.
 pub fn plugin_type(o: &Object) -> Option<&str> {
     match field(o, "type") {
         Some(Value::String(s)) => Some(s),
@@ -187,12 +201,20 @@ pub fn plugin_type(o: &Object) -> Option<&str> {
     }
 }
 
-/// `NetworkPluginConfFromBytes`: decodes as `types.PluginConf`, then requires a non-empty type.
-pub fn check_plugin_conf(v: &Value) -> std::result::Result<(), String> {
-    decode_struct("PluginConf", v, &PLUGIN_FIELDS)
+/// Parses a CNI configuration file's bytes as the runtime's Go reads them: [`go_text`], nesting up to
+/// Go's limit ([`json::GO_MAX_DEPTH`]).
+pub fn parse(bytes: &[u8], what: &str) -> crate::error::Result<Value> {
+    json::parse_go_depth(&go_text(bytes), what)
+}
+
+/// `NetworkPluginConfFromBytes`: decodes as `types.PluginConf` (keys seen in the order `keys`), then
+/// requires a non-empty type.
+fn check_plugin_conf(doc: &Doc, keys: Keys, v: Id) -> std::result::Result<(), String> {
+    decode_struct(doc, keys, "PluginConf", v, &PLUGIN_FIELDS)
         .map_err(|e| format!("error parsing configuration: {e}"))?;
-    match v {
-        Value::Object(o) if plugin_type(o).is_some_and(|t| !t.is_empty()) => Ok(()),
+    let ty = go_struct::last_match(doc.entries(v, keys), "type", |x| doc.is_null(x));
+    match ty.and_then(|t| doc.str(t)) {
+        Some(t) if !t.is_empty() => Ok(()),
         _ => Err("error parsing configuration: missing 'type'".into()),
     }
 }
@@ -220,56 +242,62 @@ fn parse_version(v: &str) -> std::result::Result<(i64, i64, i64), String> {
     Ok((major, minor, micro))
 }
 
-/// libcni's `readBool`: a bool, or a string equal to "true"/"false" ignoring case.
-fn read_bool(o: &Object, key: &str) -> std::result::Result<(), String> {
-    match o.get(key) {
-        None | Some(Value::Bool(_)) => Ok(()),
-        Some(Value::String(s)) if matches!(s.to_lowercase().as_str(), "true" | "false") => Ok(()),
-        Some(Value::String(s)) => Err(format!("invalid value {s:?} for {key}")),
-        Some(other) => Err(format!("invalid type {} for {key}", kind_name(other))),
+/// libcni's `readBool`: a bool, or a string equal to "true"/"false" ignoring case; `Ok(true)` for true.
+fn read_bool(doc: &Doc, list: Id, key: &str) -> std::result::Result<bool, String> {
+    let Some(v) = doc.get(list, key) else {
+        return Ok(false);
+    };
+    match doc.node(v) {
+        Node::Scalar(Value::Bool(b)) => Ok(*b),
+        Node::Scalar(Value::String(s)) => match s.to_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(format!("invalid value {s:?} for {key}")),
+        },
+        _ => Err(format!("invalid type {} for {key}", doc.kind(v))),
     }
 }
 
-/// `NetworkConfFromBytes` on a parsed document. `subdir_has_plugins(name)`: whether `<dir>/<name>/`
-/// holds plugin `.conf` files (a list without `plugins` is valid only then).
-pub fn check_conf_list(
-    v: &Value,
+/// `NetworkConfFromBytes` on a parsed document: the list is a Go map (exact keys, the last duplicate
+/// wins), each plugin is marshalled from that map and decoded as `types.PluginConf` (keys sorted).
+/// `subdir_has_plugins(name)`: whether `<dir>/<name>/` holds plugin `.conf` files (a list without
+/// `plugins` is valid only then).
+fn check_conf_list(
+    doc: &Doc,
     subdir_has_plugins: &dyn Fn(&str) -> bool,
 ) -> std::result::Result<(), String> {
     let pre = "error parsing configuration list";
-    let Value::Object(o) = v else {
+    let list = doc.root();
+    if !matches!(doc.node(list), Node::Object(_)) {
         return Err(format!(
             "{pre}: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
-            kind_name(v)
+            doc.kind(list)
         ));
-    };
-    let name = match o.get("name") {
+    }
+    let name = match doc.get(list, "name") {
         None => return Err(format!("{pre}: no name")),
-        Some(Value::String(n)) => n.as_str(),
-        Some(other) => return Err(format!("{pre}: invalid name type {}", kind_name(other))),
+        Some(n) => doc
+            .str(n)
+            .ok_or_else(|| format!("{pre}: invalid name type {}", doc.kind(n)))?,
     };
-    let version = match o.get("cniVersion") {
+    let version = match doc.get(list, "cniVersion") {
         None => "",
-        Some(Value::String(s)) => s.as_str(),
-        Some(other) => {
-            return Err(format!(
-                "{pre}: invalid cniVersion type {}",
-                kind_name(other)
-            ))
-        }
+        Some(v) => doc
+            .str(v)
+            .ok_or_else(|| format!("{pre}: invalid cniVersion type {}", doc.kind(v)))?,
     };
-    if let Some(raw) = o.get("cniVersions") {
-        let Value::Array(list) = raw else {
+    if let Some(raw) = doc.get(list, "cniVersions") {
+        let Node::Array(items) = doc.node(raw) else {
             return Err(format!(
                 "{pre}: invalid type for cniVersions: {}",
-                kind_name(raw)
+                doc.kind(raw)
             ));
         };
-        for (i, rv) in list.iter().enumerate() {
-            let Value::String(s) = rv else {
+        for (i, rv) in items.iter().enumerate() {
+            let Some(s) = doc.str(*rv) else {
                 return Err(format!(
                     "{pre}: invalid type for cniVersions index {i}: {}",
-                    kind_name(rv)
+                    doc.kind(*rv)
                 ));
             };
             parse_version(s)
@@ -277,12 +305,12 @@ pub fn check_conf_list(
                 .map_err(|e| format!("{pre}: invalid cniVersions entry {s} at index {i}: {e}"))?;
         }
     }
-    for key in ["disableCheck", "disableGC", "loadOnlyInlinedPlugins"] {
-        read_bool(o, key).map_err(|e| format!("{pre}: {e}"))?;
+    for key in ["disableCheck", "disableGC"] {
+        read_bool(doc, list, key).map_err(|e| format!("{pre}: {e}"))?;
     }
-    let only_inlined = matches!(o.get("loadOnlyInlinedPlugins"), Some(Value::Bool(true)))
-        || matches!(o.get("loadOnlyInlinedPlugins"), Some(Value::String(s)) if s.eq_ignore_ascii_case("true"));
-    let plugins = match o.get("plugins") {
+    let only_inlined =
+        read_bool(doc, list, "loadOnlyInlinedPlugins").map_err(|e| format!("{pre}: {e}"))?;
+    let plugins = match doc.get(list, "plugins") {
         None if only_inlined => {
             return Err(format!(
                 "{pre}: `loadOnlyInlinedPlugins` is true, and no 'plugins' key"
@@ -290,19 +318,17 @@ pub fn check_conf_list(
         }
         None if subdir_has_plugins(name) => return Ok(()),
         None => return Err("no plugin configs found".into()),
-        Some(Value::Array(a)) => a,
-        Some(other) => {
-            return Err(format!(
-                "{pre}: invalid 'plugins' type {}",
-                kind_name(other)
-            ))
-        }
+        Some(p) => match doc.node(p) {
+            Node::Array(a) => a,
+            _ => return Err(format!("{pre}: invalid 'plugins' type {}", doc.kind(p))),
+        },
     };
     if plugins.is_empty() {
         return Err(format!("{pre}: no plugins in list"));
     }
     for (i, p) in plugins.iter().enumerate() {
-        check_plugin_conf(p).map_err(|e| format!("failed to parse plugin config {i}: {e}"))?;
+        check_plugin_conf(doc, Keys::Map, *p)
+            .map_err(|e| format!("failed to parse plugin config {i}: {e}"))?;
     }
     Ok(())
 }
@@ -313,20 +339,23 @@ pub fn validate(
     content: &[u8],
     subdir_has_plugins: &dyn Fn(&str) -> bool,
 ) -> std::result::Result<(), String> {
-    let text = go_text(content);
-    let v = json::parse(&text, "configuration").map_err(|e| {
-        if name.ends_with(".conflist") {
+    let list = name.ends_with(".conflist");
+    let doc = Doc::parse(&go_text(content), "configuration", json::GO_MAX_DEPTH).map_err(|e| {
+        if list {
             format!("error parsing configuration list: {e}")
         } else {
             format!("error parsing configuration: {e}")
         }
     })?;
-    if name.ends_with(".conflist") {
-        return check_conf_list(&v, subdir_has_plugins);
+    if list {
+        return check_conf_list(&doc, subdir_has_plugins);
     }
-    check_plugin_conf(&v)?;
-    // ConfListFromConf: the entry re-checked inside a list (name and cniVersion are strings by now).
-    Ok(())
+    // The file's own bytes, keys as written; then `ConfListFromConf`, which decodes them into a map and
+    // puts that into a list, so the plugin is decoded again with its keys sorted and de-duplicated (name
+    // and cniVersion of that list are strings by now).
+    check_plugin_conf(&doc, Keys::Source, doc.root())?;
+    check_plugin_conf(&doc, Keys::Map, doc.root())
+        .map_err(|e| format!("failed to parse plugin config 0: {e}"))
 }
 
 #[cfg(test)]

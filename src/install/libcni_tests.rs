@@ -103,3 +103,122 @@ fn go_decoding_of_bad_text() {
     ));
     assert!(ok(".conf", r#"{"type":"x"}"#));
 }
+
+/// The plugin types libcni would run from a file we call valid, read with [`plugin_type`] (the lookup the
+/// check, the merge and cleanup share).
+fn types_of(file: &str, text: &str) -> Vec<String> {
+    let Ok(Value::Object(o)) = parse(text.as_bytes(), "vector") else {
+        return Vec::new();
+    };
+    if !file.ends_with(".conflist") {
+        return plugin_type(&o).into_iter().map(str::to_string).collect();
+    }
+    json::arr_of(&o, "plugins")
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| match p {
+                    Value::Object(po) => plugin_type(po).map(str::to_string),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `libcni_vectors.json`: documents → libcni's decision (and the plugin types it runs), each checked
+/// against Go 1.19's `encoding/json` (Debian 12's containerd) with libcni 1.3.0's loading logic: which of
+/// several case-insensitive keys wins, duplicate keys, null, Unicode folding (ſ, K), nesting depth.
+#[test]
+fn go_vectors() {
+    let vectors = json::parse(include_str!("libcni_vectors.json"), "libcni_vectors.json").unwrap();
+    let Value::Array(vectors) = vectors else {
+        panic!("libcni_vectors.json: not a list")
+    };
+    let mut wrong = Vec::new();
+    for v in vectors.iter() {
+        let Value::Object(v) = v else {
+            panic!("vector: not an object")
+        };
+        let case = json::str_of(v, "case").unwrap();
+        let file = json::str_of(v, "file").unwrap();
+        let text = json::str_of(v, "text").unwrap();
+        let want = matches!(v.get("valid"), Some(Value::Bool(true)));
+        let got = validate(file, text.as_bytes(), &|_| false);
+        if got.is_ok() != want {
+            wrong.push(format!(
+                "{case}: {file} {text} → {got:?}, libcni says valid={want}"
+            ));
+            continue;
+        }
+        if let Some(want_types) = json::opt_string_list(v, "types", case).unwrap() {
+            let got_types = types_of(file, text);
+            if got_types != want_types {
+                wrong.push(format!(
+                    "{case}: types {got_types:?}, libcni runs {want_types:?}"
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} vectors differ from Go:\n{}",
+        wrong.len(),
+        vectors.len(),
+        wrong.join("\n")
+    );
+}
+
+/// A list nesting `depth` levels in all (the list, `plugins`, the plugin, then arrays under `x`), its
+/// one plugin of type `ptp`, followed by `more` (more plugins, or nothing).
+pub fn nested_list(depth: usize, more: &str) -> String {
+    let inner = depth - 3;
+    format!(
+        r#"{{"name":"n","cniVersion":"1.0.0","plugins":[{{"type":"ptp","x":{}{}}}{more}]}}"#,
+        "[".repeat(inner),
+        "]".repeat(inner)
+    )
+}
+
+/// What the installer does with a document nested `depth` deep, as far as the stack is concerned: the
+/// verdict, our entry found, a merge, a removal, the owned-config check's types.
+fn deep_pipeline(depth: usize) -> (bool, bool, std::result::Result<usize, String>) {
+    use super::super::{check, conflist};
+    let text = nested_list(depth, r#",{"type":"istio-cni"}"#);
+    let valid = validate("a.conflist", text.as_bytes(), &|_| false).is_ok();
+    let held = check::holds_entry(text.as_bytes());
+    let entry = Object::new();
+    let merged = conflist::merge(&text, &entry).map_err(|e| e.to_string());
+    if let Ok(m) = &merged {
+        assert_eq!(
+            conflist::count_entries(m),
+            0,
+            "our (empty) entry replaced the old one"
+        );
+        assert!(m.contains("\"x\": [\n"), "the deep plugin kept");
+        conflist::remove_entry(m, "m").unwrap();
+        conflist::plugin_types(m, "m").unwrap();
+    }
+    (valid, held, merged.map(|m| m.len()))
+}
+
+/// Go accepts 10,000 levels and refuses 10,001 (`maxNestingDepth`); so do we, on the test thread and on a
+/// thread with a 64 KiB stack (the parser, the printer and dropping a value are iterative). A merge into a
+/// list 1,000 deep is written; 10,000 deep would print (indented, as upstream) as ~200 MB and is refused.
+#[test]
+fn nesting_as_deep_as_go_allows_on_any_stack() {
+    let run = || {
+        let ok = deep_pipeline(10_000);
+        assert!(ok.0 && ok.1, "10,000 levels: valid, entry found");
+        let e = ok.2.unwrap_err();
+        assert!(e.contains("would be larger than"), "{e}");
+        let too_deep = deep_pipeline(10_001);
+        assert!(!too_deep.0 && !too_deep.1, "10,001 levels: invalid");
+        assert!(too_deep.2.unwrap_err().contains("nested deeper than 10000"));
+        let e = validate("a.conflist", nested_list(10_001, "").as_bytes(), &|_| false);
+        assert!(e.unwrap_err().contains("nested deeper than 10000 levels"));
+        let (valid, held, merged) = deep_pipeline(1_000);
+        assert!(valid && held);
+        assert!(merged.unwrap() > 1_000_000, "indented as Go indents");
+    };
+    crate::json::tests::on_this_and_a_small_stack(run);
+}

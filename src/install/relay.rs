@@ -8,7 +8,7 @@ use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 
 /// Largest datagram we read; longer ones are truncated by the kernel.
-const MAX_LINE: usize = 64 * 1024;
+pub const MAX_LINE: usize = 64 * 1024;
 
 /// Binds the socket (replacing a stale one) and relays on a background thread. Returns the socket path.
 pub fn start(run_dir: &Path) -> Result<PathBuf> {

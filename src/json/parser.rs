@@ -7,9 +7,63 @@
 //! - a `\u` escape of a lone surrogate becomes U+FFFD, as in Go;
 //! - with duplicate keys the last one wins, as in Go's map decoding.
 //!
-//! Nesting is bounded by the caller's depth limit, so the recursion is bounded too.
+//! The parser is iterative (an explicit stack of open arrays and objects), so the nesting limit is a
+//! property of the input we accept, not of the thread's stack: Go's own limit (10,000) parses on a 64 KiB
+//! stack. What a document becomes is up to a [`Build`]: a [`Value`] (objects as sorted maps, what Go's
+//! `map[string]interface{}` keeps), or [`super::ordered::Doc`] (keys in source order, duplicates kept, what
+//! Go's struct decoding walks through).
 
 use crate::json::{Array, Number, Object, Value};
+
+/// What the parser makes of the values it reads. Scalars arrive as [`Value`]s without children.
+pub trait Build {
+    type Node;
+    type Arr;
+    type Obj;
+    fn scalar(&mut self, v: Value) -> Self::Node;
+    fn array(&mut self) -> Self::Arr;
+    fn object(&mut self) -> Self::Obj;
+    fn push(&mut self, a: &mut Self::Arr, v: Self::Node);
+    fn insert(&mut self, o: &mut Self::Obj, key: String, v: Self::Node);
+    fn end_array(&mut self, a: Self::Arr) -> Self::Node;
+    fn end_object(&mut self, o: Self::Obj) -> Self::Node;
+}
+
+/// Builds a [`Value`]: with duplicate keys the last one wins, as in Go's map decoding.
+pub struct Values;
+
+impl Build for Values {
+    type Node = Value;
+    type Arr = Array;
+    type Obj = Object;
+    fn scalar(&mut self, v: Value) -> Value {
+        v
+    }
+    fn array(&mut self) -> Array {
+        Array::new()
+    }
+    fn object(&mut self) -> Object {
+        Object::new()
+    }
+    fn push(&mut self, a: &mut Array, v: Value) {
+        a.push(v)
+    }
+    fn insert(&mut self, o: &mut Object, key: String, v: Value) {
+        o.insert(key, v);
+    }
+    fn end_array(&mut self, a: Array) -> Value {
+        Value::Array(a)
+    }
+    fn end_object(&mut self, o: Object) -> Value {
+        Value::Object(o)
+    }
+}
+
+/// An array or object still open, with the key its next value goes under.
+enum Open<B: Build> {
+    Array(B::Arr),
+    Object(B::Obj, String),
+}
 
 pub struct Parser<'a> {
     s: &'a [u8],
@@ -22,13 +76,21 @@ pub type Fail = String;
 
 impl<'a> Parser<'a> {
     pub fn parse(text: &'a str, max_depth: usize) -> Result<Value, Fail> {
+        Self::parse_with(text, max_depth, &mut Values)
+    }
+
+    pub fn parse_with<B: Build>(
+        text: &'a str,
+        max_depth: usize,
+        build: &mut B,
+    ) -> Result<B::Node, Fail> {
         let mut p = Parser {
             s: text.as_bytes(),
             pos: 0,
             max_depth,
         };
         p.ws();
-        let v = p.value(0)?;
+        let v = p.document(build)?;
         p.ws();
         if p.pos != p.s.len() {
             return Err(p.fail("unexpected text after the value"));
@@ -63,76 +125,101 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<Value, Fail> {
-        match self.peek() {
-            None => Err(self.fail("unexpected end of input")),
-            Some(b'n') => self.literal("null", Value::Null),
-            Some(b't') => self.literal("true", Value::Bool(true)),
-            Some(b'f') => self.literal("false", Value::Bool(false)),
-            Some(b'"') => self.string().map(Value::String),
-            Some(b'-' | b'0'..=b'9') => self.number().map(Value::Number),
-            Some(b'[') => {
-                if depth >= self.max_depth {
-                    return Err(self.too_deep());
-                }
-                self.pos += 1;
-                let mut a = Array::new();
-                self.ws();
-                if self.peek() == Some(b']') {
+    /// An object key and the `:` after it.
+    fn key(&mut self) -> Result<String, Fail> {
+        self.ws();
+        if self.peek() != Some(b'"') {
+            return Err(self.fail("expected a string key"));
+        }
+        let k = self.string()?;
+        self.ws();
+        if self.peek() != Some(b':') {
+            return Err(self.fail("expected ':'"));
+        }
+        self.pos += 1;
+        Ok(k)
+    }
+
+    /// One whole value: opening brackets push onto `open`, every finished value goes into the innermost
+    /// open container, closing brackets pop; the loop ends when the outermost value is finished.
+    fn document<B: Build>(&mut self, b: &mut B) -> Result<B::Node, Fail> {
+        let mut open: Vec<Open<B>> = Vec::new();
+        loop {
+            self.ws();
+            let mut done = match self.peek() {
+                None => return Err(self.fail("unexpected end of input")),
+                Some(b'n') => b.scalar(self.literal("null", Value::Null)?),
+                Some(b't') => b.scalar(self.literal("true", Value::Bool(true))?),
+                Some(b'f') => b.scalar(self.literal("false", Value::Bool(false))?),
+                Some(b'"') => b.scalar(Value::String(self.string()?)),
+                Some(b'-' | b'0'..=b'9') => b.scalar(Value::Number(self.number()?)),
+                Some(c @ (b'[' | b'{')) => {
+                    if open.len() >= self.max_depth {
+                        return Err(self.too_deep());
+                    }
                     self.pos += 1;
-                    return Ok(Value::Array(a));
-                }
-                loop {
                     self.ws();
-                    a.push(self.value(depth + 1)?);
-                    self.ws();
-                    match self.peek() {
-                        Some(b',') => self.pos += 1,
-                        Some(b']') => {
+                    match (c, self.peek()) {
+                        (b'[', Some(b']')) => {
                             self.pos += 1;
-                            return Ok(Value::Array(a));
+                            let a = b.array();
+                            b.end_array(a)
                         }
-                        _ => return Err(self.fail("expected ',' or ']'")),
-                    }
-                }
-            }
-            Some(b'{') => {
-                if depth >= self.max_depth {
-                    return Err(self.too_deep());
-                }
-                self.pos += 1;
-                let mut o = Object::new();
-                self.ws();
-                if self.peek() == Some(b'}') {
-                    self.pos += 1;
-                    return Ok(Value::Object(o));
-                }
-                loop {
-                    self.ws();
-                    if self.peek() != Some(b'"') {
-                        return Err(self.fail("expected a string key"));
-                    }
-                    let k = self.string()?;
-                    self.ws();
-                    if self.peek() != Some(b':') {
-                        return Err(self.fail("expected ':'"));
-                    }
-                    self.pos += 1;
-                    self.ws();
-                    let v = self.value(depth + 1)?;
-                    o.insert(k, v);
-                    self.ws();
-                    match self.peek() {
-                        Some(b',') => self.pos += 1,
-                        Some(b'}') => {
+                        (b'[', _) => {
+                            open.push(Open::Array(b.array()));
+                            continue;
+                        }
+                        (_, Some(b'}')) => {
                             self.pos += 1;
-                            return Ok(Value::Object(o));
+                            let o = b.object();
+                            b.end_object(o)
                         }
-                        _ => return Err(self.fail("expected ',' or '}'")),
+                        _ => {
+                            let k = self.key()?;
+                            open.push(Open::Object(b.object(), k));
+                            continue;
+                        }
                     }
                 }
+                Some(_) => return Err(self.fail("invalid character")),
+            };
+            // Hand the finished value up, closing every container that ends right after it.
+            loop {
+                let Some(top) = open.last_mut() else {
+                    return Ok(done);
+                };
+                self.ws();
+                let close = match top {
+                    Open::Array(a) => {
+                        b.push(a, done);
+                        match self.peek() {
+                            Some(b',') => false,
+                            Some(b']') => true,
+                            _ => return Err(self.fail("expected ',' or ']'")),
+                        }
+                    }
+                    Open::Object(o, k) => {
+                        b.insert(o, std::mem::take(k), done);
+                        match self.peek() {
+                            Some(b',') => false,
+                            Some(b'}') => true,
+                            _ => return Err(self.fail("expected ',' or '}'")),
+                        }
+                    }
+                };
+                self.pos += 1;
+                if !close {
+                    if let Some(Open::Object(_, k)) = open.last_mut() {
+                        *k = self.key()?;
+                    }
+                    break;
+                }
+                done = match open.pop() {
+                    Some(Open::Array(a)) => b.end_array(a),
+                    Some(Open::Object(o, _)) => b.end_object(o),
+                    None => return Err(self.fail("unbalanced")),
+                };
             }
-            Some(_) => Err(self.fail("invalid character")),
         }
     }
 

@@ -152,3 +152,75 @@ fn strings_as_go_and_as_zap() {
     write_string_no_html(&mut zap, "<a&b>\u{2028}\"\u{1}\n");
     assert_eq!(zap, "\"<a&b>\u{2028}\\\"\\u0001\\n\"");
 }
+
+/// Runs `run` on this thread, then on one with a 64 KiB stack: what walks a deep value must not recurse.
+pub fn on_this_and_a_small_stack(run: fn()) {
+    run();
+    std::thread::Builder::new()
+        .stack_size(64 << 10)
+        .spawn(run)
+        .unwrap()
+        .join()
+        .expect("no stack overflow on a 64 KiB stack");
+}
+
+/// `{"a":[{"a":[…]}]}` nesting `depth` levels.
+fn alternating(depth: usize) -> String {
+    let (mut open, mut close) = (String::new(), String::new());
+    for i in 0..depth {
+        if i % 2 == 0 {
+            open.push_str("{\"a\":");
+            close.insert(0, '}');
+        } else {
+            open.push('[');
+            close.insert(0, ']');
+        }
+    }
+    open + "null" + &close
+}
+
+/// Parsing, printing and dropping are iterative: Go's 10,000 levels on a 64 KiB stack; 10,001 refused.
+#[test]
+fn go_depth_parses_prints_and_drops_on_a_small_stack() {
+    let run = || {
+        let text = alternating(GO_MAX_DEPTH);
+        let v = parse_go_depth(&text, "deep").unwrap();
+        assert_eq!(to_compact(&v), text);
+        assert_eq!(
+            to_pretty_bounded(&v, " ", 1 << 20),
+            None,
+            "indented as Go indents"
+        );
+        let shallower = parse_go_depth(&alternating(1_000), "1000").unwrap();
+        let pretty = to_pretty_bounded(&shallower, " ", 1 << 20).unwrap();
+        assert_eq!(pretty, to_pretty(&shallower, " "));
+        let doc = ordered::Doc::parse(&text, "deep", GO_MAX_DEPTH).unwrap();
+        assert_eq!(doc.kind(doc.root()), "object");
+        drop(v);
+        let e = parse_go_depth(&alternating(GO_MAX_DEPTH + 1), "deeper").unwrap_err();
+        assert!(e.to_string().contains("nested deeper than 10000"), "{e}");
+        assert!(parse(&alternating(MAX_DEPTH), "s").is_ok());
+        assert!(parse(&alternating(MAX_DEPTH + 1), "s").is_err());
+    };
+    on_this_and_a_small_stack(run);
+}
+
+#[test]
+fn ordered_doc_keeps_source_order_and_duplicates() {
+    use ordered::{Doc, Keys};
+    let doc = Doc::parse(r#"{"b":1,"a":2,"b":3,"B":null}"#, "t", MAX_DEPTH).unwrap();
+    let r = doc.root();
+    let keys = |k| -> Vec<&str> { doc.entries(r, k).into_iter().map(|e| e.0).collect() };
+    assert_eq!(keys(Keys::Source), ["b", "a", "b", "B"]);
+    assert_eq!(keys(Keys::Map), ["B", "a", "b"]);
+    let b = doc.get(r, "b").unwrap();
+    assert_eq!(doc.kind(b), "number");
+    assert_eq!(
+        doc.entries(r, Keys::Map)[2].1,
+        b,
+        "the map keeps the last duplicate"
+    );
+    assert!(doc.is_null(doc.get(r, "B").unwrap()));
+    assert_eq!(doc.get(r, "c"), None);
+    assert!(Doc::parse("[1,]", "t", MAX_DEPTH).is_err());
+}

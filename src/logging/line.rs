@@ -78,13 +78,46 @@ pub fn text_line(time: SystemTime, level: Level, target: &str, msg: &str) -> Str
     format!("{} {:<5} {target}] {msg}", rfc3339(time), level)
 }
 
-/// Makes a relayed message harmless on a terminal: control characters (but tabs) become spaces.
-pub fn sanitise(msg: &str) -> String {
-    msg.trim_end_matches(['\n', '\r'])
-        .chars()
-        .map(|c| if c.is_control() && c != '\t' { ' ' } else { c })
-        .collect()
+/// Bytes as text, each byte that is not UTF-8 one `?` (not a 3-byte U+FFFD: a relayed line must not grow
+/// past its datagram).
+pub fn compact_lossy(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len());
+    for chunk in data.utf8_chunks() {
+        out.push_str(chunk.valid());
+        out.extend(chunk.invalid().iter().map(|_| '?'));
+    }
+    out
 }
+
+/// Makes a relayed message harmless on a terminal and bounded: control characters (but tabs) become
+/// spaces, and where the message as written into a JSON line (quotes, backslashes and tabs doubled) would
+/// pass `max` bytes, it is cut, with a marker saying how much went, to at most `max` bytes so written.
+pub fn sanitise(msg: &str, max: usize) -> String {
+    let msg = msg.trim_end_matches(['\n', '\r']);
+    let clean = |c: char| if c.is_control() && c != '\t' { ' ' } else { c };
+    let cost = |c: char| c.len_utf8() + usize::from(matches!(c, '"' | '\\' | '\t'));
+    let total: usize = msg.chars().map(|c| cost(clean(c))).sum();
+    let keep = if total <= max {
+        total
+    } else {
+        max.saturating_sub(TRUNCATED_MAX)
+    };
+    let mut out = String::with_capacity(msg.len().min(max));
+    let mut used = 0;
+    for (i, c) in msg.char_indices() {
+        let c = clean(c);
+        used += cost(c);
+        if used > keep {
+            out.push_str(&format!(" [truncated: {} more bytes]", msg.len() - i));
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Longest truncation marker (` [truncated: <20 digits> more bytes]`).
+const TRUNCATED_MAX: usize = 45;
 
 #[cfg(test)]
 mod tests {
@@ -98,6 +131,27 @@ mod tests {
         assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123456Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn sanitised_messages_are_cut_with_a_marker() {
+        assert_eq!(sanitise("a\u{1b}[31mb\r\n", 100), "a [31mb");
+        assert_eq!(
+            sanitise(r#"say "hi""#, 10),
+            r#"say "hi""#,
+            "fits once escaped"
+        );
+        let long = "x".repeat(1000);
+        let cut = sanitise(&long, 100);
+        assert!(cut.len() <= 100, "{cut}");
+        assert!(
+            cut.ends_with(" more bytes]") && cut.starts_with("xxx"),
+            "{cut}"
+        );
+        let quotes = "\"".repeat(1000);
+        let cut = sanitise(&quotes, 1000);
+        assert!(json_line(UNIX_EPOCH, Level::Info, "cni-plugin", &cut).len() <= 1000 + 100);
+        assert_eq!(compact_lossy(b"a\xffb\xe2\x82"), "a?b??");
     }
 
     #[test]

@@ -124,9 +124,16 @@ pub fn relayed(data: &[u8]) {
     log::log!(target: PLUGIN_TARGET, level, "{msg}");
 }
 
-/// The level and (sanitised) message of a relayed datagram.
+/// Room a relayed message may take beyond its datagram's size before it is cut (a short message full of
+/// quotes is never cut; a 64 KiB one that JSON would double is).
+const RELAY_SLACK: usize = 64;
+
+/// The level and (sanitised) message of a relayed datagram. The message as logged (JSON-escaped or not)
+/// is at most the datagram's size plus [`RELAY_SLACK`] ([`line::sanitise`]), so a datagram cannot make
+/// the installer write more than it was sent.
 pub fn parse_relayed(data: &[u8]) -> (Level, String) {
-    let text = String::from_utf8_lossy(data);
+    let text = line::compact_lossy(data);
+    let max = data.len() + RELAY_SLACK;
     if text.starts_with('{') {
         if let Ok(o) = crate::json::parse_object(&text, "relayed line") {
             if let Some(msg) = crate::json::str_of(&o, "msg") {
@@ -134,11 +141,11 @@ pub fn parse_relayed(data: &[u8]) -> (Level, String) {
                     .and_then(nearest_level)
                     .and_then(|l| l.to_level())
                     .unwrap_or(Level::Info);
-                return (level, line::sanitise(msg));
+                return (level, line::sanitise(msg, max));
             }
         }
     }
-    (Level::Info, line::sanitise(&text))
+    (Level::Info, line::sanitise(&text, max))
 }
 
 /// Also sends log records to `<run_dir>/log.sock` when the installer listens there (unix datagram, one
@@ -204,10 +211,63 @@ mod tests {
             (Level::Info, "ADD pod default/web: redirected".to_string())
         );
         assert_eq!(
-            super::parse_relayed(b"\xff"),
-            (Level::Info, "\u{fffd}".to_string())
+            super::parse_relayed(b"a\xff\xfe"),
+            (Level::Info, "a??".to_string())
         );
         assert_eq!(super::parse_relayed(b"{not json").1, "{not json");
+    }
+
+    /// Hostile datagrams of 64 KiB (the most the relay reads): bytes that are not UTF-8, quotes and
+    /// backslashes that JSON doubles, tabs, control characters, inside a JSON record or bare.
+    fn hostile_datagrams() -> Vec<Vec<u8>> {
+        let n = super::super::install::relay::MAX_LINE;
+        let fill = |unit: &[u8], head: &[u8], tail: &[u8]| -> Vec<u8> {
+            let mut d = head.to_vec();
+            while d.len() + unit.len() + tail.len() <= n {
+                d.extend_from_slice(unit);
+            }
+            d.extend_from_slice(tail);
+            d
+        };
+        vec![
+            fill(b"\xff", b"", b""),
+            fill(b"\"\\\t", b"", b""),
+            fill(b"\x01\x1b\x7f", b"", b""),
+            fill(b"\xc2\x85", b"", b""), // U+0085, a C1 control
+            fill(b"\xff", br#"{"level":"warn","msg":""#, br#""}"#),
+            fill(br#"\""#, br#"{"level":"warn","msg":""#, br#""}"#),
+            fill(br#"\t"#, br#"{"level":"warn","msg":""#, br#""}"#),
+            fill(br#"\ud800"#, br#"{"level":"warn","msg":""#, br#""}"#),
+            fill("ü€😀".as_bytes(), b"", b""),
+        ]
+    }
+
+    /// A relayed line, text or JSON, is at most its datagram plus a small constant (the time, level and
+    /// scope of a JSON line, the `istio-cni: ` prefix of a text one, the truncation marker).
+    #[test]
+    fn a_relayed_line_is_no_longer_than_its_datagram() {
+        use super::line::{json_line, text_line};
+        let t = std::time::UNIX_EPOCH;
+        for d in hostile_datagrams() {
+            let (level, msg) = super::parse_relayed(&d);
+            let json = json_line(t, level, "cni-plugin", &msg);
+            let text = text_line(t, level, super::PLUGIN_TARGET, &msg);
+            let what = String::from_utf8_lossy(&d[..40]).to_string();
+            assert!(
+                json.len() <= d.len() + 160,
+                "{what}: JSON line {} for {}",
+                json.len(),
+                d.len()
+            );
+            assert!(
+                text.len() <= d.len() + 160,
+                "{what}: text line {} for {}",
+                text.len(),
+                d.len()
+            );
+            crate::json::parse_object(&json, "line").unwrap();
+            assert!(!msg.chars().any(|c| c.is_control() && c != '\t'), "{what}");
+        }
     }
 
     #[test]

@@ -366,7 +366,7 @@ fn substitute_our_entry(dir: &Path, ours: &conflist::PluginEntry) {
             })
             .collect();
         o.insert("plugins".into(), json::Value::Array(swapped));
-        fs::write(&p, conflist::render(&json::Value::Object(o))).unwrap();
+        fs::write(&p, conflist::render(&json::Value::Object(o)).unwrap()).unwrap();
     }
 }
 

@@ -9,6 +9,7 @@ mod apply_netns;
 mod cni_chain;
 mod cni_hostns;
 mod install_server;
+mod install_server_flood;
 mod lookup_add_wall;
 mod nft_e2e;
 mod nft_netns;

@@ -8,6 +8,7 @@ mod support;
 mod cli;
 mod cni_protocol;
 mod install_e2e;
+mod install_go_json;
 mod install_invariant;
 mod install_lost_update;
 mod install_process;
