@@ -1,5 +1,5 @@
 //! The node's one pod watch in `install-cni`: a LIST + WATCH of this node's pods
-//! (`fieldSelector=spec.nodeName=<node>`, [`crate::repair::controller::watch_forever`]) that feeds the pod
+//! (`fieldSelector=spec.nodeName=<node>`, [`crate::repair::listwatch::watch_forever`]) that feeds the pod
 //! cache the plugin asks first ([`crate::podcache`], on by default, `POD_CACHE_ENABLED=false` turns it
 //! off) and, with `REPAIR_ENABLED=true`, the in-process repair agent, whose label and field selectors then
 //! apply to each pod here instead of on the server. One watch per node, however many users.
@@ -7,7 +7,8 @@
 use super::options::Settings;
 use crate::json::{self, Object};
 use crate::podcache::{reduce, server::Cache};
-use crate::repair::controller::{self, PodSink, RepairSink, Selection};
+use crate::repair::controller::RepairSink;
+use crate::repair::listwatch::{self, PodSink, Selection};
 use std::path::PathBuf;
 
 /// What the node's watch feeds.
@@ -164,7 +165,7 @@ pub fn start(s: &Settings) {
     );
     let spawned = std::thread::Builder::new()
         .name("pod-watch".into())
-        .spawn(move || controller::watch_forever(&client, &sel, &mut sink));
+        .spawn(move || listwatch::watch_forever(&client, &sel, &mut sink));
     if let Err(e) = spawned {
         log::error!("pod watch not started: {e}");
     }

@@ -15,6 +15,7 @@
 //!
 //! The request/reply protocol is in [`proto`]; the counters on the installer's `/metrics` in [`metrics`].
 
+pub mod cache;
 pub mod client;
 pub mod metrics;
 pub mod proto;

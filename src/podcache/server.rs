@@ -1,5 +1,4 @@
-//! The agent's side: the shared [`Cache`] (the store behind a lock, and a wake-up for the server) and the
-//! socket server, one thread multiplexing every connection with poll(2), so no client (silent, slow,
+//! The agent's side: the socket server over the shared [`Cache`], one thread multiplexing every connection with poll(2), so no client (silent, slow,
 //! sending garbage or never reading its reply) holds up another, `/readyz`, the log relay or the watch.
 //!
 //! Bounds: at most [`MAX_CONNS`] connections (a new one beyond that closes the oldest); a request of at
@@ -9,8 +8,9 @@
 //! connection, so memory is the store plus about [`proto::MAX_REQUEST`] per connection. Peers other than
 //! root (or this process's own user) are refused; the socket is mode 0600.
 
+pub use super::cache::Cache;
 use super::proto::{self, Request, WAIT_LINE};
-use super::store::{Lookup, Store};
+use super::store::Lookup;
 use super::{metrics, Answer};
 use crate::error::{IoContext, Result};
 use nix::errno::Errno;
@@ -21,7 +21,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a lookup of a pod the cache has not seen (or has seen with another UID) waits for the
@@ -40,63 +40,6 @@ const RECHECK: Duration = Duration::from_secs(2);
 /// Connections accepted per turn of the loop: a client connecting in a tight loop cannot keep the server
 /// accepting instead of answering the connections it has.
 const ACCEPT_BATCH: usize = 32;
-
-struct Inner {
-    store: Mutex<Store>,
-    wake_tx: UnixStream,
-    wake_rx: UnixStream,
-}
-
-/// The cache the watch fills and the server reads. Cloning shares it.
-#[derive(Clone)]
-pub struct Cache {
-    inner: Arc<Inner>,
-}
-
-impl Cache {
-    pub fn new() -> Result<Cache> {
-        let (wake_tx, wake_rx) =
-            UnixStream::pair().io_context(|| "pod cache: socketpair".into())?;
-        for s in [&wake_tx, &wake_rx] {
-            s.set_nonblocking(true)
-                .io_context(|| "pod cache: non-blocking wake-up".into())?;
-        }
-        Ok(Cache {
-            inner: Arc::new(Inner {
-                store: Mutex::new(Store::default()),
-                wake_tx,
-                wake_rx,
-            }),
-        })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Store> {
-        match self.inner.store.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
-    }
-
-    /// Changes the store and wakes the server, so lookups waiting for a pod are answered at once.
-    pub fn update<R>(&self, f: impl FnOnce(&mut Store) -> R) -> R {
-        let mut s = self.lock();
-        let r = f(&mut s);
-        metrics::set_pods(s.len());
-        drop(s);
-        // Non-blocking: a full socket buffer already holds a wake-up.
-        let _ = (&self.inner.wake_tx).write(&[1]);
-        r
-    }
-
-    pub fn lookup(&self, req: &Request, may_wait: bool) -> Lookup {
-        self.lock().lookup(req, may_wait)
-    }
-
-    /// Reads the store.
-    pub fn read<R>(&self, f: impl FnOnce(&Store) -> R) -> R {
-        f(&self.lock())
-    }
-}
 
 /// Binds `path` (mode 0600): bound under a temporary name, restricted, then renamed over `path`, so the
 /// socket never exists with a wider mode and a stale socket is replaced in one step.
@@ -332,7 +275,7 @@ fn run(mut listener: UnixListener, cache: Cache, path: PathBuf) {
         let ready: Vec<PollFlags> = {
             let mut fds = Vec::with_capacity(conns.len() + 2);
             fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
-            fds.push(PollFd::new(cache.inner.wake_rx.as_fd(), PollFlags::POLLIN));
+            fds.push(PollFd::new(cache.wake_fd(), PollFlags::POLLIN));
             for c in &conns {
                 fds.push(PollFd::new(c.sock.as_fd(), c.events()));
             }
@@ -351,8 +294,7 @@ fn run(mut listener: UnixListener, cache: Cache, path: PathBuf) {
         };
         let woken = !ready[1].is_empty();
         if woken {
-            let mut sink = [0u8; 256];
-            while matches!((&cache.inner.wake_rx).read(&mut sink), Ok(n) if n > 0) {}
+            cache.drain_wake();
         }
         let mut i = conns.len();
         while i > 0 {
@@ -367,7 +309,8 @@ fn run(mut listener: UnixListener, cache: Cache, path: PathBuf) {
                     }
                 }
             }
-            if r.is_empty() && !(woken && !c.out.is_empty()) {
+            // Nothing happened to it, and no answer was queued just now.
+            if r.is_empty() && (!woken || c.out.is_empty()) {
                 continue;
             }
             let reading = matches!(c.phase, Phase::Reading);

@@ -1,12 +1,14 @@
 //! The repair agent: finds pods on this node that started without redirection (their `istio-validation`
 //! init container keeps exiting 126) and repairs them in place, deletes them, or labels them.
 //! Runs as its own applet (`istio-cni-repair`, as in 1.9: [`main`], command line in [`flags`], settings
-//! in [`options`]) or inside `install-cni` ([`run_in_installer`]).
+//! in [`options`]) or inside `install-cni` ([`start_in_installer`], fed by the node's one pod watch; the
+//! LIST + WATCH loop is [`listwatch`]).
 
 pub mod action;
 pub mod controller;
 pub mod detect;
 pub mod flags;
+pub mod listwatch;
 pub mod metrics;
 pub mod options;
 pub mod pace;
@@ -162,17 +164,17 @@ pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> 
     let (det, actor) = prepare(&client, &opts, rt)?;
     let (tx, rx) = std::sync::mpsc::channel();
     let mut worker = controller::Worker::default();
-    let sel = controller::Selection::of_repair(&opts);
+    let sel = listwatch::Selection::of_repair(&opts);
     let mut sink = controller::RepairSink::new(det, tx);
     if !rt.run_as_daemon {
-        controller::list_all(&client, &sel, &mut sink).context("repair: list pods")?;
+        listwatch::list_all(&client, &sel, &mut sink).context("repair: list pods")?;
         drop(sink);
         worker.run(&rx, &actor);
         return Ok(worker.failed);
     }
     std::thread::Builder::new()
         .name("repair-watch".into())
-        .spawn(move || controller::watch_forever(&client, &sel, &mut sink))
+        .spawn(move || listwatch::watch_forever(&client, &sel, &mut sink))
         .map_err(|e| crate::Error::io("repair: spawn the watcher", e))?;
     worker.run(&rx, &actor);
     Err(crate::Error::other("repair: the pod watcher stopped"))
