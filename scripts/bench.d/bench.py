@@ -395,6 +395,22 @@ class Bench:
             raise BenchError(f"istio-cni explain --nft failed: {r.stderr.strip()}")
         return "".join(l + "\n" for l in r.stdout.splitlines() if not l.startswith("#"))
 
+    def our_add_jobs(self, n, tag, case, backend, run_dir=None):
+        """`n` fresh pods (IPv4, a sidecar, served by the double as `ours-<case>-<tag><i>`) and our plugin's ADD
+        of each with `backend`'s configuration (and `run_dir`'s, when given): (pods, jobs)."""
+        pp = self.make_pods(n, False)
+        names = [f"ours-{case}-{tag}{i}" for i in range(n)]
+        objs, jobs = [], []
+        for (nsname, prev), nm in zip(pp, names):
+            ips = [ip["address"].split("/")[0] for ip in prev["ips"]]
+            objs.append(pod_object(nm, ips=ips))
+            conf = self.write(f"stdin/ours-{nm}.json", json.dumps(self.conf(backend, prev, run_dir=run_dir)))
+            env = self.cni_env("ours", "ADD", f"/run/netns/{nsname}",
+                               f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={nm}")
+            jobs.append((self.argv("ours"), env, conf, None))
+        self.double.add_pods(objs)
+        return pp, jobs
+
     def nftables_cases(self, n, tag, add_case):
         """ADD in nftables mode (one netlink batch, no exec) against upstream's way as the floor: `nft -f` of
         the same script, exec'd per pod inside its namespace."""
@@ -410,17 +426,7 @@ class Bench:
         jobs = [[([nft, "-f", script], self.base_env, None, nsname)] for nsname, _ in fr]
         add_case("floor-nft-f", "nft -f of the same script alone (upstream's way)", "floor", jobs,
                  kind="floor", check=("nftables", [x[0] for x in fr]))
-        pp = self.make_pods(n, False)
-        names = [f"ours-{case}-{tag}{i}" for i in range(n)]
-        objs, jobs = [], []
-        for (nsname, prev), nm in zip(pp, names):
-            ips = [ip["address"].split("/")[0] for ip in prev["ips"]]
-            objs.append(pod_object(nm, ips=ips))
-            conf = self.write(f"stdin/ours-{nm}.json", json.dumps(self.conf("nftables", prev)))
-            env = self.cni_env("ours", "ADD", f"/run/netns/{nsname}",
-                               f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={nm}")
-            jobs.append((self.argv("ours"), env, conf, None))
-        self.double.add_pods(objs)
+        pp, jobs = self.our_add_jobs(n, tag, case, "nftables")
         add_case(case, "ADD with redirect, IPv4 REDIRECT, nftables over netlink", "ours", jobs,
                  floor="floor-nft-f", check=("nftables", [x[0] for x in pp]))
         add_case("check-nftables", "CHECK (nftables, redirected pod)", "ours",
@@ -581,17 +587,7 @@ class Bench:
         for case, label, backend, run_dir, floor, ok in variants:
             if not ok:
                 continue
-            pp = self.make_pods(n, False)
-            names = [f"ours-{case}-{tag}{i}" for i in range(n)]
-            objs, jobs = [], []
-            for (nsname, prev), nm in zip(pp, names):
-                ips = [ip["address"].split("/")[0] for ip in prev["ips"]]
-                objs.append(pod_object(nm, ips=ips))
-                conf = self.write(f"stdin/ours-{nm}.json", json.dumps(self.conf(backend, prev, run_dir=run_dir)))
-                env = self.cni_env("ours", "ADD", f"/run/netns/{nsname}",
-                                   f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={nm}")
-                jobs.append((self.argv("ours"), env, conf, None))
-            self.double.add_pods(objs)
+            pp, jobs = self.our_add_jobs(n, tag, case, backend, run_dir)
             add_case(case, label, "ours", jobs, floor=floor, check=(backend, [x[0] for x in pp]))
 
     def argv(self, impl):

@@ -41,11 +41,7 @@ fn measure_adds_through_an_api_outage_and_after_the_agent_is_killed() {
         return;
     }
     let node = Node::new(78);
-    if let Ok(bin) = std::env::var("ADD_BIN") {
-        let link = node.plugins.istio_cni();
-        std::fs::remove_file(&link).unwrap();
-        std::os::unix::fs::symlink(bin, &link).unwrap();
-    }
+    node.plugin_from_env();
     let run = node.dir.join("run");
     let mut agent = Agent::start(&node.srv, &run, NODE, &[]);
     let batch = |tag: &str, first: usize| -> Vec<Pod> {

@@ -2,7 +2,7 @@
 //! cost, and hostile clients on its socket (garbage, 64 KiB lines, a byte per second, 1,000 connections at
 //! once) while `/readyz` and real lookups go on.
 
-use crate::repair_rss::pod;
+use crate::repair_rss::{pod, status_kb};
 use crate::support::podcache::Agent;
 use crate::support::repair::NODE;
 use crate::support::TempDir;
@@ -11,14 +11,6 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-fn status_kb(pid: u32, key: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{key} not in /proc/{pid}/status"))
-}
 
 fn request(i: usize) -> Request {
     Request {

@@ -42,7 +42,7 @@ pub fn pod(i: usize, broken: bool) -> String {
     )
 }
 
-fn status_kb(pid: u32, key: &str) -> u64 {
+pub fn status_kb(pid: u32, key: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix(key))
