@@ -194,7 +194,7 @@ def hostile(b, clients=1000, secs=5.0):
     socks = []
     lock = threading.Lock()
 
-    def connect():
+    def connect(keep=True):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.setblocking(False)
         try:
@@ -204,12 +204,13 @@ def hostile(b, clients=1000, secs=5.0):
         except OSError:
             s.close()
             return None
-        with lock:
-            socks.append(s)
+        if keep:
+            with lock:
+                socks.append(s)
         return s
 
     def slow():
-        # One byte per second on a quarter of the connections, reconnecting the dropped ones.
+        # One byte per second on a quarter of the connections; a dropped one is replaced.
         mine = [connect() for _ in range(clients // 4)]
         while not stop.is_set():
             for i, s in enumerate(mine):
@@ -218,21 +219,24 @@ def hostile(b, clients=1000, secs=5.0):
                         raise OSError
                     s.send(b"{")
                 except OSError:
+                    if s is not None:
+                        s.close()
                     mine[i] = connect()
             stop.wait(1.0)
 
     def garbage():
-        # Garbage and 64 KiB lines, as fast as the agent takes them, on another quarter.
+        # Garbage and 64 KiB lines, a quarter of the clients every 50 ms, each closed after sending.
         big = b"x" * 65536
         while not stop.is_set():
             for k in range(clients // 4):
-                s = connect()
+                s = connect(keep=False)
                 if s is None:
                     continue
                 try:
                     s.send(big if k % 2 else b"\xff garbage\n")
                 except OSError:
                     pass
+                s.close()
             time.sleep(0.05)
 
     # A pod the probes look up, in the cache before the load starts.

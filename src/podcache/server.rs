@@ -226,32 +226,68 @@ fn allowed_peer(s: &UnixStream) -> bool {
     }
 }
 
+/// The socket file this agent bound, watched every [`RECHECK`]: bound again when it has been missing at two
+/// checks in a row (someone removed it: a terminating older agent's cleanup, by hand), and left alone when
+/// another process bound it (a newer agent). Two checks, because this process's own cleanup removes it just
+/// before exiting.
+struct SocketFile {
+    path: PathBuf,
+    ours: Option<(u64, u64)>,
+    missing: bool,
+    replaced_logged: bool,
+}
+
+impl SocketFile {
+    fn new(path: PathBuf) -> SocketFile {
+        SocketFile {
+            ours: identity(&path),
+            path,
+            missing: false,
+            replaced_logged: false,
+        }
+    }
+
+    /// A new listener when the file had to be bound again.
+    fn check(&mut self) -> Option<UnixListener> {
+        match identity(&self.path) {
+            None if !self.missing => self.missing = true,
+            None => match bind(&self.path) {
+                Ok(l) => {
+                    log::warn!(
+                        "pod cache: {} was removed; bound it again",
+                        self.path.display()
+                    );
+                    self.ours = identity(&self.path);
+                    self.missing = false;
+                    return Some(l);
+                }
+                Err(e) => log::warn!("pod cache: {e}"),
+            },
+            Some(id) => {
+                self.missing = false;
+                if Some(id) != self.ours && !self.replaced_logged {
+                    self.replaced_logged = true;
+                    log::warn!(
+                        "pod cache: {} now belongs to another process; this agent no longer gets lookups",
+                        self.path.display()
+                    );
+                }
+            }
+        }
+        None
+    }
+}
+
 fn run(mut listener: UnixListener, cache: Cache, path: PathBuf) {
-    let mut ours = identity(&path);
+    let mut file = SocketFile::new(path);
     let mut next_check = Instant::now() + RECHECK;
-    let mut replaced_logged = false;
     let mut conns: Vec<Conn> = Vec::new();
     loop {
         let now = Instant::now();
         if now >= next_check {
             next_check = now + RECHECK;
-            match identity(&path) {
-                None => match bind(&path) {
-                    Ok(l) => {
-                        log::warn!("pod cache: {} was removed; bound it again", path.display());
-                        listener = l;
-                        ours = identity(&path);
-                    }
-                    Err(e) => log::warn!("pod cache: {e}"),
-                },
-                Some(id) if Some(id) != ours && !replaced_logged => {
-                    replaced_logged = true;
-                    log::warn!(
-                        "pod cache: {} now belongs to another process; this agent no longer gets lookups",
-                        path.display()
-                    );
-                }
-                _ => {}
+            if let Some(l) = file.check() {
+                listener = l;
             }
         }
         // Lookups whose wait is over get their final answer; connections past their deadline go.
