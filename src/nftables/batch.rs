@@ -2,21 +2,88 @@
 //! purely from a [`Ruleset`]: `NEWTABLE`+`DELTABLE` for each Istio table, then every desired table, chain,
 //! anonymous set and rule, appended in final order, between `BATCH_BEGIN` and `BATCH_END`. Every inner
 //! message asks for an ack; [`Batch::what`] maps each sequence number back to the operation and the kernel
-//! modules it needs, for error messages.
+//! modules it needs, for error messages. The operation is described in nft syntax only when an error needs
+//! it ([`What::op`]): formatting every rule cost more than encoding it, on every pod's ADD.
 
 use super::encode::*;
 use super::expr::{lower, Expr, GroupResolver};
-use super::model::{rule_text, Ruleset, TABLES};
+use super::model::{rule_text, Ruleset, Table, TABLES};
 use crate::error::Result;
+
+/// Which operation one message of a batch is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    AddTable(Table),
+    DeleteTable(Table),
+    AddChain(Table, &'static str),
+    /// Rule `rule` of chain `chain` of table `table` (indices into the ruleset), or the anonymous set its
+    /// lookup uses and that set's elements.
+    Rule {
+        table: usize,
+        chain: usize,
+        rule: usize,
+        part: Part,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Rule,
+    Set,
+    SetElements,
+}
 
 /// What one message of a batch does, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct What {
     pub seq: u32,
-    /// The operation in nft syntax (`add rule inet istio-proxy-nat output counter jump istio-output`).
-    pub op: String,
+    pub what: Op,
     /// `(expression, kernel module)` pairs this message needs beyond nf_tables.
     pub modules: Vec<(String, &'static str)>,
+}
+
+impl What {
+    /// The operation in nft syntax (`add rule inet istio-proxy-nat output counter jump istio-output`); `rs`
+    /// is the ruleset the batch was encoded from.
+    pub fn op(&self, rs: &Ruleset) -> String {
+        match &self.what {
+            Op::AddTable(t) => format!("add table inet {}", t.name()),
+            Op::DeleteTable(t) => format!("delete table inet {}", t.name()),
+            Op::AddChain(t, c) => {
+                let op = format!("add chain inet {} {c}", t.name());
+                match t.hook(c) {
+                    Some(h) => format!(
+                        "{op} {{ type {} hook {} priority {} ; }}",
+                        h.kind, h.hook, h.priority
+                    ),
+                    None => op,
+                }
+            }
+            Op::Rule {
+                table,
+                chain,
+                rule,
+                part,
+            } => {
+                let ts = rs.tables.get(*table);
+                let c = ts.and_then(|t| t.chains.get(*chain));
+                let text = match (ts, c, c.and_then(|c| c.rules.get(*rule))) {
+                    (Some(ts), Some(c), Some(items)) => format!(
+                        "add rule inet {} {} {}",
+                        ts.table.name(),
+                        c.name,
+                        rule_text(items)
+                    ),
+                    _ => format!("rule {rule} of chain {chain} of table {table}"),
+                };
+                match part {
+                    Part::Rule => text,
+                    Part::Set => format!("{text} (its set)"),
+                    Part::SetElements => format!("{text} (its set elements)"),
+                }
+            }
+        }
+    }
 }
 
 /// An encoded batch.
@@ -41,7 +108,7 @@ impl Builder {
         msg: u16,
         flags: u16,
         attrs: &Attrs,
-        op: String,
+        what: Op,
         modules: Vec<(String, &'static str)>,
     ) {
         self.seq = self.seq.wrapping_add(1);
@@ -56,7 +123,7 @@ impl Builder {
         self.bytes.extend_from_slice(&m);
         self.what.push(What {
             seq: self.seq,
-            op,
+            what,
             modules,
         });
     }
@@ -94,39 +161,20 @@ pub fn batch(
     for t in TABLES.into_iter().filter(|_| replace) {
         let mut a = Attrs::default();
         a.str(NFTA_TABLE_NAME, t.name()).be32(NFTA_TABLE_FLAGS, 0);
-        b.push(
-            NFT_MSG_NEWTABLE,
-            0,
-            &a,
-            format!("add table inet {}", t.name()),
-            vec![],
-        );
+        b.push(NFT_MSG_NEWTABLE, 0, &a, Op::AddTable(t), vec![]);
         let mut a = Attrs::default();
         a.str(NFTA_TABLE_NAME, t.name());
-        b.push(
-            NFT_MSG_DELTABLE,
-            0,
-            &a,
-            format!("delete table inet {}", t.name()),
-            vec![],
-        );
+        b.push(NFT_MSG_DELTABLE, 0, &a, Op::DeleteTable(t), vec![]);
     }
     let mut set_id: u32 = 0;
-    for ts in &rs.tables {
+    for (ti, ts) in rs.tables.iter().enumerate() {
         let tn = ts.table.name();
         let mut a = Attrs::default();
         a.str(NFTA_TABLE_NAME, tn).be32(NFTA_TABLE_FLAGS, 0);
-        b.push(
-            NFT_MSG_NEWTABLE,
-            0,
-            &a,
-            format!("add table inet {tn}"),
-            vec![],
-        );
+        b.push(NFT_MSG_NEWTABLE, 0, &a, Op::AddTable(ts.table), vec![]);
         for c in &ts.chains {
             let mut a = Attrs::default();
             a.str(NFTA_CHAIN_TABLE, tn).str(NFTA_CHAIN_NAME, c.name);
-            let mut op = format!("add chain inet {tn} {}", c.name);
             let mut modules = vec![];
             if let Some(h) = ts.table.hook(c.name) {
                 // Attribute order as nft sends it (type, then hook).
@@ -135,19 +183,26 @@ pub fn batch(
                     n.be32(NFTA_HOOK_HOOKNUM, h.hooknum)
                         .put(NFTA_HOOK_PRIORITY, &h.priority.to_be_bytes());
                 });
-                op = format!(
-                    "{op} {{ type {} hook {} priority {} ; }}",
-                    h.kind, h.hook, h.priority
-                );
                 if h.kind == "nat" {
                     modules.push(("type nat chain".to_string(), "nft_chain_nat"));
                 }
             }
-            b.push(NFT_MSG_NEWCHAIN, NLM_F_CREATE, &a, op, modules);
+            b.push(
+                NFT_MSG_NEWCHAIN,
+                NLM_F_CREATE,
+                &a,
+                Op::AddChain(ts.table, c.name),
+                modules,
+            );
         }
-        for c in &ts.chains {
-            for items in &c.rules {
-                let text = format!("add rule inet {tn} {} {}", c.name, rule_text(items));
+        for (ci, c) in ts.chains.iter().enumerate() {
+            for (ri, items) in c.rules.iter().enumerate() {
+                let op = |part| Op::Rule {
+                    table: ti,
+                    chain: ci,
+                    rule: ri,
+                    part,
+                };
                 let mut low = lower(items, groups)?;
                 // Anonymous sets first, with batch-unique ids; the lookups point at them.
                 let mut ids = Vec::new();
@@ -164,13 +219,7 @@ pub fn batch(
                         .nest(NFTA_SET_DESC, |d| {
                             d.be32(NFTA_SET_DESC_SIZE, elems.len() as u32);
                         });
-                    b.push(
-                        NFT_MSG_NEWSET,
-                        NLM_F_CREATE,
-                        &a,
-                        format!("{text} (its set)"),
-                        vec![],
-                    );
+                    b.push(NFT_MSG_NEWSET, NLM_F_CREATE, &a, op(Part::Set), vec![]);
                     let mut a = Attrs::default();
                     a.str(NFTA_SET_ELEM_LIST_TABLE, tn)
                         .str(NFTA_SET_ELEM_LIST_SET, "__set%d")
@@ -189,7 +238,7 @@ pub fn batch(
                         NFT_MSG_NEWSETELEM,
                         NLM_F_CREATE,
                         &a,
-                        format!("{text} (its set elements)"),
+                        op(Part::SetElements),
                         vec![],
                     );
                 }
@@ -213,7 +262,7 @@ pub fn batch(
                     NFT_MSG_NEWRULE,
                     NLM_F_CREATE | NLM_F_APPEND,
                     &a,
-                    text,
+                    op(Part::Rule),
                     modules,
                 );
             }

@@ -274,6 +274,27 @@ impl Pod<'_> {
         )
     }
 
+    /// ADD for measurements: the exit code and the wall time from spawn to exit, waited for without
+    /// polling (output discarded; no timeout).
+    pub fn add_timed(&self) -> (i32, Duration) {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let mut cmd = Command::new(self.node.plugins.istio_cni());
+        cmd.env_clear()
+            .env("PATH", PLUGIN_PATH_ENV)
+            .envs(self.cni_env("ADD").vars())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let t = Instant::now();
+        let mut child = cmd.spawn().expect("exec the plugin");
+        let mut sin = child.stdin.take().unwrap();
+        let _ = sin.write_all(self.conf.as_bytes());
+        drop(sin);
+        let status = child.wait().expect("wait for the plugin");
+        (status.code().unwrap_or(-1), t.elapsed())
+    }
+
     /// ADD with the node's `/etc/nsswitch.conf` replaced (in a private mount namespace) by `nsswitch`.
     pub fn add_with_nsswitch(&self, nsswitch: &str) -> PluginOutput {
         let conf = self.node.dir.write("nsswitch.conf", nsswitch);
