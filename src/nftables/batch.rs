@@ -100,19 +100,32 @@ struct Builder {
     bytes: Vec<u8>,
     what: Vec<What>,
     seq: u32,
+    /// The last message's attribute buffer, cleared for the next ([`Builder::attrs`]).
+    spare: Vec<u8>,
 }
 
 impl Builder {
+    /// An empty attribute writer (reusing the last message's buffer).
+    fn attrs(&mut self) -> Attrs {
+        let mut buf = std::mem::take(&mut self.spare);
+        buf.clear();
+        if buf.capacity() == 0 {
+            return Attrs::default();
+        }
+        Attrs { buf }
+    }
+
     fn push(
         &mut self,
         msg: u16,
         flags: u16,
-        attrs: &Attrs,
+        attrs: Attrs,
         what: Op,
         modules: Vec<(String, &'static str)>,
     ) {
         self.seq = self.seq.wrapping_add(1);
-        let m = message(
+        message_into(
+            &mut self.bytes,
             nft_type(msg),
             NLM_F_REQUEST | NLM_F_ACK | flags,
             self.seq,
@@ -120,7 +133,7 @@ impl Builder {
             0,
             &attrs.buf,
         );
-        self.bytes.extend_from_slice(&m);
+        self.spare = attrs.buf;
         self.what.push(What {
             seq: self.seq,
             what,
@@ -142,38 +155,40 @@ pub fn batch(
     replace: bool,
 ) -> Result<Batch> {
     let mut b = Builder {
-        bytes: Vec::new(),
+        bytes: Vec::with_capacity(8 << 10),
         what: Vec::new(),
         seq: seq0,
+        spare: Vec::new(),
     };
     let mut begin = Attrs::default();
     if let Some(g) = genid {
         begin.be32(NFNL_BATCH_GENID, g);
     }
-    b.bytes.extend_from_slice(&message(
+    message_into(
+        &mut b.bytes,
         NFNL_MSG_BATCH_BEGIN,
         NLM_F_REQUEST,
         seq0,
         NFPROTO_UNSPEC,
         NFNL_SUBSYS_NFTABLES,
         &begin.buf,
-    ));
+    );
     for t in TABLES.into_iter().filter(|_| replace) {
-        let mut a = Attrs::default();
+        let mut a = b.attrs();
         a.str(NFTA_TABLE_NAME, t.name()).be32(NFTA_TABLE_FLAGS, 0);
-        b.push(NFT_MSG_NEWTABLE, 0, &a, Op::AddTable(t), vec![]);
-        let mut a = Attrs::default();
+        b.push(NFT_MSG_NEWTABLE, 0, a, Op::AddTable(t), vec![]);
+        let mut a = b.attrs();
         a.str(NFTA_TABLE_NAME, t.name());
-        b.push(NFT_MSG_DELTABLE, 0, &a, Op::DeleteTable(t), vec![]);
+        b.push(NFT_MSG_DELTABLE, 0, a, Op::DeleteTable(t), vec![]);
     }
     let mut set_id: u32 = 0;
     for (ti, ts) in rs.tables.iter().enumerate() {
         let tn = ts.table.name();
-        let mut a = Attrs::default();
+        let mut a = b.attrs();
         a.str(NFTA_TABLE_NAME, tn).be32(NFTA_TABLE_FLAGS, 0);
-        b.push(NFT_MSG_NEWTABLE, 0, &a, Op::AddTable(ts.table), vec![]);
+        b.push(NFT_MSG_NEWTABLE, 0, a, Op::AddTable(ts.table), vec![]);
         for c in &ts.chains {
-            let mut a = Attrs::default();
+            let mut a = b.attrs();
             a.str(NFTA_CHAIN_TABLE, tn).str(NFTA_CHAIN_NAME, c.name);
             let mut modules = vec![];
             if let Some(h) = ts.table.hook(c.name) {
@@ -190,7 +205,7 @@ pub fn batch(
             b.push(
                 NFT_MSG_NEWCHAIN,
                 NLM_F_CREATE,
-                &a,
+                a,
                 Op::AddChain(ts.table, c.name),
                 modules,
             );
@@ -209,7 +224,7 @@ pub fn batch(
                 for elems in &low.sets {
                     set_id += 1;
                     ids.push(set_id);
-                    let mut a = Attrs::default();
+                    let mut a = b.attrs();
                     a.str(NFTA_SET_TABLE, tn)
                         .str(NFTA_SET_NAME, "__set%d")
                         .be32(NFTA_SET_FLAGS, SET_ANON_CONST)
@@ -219,8 +234,8 @@ pub fn batch(
                         .nest(NFTA_SET_DESC, |d| {
                             d.be32(NFTA_SET_DESC_SIZE, elems.len() as u32);
                         });
-                    b.push(NFT_MSG_NEWSET, NLM_F_CREATE, &a, op(Part::Set), vec![]);
-                    let mut a = Attrs::default();
+                    b.push(NFT_MSG_NEWSET, NLM_F_CREATE, a, op(Part::Set), vec![]);
+                    let mut a = b.attrs();
                     a.str(NFTA_SET_ELEM_LIST_TABLE, tn)
                         .str(NFTA_SET_ELEM_LIST_SET, "__set%d")
                         .be32(NFTA_SET_ELEM_LIST_SET_ID, set_id)
@@ -237,7 +252,7 @@ pub fn batch(
                     b.push(
                         NFT_MSG_NEWSETELEM,
                         NLM_F_CREATE,
-                        &a,
+                        a,
                         op(Part::SetElements),
                         vec![],
                     );
@@ -255,13 +270,13 @@ pub fn batch(
                     .iter()
                     .filter_map(|e| super::expr::module_of(e).map(|m| (e.name().to_string(), m)))
                     .collect();
-                let mut a = Attrs::default();
+                let mut a = b.attrs();
                 a.str(NFTA_RULE_TABLE, tn).str(NFTA_RULE_CHAIN, c.name);
                 expressions(&low.exprs, &mut a);
                 b.push(
                     NFT_MSG_NEWRULE,
                     NLM_F_CREATE | NLM_F_APPEND,
-                    &a,
+                    a,
                     op(Part::Rule),
                     modules,
                 );
@@ -269,14 +284,15 @@ pub fn batch(
         }
     }
     let end_seq = b.seq.wrapping_add(1);
-    b.bytes.extend_from_slice(&message(
+    message_into(
+        &mut b.bytes,
         NFNL_MSG_BATCH_END,
         NLM_F_REQUEST,
         end_seq,
         NFPROTO_UNSPEC,
         NFNL_SUBSYS_NFTABLES,
         &[],
-    ));
+    );
     Ok(Batch {
         bytes: b.bytes,
         what: b.what,

@@ -93,10 +93,9 @@ impl Attrs {
     /// The header of an attribute whose payload is `payload_len` bytes; the caller appends the payload and
     /// then [`Attrs::pad`].
     fn header(&mut self, ty: u16, payload_len: usize) {
-        let mut h = [0u8; 4];
-        h[..2].copy_from_slice(&((4 + payload_len) as u16).to_ne_bytes());
-        h[2..].copy_from_slice(&ty.to_ne_bytes());
-        self.buf.extend_from_slice(&h);
+        let l = ((4 + payload_len) as u16).to_ne_bytes();
+        let t = ty.to_ne_bytes();
+        self.buf.extend_from_slice(&[l[0], l[1], t[0], t[1]]);
     }
     fn pad(&mut self) {
         let n = (4 - self.buf.len() % 4) % 4;
@@ -138,19 +137,34 @@ impl Attrs {
 
 /// One netfilter message: `nlmsghdr` + `nfgenmsg` + attributes.
 pub fn message(kind: u16, flags: u16, seq: u32, family: u8, res_id: u16, attrs: &[u8]) -> Vec<u8> {
-    let len = 16 + 4 + attrs.len();
-    let mut h = [0u8; 20];
-    h[..4].copy_from_slice(&(len as u32).to_ne_bytes());
-    h[4..6].copy_from_slice(&kind.to_ne_bytes());
-    h[6..8].copy_from_slice(&flags.to_ne_bytes());
-    h[8..12].copy_from_slice(&seq.to_ne_bytes());
-    // nlmsg_pid 0, then nfgenmsg: family, version 0, res_id (big-endian).
-    h[16] = family;
-    h[18..20].copy_from_slice(&res_id.to_be_bytes());
-    let mut m = Vec::with_capacity(len);
-    m.extend_from_slice(&h);
-    m.extend_from_slice(attrs);
+    let mut m = Vec::with_capacity(20 + attrs.len());
+    message_into(&mut m, kind, flags, seq, family, res_id, attrs);
     m
+}
+
+/// [`message`], appended to `out` (a batch is one buffer).
+pub fn message_into(
+    out: &mut Vec<u8>,
+    kind: u16,
+    flags: u16,
+    seq: u32,
+    family: u8,
+    res_id: u16,
+    attrs: &[u8],
+) {
+    let l = ((16 + 4 + attrs.len()) as u32).to_ne_bytes();
+    let (k, f, s, r) = (
+        kind.to_ne_bytes(),
+        flags.to_ne_bytes(),
+        seq.to_ne_bytes(),
+        res_id.to_be_bytes(),
+    );
+    // nlmsghdr (nlmsg_pid 0), then nfgenmsg: family, version 0, res_id (big-endian).
+    out.extend_from_slice(&[
+        l[0], l[1], l[2], l[3], k[0], k[1], f[0], f[1], s[0], s[1], s[2], s[3], 0, 0, 0, 0, family,
+        0, r[0], r[1],
+    ]);
+    out.extend_from_slice(attrs);
 }
 
 pub fn nft_type(msg: u16) -> u16 {
