@@ -2,7 +2,7 @@
 //!
 //! Pure logic (no OS effects): [`cni`] (protocol), [`redirect`] (pod decision, annotations, rule text),
 //! [`install::conflist`] and friends, [`kube::request`], [`repair::detect`].
-//! Effects, kept thin: [`netns`], [`iptables`], [`kube::transport`], [`fsutil`].
+//! Effects, kept thin: [`netns`], [`iptables`], [`nftables`], [`xtables`], [`kube::transport`], [`fsutil`].
 //! Below the roles: [`pod_rules`] (the sidecar path ADD, CHECK and repair share) over [`backend`], [`httpd`].
 //! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
 
@@ -29,5 +29,6 @@ pub mod repair;
 pub mod rundir;
 pub mod settings;
 pub mod validation;
+pub mod xtables;
 
 pub use error::{Error, Result};

@@ -1,23 +1,8 @@
-//! The stdin network configuration parser: any text must give a configuration or a CNI error with a
-//! protocol code, never a panic.
+//! cargo-fuzz target `conf_parse`: the input and the property are in fuzz/targets/conf_parse.rs, whose body tests/fuzz
+//! also runs on stable (seeds and mutations).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
+#[path = "../targets/conf_parse.rs"]
+mod body;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    match istio_cni::cni::conf::parse(text) {
-        Ok(conf) => {
-            assert!(istio_cni::cni::version::SUPPORTED.contains(&conf.cni_version.as_str()));
-            assert!(!conf.name.is_empty());
-            let _ = conf.kubeconfig_path();
-        }
-        Err(e) => {
-            let code = e.cni_code();
-            assert!(code != 0, "error without a CNI code: {e}");
-            assert!(!e.to_string().is_empty());
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| body::run(data));

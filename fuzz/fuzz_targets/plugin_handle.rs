@@ -1,41 +1,8 @@
-//! The whole plugin protocol (`plugin::handle`): a command, CNI_ARGS and the stdin from the input. Output
-//! is empty or one JSON document; an error is a JSON object with a code and a non-zero exit.
-//! The netns path never exists, so nothing is ever entered or programmed.
+//! cargo-fuzz target `plugin_handle`: the input and the property are in fuzz/targets/plugin_handle.rs, whose body tests/fuzz
+//! also runs on stable (seeds and mutations).
 #![no_main]
 
-use istio_cni::json;
-use libfuzzer_sys::fuzz_target;
+#[path = "../targets/plugin_handle.rs"]
+mod body;
 
-const COMMANDS: [&str; 7] = ["ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC", "BOGUS"];
-
-fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else {
-        return;
-    };
-    let cmd = COMMANDS[sel as usize % COMMANDS.len()];
-    let text = String::from_utf8_lossy(rest);
-    // First line: CNI_ARGS; the rest: stdin.
-    let (args, stdin) = text.split_once('\n').unwrap_or(("", &text));
-    let args = args.to_string();
-    let env = move |k: &str| -> Option<String> {
-        match k {
-            "CNI_COMMAND" => Some(cmd.to_string()),
-            "CNI_CONTAINERID" => Some("fuzz0container".into()),
-            "CNI_NETNS" => Some("/nonexistent/istio-cni-fuzz/netns".into()),
-            "CNI_IFNAME" => Some("eth0".into()),
-            "CNI_PATH" => Some("/nonexistent/istio-cni-fuzz/bin".into()),
-            "CNI_ARGS" => Some(args.clone()),
-            _ => None,
-        }
-    };
-    let out = istio_cni::plugin::handle(cmd, &env, Ok(stdin.to_string()));
-    if out.code == 0 {
-        if !out.stdout.is_empty() {
-            json::parse_object(&out.stdout, "result").expect("a result is a JSON object");
-        }
-    } else {
-        let o = json::parse_object(&out.stdout, "error").expect("an error is a JSON object");
-        assert!(o.get("code").is_some(), "error without code: {}", out.stdout);
-        assert!(json::str_of(&o, "msg").is_some(), "error without msg: {}", out.stdout);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| body::run(data));

@@ -8,9 +8,10 @@
 //! makes us [`Outcome::Preempted`]: not ready, nothing rewritten, the operator told what to do.
 
 use super::conflist::{self, PLUGIN_TYPE};
-use super::select::Listing;
+use super::select::{shown, Listing};
 use crate::error::Result;
 use crate::json::{self, Object, Value};
+use std::ffi::OsStr;
 
 /// What the check needs to know about the installer's state.
 #[derive(Debug, Clone)]
@@ -19,11 +20,11 @@ pub struct CheckCtx<'a> {
     pub dir: &'a str,
     pub chained: bool,
     /// The Istio-owned file name when owned mode is on.
-    pub owned: Option<&'a str>,
+    pub owned: Option<&'a OsStr>,
     /// CNI_CONF_NAME as the operator set it.
-    pub configured: Option<&'a str>,
+    pub configured: Option<&'a OsStr>,
     /// The file the Istio configuration was last written to (a name in `dir`).
-    pub installed: Option<&'a str>,
+    pub installed: Option<&'a OsStr>,
     /// Our current entry ([`super::conflist::PluginEntry::to_object`]): the file the runtime uses must
     /// hold exactly this, once — an entry someone edited (or a second copy) is reinstalled.
     pub entry: &'a Object,
@@ -40,7 +41,7 @@ pub enum Outcome {
     /// Not ready and nothing to rewrite: CNI_CONF_NAME is pinned and the runtime uses another file
     /// without our entry. `runtime_file` is that file; `reason` tells the operator what to do.
     Preempted {
-        runtime_file: String,
+        runtime_file: std::ffi::OsString,
         reason: String,
     },
 }
@@ -108,33 +109,47 @@ pub fn holds_our_entry(bytes: &[u8], entry: &Object) -> bool {
 pub fn check(
     ctx: &CheckCtx<'_>,
     listing: &Result<Listing>,
-    read: &dyn Fn(&str) -> Option<Vec<u8>>,
+    read: &dyn Fn(&OsStr) -> Option<Vec<u8>>,
 ) -> Outcome {
-    let valid = match listing {
-        Ok(l) => &l.valid,
+    let (valid, blocked) = match listing {
+        Ok(l) => (&l.valid, &l.blocked),
         Err(e) => return invalid(e.to_string()),
     };
+    if let Some((name, why)) = blocked {
+        return Outcome::Preempted {
+            runtime_file: name.clone(),
+            reason: format!(
+                "{}/{} sorts before every file we can read and the container runtime may use it \
+                 ({why}): pods started now may NOT be redirected. Remove it or shrink it below {} bytes",
+                ctx.dir,
+                shown(name),
+                crate::fsutil::MAX_CONFIG_BYTES
+            ),
+        };
+    }
     let Some(first) = valid.first() else {
         return invalid(format!("no networks found in {}", ctx.dir));
     };
     if let Some(owned) = ctx.owned {
         if first != owned {
             return invalid(format!(
-                "istio owned CNI config does not exist or is not the highest priority. Got {first} instead"
+                "istio owned CNI config does not exist or is not the highest priority. Got {} instead",
+                shown(first)
             ));
         }
     }
-    let path_of = |n: &str| format!("{}/{}", ctx.dir, n);
+    let path_of = |n: &OsStr| format!("{}/{}", ctx.dir, shown(n));
     let installed_path = ctx.installed.map(path_of).unwrap_or_default();
     let mut warning = None;
     let mut preempted = None;
-    if Some(first.as_str()) != ctx.installed {
+    if Some(first.as_os_str()) != ctx.installed {
         if ctx.chained && ctx.owned.is_none() {
             let Some(configured) = ctx.configured else {
                 return invalid(format!(
-                    "perform initial update of highest priority config {} using existing configuration from file {first} \
+                    "perform initial update of highest priority config {} using existing configuration from file {} \
                      (the container runtime uses it; our entry moves there from {})",
                     path_of(first),
+                    shown(first),
                     ctx.installed.map(path_of).as_deref().unwrap_or("nowhere")
                 ));
             };
@@ -143,10 +158,12 @@ pub fn check(
                 preempted = Some(Outcome::Preempted {
                     runtime_file: first.clone(),
                     reason: format!(
-                        "the container runtime now uses {} (it sorts before CNI_CONF_NAME={configured}) and it has no \
+                        "the container runtime now uses {} (it sorts before CNI_CONF_NAME={}) and it has no \
                          istio-cni entry: pods started now are NOT redirected. Remove or rename that file, or set \
-                         CNI_CONF_NAME={first} (or unset CNI_CONF_NAME to follow the runtime's choice)",
-                        path_of(first)
+                         CNI_CONF_NAME={} (or unset CNI_CONF_NAME to follow the runtime's choice)",
+                        path_of(first),
+                        shown(configured),
+                        shown(first)
                     ),
                 });
             }
@@ -213,8 +230,8 @@ pub fn check(
         let primary = ctx
             .configured
             .filter(|c| *c != owned)
-            .map(str::to_string)
-            .or_else(|| valid.iter().find(|n| n.as_str() != owned).cloned());
+            .map(OsStr::to_os_string)
+            .or_else(|| valid.iter().find(|n| n.as_os_str() != owned).cloned());
         if let Some(primary) = primary {
             if let Some(pbytes) = read(&primary) {
                 match conflist::plugin_types(&super::libcni::go_text(&pbytes), &path_of(&primary)) {

@@ -8,15 +8,17 @@
 //! to edit: that is logged and the other steps run as usual. Nothing is re-created.
 
 use super::conflist::{self, PLUGIN_TYPE};
-use super::select;
+use super::select::{self, shown};
 use crate::error::{Context, Result};
 use crate::fsutil;
 use crate::json::Value;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// Removes our entry from (or, for our own files, deletes) the file `name` of the conf dir.
 /// Returns a line for the log.
-pub fn remove_config(dir: &Path, name: &str, delete_whole_file: bool) -> Result<String> {
+pub fn remove_config(dir: &Path, name: &OsStr, delete_whole_file: bool) -> Result<String> {
     let path = dir.join(name);
     let what = path.display().to_string();
     // The primary's CNI may rewrite the file meanwhile: the edit is swapped in only over the version it
@@ -64,7 +66,7 @@ pub fn remove_config(dir: &Path, name: &str, delete_whole_file: bool) -> Result<
 /// runtime's choice changed, the file we wrote before still holds an entry (a later uninstall would
 /// leave it naming a removed binary). Returns a log line per file changed; a failure is logged as a
 /// warning and does not stop the install.
-pub fn remove_from_others(dir: &Path, keep: &str) -> Vec<String> {
+pub fn remove_from_others(dir: &Path, keep: &OsStr) -> Vec<String> {
     let cands = match select::list_candidates(dir) {
         Ok(c) => c,
         Err(e) => {
@@ -75,7 +77,7 @@ pub fn remove_from_others(dir: &Path, keep: &str) -> Vec<String> {
     let mut notes = Vec::new();
     for c in cands.iter().filter(|c| c.name != keep) {
         let Ok(bytes) = &c.content else { continue };
-        let Ok(Value::Object(o)) = super::libcni::parse(bytes, &c.name) else {
+        let Ok(Value::Object(o)) = super::libcni::parse(bytes, &shown(&c.name)) else {
             continue;
         };
         if super::check::list_has_entry(&o) {
@@ -83,7 +85,7 @@ pub fn remove_from_others(dir: &Path, keep: &str) -> Vec<String> {
                 Ok(n) => notes.push(format!("stale entry: {n}")),
                 Err(e) => log::warn!(
                     "could not take a stale istio-cni entry out of {}: {e}",
-                    c.name
+                    shown(&c.name)
                 ),
             }
         }
@@ -93,18 +95,18 @@ pub fn remove_from_others(dir: &Path, keep: &str) -> Vec<String> {
 
 /// `--uninstall` without a record of what was written: every candidate file that is ours (top-level type
 /// `istio-cni`, or the Istio-owned file) is deleted; every list holding an `istio-cni` plugin loses it.
-pub fn scan_and_remove(dir: &Path, owned_name: Option<&str>) -> Result<Vec<String>> {
+pub fn scan_and_remove(dir: &Path, owned_name: Option<&OsStr>) -> Result<Vec<String>> {
     let mut notes = Vec::new();
     let mut first_err = None;
     let mut cands = select::list_candidates(dir)?;
-    cands.sort_by(|a, b| a.name.cmp(&b.name));
+    cands.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     for c in cands {
         let Ok(bytes) = &c.content else { continue };
-        let Ok(Value::Object(o)) = super::libcni::parse(bytes, &c.name) else {
+        let Ok(Value::Object(o)) = super::libcni::parse(bytes, &shown(&c.name)) else {
             continue;
         };
         let ours_whole = super::libcni::plugin_type(&o) == Some(PLUGIN_TYPE)
-            || Some(c.name.as_str()) == owned_name;
+            || owned_name.is_some_and(|n| c.name == n);
         if ours_whole || super::check::list_has_entry(&o) {
             match remove_config(dir, &c.name, ours_whole) {
                 Ok(n) => notes.push(n),

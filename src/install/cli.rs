@@ -128,8 +128,19 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
             Ok(1)
         }
         Ok(End::Stopped) => {
-            if let Ok(Some(sig)) = sigfd.read_signal() {
-                log::info!("signal {}: cleaning up", sig.ssi_signo);
+            let sig = match sigfd.read_signal() {
+                Ok(Some(sig)) => format!("signal {}", sig.ssi_signo),
+                _ => "stop".to_string(),
+            };
+            // Replacement (a rolling update, a restart) or uninstall: read our DaemonSet first.
+            let started = std::time::Instant::now();
+            let d = super::handover_lookup::decide_at_stop(&inst.settings);
+            log::info!(
+                "{sig}: {d} [decided in {} ms]",
+                started.elapsed().as_millis()
+            );
+            if d.verdict == super::handover::Verdict::Keep {
+                return Ok(0);
             }
             Ok(match inst.cleanup() {
                 Ok(()) => 0,
@@ -140,10 +151,21 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
             })
         }
         Err(e) => {
-            // Upstream runs cleanup in a defer on every exit of the run.
+            // Upstream runs cleanup in a defer on every exit of the run. An error exit of the DaemonSet's
+            // container is followed by the kubelet restarting it, which is a replacement like any other:
+            // the same rule decides, so a crash loop does not open the window a rolling update no longer
+            // opens (keeping leaves pods redirected or failing closed; removing lets them start without).
             if !inst.settings.once {
-                if let Err(ce) = inst.cleanup() {
-                    log::error!("cleanup: {ce}");
+                let started = std::time::Instant::now();
+                let d = super::handover_lookup::decide_at_stop(&inst.settings);
+                log::info!(
+                    "error exit: {d} [decided in {} ms]",
+                    started.elapsed().as_millis()
+                );
+                if d.verdict != super::handover::Verdict::Keep {
+                    if let Err(ce) = inst.cleanup() {
+                        log::error!("cleanup: {ce}");
+                    }
                 }
             }
             Err(e)

@@ -37,6 +37,9 @@ pub struct PluginEntry {
     pub native_nftables: bool,
     /// AMBIENT_ENABLEMENT_SELECTOR, written even with ambient off, as upstream does.
     pub enablement_selectors: Vec<super::selectors::EnablementSelector>,
+    /// ENABLE_AMBIENT_DETECTION_RETRY, written as given, as upstream does (the plugin never reads it:
+    /// ambient is refused).
+    pub enable_ambient_detection_retry: bool,
     /// POD_CACHE_ENABLED: our key `"pod_cache": false` is written only when off, so the default entry is
     /// upstream's, byte for byte.
     pub pod_cache: bool,
@@ -66,7 +69,10 @@ impl PluginEntry {
         o.insert("exclude_namespaces".into(), self.exclude_value());
         o.insert("pod_namespace".into(), json::string(&self.pod_namespace));
         o.insert("native_nftables".into(), Value::Bool(self.native_nftables));
-        o.insert("enable_ambient_detection_retry".into(), Value::Bool(false));
+        o.insert(
+            "enable_ambient_detection_retry".into(),
+            Value::Bool(self.enable_ambient_detection_retry),
+        );
         if !self.pod_cache {
             o.insert("pod_cache".into(), Value::Bool(false));
         }
@@ -114,7 +120,7 @@ impl PluginEntry {
             ),
             (
                 "enable_ambient_detection_retry",
-                pretty(&Value::Bool(false)),
+                pretty(&Value::Bool(self.enable_ambient_detection_retry)),
             ),
         ];
         if !self.pod_cache {
@@ -335,6 +341,7 @@ mod tests {
             pod_namespace: "istio-system".into(),
             native_nftables: false,
             enablement_selectors: Vec::new(),
+            enable_ambient_detection_retry: false,
             pod_cache: true,
         }
     }
@@ -413,6 +420,17 @@ mod tests {
         assert!(t.starts_with("{\n  \"cniVersion\": \"0.3.1\",\n  \"name\": \"istio-cni\""));
         assert!(t.contains("\"exclude_namespaces\": [\n    \"kube-system\"\n  ],"));
         assert!(t.ends_with("\"enable_ambient_detection_retry\": false\n}\n"));
+        let retry = PluginEntry {
+            enable_ambient_detection_retry: true,
+            ..entry()
+        };
+        assert!(retry
+            .standalone_text()
+            .ends_with("\"enable_ambient_detection_retry\": true\n}\n"));
+        assert!(matches!(
+            retry.to_object().get("enable_ambient_detection_retry"),
+            Some(Value::Bool(true))
+        ));
         json::parse(&t, "standalone").unwrap();
     }
 

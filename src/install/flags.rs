@@ -57,6 +57,10 @@ pub struct Flags {
     /// ambient mode; not supported by this build, must be false [AMBIENT_ENABLED, false]
     #[argh(option)]
     pub ambient_enabled: Option<String>,
+    /// written into the plugin's entry as given; ambient mode, so never acted on here
+    /// [ENABLE_AMBIENT_DETECTION_RETRY, false]
+    #[argh(option)]
+    pub enable_ambient_detection_retry: Option<String>,
     /// the installer's log level (debug, info, warn, error, none, ...) or scopes "default:debug,cni-plugin:info" [LOG_LEVEL, info]
     #[argh(option)]
     pub log_level: Option<String>,
@@ -93,6 +97,10 @@ pub struct Flags {
     /// service account dir [SERVICE_ACCOUNT_DIR, /var/run/secrets/kubernetes.io/serviceaccount]
     #[argh(option)]
     pub service_account_dir: Option<String>,
+    /// at SIGTERM always remove what we installed, even when our DaemonSet is only being rolled or restarted
+    /// (AMBIENT_DISABLE_SAFE_UPGRADE is read too) [DISABLE_SAFE_UPGRADE, false]
+    #[argh(option)]
+    pub disable_safe_upgrade: Option<String>,
     /// one install pass, then exit 0 (installed) or non-zero
     #[argh(switch)]
     pub once: bool,

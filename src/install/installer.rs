@@ -6,10 +6,11 @@ use super::cleanup;
 use super::config::Settings;
 use super::conflist::{self, PluginEntry};
 use super::kubeconfig::{self, KubeconfigInputs};
-use super::select::{self, Choice, Listing};
+use super::select::{self, shown, Choice, Listing};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::fsutil;
 use crate::rundir::RunDir;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 /// The binary name the plugin is installed under.
@@ -19,7 +20,7 @@ pub const PLUGIN_BINARY: &str = "istio-cni";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigWrite {
     /// Written (or already identical) at this conf-dir file name.
-    Installed { name: String, changed: bool },
+    Installed { name: OsString, changed: bool },
     /// No primary configuration yet (chained): wait for the conf dir to change.
     Waiting(String),
 }
@@ -30,16 +31,16 @@ pub struct Installer {
     pub exe: PathBuf,
     /// CNI_CONF_NAME as the operator set it. Without it we follow libcni's choice whenever it changes
     /// (release-1.9's behaviour; master pins its first choice, a deviation we reject: README).
-    pub configured: Option<String>,
-    /// The conf-dir file our configuration was last written to.
-    pub installed: Option<String>,
+    pub configured: Option<OsString>,
+    /// The conf-dir file our configuration was last written to (a name is bytes, as the runtime's).
+    pub installed: Option<OsString>,
     /// Bin dirs holding our binary.
     pub bin_dirs: Vec<PathBuf>,
 }
 
 impl Installer {
     pub fn new(settings: Settings, exe: PathBuf) -> Installer {
-        let configured = settings.cni_conf_name.clone();
+        let configured = settings.cni_conf_name.clone().map(OsString::from);
         Installer {
             settings,
             exe,
@@ -67,6 +68,7 @@ impl Installer {
             pod_namespace: s.pod_namespace.clone(),
             native_nftables: s.native_nftables,
             enablement_selectors: s.enablement_selectors.clone(),
+            enable_ambient_detection_retry: s.enable_ambient_detection_retry,
             pod_cache: s.pod_cache,
         }
     }
@@ -84,8 +86,9 @@ impl Installer {
         })?;
         for (name, why) in &l.skipped {
             log::warn!(
-                "Error loading CNI config file {}/{name}: {why}",
-                dir.display()
+                "Error loading CNI config file {}/{}: {why}",
+                dir.display(),
+                shown(name)
             );
         }
         Ok(l)
@@ -170,7 +173,7 @@ impl Installer {
         } else {
             Ok(Listing::default())
         };
-        let owned = s.istio_owned.then_some(s.istio_owned_filename.as_str());
+        let owned = s.istio_owned.then_some(OsStr::new(&s.istio_owned_filename));
         select::choose(
             s.chained,
             self.configured.as_deref(),
@@ -207,12 +210,15 @@ impl Installer {
         if let Some(old) = previous.filter(|o| *o != final_name && !self.settings.istio_owned) {
             match cleanup::remove_config(&dir, &old, false) {
                 Ok(note) => log::info!(
-                    "the container runtime now uses {}/{final_name} instead of {old}: {note}",
-                    dir.display()
+                    "the container runtime now uses {}/{} instead of {}: {note}",
+                    dir.display(),
+                    shown(&final_name),
+                    shown(&old)
                 ),
-                Err(e) => {
-                    log::warn!("could not take our entry out of the previous primary {old}: {e}")
-                }
+                Err(e) => log::warn!(
+                    "could not take our entry out of the previous primary {}: {e}",
+                    shown(&old)
+                ),
             }
         }
         Ok(ConfigWrite::Installed {
@@ -224,7 +230,7 @@ impl Installer {
     /// Merges our entry into the primary `name` (or writes the Istio-owned list from it); returns the file
     /// written and whether it changed. The primary is re-verified right before the rename; when its CNI
     /// rewrote it meanwhile, the merge is redone on the new content (no lost update).
-    fn merge_into(&self, name: &str) -> Result<(String, bool)> {
+    fn merge_into(&self, name: &OsStr) -> Result<(OsString, bool)> {
         const ATTEMPTS: usize = 50;
         let s = &self.settings;
         let dir = self.conf_dir().to_path_buf();
@@ -244,16 +250,16 @@ impl Installer {
             let merged = conflist::merge(&existing, &entry)
                 .with_context(|| format!("create CNI config file {}", src.display()))?;
             if s.istio_owned {
-                let owned = s.istio_owned_filename.clone();
+                let owned = OsString::from(&s.istio_owned_filename);
                 let changed =
                     write_if_changed(&dir.join(&owned), merged.as_bytes(), s.created_mode())?;
                 return Ok((owned, changed));
             }
             let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
-            if let Some(stem) = name.strip_suffix(".conf") {
-                // .conf → .conflist: write the list first, then drop the .conf (crash-safe order: until
-                // the unlink, the .conf still sorts first and is the unmodified original).
-                let list = format!("{stem}.conflist");
+            if let Some(list) = select::list_name_for(name) {
+                // .conf (or .json) → .conflist: write the list first, then drop the single-plugin file
+                // (crash-safe order: until the unlink the original is unmodified, and whichever of the
+                // two the runtime loads holds the primary's plugin).
                 write_if_changed(&dir.join(&list), merged.as_bytes(), mode)?;
                 if fsutil::stamp(&src)? != Some(stamp) {
                     continue;
@@ -262,10 +268,10 @@ impl Installer {
                 return Ok((list, true));
             }
             if merged.as_bytes() == bytes.as_slice() {
-                return Ok((name.to_string(), false));
+                return Ok((name.to_os_string(), false));
             }
             if fsutil::replace_if_unchanged(&src, merged.as_bytes(), mode, stamp, &bytes)? {
-                return Ok((name.to_string(), true));
+                return Ok((name.to_os_string(), true));
             }
             log::info!(
                 "{} changed while we merged into it; merging again",
@@ -288,7 +294,7 @@ impl Installer {
         let ctx = CheckCtx {
             dir: &dir_display,
             chained: s.chained,
-            owned: s.istio_owned.then_some(s.istio_owned_filename.as_str()),
+            owned: s.istio_owned.then_some(OsStr::new(&s.istio_owned_filename)),
             configured: self.configured.as_deref(),
             installed: self.installed.as_deref(),
             entry: &entry,
@@ -313,7 +319,7 @@ impl Installer {
                 .is_some_and(|age| age > std::time::Duration::from_secs(60))
         };
         for p in fsutil::remove_stale_temps_where(self.conf_dir(), |owner, name, meta| {
-            (select::is_candidate_name(owner) || owner == owned)
+            (select::is_candidate_name(OsStr::new(owner)) || owner == owned)
                 && (fsutil::is_own_temp_name(name) || old(meta))
         })? {
             log::info!("removed stale temp file {}", p.display());
@@ -347,7 +353,7 @@ impl Installer {
             )),
             None => match cleanup::scan_and_remove(
                 dir,
-                s.istio_owned.then_some(s.istio_owned_filename.as_str()),
+                s.istio_owned.then_some(OsStr::new(&s.istio_owned_filename)),
             ) {
                 Ok(notes) if notes.is_empty() => {
                     note(Ok("no Istio CNI configuration found".into()))

@@ -2,7 +2,8 @@
 //!
 //! Entry: [`main`]; command line: [`flags`]; settings: [`options`] (also reachable as `config`).
 //! Pure: [`select`] (primary choice), [`libcni`] (libcni's validity rules), [`conflist`] (merge/remove, byte-exact
-//! output), [`check`] (validity of the installed state), [`kubeconfig`] (rendering).
+//! output), [`check`] (validity of the installed state), [`kubeconfig`] (rendering), [`links`] (the candidates'
+//! link chains and the directories to watch for them; its `chains_of` reads the file system).
 //! Effects: [`binaries`], [`installer`] (the steps), [`watch`] (inotify), [`run`] (the loop), [`server`]
 //! (health and metrics), [`relay`] (plugin log relay), [`podwatch`] (the node's pod watch, pod cache and
 //! repair agent), [`cleanup`], [`cli`] (the run: signals, servers, the loop).
@@ -20,10 +21,13 @@ pub mod cleanup;
 pub mod cli;
 pub mod conflist;
 pub mod flags;
+pub mod handover;
+pub mod handover_lookup;
 pub mod installer;
 pub mod kubeconfig;
 pub mod legacy;
 pub mod libcni;
+pub mod links;
 pub mod log_settings;
 pub mod options;
 pub mod podwatch;

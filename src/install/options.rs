@@ -41,6 +41,8 @@ pub struct Settings {
     pub plugin_log_level: String,
     /// AMBIENT_ENABLEMENT_SELECTOR, parsed; written into our entry even with ambient off, as upstream.
     pub enablement_selectors: Vec<EnablementSelector>,
+    /// ENABLE_AMBIENT_DETECTION_RETRY, written into our entry as given, as upstream.
+    pub enable_ambient_detection_retry: bool,
     /// FORCE_IPTABLES_BINARY: record this backend instead of detecting the host's.
     pub forced_iptables_backend: Option<Backend>,
     pub k8s_protocol: String,
@@ -57,10 +59,23 @@ pub struct Settings {
     pub uninstall: bool,
     /// The in-process repair agent's settings (`REPAIR_*`).
     pub repair: crate::repair::options::Options,
+    /// What the SIGTERM decision (replacement or uninstall) needs.
+    pub handover: Handover,
     /// POD_CACHE_ENABLED (default true): serve this node's pods to the plugin from one watch.
     pub pod_cache: bool,
     /// The node whose pods the installer watches ([`watch_node`]); "" = none known.
     pub watch_node: String,
+}
+
+/// Settings of the SIGTERM decision ([`super::handover`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Handover {
+    /// POD_NAME (the chart's `fieldRef`): our pod, whose `ownerReferences` name our DaemonSet.
+    pub pod_name: String,
+    /// NODE_NAME, else KUBERNETES_NODE_NAME, else REPAIR_NODE_NAME (our pod's `spec.nodeName` wins).
+    pub node_name: String,
+    /// `Some("DISABLE_SAFE_UPGRADE=true")` (or upstream's ambient-mode name) when turned off: always clean up.
+    pub disabled_by: Option<String>,
 }
 
 impl Settings {
@@ -92,7 +107,18 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
             "ambient mode is not supported by this installer; set it to false",
         ));
     }
-    let (plugin_log_level, log, warnings) = super::log_settings::resolve(f, &r)?;
+    let (plugin_log_level, log, mut warnings) = super::log_settings::resolve(f, &r)?;
+    if f.chained_cni_plugin.is_none()
+        && env("CHAINED_CNI_PLUGIN").is_some_and(|v| v.trim().is_empty())
+    {
+        // Almost always a templating slip; standalone would replace the node's network (README).
+        warnings.push(
+            "CHAINED_CNI_PLUGIN is set but empty: chaining into the primary CNI configuration (the default); \
+             upstream's install-cni reads an empty value as false and writes a standalone configuration \
+             instead. Set it to true or false."
+                .into(),
+        );
+    }
     let bins = binaries(f, &r)?;
     let exclude = list(&r, &f.exclude_namespaces, "EXCLUDE_NAMESPACES", |c| {
         c == ','
@@ -134,6 +160,11 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         enablement_selectors: super::selectors::parse(
             &env("AMBIENT_ENABLEMENT_SELECTOR").unwrap_or_default(),
         )?,
+        enable_ambient_detection_retry: r.bool(
+            &f.enable_ambient_detection_retry,
+            "ENABLE_AMBIENT_DETECTION_RETRY",
+            false,
+        )?,
         forced_iptables_backend: forced_backend(env)?,
         // The installer's own logging and servers.
         log,
@@ -155,11 +186,39 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         )?,
         uninstall: f.uninstall,
         repair: crate::repair::options::from_installer_env(env)?,
+        handover: handover(f, &r, env)?,
         pod_cache: r.bool(&None, "POD_CACHE_ENABLED", true)?,
         watch_node: String::new(),
     };
     settings.watch_node = watch_node(&settings.repair.node_name, env);
     Ok(settings)
+}
+
+/// DISABLE_SAFE_UPGRADE (flag `--disable-safe-upgrade`), else upstream's ambient-mode
+/// AMBIENT_DISABLE_SAFE_UPGRADE; POD_NAME; the node's name.
+fn handover(f: &Flags, r: &Named<'_>, env: Env<'_>) -> Result<Handover> {
+    let ours = r.find(&f.disable_safe_upgrade, "DISABLE_SAFE_UPGRADE");
+    let off = |var: &str, found: Option<crate::settings::Found>| -> Result<Option<String>> {
+        let on = crate::settings::typed(found, false, parse_bool)?;
+        Ok(on.then(|| format!("{var}=true")))
+    };
+    let disabled_by = if ours.as_ref().is_some_and(|x| !x.value.trim().is_empty()) {
+        off("DISABLE_SAFE_UPGRADE", ours)?
+    } else {
+        off(
+            "AMBIENT_DISABLE_SAFE_UPGRADE",
+            r.find(&None, "AMBIENT_DISABLE_SAFE_UPGRADE"),
+        )?
+    };
+    let node_name = ["NODE_NAME", "KUBERNETES_NODE_NAME", "REPAIR_NODE_NAME"]
+        .iter()
+        .find_map(|v| env(v).filter(|n| !n.trim().is_empty()))
+        .unwrap_or_default();
+    Ok(Handover {
+        pod_name: env("POD_NAME").unwrap_or_default().trim().to_string(),
+        node_name: node_name.trim().to_string(),
+        disabled_by,
+    })
 }
 
 /// The node of the installer's pod watch: the repair agent's (`REPAIR_NODE_NAME`), else `NODE_NAME`, else

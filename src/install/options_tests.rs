@@ -324,3 +324,101 @@ fn chained_and_conf_name_deviations() {
         assert!(e.to_string().contains("CNI_CONF_NAME"), "{e}");
     }
 }
+
+/// Safe upgrade is on by default; DISABLE_SAFE_UPGRADE (or its flag) turns it off, upstream's ambient-mode
+/// AMBIENT_DISABLE_SAFE_UPGRADE too when ours is not set; a non-boolean is refused naming the variable.
+#[test]
+fn safe_upgrade_setting_and_handover_names() {
+    let off = |pairs: &[(&str, &str)]| resolve_with(&Flags::default(), pairs).unwrap().handover;
+    assert_eq!(off(&[]), Handover::default());
+    assert_eq!(
+        off(&[("DISABLE_SAFE_UPGRADE", "true")])
+            .disabled_by
+            .as_deref(),
+        Some("DISABLE_SAFE_UPGRADE=true")
+    );
+    assert_eq!(
+        off(&[("AMBIENT_DISABLE_SAFE_UPGRADE", "1")])
+            .disabled_by
+            .as_deref(),
+        Some("AMBIENT_DISABLE_SAFE_UPGRADE=true")
+    );
+    // Ours, when given, wins over upstream's name; an empty one does not count as given.
+    assert_eq!(
+        off(&[
+            ("DISABLE_SAFE_UPGRADE", "false"),
+            ("AMBIENT_DISABLE_SAFE_UPGRADE", "true")
+        ])
+        .disabled_by,
+        None
+    );
+    assert!(off(&[
+        ("DISABLE_SAFE_UPGRADE", ""),
+        ("AMBIENT_DISABLE_SAFE_UPGRADE", "true")
+    ])
+    .disabled_by
+    .is_some());
+    let f = Flags {
+        disable_safe_upgrade: Some("true".into()),
+        ..Flags::default()
+    };
+    let s = resolve_with(&f, &[("DISABLE_SAFE_UPGRADE", "false")]).unwrap();
+    assert!(s.handover.disabled_by.is_some());
+    for var in ["DISABLE_SAFE_UPGRADE", "AMBIENT_DISABLE_SAFE_UPGRADE"] {
+        let e = resolve_with(&Flags::default(), &[(var, "yes")]).unwrap_err();
+        assert!(e.to_string().contains(var), "{e}");
+    }
+    // Our pod and node, as the chart's fieldRefs give them (NODE_NAME first, as upstream's chart sets it).
+    let h = off(&[
+        ("POD_NAME", "istio-cni-node-abcde"),
+        ("REPAIR_NODE_NAME", "r"),
+        ("KUBERNETES_NODE_NAME", "k"),
+        ("NODE_NAME", "n"),
+    ]);
+    assert_eq!(
+        (h.pod_name.as_str(), h.node_name.as_str()),
+        ("istio-cni-node-abcde", "n")
+    );
+    assert_eq!(off(&[("REPAIR_NODE_NAME", "r")]).node_name, "r");
+}
+
+/// Differential round 3, item 1: ENABLE_AMBIENT_DETECTION_RETRY goes into the entry as given.
+#[test]
+fn ambient_detection_retry_as_given() {
+    let get = |pairs: &[(&str, &str)]| {
+        resolve_with(&Flags::default(), pairs)
+            .unwrap()
+            .enable_ambient_detection_retry
+    };
+    assert!(!get(&[]));
+    assert!(get(&[("ENABLE_AMBIENT_DETECTION_RETRY", "true")]));
+    assert!(!get(&[("ENABLE_AMBIENT_DETECTION_RETRY", "false")]));
+    assert!(!get(&[("ENABLE_AMBIENT_DETECTION_RETRY", "")]));
+    let e = resolve_with(
+        &Flags::default(),
+        &[("ENABLE_AMBIENT_DETECTION_RETRY", "yes")],
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("ENABLE_AMBIENT_DETECTION_RETRY"),
+        "{e}"
+    );
+}
+
+/// Differential round 3, item 2: CHAINED_CNI_PLUGIN="" chains (upstream: standalone) and says so.
+#[test]
+fn empty_chained_cni_plugin_chains_with_a_warning() {
+    let s = resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", "")]).unwrap();
+    assert!(s.chained);
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("CHAINED_CNI_PLUGIN") && w.contains("standalone")),
+        "{:?}",
+        s.warnings
+    );
+    for v in ["true", "false"] {
+        let s = resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", v)]).unwrap();
+        assert!(!s.warnings.iter().any(|w| w.contains("CHAINED_CNI_PLUGIN")));
+    }
+}

@@ -3,6 +3,10 @@
 //! not-ready, repeat. A primary that keeps reverting us is throttled by a token bucket (burst
 //! [`BURST`], [`REFILL_PER_S`] per second): while it is empty we report not-ready and log the conflict once
 //! per [`CONFLICT_LOG_INTERVAL`] instead of spinning.
+//!
+//! Before every check the candidates' link chains are resolved and every directory on them watched
+//! ([`super::links`]); while waiting, they are re-resolved every [`RESOLVE_PERIOD`] (a few `lstat`s, no
+//! reads) and lost watches re-placed, a backstop for a change no watch could see.
 
 use super::check::Outcome;
 use super::installer::{ConfigWrite, Installer};
@@ -11,6 +15,9 @@ use super::watch::{Changes, Wake, Watcher};
 use crate::error::Result;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
+
+/// How often the link chains are re-resolved and lost watches re-placed while waiting.
+pub const RESOLVE_PERIOD: Duration = Duration::from_secs(5);
 
 pub const BURST: f64 = 20.0;
 pub const REFILL_PER_S: f64 = 5.0;
@@ -94,7 +101,8 @@ pub fn run_loop(
     let mut last_warning: Option<String> = None;
 
     // Waits for a change; `Err(end)` when the loop must end.
-    let wait = |watcher: &mut Watcher,
+    let wait = |inst: &Installer,
+                watcher: &mut Watcher,
                 limit: Option<Duration>|
      -> Result<std::result::Result<Changes, End>> {
         let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -102,7 +110,7 @@ pub fn run_loop(
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        match watcher.wait(stop, t)? {
+        match wait_change(inst, watcher, state, stop, t)? {
             Wake::Stop => Ok(Err(End::Stopped)),
             Wake::Changed(c) => Ok(Ok(c)),
             Wake::Timeout => {
@@ -127,7 +135,7 @@ pub fn run_loop(
                     return Err(e);
                 }
                 log::error!("{e}; retrying in {err_backoff:?}");
-                match wait(watcher, Some(err_backoff))? {
+                match wait(inst, watcher, Some(err_backoff))? {
                     Ok(mut c) => {
                         c.bin = true;
                         dirty = c;
@@ -151,7 +159,7 @@ pub fn run_loop(
                         return Err(e);
                     }
                     log::error!("{e}; retrying in {err_backoff:?}");
-                    match wait(watcher, Some(err_backoff))? {
+                    match wait(inst, watcher, Some(err_backoff))? {
                         Ok(mut c) => {
                             c.service_account = true;
                             dirty = c;
@@ -189,7 +197,7 @@ pub fn run_loop(
                 let next_log = last_preempt_log
                     .map(|t| CONFLICT_LOG_INTERVAL.saturating_sub(t.elapsed()))
                     .unwrap_or(CONFLICT_LOG_INTERVAL);
-                match wait(watcher, Some(next_log))? {
+                match wait(inst, watcher, Some(next_log))? {
                     Ok(c) => dirty = c,
                     Err(end) => return Ok(end),
                 }
@@ -212,7 +220,7 @@ pub fn run_loop(
                     );
                     last_conflict_log = Some(Instant::now());
                 }
-                match wait(watcher, Some(delay))? {
+                match wait(inst, watcher, Some(delay))? {
                     Ok(c) => dirty = c,
                     Err(end) => return Ok(end),
                 }
@@ -229,7 +237,7 @@ pub fn run_loop(
                     );
                     waiting_logged = true;
                 }
-                match wait(watcher, None)? {
+                match wait(inst, watcher, None)? {
                     Ok(c) => dirty = c,
                     Err(end) => return Ok(end),
                 }
@@ -237,12 +245,12 @@ pub fn run_loop(
             }
             Ok(ConfigWrite::Installed { name, changed }) => {
                 waiting_logged = false;
-                watch_link_target(inst, watcher);
                 err_backoff = Duration::from_millis(200);
                 if changed {
                     log::info!(
-                        "wrote the istio-cni configuration to {}/{name}",
-                        inst.conf_dir().display()
+                        "wrote the istio-cni configuration to {}/{}",
+                        inst.conf_dir().display(),
+                        super::select::shown(&name)
                     );
                 }
             }
@@ -252,7 +260,7 @@ pub fn run_loop(
                     return Err(e);
                 }
                 log::error!("{e}; retrying in {err_backoff:?}");
-                match wait(watcher, Some(err_backoff))? {
+                match wait(inst, watcher, Some(err_backoff))? {
                     Ok(c) => dirty = c,
                     Err(end) => return Ok(end),
                 }
@@ -264,36 +272,65 @@ pub fn run_loop(
     }
 }
 
-/// A symlinked configuration is rewritten where its target lives: watch the target's directory too, for
-/// every candidate link in the conf dir whose target is a regular file (the primary we wrote to, and the
-/// file the runtime uses when CNI_CONF_NAME pins another). Called before every check, so a link
-/// re-pointed at a target that already holds our entry (no reinstall follows) is watched as well.
-/// Links to anything else (a device, a FIFO) are skipped: they are never valid candidates.
-fn watch_link_target(inst: &Installer, watcher: &mut Watcher) {
-    let dir = inst.conf_dir();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return; // a missing conf dir is reported by the check
-    };
-    for ent in entries.flatten() {
-        let name = ent.file_name().to_string_lossy().into_owned();
-        if !super::select::is_candidate_name(&name)
-            || !ent.file_type().is_ok_and(|t| t.is_symlink())
-        {
-            continue;
+/// How long a watched directory may show its deleted self before the installer exits, so the kubelet
+/// restarts the container with the directory mounted afresh (upstream's chart has no liveness probe).
+pub const DELETED_DIR_EXIT: Duration = Duration::from_secs(10);
+
+/// Re-resolves the candidates' link chains (watching every directory on them, dropping the watches of
+/// directories no longer on any), re-places lost watches, and reports liveness. Returns what changed
+/// since the last look; an error once a watched directory has been deleted for [`DELETED_DIR_EXIT`].
+fn refresh(inst: &Installer, watcher: &mut Watcher, state: &State) -> Result<Changes> {
+    let mut ch = watcher.resync();
+    if watcher.follow_links(super::links::chains_of(inst.conf_dir())) {
+        ch.conf = true;
+    }
+    let health = watcher.health();
+    let was = state.set_healthy(health.is_none());
+    match &health {
+        Some(why) if was => {
+            log::error!("{why}; /healthz now answers 503 (and the installer exits if it lasts)")
         }
-        let link = ent.path();
-        let Ok(target) = std::fs::canonicalize(&link) else {
-            continue; // dangling: not a candidate
-        };
-        let Some(parent) = target.parent().filter(|_| target.is_file()) else {
-            continue;
-        };
-        if let Err(e) = watcher.ensure(parent, super::watch::Role::ConfDir) {
-            log::warn!(
-                "changes to {} (the target of {}) will not be noticed: {e}",
-                parent.display(),
-                link.display()
-            );
+        None if !was => {
+            log::info!("all watched directories are followed again; /healthz answers 200")
+        }
+        _ => {}
+    }
+    match watcher.deleted_for() {
+        Some(d) if d >= DELETED_DIR_EXIT => Err(crate::Error::other(format!(
+            "{} (for {} s): exiting, so the container is restarted and sees the directory anew",
+            health
+                .as_deref()
+                .unwrap_or("a watched directory was deleted"),
+            d.as_secs()
+        ))),
+        _ => Ok(ch),
+    }
+}
+
+/// Waits for a change, the stop descriptor or `limit` (`None`: none), refreshing ([`refresh`]) every
+/// [`RESOLVE_PERIOD`]: a change only the refresh sees ends the wait too.
+fn wait_change(
+    inst: &Installer,
+    watcher: &mut Watcher,
+    state: &State,
+    stop: Option<BorrowedFd<'_>>,
+    limit: Option<Duration>,
+) -> Result<Wake> {
+    let deadline = limit.map(|l| Instant::now() + l);
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let t = left.map_or(RESOLVE_PERIOD, |l| l.min(RESOLVE_PERIOD));
+        match watcher.wait(stop, Some(t))? {
+            Wake::Timeout if deadline.is_some_and(|d| Instant::now() >= d) => {
+                return Ok(Wake::Timeout)
+            }
+            Wake::Timeout => {
+                let ch = refresh(inst, watcher, state)?;
+                if ch.any() {
+                    return Ok(Wake::Changed(ch));
+                }
+            }
+            other => return Ok(other),
         }
     }
 }
@@ -328,12 +365,12 @@ pub fn round(
 ) -> Result<RoundEnd> {
     // Conf-dir events from before the check are reflected by the check itself; other changes are
     // handed back so the loop refreshes binaries or the kubeconfig first.
-    let before = watcher.drain()?;
+    let mut before = watcher.drain()?;
+    before.merge(refresh(inst, watcher, state)?);
     if before.service_account || before.bin || before.run {
         state.set_ready(false);
         return Ok(RoundEnd::Changed(before));
     }
-    watch_link_target(inst, watcher);
     match inst.check() {
         Outcome::Invalid { reason } => {
             state.set_ready(false);
@@ -361,7 +398,7 @@ pub fn round(
     if !wait {
         return Ok(RoundEnd::Ready);
     }
-    let end = match watcher.wait(stop, None)? {
+    let end = match wait_change(inst, watcher, state, stop, None)? {
         Wake::Stop => RoundEnd::Stopped,
         Wake::Changed(c) => RoundEnd::Changed(c),
         Wake::Timeout => RoundEnd::Changed(Changes::default()),

@@ -1,35 +1,91 @@
-//! Choosing the primary CNI configuration exactly as kubelet/libcni does (installer.md §2.2, §2.3):
-//! candidates are files ending exactly in `.conf` or `.conflist`, sorted bytewise, and invalid ones are
-//! skipped with a warning. The decision is pure; [`list_candidates`] is the only effect.
+//! Choosing the primary CNI configuration exactly as the container runtime does (installer.md §2.2,
+//! §2.3): candidates are files ending exactly in `.conf`, `.conflist` or `.json` (containerd's go-cni,
+//! CRI-O's ocicni and kubelet's dockershim all call libcni `ConfFiles(dir, [".conf", ".conflist",
+//! ".json"])`; a `.json` is loaded like a `.conf`: one plugin, `type` required), sorted bytewise, and
+//! invalid ones are skipped with a warning. Upstream's installer lists only `.conf`/`.conflist` and so
+//! misses a `.json` the runtime loads first (a deviation, README). Names are bytes as in Go: compared,
+//! sorted and opened as they are, spelled through UTF-8 only for messages. The decision is pure;
+//! [`list_candidates`] is the only effect.
 
 use crate::error::{Error, IoContext, Result};
 use crate::fsutil;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
 /// Standalone mode's default file name.
 pub const STANDALONE_DEFAULT: &str = "YYY-istio-cni.conf";
 
-/// A candidate file: its name and its content (or the read error).
+/// A candidate file: its name and its content (or why it was not read).
 #[derive(Debug, Clone)]
 pub struct Candidate {
-    pub name: String,
-    pub content: std::result::Result<Vec<u8>, String>,
+    pub name: OsString,
+    pub content: std::result::Result<Vec<u8>, Unread>,
+}
+
+/// Why a candidate was not read, and what the runtime does with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unread {
+    /// The runtime cannot use it either (a FIFO hangs it, a device or a file that is not JSON fails its
+    /// load): skipped, as libcni skips (or never gets past) it.
+    Skip(String),
+    /// A regular file over our read limit that starts like a JSON object: libcni reads files of any size,
+    /// so the runtime may load it, and we cannot tell whether it holds our entry.
+    Undecided(String),
+}
+
+impl Unread {
+    pub fn reason(&self) -> &str {
+        match self {
+            Unread::Skip(s) | Unread::Undecided(s) => s,
+        }
+    }
 }
 
 /// The valid configurations in priority order, and the skipped ones with the reason.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
-    pub valid: Vec<String>,
-    pub skipped: Vec<(String, String)>,
+    pub valid: Vec<OsString>,
+    pub skipped: Vec<(OsString, String)>,
+    /// An [`Unread::Undecided`] candidate sorting before every valid one: the runtime may load it, so no
+    /// file of ours can be the runtime's choice for sure (the installer stays not ready while it is there).
+    pub blocked: Option<(OsString, String)>,
 }
 
-/// True for names libcni considers: Go's `filepath.Ext(name)` is exactly `.conf` or `.conflist` (the
-/// suffix from the last dot, so a file named just `.conf` is a candidate).
-pub fn is_candidate_name(name: &str) -> bool {
-    matches!(
-        name.rfind('.').map(|i| &name[i..]),
-        Some(".conf") | Some(".conflist")
-    )
+/// The extensions the runtimes load, in libcni's `ConfFiles` call.
+pub const EXTENSIONS: [&str; 3] = [".conf", ".conflist", ".json"];
+
+/// Go's `filepath.Ext`: the suffix from the last dot (bytes), or empty.
+fn ext(name: &OsStr) -> &[u8] {
+    let b = name.as_bytes();
+    b.iter().rposition(|&c| c == b'.').map_or(&[], |i| &b[i..])
+}
+
+/// True for names the runtime considers: the extension is exactly one of [`EXTENSIONS`] (so a file
+/// named just `.conf` is a candidate).
+pub fn is_candidate_name(name: &OsStr) -> bool {
+    EXTENSIONS.iter().any(|e| ext(name) == e.as_bytes())
+}
+
+/// True for a list (`.conflist`); every other candidate is loaded as one plugin (`.conf`, `.json`).
+pub fn is_list_name(name: &OsStr) -> bool {
+    ext(name) == b".conflist"
+}
+
+/// The `.conflist` a single-plugin file (`x.conf`, `x.json`) becomes when our entry is added: `x.conflist`.
+pub fn list_name_for(name: &OsStr) -> Option<OsString> {
+    let e = ext(name);
+    if e != b".conf" && e != b".json" {
+        return None;
+    }
+    let mut b = name.as_bytes()[..name.len() - e.len()].to_vec();
+    b.extend_from_slice(b".conflist");
+    Some(OsString::from_vec(b))
+}
+
+/// A name as it appears in messages (invalid UTF-8 shown as U+FFFD).
+pub fn shown(name: &OsStr) -> std::borrow::Cow<'_, str> {
+    name.to_string_lossy()
 }
 
 /// Lists and reads the candidate files of `dir`: names with a candidate extension that are not
@@ -46,7 +102,7 @@ pub fn list_candidates(dir: &Path) -> Result<Vec<Candidate>> {
     let mut out = Vec::new();
     for ent in rd {
         let ent = ent.io_context(|| format!("list {}", dir.display()))?;
-        let name = ent.file_name().to_string_lossy().into_owned();
+        let name = ent.file_name();
         if !is_candidate_name(&name) {
             continue;
         }
@@ -60,11 +116,52 @@ pub fn list_candidates(dir: &Path) -> Result<Vec<Candidate>> {
             Ok(Some(b)) => Ok(b),
             // Removed between the listing and the read: not a candidate any more.
             Ok(None) => continue,
-            Err(e) => Err(e.to_string()),
+            Err(e) if oversized_object(&ent.path()) => Err(Unread::Undecided(format!(
+                "{e}, but it starts like a JSON object and the container runtime reads files of any size, \
+                 so it may load it"
+            ))),
+            Err(e) => Err(Unread::Skip(e.to_string())),
         };
         out.push(Candidate { name, content });
     }
     Ok(out)
+}
+
+/// How far into an oversized file we look for its first byte.
+const PEEK_BYTES: usize = 64 * 1024;
+
+/// Whether `path` is a regular file over the read limit whose first non-blank byte (within
+/// [`PEEK_BYTES`]) is `{`, or is all blank that far: a document libcni might accept. Anything else
+/// (a sparse file of zeros, text) fails Go's `json.Unmarshal` into a struct at its first byte.
+fn oversized_object(path: &Path) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    if !meta.is_file() || meta.len() <= fsutil::MAX_CONFIG_BYTES {
+        return false;
+    }
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+    else {
+        return false;
+    };
+    let mut head = Vec::with_capacity(PEEK_BYTES);
+    if f.take(PEEK_BYTES as u64).read_to_end(&mut head).is_err() {
+        // Unreadable to us: assume the runtime (also root) may read it.
+        return true;
+    }
+    first_is_object(&head)
+}
+
+/// The pure half of [`oversized_object`]: the first byte after JSON whitespace is `{` (or there is none).
+fn first_is_object(head: &[u8]) -> bool {
+    head.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .map_or(true, |&b| b == b'{')
 }
 
 /// Whether `<dir>/<name>/` holds `*.conf` files (libcni ≥1.2 accepts a list without `plugins` then).
@@ -80,13 +177,14 @@ pub fn plugin_dir_has_confs(dir: &Path, name: &str) -> bool {
     }
 }
 
-/// libcni's validity of one candidate; `Err` carries the warning text (see [`super::libcni`]).
+/// libcni's validity of one candidate; `Err` carries the warning text (see [`super::libcni`]). libcni
+/// looks at the name's extension only, which its UTF-8 spelling keeps.
 pub fn validate(
-    name: &str,
+    name: &OsStr,
     content: &[u8],
     plugin_dir_has_confs: &dyn Fn(&str) -> bool,
 ) -> std::result::Result<(), String> {
-    super::libcni::validate(name, content, plugin_dir_has_confs)
+    super::libcni::validate(&shown(name), content, plugin_dir_has_confs)
 }
 
 /// upstream `getConfigFilenames`: the valid configurations sorted bytewise; `no networks found in <dir>`
@@ -105,7 +203,13 @@ pub fn valid_configs(
     for c in sorted {
         let verdict = match &c.content {
             Ok(bytes) => validate(&c.name, bytes, plugin_dir_has_confs),
-            Err(e) => Err(e.clone()),
+            Err(Unread::Undecided(why)) => {
+                if listing.valid.is_empty() && listing.blocked.is_none() {
+                    listing.blocked = Some((c.name.clone(), why.clone()));
+                }
+                Err(why.clone())
+            }
+            Err(Unread::Skip(why)) => Err(why.clone()),
         };
         match verdict {
             Ok(()) => listing.valid.push(c.name.clone()),
@@ -124,28 +228,42 @@ pub fn valid_configs(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Choice {
     /// Write to (merge into) this file of the conf dir.
-    Use(String),
+    Use(OsString),
     /// Nothing usable yet: wait for a change in the conf dir; the text says what we wait for.
     Wait(String),
 }
 
 /// upstream `getCNIConfigFilepath`, one evaluation: standalone returns `configured` or
 /// [`STANDALONE_DEFAULT`] at once; chained uses `configured` (else the first valid file, skipping
-/// `skip` — the Istio-owned file) and, when that file is missing, its `.conf`/`.conflist` twin.
+/// `skip` — the Istio-owned file) and, when that file is missing, its `.conf`/`.conflist` twin (and for a
+/// `.json`, the `.conflist` we turn it into).
 pub fn choose(
     chained: bool,
-    configured: Option<&str>,
+    configured: Option<&OsStr>,
     listing: &Result<Listing>,
-    skip: Option<&str>,
-    exists: &dyn Fn(&str) -> bool,
+    skip: Option<&OsStr>,
+    exists: &dyn Fn(&OsStr) -> bool,
 ) -> Choice {
     if !chained {
-        return Choice::Use(configured.unwrap_or(STANDALONE_DEFAULT).to_string());
+        return Choice::Use(
+            configured
+                .unwrap_or(OsStr::new(STANDALONE_DEFAULT))
+                .to_os_string(),
+        );
     }
     let name = match configured {
-        Some(n) => n.to_string(),
+        Some(n) => n.to_os_string(),
         None => match listing {
-            Ok(l) => match l.valid.iter().find(|n| Some(n.as_str()) != skip) {
+            Ok(Listing {
+                blocked: Some((n, why)),
+                ..
+            }) => {
+                return Choice::Wait(format!(
+                    "{} sorts first and may be the container runtime's choice: {why}",
+                    shown(n)
+                ))
+            }
+            Ok(l) => match l.valid.iter().find(|n| Some(n.as_os_str()) != skip) {
                 Some(n) => n.clone(),
                 None => return Choice::Wait("no primary CNI config file yet".into()),
             },
@@ -155,81 +273,23 @@ pub fn choose(
     if exists(&name) {
         return Choice::Use(name);
     }
-    if name.ends_with(".conf") {
-        let twin = format!("{name}list");
-        if exists(&twin) {
-            return Choice::Use(twin);
+    let twin = match list_name_for(&name) {
+        Some(list) => Some(list),
+        None if is_list_name(&name) => {
+            let b = name.as_bytes();
+            Some(OsString::from_vec(b[..b.len() - "list".len()].to_vec()))
         }
-    } else if let Some(stem) = name
-        .strip_suffix("list")
-        .filter(|_| name.ends_with(".conflist"))
-    {
-        if exists(stem) {
-            return Choice::Use(stem.to_string());
-        }
+        None => None,
+    };
+    if let Some(twin) = twin.filter(|t| exists(t)) {
+        return Choice::Use(twin);
     }
-    Choice::Wait(format!("CNI config file {name} does not exist yet"))
+    Choice::Wait(format!(
+        "CNI config file {} does not exist yet",
+        shown(&name)
+    ))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cand(name: &str, text: &str) -> Candidate {
-        Candidate {
-            name: name.into(),
-            content: Ok(text.as_bytes().to_vec()),
-        }
-    }
-
-    #[test]
-    fn libcni_rules() {
-        let none = |_: &str| false;
-        assert!(validate("a.conf", br#"{"type":"bridge"}"#, &none).is_ok());
-        assert!(validate("a.conf", br#"{"type":""}"#, &none).is_err());
-        assert!(validate("a.conf", br#"{"name":"x"}"#, &none).is_err());
-        assert!(validate("a.conf", b"not json", &none).is_err());
-        assert!(validate("a.conflist", br#"{"plugins":[{"type":"x"}]}"#, &none).is_err());
-        assert!(validate(
-            "a.conflist",
-            br#"{"name":"n","pugins":[{"type":"x"}]}"#,
-            &none
-        )
-        .is_err());
-        assert!(validate("a.conflist", br#"{"name":"n","plugins":[]}"#, &none).is_err());
-        assert!(validate(
-            "a.conflist",
-            br#"{"name":"n","plugins":[{"type":"x"}]}"#,
-            &none
-        )
-        .is_ok());
-        assert!(validate("a.conflist", br#"{"name":"n"}"#, &|n| n == "n").is_ok());
-        assert!(validate("a.conflist", br#"[1]"#, &none).is_err());
-    }
-
-    #[test]
-    fn bytewise_order_and_twins() {
-        let c = vec![
-            cand("b.conflist", r#"{"name":"n","plugins":[{"type":"x"}]}"#),
-            cand("b.conf", r#"{"type":"x"}"#),
-            cand("B.conf", "junk"),
-        ];
-        let l = valid_configs("/d", &c, &|_| false).unwrap();
-        assert_eq!(l.valid, vec!["b.conf", "b.conflist"]);
-        assert_eq!(l.skipped.len(), 1);
-        let ok = Ok(l);
-        let exists = |n: &str| n == "b.conflist";
-        assert_eq!(
-            choose(true, Some("b.conf"), &ok, None, &exists),
-            Choice::Use("b.conflist".into())
-        );
-        assert!(matches!(
-            choose(true, Some("x.conf"), &ok, None, &exists),
-            Choice::Wait(_)
-        ));
-        assert_eq!(
-            choose(false, None, &ok, None, &exists),
-            Choice::Use(STANDALONE_DEFAULT.into())
-        );
-    }
-}
+#[path = "select_tests.rs"]
+mod tests;

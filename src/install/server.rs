@@ -1,5 +1,6 @@
-//! Readiness, metrics, and a tiny HTTP/1.x responder for them: `/healthz` (always 200), `/readyz` (200 when
-//! installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
+//! Readiness, metrics, and a tiny HTTP/1.x responder for them: `/healthz` (200 unless a directory we must
+//! follow can no longer be watched, e.g. the conf dir's mount shows a deleted directory: then 503, so a
+//! liveness probe restarts us), `/readyz` (200 when installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
 //! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`).
 //! The responder is deliberately small: GET only, the request head bounded to 8 KiB and due within 2 s of
 //! accept, `Connection: close`; [`crate::httpd`] multiplexes the connections so none can hold up another,
@@ -37,6 +38,7 @@ const RESULTS: [(InstallResult, &str); 4] = [
 #[derive(Debug, Default)]
 pub struct State {
     ready: AtomicBool,
+    unhealthy: AtomicBool,
     installs: [AtomicU64; 4],
 }
 
@@ -49,6 +51,13 @@ impl State {
     }
     pub fn ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
+    }
+    /// Sets liveness; returns the previous value.
+    pub fn set_healthy(&self, healthy: bool) -> bool {
+        !self.unhealthy.swap(!healthy, Ordering::SeqCst)
+    }
+    pub fn healthy(&self) -> bool {
+        !self.unhealthy.load(Ordering::SeqCst)
     }
     pub fn count(&self, r: InstallResult) {
         if let Some(i) = RESULTS.iter().position(|(x, _)| *x == r) {
@@ -96,7 +105,13 @@ pub enum Endpoints {
 /// The answer for a request path on the `which` server.
 pub fn respond(state: &State, which: Endpoints, path: &str) -> httpd::Reply {
     match (which, path) {
-        (Endpoints::Health, "/healthz") => (200, "text/plain", "OK\n".into()),
+        (Endpoints::Health, "/healthz") => {
+            if state.healthy() {
+                (200, "text/plain", "OK\n".into())
+            } else {
+                (503, "text/plain", "Service Unavailable\n".into())
+            }
+        }
         (Endpoints::Health, "/readyz") => {
             if state.ready() {
                 (200, "text/plain", "OK\n".into())

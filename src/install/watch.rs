@@ -1,14 +1,26 @@
 //! File-system watching with inotify (no polling): the conf dir, the service-account dir (token rotation
-//! swaps its `..data` symlink), the bin dirs and the run dir. One watcher for the whole run: we watch
-//! directories, which survive the atomic renames of the files in them. A stop descriptor (a signalfd in
-//! the installer, a pipe in tests) wakes every wait.
+//! swaps its `..data` symlink), the bin dirs and the run dir, and the directories on the candidates' link
+//! chains ([`super::links`]). One watcher for the whole run: we watch directories, which survive the
+//! atomic renames of the files in them. A stop descriptor (a signalfd in the installer, a pipe in tests)
+//! wakes every wait.
+//!
+//! A watched directory can go away (an operator's `rm -rf /etc/cni/net.d; mkdir ...`, a rename): its watch
+//! ends with `IN_DELETE_SELF`/`IN_MOVE_SELF`/`IN_IGNORED`, and the directory at its path is watched again
+//! — or, while it is missing, its nearest existing ancestor, for the name that leads to it ([`dirs`]).
+//! [`Watcher::health`] says when that is impossible: no ancestor can be watched, or the path still shows
+//! the deleted directory (a bind mount of a removed host directory), where a recreated one is invisible.
 
 use crate::error::{Error, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+mod chains;
+mod dirs;
 
 /// What a watched directory is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,11 +44,19 @@ impl Changes {
     pub fn any(&self) -> bool {
         self.conf || self.service_account || self.bin || self.run
     }
-    fn merge(&mut self, o: Changes) {
+    pub fn merge(&mut self, o: Changes) {
         self.conf |= o.conf;
         self.service_account |= o.service_account;
         self.bin |= o.bin;
         self.run |= o.run;
+    }
+    fn set(&mut self, role: Role) {
+        match role {
+            Role::ConfDir => self.conf = true,
+            Role::ServiceAccount => self.service_account = true,
+            Role::BinDir => self.bin = true,
+            Role::RunDir => self.run = true,
+        }
     }
 }
 
@@ -52,10 +72,52 @@ pub enum Wake {
 /// the kubeconfig; temp files never).
 pub type Filter = Box<dyn Fn(Role, &str) -> bool + Send>;
 
+/// A directory asked for with [`Watcher::add`].
+struct Base {
+    role: Role,
+    path: PathBuf,
+    state: BaseState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BaseState {
+    /// Watched; the identity (device, inode) of the directory the watch is on.
+    Watched(u64, u64),
+    /// Missing: a watch on its nearest existing ancestor waits for it.
+    Waiting,
+    /// Neither it nor an ancestor can be watched.
+    Failed(String),
+}
+
+/// One use of an inotify watch (several can share a descriptor: one directory, several purposes).
+struct Mark {
+    wd: WatchDescriptor,
+    dir: PathBuf,
+    why: Why,
+}
+
+enum Why {
+    /// The base directory itself (index into `bases`).
+    Base(usize),
+    /// An ancestor of a missing base directory; the name that leads towards it.
+    Ancestor(usize, OsString),
+    /// A directory on a link chain, with its identity when watched; only these names matter in it.
+    Link(BTreeSet<OsString>, Option<(u64, u64)>),
+}
+
 pub struct Watcher {
     inotify: Inotify,
-    dirs: Vec<(WatchDescriptor, Role, PathBuf)>,
+    bases: Vec<Base>,
+    marks: Vec<Mark>,
     filter: Filter,
+    /// The link chains last followed ([`Watcher::follow_links`]).
+    chains: Vec<super::links::Chain>,
+    /// Link-chain directories that could not be watched (each is logged once).
+    unwatched: BTreeSet<PathBuf>,
+    /// Link-chain directories left out beyond [`super::links::MAX_DIRS`] (logged when it changes).
+    left_out: usize,
+    /// Since when a watched directory has shown its deleted self ([`Watcher::deleted_for`]).
+    deleted_at: Option<Instant>,
 }
 
 const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
@@ -65,7 +127,12 @@ const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
     .union(AddWatchFlags::IN_DELETE)
     .union(AddWatchFlags::IN_ATTRIB)
     .union(AddWatchFlags::IN_DELETE_SELF)
-    .union(AddWatchFlags::IN_MOVE_SELF);
+    .union(AddWatchFlags::IN_MOVE_SELF)
+    .union(AddWatchFlags::IN_ONLYDIR);
+
+const SELF_EVENTS: AddWatchFlags = AddWatchFlags::IN_DELETE_SELF
+    .union(AddWatchFlags::IN_MOVE_SELF)
+    .union(AddWatchFlags::IN_IGNORED);
 
 impl Watcher {
     pub fn new(filter: Filter) -> Result<Watcher> {
@@ -73,67 +140,162 @@ impl Watcher {
             .map_err(|e| Error::io("inotify_init", e.into()))?;
         Ok(Watcher {
             inotify,
-            dirs: Vec::new(),
+            bases: Vec::new(),
+            marks: Vec::new(),
             filter,
+            chains: Vec::new(),
+            unwatched: BTreeSet::new(),
+            left_out: 0,
+            deleted_at: None,
         })
     }
 
-    /// Watches `dir` for `role`. A missing directory is an error (the caller decides whether it matters).
+    /// Watches `dir` for `role` from now on, also across its removal and re-creation. A directory that
+    /// cannot be watched now is an error (the caller decides whether it matters) and is not kept.
     pub fn add(&mut self, dir: &Path, role: Role) -> Result<()> {
         let wd = self
             .inotify
             .add_watch(dir, MASK)
             .map_err(|e| Error::io(format!("watch {}", dir.display()), e.into()))?;
-        self.dirs.push((wd, role, dir.to_path_buf()));
+        let (dev, ino) = dirs::identity(dir).unwrap_or((0, 0));
+        self.bases.push(Base {
+            role,
+            path: dir.to_path_buf(),
+            state: BaseState::Watched(dev, ino),
+        });
+        self.marks.push(Mark {
+            wd,
+            dir: dir.to_path_buf(),
+            why: Why::Base(self.bases.len() - 1),
+        });
         Ok(())
     }
 
-    /// Watches `dir` for `role` unless it is watched already (the directory of a symlinked primary's
-    /// target, which can change at run time).
-    pub fn ensure(&mut self, dir: &Path, role: Role) -> Result<()> {
-        if self.dirs.iter().any(|(_, r, d)| *r == role && d == dir) {
-            return Ok(());
+    /// Drops the marks `drop` selects, removing their inotify watches unless another mark still uses
+    /// the same descriptor.
+    fn drop_marks(&mut self, drop: impl Fn(&Mark) -> bool) {
+        let (gone, kept): (Vec<Mark>, Vec<Mark>) = std::mem::take(&mut self.marks)
+            .into_iter()
+            .partition(|m| drop(m));
+        self.marks = kept;
+        for m in gone {
+            if !self.marks.iter().any(|k| k.wd == m.wd) {
+                // EINVAL when the kernel already dropped it (the directory is gone): nothing to do.
+                let _ = self.inotify.rm_watch(m.wd);
+            }
         }
-        self.add(dir, role)
     }
 
-    /// Reads what is pending, without blocking.
+    /// Reads what is pending, without blocking; re-places the watches of directories that went away.
     pub fn drain(&mut self) -> Result<Changes> {
         let mut ch = Changes::default();
+        let mut redo: BTreeSet<usize> = BTreeSet::new();
         loop {
             let events = match self.inotify.read_events() {
                 Ok(ev) => ev,
-                Err(nix::errno::Errno::EAGAIN) => return Ok(ch),
+                Err(nix::errno::Errno::EAGAIN) => break,
                 Err(e) => return Err(Error::io("read inotify events", e.into())),
             };
             if events.is_empty() {
-                return Ok(ch);
+                break;
             }
             for ev in events {
-                let Some((_, role, _)) = self.dirs.iter().find(|(wd, _, _)| *wd == ev.wd) else {
-                    continue;
-                };
-                let name = ev
-                    .name
-                    .as_ref()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let self_event = ev.mask.intersects(
-                    AddWatchFlags::IN_DELETE_SELF
-                        | AddWatchFlags::IN_MOVE_SELF
-                        | AddWatchFlags::IN_IGNORED,
-                );
-                if !self_event && !(self.filter)(*role, &name) {
+                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    // Events were lost: everything may have changed.
+                    for b in &self.bases {
+                        ch.set(b.role);
+                    }
+                    redo.extend(0..self.bases.len());
                     continue;
                 }
-                match role {
-                    Role::ConfDir => ch.conf = true,
-                    Role::ServiceAccount => ch.service_account = true,
-                    Role::BinDir => ch.bin = true,
-                    Role::RunDir => ch.run = true,
+                let self_event = ev.mask.intersects(SELF_EVENTS);
+                let name = ev.name.unwrap_or_default();
+                let shown = name.to_string_lossy();
+                for m in self.marks.iter().filter(|m| m.wd == ev.wd) {
+                    match &m.why {
+                        Why::Base(i) => {
+                            let role = self.bases[*i].role;
+                            if self_event {
+                                ch.set(role);
+                                redo.insert(*i);
+                            } else if (self.filter)(role, &shown) {
+                                ch.set(role);
+                            }
+                        }
+                        Why::Ancestor(i, next) => {
+                            if self_event || *next == name {
+                                redo.insert(*i);
+                            }
+                        }
+                        Why::Link(names, _) => {
+                            if self_event || names.contains(&name) {
+                                ch.conf = true;
+                            }
+                        }
+                    }
+                }
+                if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
+                    // The kernel dropped this watch: forget every use of it.
+                    self.marks.retain(|m| m.wd != ev.wd);
                 }
             }
         }
+        for i in redo {
+            if self.replace(i) {
+                ch.set(self.bases[i].role);
+            }
+        }
+        Ok(ch)
+    }
+
+    /// Re-checks every base directory (the periodic backstop): a missing one that appeared, one whose
+    /// path now names another directory, one that could not be watched. Returns the roles whose
+    /// directory is watched anew.
+    pub fn resync(&mut self) -> Changes {
+        let mut ch = Changes::default();
+        for i in 0..self.bases.len() {
+            let b = &self.bases[i];
+            let redo = match b.state {
+                BaseState::Watched(dev, ino) => dirs::identity(&b.path) != Some((dev, ino)),
+                BaseState::Waiting => b.path.is_dir(),
+                BaseState::Failed(_) => true,
+            };
+            if redo && self.replace(i) {
+                ch.set(self.bases[i].role);
+            }
+        }
+        ch
+    }
+
+    /// Why a watched directory cannot be followed any more (for `/healthz`); `None` when all can.
+    pub fn health(&self) -> Option<String> {
+        self.bases.iter().find_map(|b| match &b.state {
+            BaseState::Failed(e) => Some(format!(
+                "{} cannot be watched ({e}): its changes would go unnoticed",
+                b.path.display()
+            )),
+            BaseState::Watched(..) if dirs::is_deleted(&b.path) => Some(format!(
+                "{} was deleted, but this path still shows the deleted directory (a bind mount of a \
+                 directory removed on the host?): a directory recreated there is invisible to this \
+                 container, and the container runtime reads that one",
+                b.path.display()
+            )),
+            _ => None,
+        })
+    }
+
+    /// How long a watched directory has shown its deleted self (see [`Watcher::health`]); `None` while
+    /// none does. A deleted directory never comes back: only a fresh mount (a restart) shows the new one.
+    pub fn deleted_for(&mut self) -> Option<Duration> {
+        let deleted = self
+            .bases
+            .iter()
+            .any(|b| matches!(b.state, BaseState::Watched(..)) && dirs::is_deleted(&b.path));
+        if !deleted {
+            self.deleted_at = None;
+            return None;
+        }
+        Some(self.deleted_at.get_or_insert_with(Instant::now).elapsed())
     }
 
     /// Waits until a relevant change, the stop descriptor, or `timeout` (`None`: no timeout).
@@ -196,33 +358,4 @@ pub fn stop_pending(stop: Option<BorrowedFd<'_>>) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sees_renames_and_ignores_filtered_names() {
-        let d = std::env::temp_dir().join(format!("watch-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        let mut w = Watcher::new(Box::new(|_, n: &str| !n.contains(".tmp."))).unwrap();
-        w.add(&d, Role::ConfDir).unwrap();
-        assert_eq!(
-            w.wait(None, Some(Duration::from_millis(20))).unwrap(),
-            Wake::Timeout
-        );
-        std::fs::write(d.join("x.tmp.1"), b"x").unwrap();
-        assert_eq!(
-            w.wait(None, Some(Duration::from_millis(20))).unwrap(),
-            Wake::Timeout
-        );
-        std::fs::rename(d.join("x.tmp.1"), d.join("x.conflist")).unwrap();
-        match w.wait(None, Some(Duration::from_secs(5))).unwrap() {
-            Wake::Changed(c) => assert!(c.conf),
-            other => panic!("{other:?}"),
-        }
-        let (r, wfd) = nix::unistd::pipe().unwrap();
-        nix::unistd::write(&wfd, b"x").unwrap();
-        assert_eq!(w.wait(Some(r.as_fd()), None).unwrap(), Wake::Stop);
-        std::fs::remove_dir_all(&d).unwrap();
-    }
-}
+mod tests;

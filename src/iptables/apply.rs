@@ -4,11 +4,15 @@
 //! declares our chains with `-N`, so on a namespace that already has them the restore fails atomically; only
 //! then do we take the slow path: dump the namespace, compare with the desired rules (normalised through a
 //! scratch namespace), and either do nothing (same rules: a re-ADD is a no-op) or converge in one atomic
-//! restore (upstream fails here instead).
+//! restore (upstream fails here instead). Before answering "in place" or "converged", the slow path also
+//! looks wherever else the kernel looks before our redirect (other programs' raw/mangle rules in our
+//! backend, the other x_tables backend, native nf_tables base chains; [`elsewhere`]) and fails naming any
+//! rule there that can take traffic past it.
 
-use super::{exec, save, state, Backend, Family};
+use super::{exec, foreign, save, state, Backend, Family};
 use crate::error::{Context, Error, Result};
 use crate::netns;
+use crate::nftables::foreign::{OurHook, HOOK_OUTPUT, HOOK_PREROUTING, NFPROTO_IPV4, NFPROTO_IPV6};
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -57,10 +61,25 @@ where
         let plan = planner(&crate::netlink::addresses()?)?;
         let plan_us = t.elapsed().as_micros();
         let mut families = Vec::new();
+        let mut bypass = Vec::new();
         for (family, doc) in &plan.docs {
             let t = Instant::now();
-            let outcome = apply_family(backend, *family, doc)?;
+            let (outcome, found) = apply_family(backend, *family, doc)?;
+            bypass.extend(found);
             families.push((*family, outcome, t.elapsed().as_micros()));
+        }
+        // A fresh namespace (every family applied by the first restore) skips these reads: ADD stays one
+        // restore per family.
+        if families.iter().any(|(_, o, _)| *o != Outcome::Applied) {
+            let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
+            bypass.extend(elsewhere(backend, &fams)?);
+        }
+        if !bypass.is_empty() {
+            return Err(Error::Rules(format!(
+                "traffic can bypass the redirection: {}; remove these rules from the pod's network \
+                 namespace, then retry",
+                bypass.join("; ")
+            )));
         }
         let ipv6 = plan.docs.iter().any(|(f, _)| *f == Family::V6);
         let v6_docs = plan.docs.iter().any(|(f, _)| *f == Family::V6);
@@ -74,9 +93,11 @@ where
     })
 }
 
-fn apply_family(b: Backend, family: Family, doc: &str) -> Result<Outcome> {
+/// Applies one family's document: the outcome, and other programs' rules in our backend's raw and mangle
+/// tables that can take traffic past ours (read only on the slow path).
+fn apply_family(b: Backend, family: Family, doc: &str) -> Result<(Outcome, Vec<String>)> {
     let first = match exec::restore(b, family, doc) {
-        Ok(()) => return Ok(Outcome::Applied),
+        Ok(()) => return Ok((Outcome::Applied, Vec::new())),
         Err(e) => e,
     };
     // Not a fresh namespace? Only then inspect; otherwise the restore error is the answer.
@@ -88,8 +109,9 @@ fn apply_family(b: Backend, family: Family, doc: &str) -> Result<Outcome> {
         return Err(first).context(format!("apply {} redirection rules", family.name()));
     }
     let expected = normalize(b, family, doc)?;
+    let found = foreign::findings(family, &expected, &actual);
     if state::diff(&expected, &actual).is_empty() {
-        return Ok(Outcome::AlreadyInPlace);
+        return Ok((Outcome::AlreadyInPlace, found));
     }
     let converge = state::converge_document(doc, &expected, &actual);
     log::info!(
@@ -108,7 +130,48 @@ fn apply_family(b: Backend, family: Family, doc: &str) -> Result<Outcome> {
             d.unexpected
         )));
     }
-    Ok(Outcome::Converged)
+    Ok((Outcome::Converged, found))
+}
+
+/// Where else the kernel looks before our nat redirect (priority -100 at prerouting and output), on the
+/// thread inside the pod's namespace: the legacy x_tables tables unless they are ours, and native
+/// nf_tables base chains (iptables-nft's own tables are ours, and the dump covers them, when we are nft).
+pub fn elsewhere(b: Backend, families: &[Family]) -> Result<Vec<String>> {
+    let legacy_is_ours = match b {
+        Backend::Legacy => true,
+        Backend::Nft => false,
+        // An unsuffixed iptables: ours are wherever our chains are.
+        Backend::Plain => families
+            .iter()
+            .map(|f| crate::xtables::holds_istio_chains(*f))
+            .collect::<Result<Vec<bool>>>()?
+            .contains(&true),
+    };
+    let mut out = Vec::new();
+    if !legacy_is_ours {
+        out.extend(crate::xtables::findings(families)?);
+    }
+    let hooks = [(HOOK_PREROUTING, "PREROUTING"), (HOOK_OUTPUT, "OUTPUT")].map(|(h, c)| OurHook {
+        hooknum: h,
+        priority: -100,
+        label: format!("our iptables nat {c} (priority -100)"),
+    });
+    let ours_in_nft = |family: u8, table: &str, chain: &str| {
+        let fam = match family {
+            NFPROTO_IPV4 => Family::V4,
+            NFPROTO_IPV6 => Family::V6,
+            _ => return false,
+        };
+        !legacy_is_ours
+            && families.contains(&fam)
+            && ["raw", "mangle", "nat", "filter", "security"].contains(&table)
+            && save::is_builtin(chain)
+    };
+    out.extend(crate::nftables::observe::foreign_only(
+        &hooks,
+        &ours_in_nft,
+    )?);
+    Ok(out)
 }
 
 /// The desired document as `iptables-save` prints it, by restoring it into a scratch namespace.
@@ -122,8 +185,9 @@ fn normalize(b: Backend, family: Family, doc: &str) -> Result<save::Dump> {
     Ok(save::parse(&text))
 }
 
-/// CHECK: every desired rule is present in the namespace and nothing of ours is extra. The plan comes from
-/// `planner` inside the namespace, as for [`apply`].
+/// CHECK: every desired rule is present in the namespace, nothing of ours is extra, and nothing the kernel
+/// runs before our redirect can take traffic past it. The plan comes from `planner` inside the namespace,
+/// as for [`apply`].
 pub fn check<F>(netns_path: &str, backend: Backend, planner: F) -> Result<()>
 where
     F: FnOnce(&Addresses) -> Result<Plan> + Send + 'static,
@@ -145,7 +209,10 @@ where
                     .iter()
                     .map(|m| format!("{}: unexpected {m}", family.name())),
             );
+            problems.extend(foreign::findings(*family, &expected, &actual));
         }
+        let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
+        problems.extend(elsewhere(backend, &fams)?);
         Ok(problems)
     })?;
     if problems.is_empty() {

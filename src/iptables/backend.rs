@@ -141,6 +141,7 @@ pub fn for_plugin(run_dir: &Path) -> Result<Backend> {
 fn rule_count(prog: &str) -> Option<usize> {
     let out = tool::find(prog)?
         .command()
+        .ok()?
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()

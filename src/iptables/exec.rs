@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 const POD_SCOPED_LOCK: &str = "/proc/self/ns/net";
 
 fn command(b: Backend, family: Family, tool: &str) -> Result<Command> {
-    let mut c = backend::require(b, family, tool)?.command();
+    let mut c = backend::require(b, family, tool)?.command()?;
     if b.uses_lock() {
         c.env("XTABLES_LOCKFILE", POD_SCOPED_LOCK);
     }

@@ -6,7 +6,7 @@ use super::save::{is_builtin, is_ours, target, Dump, Table};
 
 /// Is this rule in a built-in chain one of ours? It jumps to an `ISTIO_*` chain, or is one of the desired
 /// rules, or has the shape only our generator writes there (interface RETURNs, the TPROXY marks 1337/1338).
-fn builtin_rule_is_ours(table: &str, chain: &str, spec: &str, expected: &Dump) -> bool {
+pub(super) fn builtin_rule_is_ours(table: &str, chain: &str, spec: &str, expected: &Dump) -> bool {
     if target(spec).is_some_and(is_ours) {
         return true;
     }

@@ -1,4 +1,5 @@
-//! Tests of the tool lookup (tool.rs).
+//! Tests of the tool lookup (tool.rs, node_root.rs, nss.rs).
+use super::super::node_root::names_argv0_option;
 use super::*;
 
 #[test]
@@ -85,6 +86,10 @@ fn elf_interpreter_of_real_binaries() {
         "{i:?}"
     );
     assert!(elf_interp(b"#!/bin/sh\n").is_err());
+    // This machine's loader (Debian 12, glibc 2.36) takes --argv0; bytes without the option do not.
+    let loader = std::fs::read(resolve_under(Path::new("/"), &i).unwrap()).unwrap();
+    assert!(names_argv0_option(&loader));
+    assert!(!names_argv0_option(b"--argv\0 argv0\0--argv0"));
     assert!(elf_interp(b"\x7fELF\x02\x01").is_err());
 }
 
@@ -95,14 +100,22 @@ fn node_tools_run_through_the_node_loader_without_chroot() {
     let Some(t) = find_under(root, "iptables") else {
         panic!("iptables not installed (scripts/setup installs it)");
     };
-    assert!(matches!(t.launch, Launch::Loader { .. }), "{:?}", t.launch);
-    let out = t.command().arg("--version").output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("iptables v"));
-    // The applet links live as long as the process; a test process leaves none behind.
-    let _ = std::fs::remove_dir_all(
-        std::env::temp_dir().join(format!("istio-cni-host-tools-{}", std::process::id())),
-    );
+    // Both ways of naming the applet: --argv0 (this loader has it), and the private link older loaders get.
+    let _serial = super::super::applet_link::tests::SERIAL.lock();
+    for naming in [Naming::Argv0Flag, Naming::PrivateLink] {
+        let mut t = t.clone();
+        match &mut t.launch {
+            Launch::Loader { naming: n, .. } => *n = naming,
+            other => panic!("not run through the loader: {other:?}"),
+        }
+        let out = t.command().unwrap().arg("--version").output().unwrap();
+        assert!(out.status.success(), "{naming:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with("iptables v"),
+            "{naming:?}: {out:?}"
+        );
+    }
+    release();
 }
 
 #[test]

@@ -163,6 +163,26 @@ impl Client {
         (res, hint)
     }
 
+    /// One GET of a single object (`req` from [`request`]) bounded by `total`, named `what` in errors.
+    fn get_object_within(&self, req: &Request, what: &str, total: Duration) -> Result<Object> {
+        let body = self.execute(req, total).context(what.to_string())?;
+        parse_body(&body, what)
+    }
+
+    /// `apps/v1` DaemonSet `ns/name`, bounded by `total`.
+    pub fn get_daemonset_within(&self, ns: &str, name: &str, total: Duration) -> Result<Object> {
+        let what = format!("get daemonset {ns}/{name}");
+        let req = request::get_daemonset(ns, name).context(what.clone())?;
+        self.get_object_within(&req, &what, total)
+    }
+
+    /// Node `name`, bounded by `total`.
+    pub fn get_node_within(&self, name: &str, total: Duration) -> Result<Object> {
+        let what = format!("get node {name}");
+        let req = request::get_node(name).context(what.clone())?;
+        self.get_object_within(&req, &what, total)
+    }
+
     pub fn list_pods(&self, p: &ListParams) -> Result<PodList> {
         let what = "list pods";
         let req = request::list_pods(p).context(what)?;

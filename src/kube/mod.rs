@@ -7,11 +7,13 @@
 //! - [`status`]: API `Status` decoding and error classification ([`ApiErrorExt`]).
 //! - [`watch`]: watch event decoding and the [`WatchStream`] iterator.
 //! - [`client`]: the [`Client`] the roles use; [`retry`]: [`get_pod_with_retry`] and [`Backoff`].
+//! - [`scheduling`]: would the DaemonSet controller run a template's pod on a node (pure).
 
 pub mod client;
 pub mod config;
 pub mod request;
 pub mod retry;
+pub mod scheduling;
 pub mod status;
 pub mod token;
 pub mod transport;

@@ -129,6 +129,30 @@ pub fn get_pod(ns: &str, name: &str) -> Result<Request> {
     })
 }
 
+/// `GET /apis/apps/v1/namespaces/{ns}/daemonsets/{name}`.
+pub fn get_daemonset(ns: &str, name: &str) -> Result<Request> {
+    Ok(Request {
+        method: Method::Get,
+        path: format!(
+            "/apis/apps/v1/namespaces/{}/daemonsets/{}",
+            segment("namespace", ns)?,
+            segment("daemonset name", name)?
+        ),
+        body: None,
+        content_type: None,
+    })
+}
+
+/// `GET /api/v1/nodes/{name}`.
+pub fn get_node(name: &str) -> Result<Request> {
+    Ok(Request {
+        method: Method::Get,
+        path: format!("/api/v1/nodes/{}", segment("node name", name)?),
+        body: None,
+        content_type: None,
+    })
+}
+
 pub fn list_pods(p: &ListParams) -> Result<Request> {
     let q = query(vec![
         ("labelSelector", opt(&p.label_selector)),
@@ -239,6 +263,19 @@ mod tests {
         assert_eq!(r.path, "/api/v1/namespaces/a%20b/pods/x%2Fy");
         assert!(get_pod("", "x").is_err());
         assert!(get_pod("ns", "..").is_err());
+    }
+
+    #[test]
+    fn daemonset_and_node_paths() {
+        let r = get_daemonset("istio-system", "istio-cni-node").unwrap();
+        assert_eq!(
+            r.path,
+            "/apis/apps/v1/namespaces/istio-system/daemonsets/istio-cni-node"
+        );
+        assert_eq!(r.method, Method::Get);
+        assert!(get_daemonset("", "x").is_err());
+        assert_eq!(get_node("node 1").unwrap().path, "/api/v1/nodes/node%201");
+        assert!(get_node("..").is_err());
     }
 
     #[test]

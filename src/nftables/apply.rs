@@ -3,16 +3,15 @@
 //! batch guarded by the generation id. Then `::6/128` on lo and the TPROXY policy routing through the
 //! existing rtnetlink code. Runs on a thread inside the pod's namespace ([`crate::netns::run_in`]).
 
-use super::decode;
-use super::encode::{self, Attrs};
+use super::encode;
 use super::model::{rule_text, Ruleset};
-use super::socket::{view, Failure, Socket};
-use super::state::{self, ChainState, Foreign, Tables};
+use super::observe::{self, Reader};
+use super::socket::{Failure, Socket};
+use super::state;
 use crate::error::{Context, Error, Result};
 use crate::redirect::{CaptureConfig, TproxyRoute};
-use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What ADD did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,156 +33,6 @@ pub fn resolve_group(name: &str) -> Result<u32> {
             std::io::Error::from(e),
         )),
     }
-}
-
-/// What the namespace holds: generation id, our tables, foreign base chains.
-pub struct Observed {
-    pub genid: u32,
-    pub ours: Tables,
-    pub foreign: Vec<Foreign>,
-}
-
-fn is_ours(family: Option<u8>, table: &str) -> bool {
-    family == Some(encode::NFPROTO_INET) && super::model::Table::from_name(table).is_some()
-}
-
-/// Reads the state; `full` also reads foreign chains' rules (CHECK). Without Istio tables and without
-/// `full` this is two round trips.
-pub fn observe(s: &mut Socket, full: bool) -> Result<Observed> {
-    let seq = s.next_seq(1);
-    let gen = s.request("read the ruleset generation", &encode::getgen_request(seq))?;
-    let genid = gen
-        .iter()
-        .find(|(k, _)| *k == encode::nft_type(encode::NFT_MSG_NEWGEN))
-        .map(|(k, b)| decode::gen_id(&view(*k, b)))
-        .transpose()?
-        .ok_or_else(|| Error::other("nftables: no generation id in the reply"))?;
-    let seq = s.next_seq(1);
-    let req = encode::dump_request(
-        encode::NFT_MSG_GETTABLE,
-        encode::NFPROTO_INET,
-        seq,
-        &Attrs::default(),
-    );
-    let mut names = Vec::new();
-    for (k, b) in s.request("list tables", &req)? {
-        names.push(decode::table_name(&view(k, &b))?);
-    }
-    let mut ours: Tables = BTreeMap::new();
-    for n in names
-        .iter()
-        .filter(|n| super::model::Table::from_name(n).is_some())
-    {
-        ours.insert(n.clone(), Vec::new());
-    }
-    if ours.is_empty() && !full {
-        return Ok(Observed {
-            genid,
-            ours,
-            foreign: Vec::new(),
-        });
-    }
-    let seq = s.next_seq(1);
-    let req = encode::dump_request(
-        encode::NFT_MSG_GETCHAIN,
-        encode::NFPROTO_UNSPEC,
-        seq,
-        &Attrs::default(),
-    );
-    let mut foreign = Vec::new();
-    for (k, b) in s.request("list chains", &req)? {
-        let m = view(k, &b);
-        let c = decode::chain(&m)?;
-        if is_ours(decode::family(&m), &c.table) {
-            if let Some(t) = ours.get_mut(&c.table) {
-                t.push(ChainState {
-                    name: c.name,
-                    base: c.base,
-                    rules: Vec::new(),
-                });
-            }
-        } else if let Some((_, hooknum, priority)) = c.base {
-            foreign.push(Foreign {
-                family: decode::family(&m).unwrap_or(0),
-                table: c.table,
-                chain: c.name,
-                hooknum,
-                priority,
-                rules: 0,
-            });
-        }
-    }
-    let seq = s.next_seq(1);
-    let fam = if full {
-        encode::NFPROTO_UNSPEC
-    } else {
-        encode::NFPROTO_INET
-    };
-    let req = encode::dump_request(encode::NFT_MSG_GETRULE, fam, seq, &Attrs::default());
-    let mut rules = Vec::new();
-    for (k, b) in s.request("list rules", &req)? {
-        let m = view(k, &b);
-        rules.push((decode::family(&m), decode::rule(&m)?));
-    }
-    let mut sets: BTreeMap<(String, String), String> = BTreeMap::new();
-    for (family, r) in rules {
-        if is_ours(family, &r.table) {
-            let mut exprs = Vec::new();
-            for e in r.exprs {
-                exprs.push(match e {
-                    super::expr::Expr::Lookup {
-                        sreg, set, flags, ..
-                    } => {
-                        let key = (r.table.clone(), set.clone());
-                        let elems = match sets.get(&key) {
-                            Some(v) => v.clone(),
-                            None => {
-                                let v = set_elements(s, &r.table, &set)?;
-                                sets.insert(key, v.clone());
-                                v
-                            }
-                        };
-                        super::expr::Expr::Lookup {
-                            sreg,
-                            set: elems,
-                            set_id: None,
-                            flags,
-                        }
-                    }
-                    e => e,
-                });
-            }
-            if let Some(c) = ours
-                .get_mut(&r.table)
-                .and_then(|t| t.iter_mut().find(|c| c.name == r.chain))
-            {
-                c.rules.push(exprs);
-            }
-        } else if let Some(f) = foreign
-            .iter_mut()
-            .find(|f| Some(f.family) == family && f.table == r.table && f.chain == r.chain)
-        {
-            f.rules += 1;
-        }
-    }
-    Ok(Observed {
-        genid,
-        ours,
-        foreign,
-    })
-}
-
-fn set_elements(s: &mut Socket, table: &str, set: &str) -> Result<String> {
-    let seq = s.next_seq(1);
-    let mut a = Attrs::default();
-    a.str(encode::NFTA_SET_ELEM_LIST_TABLE, table)
-        .str(encode::NFTA_SET_ELEM_LIST_SET, set);
-    let req = encode::dump_request(encode::NFT_MSG_GETSETELEM, encode::NFPROTO_INET, seq, &a);
-    let mut keys = Vec::new();
-    for (k, b) in s.request("list set elements", &req)? {
-        keys.extend(decode::set_elems(&view(k, &b))?.1);
-    }
-    Ok(state::resolved(&keys))
 }
 
 fn rule_text_at(rs: &Ruleset, table: &str, chain: &str, i: usize) -> String {
@@ -230,10 +79,44 @@ fn failure_text(b: &encode::Batch, rs: &Ruleset, failures: &[Failure]) -> String
     format!("nftables run failed: {}", parts.join("; "))
 }
 
-/// Sends the batch for `rs`, replacing our tables if `replace` (retrying once, replacing, if the ruleset
-/// changed under us).
+/// How many times a batch is sent when the ruleset keeps changing under us (`ERESTART`: another program,
+/// or a concurrent ADD into the same namespace, committed between our read and our batch).
+const ATTEMPTS: u32 = 8;
+
+/// The pause before attempt `n + 1`: doubling from 2 ms up to 32 ms, plus up to `n` ms of jitter so that
+/// writers that collided do not collide again in step (at most about 0.15 s in all).
+fn backoff(n: u32) -> Duration {
+    let jitter = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        % (n * 1000 + 1);
+    Duration::from_millis(1 << n.min(5)) + Duration::from_micros(u64::from(jitter))
+}
+
+/// Serialises the retries of our own writers into one namespace (re-ADD, repair, a runtime's retry): an
+/// exclusive `flock` on the namespace's nsfs inode, which every process inside it sees as the same file
+/// (legacy iptables uses it as its lock file the same way). Waited for at most about a second; without
+/// it we retry anyway.
+fn namespace_lock() -> Option<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    let mut f = std::fs::File::open("/proc/thread-self/ns/net").ok()?;
+    for _ in 0..200 {
+        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => return Some(l),
+            Err((back, _)) => f = back,
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+/// Sends the batch for `rs`, replacing our tables if `replace`. When the kernel refuses it because the
+/// ruleset changed since `genid`, takes the namespace lock ([`namespace_lock`]), reads the new generation
+/// and sends the replacing batch again, after a short growing pause ([`backoff`]), at most [`ATTEMPTS`]
+/// times in all. A first attempt takes no lock: a fresh pod's ADD costs nothing more.
 fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32, mut replace: bool) -> Result<()> {
-    for attempt in 0..2 {
+    let mut held = None;
+    for attempt in 1..=ATTEMPTS {
         let seq0 = s.next_seq(0);
         let b = encode::batch(rs, &resolve_group, Some(genid), seq0, replace)?;
         s.next_seq(b.what.len() as u32 + 2);
@@ -244,32 +127,59 @@ fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32, mut replace: bool) -> Resu
         let restart = failures
             .iter()
             .any(|f| f.errno == nix::errno::Errno::ERESTART as i32 && f.seq == b.begin_seq);
-        if restart && attempt == 0 {
-            genid = observe(s, false)?.genid;
-            replace = true;
-            continue;
+        if !restart {
+            return Err(Error::Rules(failure_text(&b, rs, &failures)));
         }
-        return Err(Error::Rules(failure_text(&b, rs, &failures)));
+        if attempt < ATTEMPTS {
+            if held.is_none() {
+                held = namespace_lock();
+            }
+            std::thread::sleep(backoff(attempt));
+            genid = observe::genid(s)?;
+            replace = true;
+        }
     }
-    Err(Error::Rules(
-        "nftables run failed: the ruleset kept changing".into(),
-    ))
+    Err(Error::Rules(format!(
+        "nftables run failed: the ruleset changed under us {ATTEMPTS} times in a row (another program, \
+         or a concurrent ADD, keeps changing this namespace's nftables rules); nothing was applied"
+    )))
+}
+
+/// What stops us from answering "in place" and that a batch of ours cannot fix, as one error.
+fn refuse(foreign: Vec<String>) -> Result<()> {
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Rules(format!(
+        "traffic can bypass the redirection (nftables): {}; remove these rules from the pod's network \
+         namespace, then retry",
+        foreign.join("; ")
+    )))
 }
 
 /// Applies `rs` (plus `::6` and TPROXY routing) in the current thread's namespace.
 pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Result<Outcome> {
     let mut s = Socket::open()?;
-    // A fresh namespace costs two round trips here; with our tables present this reads them all.
-    let seen = observe(&mut s, false)?;
-    let outcome = if seen.ours.is_empty() {
-        send(&mut s, rs, seen.genid, false)?;
+    // A fresh namespace costs two round trips here (generation id, tables).
+    let mut r = Reader::new(&mut s);
+    let head = observe::head(&mut r)?;
+    let outcome = if head.ours.is_empty() {
+        send(&mut s, rs, head.genid, false)?;
         Outcome::Applied
     } else {
+        // Our tables exist: before calling them "in place", read them and whatever runs before them.
         let want = state::desired(rs, &resolve_group)?;
-        if state::diff(&want, &seen.ours, &|_, _, _| String::new()).is_empty() {
+        let seen = observe::observe(&mut r, &head, &state::our_hooks(&want))?;
+        let mut foreign = seen.foreign;
+        foreign.extend(crate::xtables::findings(&crate::xtables::FAMILIES)?);
+        refuse(foreign)?;
+        let same = state::diff(&want, &seen.ours, &|_, _, _| String::new()).is_empty();
+        // "In place" only for a state read in one generation; otherwise the guarded batch decides.
+        if same && seen.dormant.is_empty() && observe::genid(&mut s)? == head.genid {
             Outcome::AlreadyInPlace
         } else {
-            send(&mut s, rs, seen.genid, true)?;
+            // Re-creating our tables also clears a dormant flag.
+            send(&mut s, rs, head.genid, true)?;
             Outcome::Converged
         }
     };
@@ -340,7 +250,7 @@ where
     report_problems(problems)
 }
 
-/// CHECK: our tables equal `rs` and no foreign chain with rules is hooked before ours.
+/// CHECK: our tables equal `rs`, none is dormant, and nothing before them can move traffic past them.
 pub fn check(netns_path: &str, rs: Ruleset) -> Result<()> {
     let problems = crate::netns::run_in(netns_path, move || problems_here(&rs))?;
     report_problems(problems)
@@ -357,16 +267,23 @@ fn report_problems(problems: Vec<String>) -> Result<()> {
     }
 }
 
-/// What CHECK finds in the current thread's namespace against `rs`.
+/// What CHECK finds in the current thread's namespace against `rs`: our tables as they should be and not
+/// dormant, and nothing before them (native nftables or legacy x_tables) that can move traffic past them.
 fn problems_here(rs: &Ruleset) -> Result<Vec<String>> {
-    {
-        let mut s = Socket::open()?;
-        let seen = observe(&mut s, true)?;
-        let want = state::desired(rs, &resolve_group)?;
-        let mut p = state::diff(&want, &seen.ours, &|t, c, i| rule_text_at(rs, t, c, i));
-        p.extend(state::hooked_before(&want, &seen.foreign));
-        Ok(p)
-    }
+    let mut s = Socket::open()?;
+    let mut r = Reader::new(&mut s);
+    let head = observe::head(&mut r)?;
+    let want = state::desired(rs, &resolve_group)?;
+    let seen = observe::observe(&mut r, &head, &state::our_hooks(&want))?;
+    let mut p = state::diff(&want, &seen.ours, &|t, c, i| rule_text_at(rs, t, c, i));
+    p.extend(seen.dormant.iter().map(|t| {
+        format!(
+            "table inet {t} is dormant (none of its chains is hooked: traffic is not redirected)"
+        )
+    }));
+    p.extend(seen.foreign);
+    p.extend(crate::xtables::findings(&crate::xtables::FAMILIES)?);
+    Ok(p)
 }
 
 #[cfg(test)]

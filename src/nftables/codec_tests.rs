@@ -299,3 +299,29 @@ fn mutated_messages_never_panic_the_decoder() {
         }
     }
 }
+
+/// Found by fuzzing (seed `fuzz/seeds/nft_decode/crash-error-errno-i32-min`): an `NLMSG_ERROR` whose error
+/// code is `i32::MIN` has no positive errno; negating it overflowed (a panic with overflow checks).
+#[test]
+fn an_error_code_of_i32_min_is_malformed_not_a_panic() {
+    let seed = include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fuzz/seeds/nft_decode/crash-error-errno-i32-min"
+    ));
+    let msgs = decode::messages(seed).unwrap();
+    assert_eq!(msgs.len(), 1);
+    let e = decode::error(&msgs[0]).unwrap_err().to_string();
+    assert!(e.contains("malformed netlink reply"), "{e}");
+    // An ordinary error and an ack still decode.
+    let mut ok = seed.to_vec();
+    ok[16..20].copy_from_slice(&(-85i32).to_ne_bytes());
+    assert_eq!(
+        decode::error(&decode::messages(&ok).unwrap()[0]).unwrap().0,
+        85
+    );
+    ok[16..20].copy_from_slice(&0i32.to_ne_bytes());
+    assert_eq!(
+        decode::error(&decode::messages(&ok).unwrap()[0]).unwrap().0,
+        0
+    );
+}

@@ -153,6 +153,8 @@ fn known(name: &str, d: &[(u16, &[u8])]) -> Result<Expr> {
             mask: value(d, 4)?,
             xor: value(d, 5)?,
         },
+        // A map lookup (a destination register): a verdict map can jump anywhere; we never send one.
+        "lookup" if has(3) => Expr::Other("lookup(map)".into()),
         "lookup" => Expr::Lookup {
             sreg: be32(d, 2)?,
             set: str_attr(d, 1)?,
@@ -180,6 +182,8 @@ fn known(name: &str, d: &[(u16, &[u8])]) -> Result<Expr> {
             key: be32(d, 2)?,
             sreg: be32(d, 4)?,
         },
+        // iptables-nft's x_tables compatibility expressions: keep the extension's name for reports.
+        "target" | "match" => Expr::Other(format!("{name} {}", str_attr(d, 1)?)),
         _ => Expr::Other(name.to_string()),
     })
 }
@@ -215,19 +219,34 @@ pub fn rule(m: &Msg) -> Result<RuleMsg> {
     })
 }
 
-/// A chain as dumped: table, name and, for a base chain, `(type, hooknum, priority)`.
+/// A chain as dumped: table, name, for a base chain `(type, hooknum, priority)`, and the devices of a
+/// netdev or ingress hook.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainMsg {
     pub table: String,
     pub name: String,
     pub base: Option<(String, u32, i32)>,
+    pub devices: Vec<String>,
 }
 
 pub fn chain(m: &Msg) -> Result<ChainMsg> {
     let a = nft_attrs(m)?;
+    let mut devices = Vec::new();
     let base = match get(&a, NFTA_CHAIN_HOOK) {
         Some(h) => {
             let h = attrs(h)?;
+            if let Some(d) = get(&h, NFTA_HOOK_DEV) {
+                devices.push(string(d));
+            }
+            // Recent kernels send both forms for a single device.
+            if let Some(list) = get(&h, NFTA_HOOK_DEVS) {
+                for (_, d) in attrs(list)? {
+                    let d = string(d);
+                    if !devices.contains(&d) {
+                        devices.push(d);
+                    }
+                }
+            }
             Some((
                 str_attr(&a, NFTA_CHAIN_TYPE)?,
                 be32(&h, NFTA_HOOK_HOOKNUM)?,
@@ -240,11 +259,23 @@ pub fn chain(m: &Msg) -> Result<ChainMsg> {
         table: str_attr(&a, NFTA_CHAIN_TABLE)?,
         name: str_attr(&a, NFTA_CHAIN_NAME)?,
         base,
+        devices,
     })
 }
 
 pub fn table_name(m: &Msg) -> Result<String> {
     str_attr(&nft_attrs(m)?, NFTA_TABLE_NAME)
+}
+
+/// A table's name and flags (`NFT_TABLE_F_DORMANT` = 1: none of its chains is hooked).
+pub fn table(m: &Msg) -> Result<(String, u32)> {
+    let a = nft_attrs(m)?;
+    let flags = if get(&a, NFTA_TABLE_FLAGS).is_some() {
+        be32(&a, NFTA_TABLE_FLAGS)?
+    } else {
+        0
+    };
+    Ok((str_attr(&a, NFTA_TABLE_NAME)?, flags))
 }
 
 /// The nfgenmsg family of an nf_tables message.
@@ -277,5 +308,10 @@ pub fn error(m: &Msg) -> Result<(i32, u32)> {
     let code = m.body.get(..4).ok_or_else(|| bad("short error"))?;
     let code = i32::from_ne_bytes(code.try_into().map_err(|_| bad("short error"))?);
     let seq = u32_at(m.body, 4 + 8).ok_or_else(|| bad("error without the request header"))?;
-    Ok((-code, seq))
+    // The kernel sends 0 or a negated errno; i32::MIN has no positive counterpart (and is no errno).
+    let errno = code
+        .checked_neg()
+        .filter(|e| *e >= 0)
+        .ok_or_else(|| bad("error code out of range"))?;
+    Ok((errno, seq))
 }

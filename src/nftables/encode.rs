@@ -43,6 +43,10 @@ pub const NFTA_CHAIN_HOOK: u16 = 4;
 pub const NFTA_CHAIN_TYPE: u16 = 7;
 pub const NFTA_HOOK_HOOKNUM: u16 = 1;
 pub const NFTA_HOOK_PRIORITY: u16 = 2;
+pub const NFTA_HOOK_DEV: u16 = 3;
+pub const NFTA_HOOK_DEVS: u16 = 4;
+/// `NFT_TABLE_F_DORMANT`: the table's chains are not registered with the kernel's hooks.
+pub const NFT_TABLE_F_DORMANT: u32 = 1;
 pub const NFTA_RULE_TABLE: u16 = 1;
 pub const NFTA_RULE_CHAIN: u16 = 2;
 pub const NFTA_RULE_HANDLE: u16 = 3;

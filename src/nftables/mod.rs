@@ -2,8 +2,10 @@
 //!
 //! Pure: [`model`] (typed rules), [`mod@generate`] (the same [`crate::redirect::CaptureConfig`] as iptables →
 //! a transaction and its final rule set), [`mod@script`] (the knftables text of the goldens), [`expr`] (rules →
-//! kernel expressions), [`encode`] / [`decode`] (the netlink codec), [`state`] (comparable form, diff).
-//! Effects, thin: [`socket`] (one NETLINK_NETFILTER socket), [`apply`] (ADD and CHECK in the pod netns).
+//! kernel expressions), [`encode`] / [`decode`] (the netlink codec), [`state`] (comparable form, diff),
+//! [`foreign`] (foreign base chains that run before ours and can move traffic past them).
+//! Effects, thin: [`socket`] (one NETLINK_NETFILTER socket), [`observe`] (the bounded read-back), [`apply`]
+//! (ADD and CHECK in the pod netns).
 
 pub mod apply;
 pub mod batch;
@@ -12,9 +14,11 @@ mod emit;
 pub mod encode;
 pub mod expr;
 mod expr_text;
+pub mod foreign;
 pub mod generate;
 mod generate_steps;
 pub mod model;
+pub mod observe;
 pub mod script;
 pub mod socket;
 pub mod state;

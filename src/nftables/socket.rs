@@ -109,10 +109,27 @@ impl Socket {
     }
 
     /// Sends a request and returns every reply message body up to `NLMSG_DONE` (or a single non-multipart
-    /// reply), as owned `(kind, flags, seq, body)` tuples. A kernel error is returned as `Err`.
+    /// reply), as owned `(kind, body)` pairs. A kernel error is returned as `Err`. For small replies (the
+    /// generation id); dumps go through [`Socket::dump`].
     pub fn request(&mut self, what: &str, req: &[u8]) -> Result<Vec<(u16, Vec<u8>)>> {
-        self.send_all(what, req)?;
         let mut out = Vec::new();
+        self.dump(what, req, &mut |m| {
+            out.push((m.kind, m.body.to_vec()));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Sends a request and hands every reply message to `f` as it is received, up to `NLMSG_DONE` (or a
+    /// single non-multipart reply): nothing is buffered beyond one receive. A kernel error is returned as
+    /// `Err`, and so is an error from `f`, which leaves the rest of the dump unread: drop the socket then.
+    pub fn dump(
+        &mut self,
+        what: &str,
+        req: &[u8],
+        f: &mut dyn FnMut(&Msg) -> Result<()>,
+    ) -> Result<()> {
+        self.send_all(what, req)?;
         loop {
             let n = loop {
                 match recv(self.fd.as_raw_fd(), &mut self.buf, MsgFlags::empty()) {
@@ -136,12 +153,12 @@ impl Socket {
                         if m.flags & super::encode::NLM_F_MULTI == 0 {
                             done = true;
                         }
-                        out.push((m.kind, m.body.to_vec()));
+                        f(&m)?;
                     }
                 }
             }
             if done {
-                return Ok(out);
+                return Ok(());
             }
         }
     }

@@ -1,8 +1,9 @@
 //! The comparable form of our tables (spec nftables.md §5) and the pure diff CHECK and re-ADD use: chains
 //! with their base definitions and rules as kernel expressions, lookups resolved to their sorted elements,
-//! handles and counter values ignored.
+//! handles and counter values ignored. What runs before our tables is [`super::foreign`]'s.
 
 use super::expr::{lower, Expr, GroupResolver};
+use super::foreign::OurHook;
 use super::model::{Ruleset, TABLES};
 use crate::error::Result;
 use std::collections::BTreeMap;
@@ -18,17 +19,6 @@ pub struct ChainState {
 
 /// Our tables (family inet, `istio-proxy-*`), by name, chains in creation order.
 pub type Tables = BTreeMap<String, Vec<ChainState>>;
-
-/// A base chain outside our tables (any family), for "hooked before ours".
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Foreign {
-    pub family: u8,
-    pub table: String,
-    pub chain: String,
-    pub hooknum: u32,
-    pub priority: i32,
-    pub rules: usize,
-}
 
 /// A lookup's set reference replaced by its elements, so sent and dumped rules compare equal.
 pub fn resolved(set_elems: &[Vec<u8>]) -> String {
@@ -162,55 +152,17 @@ pub fn diff(
     out
 }
 
-fn family_name(f: u8) -> &'static str {
-    match f {
-        1 => "inet",
-        2 => "ip",
-        10 => "ip6",
-        3 => "arp",
-        5 => "netdev",
-        7 => "bridge",
-        _ => "?",
-    }
-}
-
-/// Foreign base chains with rules that run before one of ours at the same hook (lower priority), for the
-/// families that see IP traffic.
-pub fn hooked_before(want: &Tables, foreign: &[Foreign]) -> Vec<String> {
-    let mut out = Vec::new();
-    for f in foreign {
-        if f.rules == 0 || !matches!(f.family, 1 | 2 | 10) {
-            continue;
-        }
-        let ours: Vec<String> = want
-            .iter()
-            .flat_map(|(tn, chains)| {
-                chains.iter().filter_map(move |c| match &c.base {
-                    Some((_, hook, prio)) if *hook == f.hooknum && f.priority < *prio => {
-                        Some(format!("inet {tn} {} (priority {prio})", c.name))
-                    }
-                    _ => None,
+/// Where our base chains run, for [`super::foreign::runs_before`].
+pub fn our_hooks(want: &Tables) -> Vec<OurHook> {
+    want.iter()
+        .flat_map(|(tn, chains)| {
+            chains.iter().filter_map(move |c| {
+                c.base.as_ref().map(|(_, hooknum, priority)| OurHook {
+                    hooknum: *hooknum,
+                    priority: *priority,
+                    label: format!("inet {tn} {} (priority {priority})", c.name),
                 })
             })
-            .collect();
-        if !ours.is_empty() {
-            out.push(format!(
-                "foreign chain {} {} {} (hook {}, priority {}, {} rules) runs before {}",
-                family_name(f.family),
-                f.table,
-                f.chain,
-                if f.hooknum == 0 {
-                    "prerouting"
-                } else if f.hooknum == 3 {
-                    "output"
-                } else {
-                    "other"
-                },
-                f.priority,
-                f.rules,
-                ours.join(", ")
-            ));
-        }
-    }
-    out
+        })
+        .collect()
 }

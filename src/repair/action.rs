@@ -34,15 +34,40 @@ fn unix_nanos() -> u128 {
 }
 
 impl Actor {
-    /// Programs the pod's redirection inside the namespace that owns its IP.
+    /// Programs the pod's redirection inside its namespace (the one holding its IP whose processes are in
+    /// the pod's cgroup, [`procfs::find_pod_netns`]), then reads back that the rules are there and that
+    /// the namespace is still the pod's. Anything else is an error: the repair is retried and reported,
+    /// never counted as done.
     fn repair(&self, f: &PodFacts, pod: Option<&Object>) -> Result<String> {
         let ip: IpAddr = f.pod_ip.parse().map_err(|_| {
             Error::other(format!("failed to parse addr: status.podIP {:?}", f.pod_ip))
         })?;
         let pod = pod.ok_or_else(|| Error::other("the pod object was not kept for repair"))?;
-        let ns_path = procfs::find_netns_by_ip(&self.host_proc, ip)?;
-        let line = program(pod, &ns_path, &self.netconf)?;
-        Ok(format!("{line} (netns {ns_path})"))
+        let ns = procfs::find_pod_netns(&self.host_proc, ip, &f.uid)?;
+        let line = program(pod, &ns.path(), &self.netconf)?;
+        crate::pod_rules::check_pod(pod, &ns.path(), &self.netconf, &|k| std::env::var(k).ok())
+            .map_err(|e| {
+                Error::other(format!(
+                    "the rules just programmed into the netns of pid {} do not read back: {e}",
+                    ns.holder.pid
+                ))
+            })?;
+        let again = procfs::find_pod_netns(&self.host_proc, ip, &f.uid)?;
+        if again.holder.ns != ns.holder.ns {
+            return Err(Error::other(format!(
+                "pod IP {ip} moved to the netns of pid {} while the netns of pid {} was programmed",
+                again.holder.pid, ns.holder.pid
+            )));
+        }
+        Ok(format!(
+            "{line} (netns of pid {}{})",
+            ns.holder.pid,
+            if ns.holder.is_pod {
+                ", in the pod's cgroup"
+            } else {
+                ""
+            }
+        ))
     }
 
     /// Carries out `a` (Label, Delete or Repair; LabelSkip only counts), writes the Event and counts

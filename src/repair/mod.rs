@@ -12,6 +12,7 @@ pub mod listwatch;
 pub mod metrics;
 pub mod options;
 pub mod pace;
+pub mod pod_netns;
 pub mod procfs;
 pub mod request;
 pub mod selector;

@@ -1,10 +1,11 @@
 //! Finding a pod's network namespace from the host's `/proc` by the pod IP (upstream `netns_linux.go`),
 //! without entering any namespace: every process's `/proc/<pid>/net/fib_trie` (IPv4 local addresses) and
 //! `/proc/<pid>/net/if_inet6` (IPv6) describe the namespace that process lives in. Namespaces are
-//! deduplicated by the inode of `/proc/<pid>/ns/net`, so each is read once; among the processes of the
-//! matching namespace the oldest (smallest start time, field 22 of `stat`) wins, normally the pause
-//! process. Per-process errors (exited, permission) are skipped.
+//! deduplicated by the inode of `/proc/<pid>/ns/net`, so each is read once. Unlike upstream (the oldest
+//! process holding the IP wins), the IP only names candidates: the pod's own is the one whose processes are
+//! in the pod's cgroup, and anything ambiguous is refused ([`pod_netns::choose`]).
 
+use super::pod_netns::{self, Holder};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -47,74 +48,109 @@ pub fn start_time(stat: &str) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
-fn netns_has(proc_dir: &Path, pid: &str, ip: IpAddr) -> bool {
+/// Whether the namespace of the process whose `/proc` directory is `dir` owns `ip`.
+fn netns_has(dir: &Path, ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(v4) => std::fs::read_to_string(proc_dir.join(pid).join("net/fib_trie"))
+        IpAddr::V4(v4) => std::fs::read_to_string(dir.join("net/fib_trie"))
             .map(|t| fib_trie_local_v4(&t).contains(&v4))
             .unwrap_or(false),
-        IpAddr::V6(v6) => std::fs::read_to_string(proc_dir.join(pid).join("net/if_inet6"))
+        IpAddr::V6(v6) => std::fs::read_to_string(dir.join("net/if_inet6"))
             .map(|t| if_inet6_addrs(&t).contains(&v6))
             .unwrap_or(false),
     }
 }
 
-/// The path `<proc>/<pid>/ns/net` of the oldest process whose network namespace owns `ip`.
-pub fn find_netns_by_ip(proc_dir: &Path, ip: IpAddr) -> Result<String> {
+/// Every network namespace holding `ip` (its oldest process, whether a process of it is in the cgroup of
+/// the pod with `uid`), and whether a process in the pod's cgroup lives in a namespace that does not hold
+/// it. Each namespace's addresses are read once; per-process errors (exited, permission) skip the process.
+pub fn holders(proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<(Vec<Holder>, bool)> {
     let entries = std::fs::read_dir(proc_dir)
         .map_err(|e| Error::io(format!("read {}", proc_dir.display()), e))?;
-    // netns inode → whether it owns the address (each namespace read once).
+    // netns → whether it owns the address (each namespace read once).
     let mut owns: HashMap<(u64, u64), bool> = HashMap::new();
-    // (start time or u64::MAX when unreadable, pid)
-    let mut best: Option<(u64, String)> = None;
-    for ent in entries.flatten() {
-        let name = ent.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        let Ok(md) = std::fs::metadata(proc_dir.join(pid).join("ns/net")) else {
-            continue;
-        };
-        let key = (md.dev(), md.ino());
-        let hit = *owns
-            .entry(key)
-            .or_insert_with(|| netns_has(proc_dir, pid, ip));
-        if !hit {
-            continue;
-        }
-        let start = std::fs::read_to_string(proc_dir.join(pid).join("stat"))
-            .ok()
-            .and_then(|s| start_time(&s))
-            .unwrap_or(u64::MAX);
-        if best.as_ref().map_or(true, |(s, _)| start < *s) {
-            best = Some((start, pid.to_string()));
-        }
-    }
-    // Never the host's namespace nor our own (a hostNetwork pod, or an address the node itself owns):
-    // programming pod redirection there would capture the node's traffic. `<proc>/1` may be unreadable
-    // (then our own namespace, the host's in the hostNetwork DaemonSet, still guards).
+    let mut found: Vec<Holder> = Vec::new();
+    let mut pod_elsewhere = false;
+    // Never the host's namespace nor our own. `<proc>/1` may be unreadable (then our own namespace, the
+    // host's in the hostNetwork DaemonSet, still guards).
     let id = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
-    let forbidden = [
+    let host = [
         id(&proc_dir.join("1/ns/net")),
         id(Path::new("/proc/self/ns/net")),
     ];
-    if let Some((_, pid)) = &best {
-        let theirs = id(&proc_dir.join(pid).join("ns/net"));
-        if theirs.is_some() && forbidden.contains(&theirs) {
-            return Err(Error::other(format!(
-                "pod IP {ip} belongs to the host's (or this agent's) network namespace; refusing to program it"
-            )));
+    for ent in entries.flatten() {
+        let name = ent.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dir = proc_dir.join(name);
+        let Ok(md) = std::fs::metadata(dir.join("ns/net")) else {
+            continue;
+        };
+        let key = (md.dev(), md.ino());
+        let hit = *owns.entry(key).or_insert_with(|| netns_has(&dir, ip));
+        let is_pod = std::fs::read_to_string(dir.join("cgroup"))
+            .is_ok_and(|c| pod_netns::cgroup_names_pod(&c, uid));
+        if !hit {
+            pod_elsewhere |= is_pod;
+            continue;
+        }
+        let start = std::fs::read_to_string(dir.join("stat"))
+            .ok()
+            .and_then(|s| start_time(&s))
+            .unwrap_or(u64::MAX);
+        match found.iter_mut().find(|h| h.ns == key) {
+            Some(h) => {
+                h.is_pod |= is_pod;
+                if (start, pid) < (h.start, h.pid) {
+                    (h.start, h.pid) = (start, pid);
+                }
+            }
+            None => found.push(Holder {
+                ns: key,
+                start,
+                pid,
+                is_pod,
+                host: host.contains(&Some(key)),
+            }),
         }
     }
-    match best {
-        Some((_, pid)) => Ok(proc_dir.join(pid).join("ns/net").display().to_string()),
-        None => Err(Error::other(format!(
-            "failed to find network namespace for pod IP {ip} in {}",
-            proc_dir.display()
-        ))),
+    Ok((found, pod_elsewhere))
+}
+
+/// The pod's network namespace, held open so that the one chosen is the one programmed (a pid can be
+/// reused once its process exits).
+#[derive(Debug)]
+pub struct PodNetns {
+    file: std::fs::File,
+    pub holder: Holder,
+}
+
+impl PodNetns {
+    /// A path naming the held namespace (`/proc/self/fd/<n>`), for [`crate::netns::run_in`].
+    pub fn path(&self) -> String {
+        use std::os::fd::AsRawFd;
+        format!("/proc/self/fd/{}", self.file.as_raw_fd())
     }
+}
+
+/// The network namespace of the pod with `uid` and `ip`, chosen by [`pod_netns::choose`] among the
+/// [`holders`] of the IP, and opened.
+pub fn find_pod_netns(proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<PodNetns> {
+    let (found, pod_elsewhere) = holders(proc_dir, ip, uid)?;
+    let holder = pod_netns::choose(ip, uid, &found, pod_elsewhere)?.clone();
+    let path = proc_dir.join(holder.pid.to_string()).join("ns/net");
+    let file =
+        std::fs::File::open(&path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+    let md = file
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+    if (md.dev(), md.ino()) != holder.ns {
+        return Err(Error::other(format!(
+            "process {} left the network namespace holding pod IP {ip} while it was being chosen",
+            holder.pid
+        )));
+    }
+    Ok(PodNetns { file, holder })
 }
 
 #[cfg(test)]
@@ -169,10 +205,12 @@ Local:
 
     #[test]
     fn never_returns_the_host_namespace() {
-        // 127.0.0.1 is local in every namespace; the oldest owner is pid 1, the host: refused.
-        let e = find_netns_by_ip(Path::new("/proc"), "127.0.0.1".parse().unwrap()).unwrap_err();
+        // 127.0.0.1 is local in every namespace, the host's among them: refused.
+        let uid = "6c1a2f4e-0b9d-4e55-9a3c-1f2e3d4c5b6a";
+        let e = find_pod_netns(Path::new("/proc"), "127.0.0.1".parse().unwrap(), uid).unwrap_err();
         assert!(e.to_string().contains("network namespace; refusing"), "{e}");
-        let e = find_netns_by_ip(Path::new("/proc"), "203.0.113.77".parse().unwrap()).unwrap_err();
+        let e =
+            find_pod_netns(Path::new("/proc"), "203.0.113.77".parse().unwrap(), uid).unwrap_err();
         assert!(e.to_string().contains("203.0.113.77"), "{e}");
     }
 }

@@ -150,7 +150,14 @@ fn select_cases() {
             let e = listing.as_ref().expect_err(&name).to_string();
             assert!(e.contains(&err), "{name}: {e:?} lacks {err:?}");
         } else if ex.contains_key("valid_configs") {
-            assert_eq!(listing.as_ref().unwrap().valid, want_valid, "{name}");
+            let got: Vec<String> = listing
+                .as_ref()
+                .unwrap()
+                .valid
+                .iter()
+                .map(|n| n.to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(got, want_valid, "{name}");
         }
         let primary = s(&ex, "primary");
         if b(&ex, "waits") || b(&ex, "waits_when_installing") {
@@ -189,7 +196,7 @@ fn select_cases() {
             t.join().unwrap();
             assert_eq!(got, primary, "{name}");
         } else if !primary.is_empty() {
-            assert_eq!(inst.choose(), Choice::Use(primary.to_string()), "{name}");
+            assert_eq!(inst.choose(), Choice::Use(primary.into()), "{name}");
         }
         fs::remove_dir_all(&conf).unwrap();
     }
@@ -384,7 +391,7 @@ fn check_cases() {
             settings_for(&st, &conf, &conf),
             PathBuf::from("/proc/self/exe"),
         );
-        inst.installed = Some(s(&st, "installed_config").to_string());
+        inst.installed = Some(s(&st, "installed_config").into());
         substitute_our_entry(&conf, &inst.entry());
         let out = inst.check();
         let valid = b(&ex, "valid");
@@ -409,11 +416,7 @@ fn check_cases() {
             // README deviation: we do not pin (master does); we follow the runtime's choice, which is
             // the same file here: the reinstall goes into it, and nothing is pinned.
             assert_eq!(inst.configured, None, "{name}: nothing pinned");
-            assert_eq!(
-                inst.choose(),
-                Choice::Use(pin.to_string()),
-                "{name}: target"
-            );
+            assert_eq!(inst.choose(), Choice::Use(pin.into()), "{name}: target");
         }
         fs::remove_dir_all(&conf).unwrap();
     }
@@ -440,7 +443,7 @@ fn cleanup_cases() {
         let kc_rel = s(&st, "kubeconfig_path");
         fs::rename(conf.join(kc_rel), run.join(RunDir::KUBECONFIG)).unwrap();
         let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
-        inst.installed = Some(s(&st, "installed_config").to_string());
+        inst.installed = Some(s(&st, "installed_config").into());
         inst.cleanup().unwrap();
         assert_eq!(names(&conf), strs(&ex, "after_cleanup_files"), "{name}");
         for f in strs(&ex, "after_cleanup_files") {
@@ -541,7 +544,7 @@ fn watch_cases() {
         let mut settings = settings_for(&st, &conf, &run);
         settings.run_dir = run.clone();
         let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
-        inst.installed = Some(s(&st, "installed_config").to_string());
+        inst.installed = Some(s(&st, "installed_config").into());
         let state = std::sync::Arc::new(State::default());
         let mut watcher = istio_cni::install::cli::watcher_for(&inst).unwrap();
         let entry = inst.entry();
@@ -726,7 +729,7 @@ fn select_listing_is_the_same_through_the_pure_api() {
     let cands = select::list_candidates(&d).unwrap();
     let l = select::valid_configs("d", &cands, &|_| false).unwrap();
     assert_eq!(
-        l.valid.first().map(String::as_str),
+        l.valid.first().and_then(|n| n.to_str()),
         Some("02-calico.conflist")
     );
     assert_eq!(l.skipped.len(), 2);

@@ -149,7 +149,7 @@ fn run_case(name: &str) {
     copy_dir(&dir.join("before"), &c.conf, 0o644);
 
     // Selection through the pure API first: libcni's choice is upstream's primary.
-    let primary = s(&c.expect, "primary").to_string();
+    let primary = std::ffi::OsString::from(s(&c.expect, "primary"));
     let cands = select::list_candidates(&c.conf).unwrap();
     let listing = select::valid_configs("d", &cands, &|_| false).unwrap();
     assert_eq!(

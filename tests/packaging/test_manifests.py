@@ -59,6 +59,9 @@ CLIENT_CALLS = {
     "patch_pod_status": ("pods/status", "patch"),
     "delete_pod": ("pods", "delete"),
     "create_event": ("events", "create"),
+    # The SIGTERM decision (install-cni, rbac-upgrade.yaml): daemonsets are in the apps group.
+    "get_daemonset_within": ("daemonsets", "get"),
+    "get_node_within": ("nodes", "get"),
 }
 # pub fns of the client that make no request.
 CLIENT_NON_CALLS = {"from_config", "with_timeouts", "from_kubeconfig", "in_cluster", "from_env", "server", "timeouts"}
@@ -161,7 +164,9 @@ class ManifestChecks:
 
     def test_only_expected_kinds(self):
         kinds = sorted(d["kind"] for d in self.r.docs)
-        expected = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"]
+        expected = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount",
+                    # rbac-upgrade.yaml: the DaemonSet (Role) and nodes (ClusterRole) for safe upgrades
+                    "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
         if self.variant["mode"] != "off":
             expected += ["ClusterRole", "ClusterRoleBinding"]
         if self.variant.get("multus"):
@@ -188,6 +193,26 @@ class ManifestChecks:
         self.assertEqual(len(roles), 1)
         self.assertEqual(core_rules(roles[0]), want)
         self.assertTrue(all(r.get("apiGroups") == [""] for r in roles[0]["rules"]))
+
+    def test_upgrade_roles_get_our_daemonset_and_nodes_only(self):
+        # At SIGTERM install-cni reads its DaemonSet and node (src/install/handover_lookup.rs): a Role in the
+        # DaemonSet's namespace for exactly that DaemonSet, and get on nodes; its own pod through get pods.
+        sa = one(self.r.docs, "ServiceAccount")
+        role = one(self.r.docs, "Role", "istio-cni-upgrade")
+        self.assertEqual(role["metadata"]["namespace"], self.r.ds["metadata"]["namespace"])
+        self.assertEqual(role["rules"], [{"apiGroups": ["apps"], "resources": ["daemonsets"],
+                                          "resourceNames": [self.r.ds["metadata"]["name"]], "verbs": ["get"]}])
+        binding = one(self.r.docs, "RoleBinding", "istio-cni-upgrade")
+        self.assertEqual(binding["metadata"]["namespace"], role["metadata"]["namespace"])
+        self.assertEqual(binding["roleRef"], {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                              "name": "istio-cni-upgrade"})
+        self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                                "namespace": sa["metadata"]["namespace"]}])
+        nodes = one(self.r.docs, "ClusterRole", "istio-cni-upgrade")
+        self.assertEqual(core_rules(nodes), {("nodes", "get")})
+        self.assertEqual(len(nodes["rules"]), 1)
+        refs = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in self.r.c["env"]}
+        self.assertEqual(refs.get("POD_NAME"), "metadata.name")
 
     def test_bindings_point_at_the_service_account(self):
         sa = one(self.r.docs, "ServiceAccount")

@@ -30,12 +30,12 @@ fn cases() -> Vec<PathBuf> {
     out
 }
 
-fn config(case: &Path) -> CaptureConfig {
+pub fn config(case: &Path) -> CaptureConfig {
     let text = std::fs::read_to_string(case.join("config.json")).unwrap();
     CaptureConfig::from_json(&json::parse_object(&text, "config.json").unwrap()).unwrap()
 }
 
-fn ruleset(case: &Path) -> Ruleset {
+pub fn ruleset(case: &Path) -> Ruleset {
     generate(&config(case)).unwrap().ruleset()
 }
 

@@ -3,7 +3,9 @@
 //! passes and the pod holds exactly the nftables tables a twin pod got from ADD, and no iptables rules.
 
 use crate::support::e2e::*;
-use crate::support::repair::{validation_in, Agent, Pause, BROKEN_STATUS};
+use crate::support::repair::{
+    assert_validation_passes, validation_in, Agent, Pause, BROKEN_STATUS,
+};
 use crate::support::*;
 
 /// Our tables as `nft list` prints them, counters removed.
@@ -53,14 +55,7 @@ fn nftables_race_victim_is_repaired_in_place() {
     assert!(repaired, "no repair counted; agent log:\n{}", log_text());
     assert!(log_text().contains("nftables"), "{}", log_text());
 
-    let after = validation_in(&pod.ns, true);
-    assert_eq!(
-        after.status.code(),
-        Some(0),
-        "{}\n{}",
-        crate::support::repair::show(&after),
-        log_text()
-    );
+    assert_validation_passes(&pod.ns, true, &log_text());
 
     let twin = node.pod("twin", "", "", false).with_native_nftables();
     twin.add().assert_success();

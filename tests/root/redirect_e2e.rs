@@ -94,12 +94,7 @@ fn a_rule_inserted_before_our_jumps_fails_check_and_re_add_restores_capture() {
             assert!(msg.contains(&want), "{want} not in {msg}");
         }
     }
-    let out = pod.add();
-    out.assert_success();
-    assert!(
-        out.stderr.contains("Converged") && !out.stderr.contains("AlreadyInPlace"),
-        "{out}"
-    );
+    assert_re_add(&pod, "Converged");
     pod.run("CHECK").assert_success();
     let _c = connect_from(&pod.ns.path(), dst, None).expect("app connect");
     let got = accept_within(&envoy_out).expect("outbound not captured after re-ADD");

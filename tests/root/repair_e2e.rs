@@ -3,10 +3,14 @@
 //! showing a failed `istio-validation`. The validation applet, run in the pod as uid 1337, exits 126; the
 //! agent finds the namespace from /proc by the pod IP and programs it through the plugin's code; then the
 //! applet exits 0, and the pod has exactly the rules ADD gives a twin pod. A later update of the
-//! still-broken pod is not repaired a second time (same UID).
+//! still-broken pod is not repaired a second time (same UID). And a second namespace squatting the pod's
+//! IP is never the one programmed.
 
 use crate::support::e2e::*;
-use crate::support::repair::{validation_in, Agent, Pause, BROKEN_STATUS};
+use crate::support::repair::{
+    assert_validation_passes, metric, scrape, touch_pod, validation_in, wait_until, Agent, Pause,
+    PodCgroup, BROKEN_STATUS,
+};
 use crate::support::*;
 
 #[test]
@@ -38,15 +42,7 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
     let repaired = agent.wait_repaired();
     assert!(repaired, "no repair counted; agent log:\n{}", log_text());
 
-    let after = validation_in(&pod.ns, false);
-    assert_eq!(
-        after.status.code(),
-        Some(0),
-        "after repair:\n{}\nagent log:\n{}",
-        crate::support::repair::show(&after),
-        log_text()
-    );
-    assert!(String::from_utf8_lossy(&after.stdout).contains("Validation passed"));
+    assert_validation_passes(&pod.ns, false, &log_text());
 
     // Exactly what ADD applies: a twin pod that went through the plugin has the same rules.
     let twin = node.pod("twin", "", "", false);
@@ -69,13 +65,7 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
 
     // The same (still broken) pod changes again: no second repair of the same UID, and repair mode
     // beats delete and label: no write to the pod at all.
-    node.srv
-        .patch_pod(
-            "default",
-            "victim",
-            r#"{"metadata":{"annotations":{"touched":"1"}}}"#,
-        )
-        .unwrap();
+    touch_pod(&node.srv, "victim");
     let seen =
         crate::support::repair::wait_until(60, || log_text().contains("pod default/victim (uid"));
     assert!(
@@ -110,4 +100,84 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
             .any(|e| istio_cni::json::str_of(e, "reason") == Some("RepairBrokenPod")),
         "no RepairBrokenPod event: {events:?}"
     );
+}
+
+/// Whether any of our chains is in `ns`, in either iptables backend.
+fn has_istio_rules(ns: &Netns) -> bool {
+    ["iptables-nft-save", "iptables-legacy-save"]
+        .iter()
+        .any(|p| ns.saved_rules(p).contains("ISTIO"))
+}
+
+/// M5: another namespace holding the pod's IP with an older process (a hostile pod with NET_ADMIN puts the
+/// victim's IP on its own `lo`) is never programmed. While nothing tells the two apart the repair is
+/// refused as ambiguous: counted as a failure, neither namespace touched. Once the pod's process is in the
+/// pod's cgroup (where the kubelet puts it) and the pod changes, the pod's own namespace is repaired,
+/// validation passes there, and the hostile namespace still has no rules. Upstream (and we before) took
+/// the oldest process's namespace: the hostile one got the rules and the repair counted as a success.
+#[test]
+fn a_namespace_squatting_the_pod_ip_is_never_programmed() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(42);
+    let hostile = Netns::new("squat");
+    let _older = Pause::start(&hostile);
+    let pod = node.pod("victim", "", "", false);
+    let uid = node
+        .srv
+        .pod("default", "victim")
+        .and_then(|p| {
+            istio_cni::json::obj_of(&p, "metadata")
+                .and_then(|m| istio_cni::json::str_of(m, "uid"))
+                .map(str::to_string)
+        })
+        .expect("the double assigns a uid");
+    let cgroup = PodCgroup::new(&uid);
+    let pause = Pause::start(&pod.ns);
+    hostile.exec_ok(&["ip", "link", "set", "lo", "up"]);
+    hostile.exec_ok(&["ip", "addr", "add", &format!("{}/32", pod.ip4), "dev", "lo"]);
+    node.srv
+        .patch_pod("default", "victim", BROKEN_STATUS)
+        .unwrap();
+
+    let agent = Agent::start(&node, &[], &[]);
+    let count = |result: &str| metric(&scrape(agent.port), "repair", result);
+    let settled = wait_until(60, || count("fail") + count("success") >= 1);
+    assert!(settled, "no repair attempt; agent log:\n{}", agent.log());
+    assert!(
+        !has_istio_rules(&hostile),
+        "the hostile namespace was programmed (repairs counted: {} success, {} fail); agent log:\n{}",
+        count("success"),
+        count("fail"),
+        agent.log()
+    );
+    assert_eq!(count("success"), 0, "agent log:\n{}", agent.log());
+    assert!(
+        agent.log().contains("refusing to guess"),
+        "agent log:\n{}",
+        agent.log()
+    );
+    assert!(
+        !has_istio_rules(&pod.ns),
+        "the ambiguous pod was programmed"
+    );
+
+    cgroup.add(pause.pid());
+    touch_pod(&node.srv, "victim");
+    assert!(
+        agent.wait_repaired(),
+        "no repair; agent log:\n{}",
+        agent.log()
+    );
+    assert!(
+        agent.log().contains("in the pod's cgroup"),
+        "agent log:\n{}",
+        agent.log()
+    );
+    assert!(
+        !has_istio_rules(&hostile),
+        "the hostile namespace was programmed"
+    );
+    assert_validation_passes(&pod.ns, false, &agent.log());
 }

@@ -89,7 +89,7 @@ impl Node {
         )
     }
 
-    fn pod_object(name: &str, annotations: &str, env: &str, ips: &[IpAddr]) -> String {
+    pub fn pod_object(name: &str, annotations: &str, env: &str, ips: &[IpAddr]) -> String {
         let sep = if annotations.is_empty() { "" } else { "," };
         let ips_json: Vec<String> = ips.iter().map(|i| format!(r#"{{"ip":"{i}"}}"#)).collect();
         format!(
@@ -274,6 +274,11 @@ impl Pod<'_> {
         )
     }
 
+    /// Runs `cmd` (a plugin, maybe wrapped) with this pod's environment for `command` and its conf.
+    pub fn run_wrapped(&self, cmd: std::process::Command, command: &str) -> PluginOutput {
+        run_cmd(cmd, &self.cni_env(command), self.conf.as_bytes())
+    }
+
     /// ADD for measurements: the exit code and the wall time from spawn to exit, waited for without
     /// polling (output discarded; no timeout).
     pub fn add_timed(&self) -> (i32, Duration) {
@@ -324,6 +329,22 @@ impl Pod<'_> {
             r#""pod_lookup_timeout_seconds":2"#,
             &format!(r#""pod_lookup_timeout_seconds":{secs}"#),
         );
+    }
+
+    /// The same pod with the plugin reading its kubeconfig (and backend record) from `run_dir`, where an
+    /// installer under test wrote them.
+    pub fn with_agent_run_dir(mut self, run_dir: &std::path::Path) -> Self {
+        let ours = format!(
+            r#""cni_agent_run_dir":"{}""#,
+            self.node.dir.join("run").display()
+        );
+        assert!(self.conf.contains(&ours), "{}", self.conf);
+        self.conf = self.conf.replacen(
+            &ours,
+            &format!(r#""cni_agent_run_dir":"{}""#, run_dir.display()),
+            1,
+        );
+        self
     }
 
     /// The same pod with `native_nftables: true` in its network configuration.

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 pub mod cmd;
 pub mod e2e;
+pub mod hostile;
 pub mod install;
 pub mod kube;
 pub mod podcache;

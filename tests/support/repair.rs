@@ -177,6 +177,16 @@ pub fn scrape(port: u16) -> String {
     s
 }
 
+/// Changes pod `default/<name>` (an annotation), which starts a new repair streak for it.
+pub fn touch_pod(srv: &Server, name: &str) {
+    srv.patch_pod(
+        "default",
+        name,
+        r#"{"metadata":{"annotations":{"touched":"1"}}}"#,
+    )
+    .unwrap();
+}
+
 /// The status of a race victim: `istio-validation` failed with 126 and is in CrashLoopBackOff.
 pub const BROKEN_STATUS: &str = r#"{"status":{"initContainerStatuses":[{"name":"istio-validation",
   "state":{"waiting":{"reason":"CrashLoopBackOff"}},
@@ -197,10 +207,89 @@ impl Pause {
     }
 }
 
+impl Pause {
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for Pause {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// A cgroup named as the kubelet's systemd driver names a pod's container
+/// (`kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid>.slice/cri-containerd-….scope`),
+/// in the first cgroup hierarchy here that takes it: v2 at `/sys/fs/cgroup` or `/sys/fs/cgroup/unified`
+/// (hybrid), else v1's `pids`. Removed on drop (what we made of it), its processes moved back to the
+/// hierarchy's root first.
+pub struct PodCgroup {
+    root: PathBuf,
+    made: Vec<PathBuf>,
+    leaf: PathBuf,
+}
+
+impl PodCgroup {
+    pub fn new(uid: &str) -> PodCgroup {
+        let pod = format!("kubepods-besteffort-pod{}.slice", uid.replace('-', "_"));
+        let rel = [
+            "kubepods.slice",
+            "kubepods-besteffort.slice",
+            pod.as_str(),
+            "cri-containerd-e2e.scope",
+        ];
+        for root in [
+            "/sys/fs/cgroup",
+            "/sys/fs/cgroup/unified",
+            "/sys/fs/cgroup/pids",
+        ] {
+            let root = PathBuf::from(root);
+            if !root.join("cgroup.procs").is_file() {
+                continue;
+            }
+            let mut cg = PodCgroup {
+                root: root.clone(),
+                made: Vec::new(),
+                leaf: root.clone(),
+            };
+            for r in rel {
+                cg.leaf.push(r);
+                if !cg.leaf.is_dir() {
+                    if std::fs::create_dir(&cg.leaf).is_err() {
+                        break;
+                    }
+                    cg.made.push(cg.leaf.clone());
+                }
+            }
+            if cg.leaf.join("cgroup.procs").is_file() {
+                return cg;
+            }
+        }
+        panic!(
+            "no cgroup hierarchy takes a pod cgroup here (tried cgroup v2 at /sys/fs/cgroup and \
+             /sys/fs/cgroup/unified, v1 pids): the test needs root with a writable cgroup tree"
+        );
+    }
+
+    /// Moves process `pid` into the pod's cgroup.
+    pub fn add(&self, pid: u32) {
+        std::fs::write(self.leaf.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("move {pid} into {}: {e}", self.leaf.display()));
+    }
+}
+
+impl Drop for PodCgroup {
+    fn drop(&mut self) {
+        for dir in self.made.iter().rev() {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines() {
+                let _ = std::fs::write(self.root.join("cgroup.procs"), pid);
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
@@ -221,6 +310,19 @@ pub fn validation_in(ns: &super::Netns, native_nftables: bool) -> Output {
     }
     args.extend(["--probe-timeout", "1s"]);
     ns.exec(&args)
+}
+
+/// Asserts that `istio-validation` now passes in the pod's namespace (after a repair; `agent_log` for the
+/// failure message).
+pub fn assert_validation_passes(ns: &super::Netns, native_nftables: bool, agent_log: &str) {
+    let after = validation_in(ns, native_nftables);
+    assert_eq!(
+        after.status.code(),
+        Some(0),
+        "after repair:\n{}\nagent log:\n{agent_log}",
+        show(&after)
+    );
+    assert!(String::from_utf8_lossy(&after.stdout).contains("Validation passed"));
 }
 
 /// The standalone repair agent on an end-to-end node (`node1`, repair mode, host `/proc`), debug log in the

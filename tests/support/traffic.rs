@@ -5,7 +5,8 @@
 use super::e2e::{
     accept_within, accept_within_short, connect_from, listen_in, original_dst, Node, Pod,
 };
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
 
 /// The annotations [`assert_captures_and_bypasses`] expects: an excluded outbound CIDR (the node's `.2`),
 /// outbound port 9091 and inbound port 8081.
@@ -101,4 +102,138 @@ pub fn assert_ipv6_traffic(node: &Node, pod: &Pod) {
     let _c = connect_from(&node.ns.path(), app_port, None).expect("v6 inbound connect");
     let got = accept_within(&envoy_in).expect("IPv6 inbound did not reach 15006");
     assert_eq!(original_dst(&got), app_port);
+}
+
+/// Waits (bounded) for a connection on either listener: `Some(0)` / `Some(1)` names which got it.
+fn accept_either(a: &TcpListener, b: &TcpListener) -> Option<(usize, TcpStream)> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        for (i, l) in [a, b].into_iter().enumerate() {
+            if let Ok((s, _)) = l.accept() {
+                return Some((i, s));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+/// Where an app connection from the pod to the node's `10.252.<idx>.1:9090` lands: `true` when captured
+/// (on 15001, with its original destination), `false` when it reached the node unredirected.
+pub fn outbound_captured(node: &Node, pod: &Pod) -> bool {
+    let envoy_out = listen_in(&pod.ns.path(), "0.0.0.0:15001".parse().unwrap(), false);
+    let node_9090 = listen_in(&node.ns.path(), "0.0.0.0:9090".parse().unwrap(), false);
+    let dst: SocketAddr = format!("10.252.{}.1:9090", node.idx()).parse().unwrap();
+    let _c = connect_from(&pod.ns.path(), dst, None).expect("app connect");
+    match accept_either(&envoy_out, &node_9090) {
+        Some((0, s)) => {
+            assert_eq!(original_dst(&s), dst);
+            true
+        }
+        Some((_, s)) => {
+            assert_eq!(s.local_addr().unwrap(), dst);
+            false
+        }
+        None => panic!("the outbound connection to {dst} landed nowhere"),
+    }
+}
+
+/// Where a connection from the node to the pod's `:8080` lands: `true` when captured (on 15006, with its
+/// original destination), `false` when it reached the app unredirected.
+pub fn inbound_captured(node: &Node, pod: &Pod) -> bool {
+    let app_port = SocketAddr::new(pod.ip4, 8080);
+    let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), false);
+    let app = listen_in(&pod.ns.path(), app_port, false);
+    let _c = connect_from(&node.ns.path(), app_port, None).expect("inbound connect");
+    match accept_either(&envoy_in, &app) {
+        Some((0, s)) => {
+            assert_eq!(original_dst(&s), app_port);
+            true
+        }
+        Some(_) => false,
+        None => panic!("the inbound connection to {app_port} landed nowhere"),
+    }
+}
+
+/// A re-ADD succeeds with `outcome` in its decision log (`Converged` or `AlreadyInPlace`), and only that.
+pub fn assert_re_add(pod: &Pod, outcome: &str) {
+    let out = pod.add();
+    out.assert_success();
+    let other = if outcome == "Converged" {
+        "AlreadyInPlace"
+    } else {
+        "Converged"
+    };
+    assert!(
+        out.stderr.contains(outcome) && !out.stderr.contains(other),
+        "re-ADD should be {outcome}: {out}"
+    );
+}
+
+/// One way around the redirect: shell commands run in the pod's namespace, the direction it opens, what
+/// CHECK and re-ADD must name, and how to take it away again.
+pub struct Bypass<'a> {
+    pub what: &'a str,
+    pub setup: Vec<String>,
+    pub inbound: bool,
+    pub names: Vec<String>,
+    pub undo: Vec<String>,
+}
+
+fn sh_in(pod: &Pod, cmds: &[String]) {
+    for c in cmds {
+        pod.ns.exec_ok(&["sh", "-c", c]);
+    }
+}
+
+fn captured(node: &Node, pod: &Pod, inbound: bool) -> bool {
+    if inbound {
+        inbound_captured(node, pod)
+    } else {
+        outbound_captured(node, pod)
+    }
+}
+
+/// The premise (traffic goes past the redirect), then CHECK and re-ADD fail naming the bypass, then it is
+/// undone and everything is green and captured again.
+pub fn assert_named_and_refused(node: &Node, pod: &Pod, b: &Bypass) {
+    assert!(
+        captured(node, pod, b.inbound),
+        "{}: not captured before",
+        b.what
+    );
+    sh_in(pod, &b.setup);
+    assert!(
+        !captured(node, pod, b.inbound),
+        "{}: the bypass should let traffic past the redirect (the test's premise)",
+        b.what
+    );
+    let msg = pod.run("CHECK").assert_cni_error(103);
+    for n in &b.names {
+        assert!(
+            msg.contains(n.as_str()),
+            "{}: CHECK does not name {n:?}: {msg}",
+            b.what
+        );
+    }
+    let msg = pod.add().assert_cni_error(103);
+    for n in &b.names {
+        assert!(
+            msg.contains(n.as_str()),
+            "{}: re-ADD does not name {n:?}: {msg}",
+            b.what
+        );
+    }
+    sh_in(pod, &b.undo);
+    pod.run("CHECK").assert_success();
+    assert_re_add(pod, "AlreadyInPlace");
+    assert!(
+        captured(node, pod, b.inbound),
+        "{}: not captured after undo",
+        b.what
+    );
+}
+
+pub fn cmds(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
 }

@@ -366,3 +366,128 @@ fn forced_iptables_binary_is_recorded() {
     p.signal(Signal::SIGTERM);
     assert!(p.wait_exit(LONG).success());
 }
+
+/// The chart-default differential case's env with one setting changed.
+fn chart_env_with(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let env_json =
+        read_json(&case_dir("ambient-enablement-selector-chart-default").join("env.json"));
+    let mut env: Vec<(String, String)> = match env_json.get("env") {
+        Some(Value::Object(o)) => o
+            .iter()
+            .filter_map(|(k, v)| match v {
+                Value::String(s) => Some((k.clone(), s.clone())),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    set_env(&mut env, extra);
+    env
+}
+
+/// Differential round 3, item 1: `ENABLE_AMBIENT_DETECTION_RETRY=true` is written into the entry as given,
+/// as upstream writes it: upstream's chart-default output with that one value flipped, byte for byte, and
+/// the standalone file likewise.
+#[test]
+fn ambient_detection_retry_is_written_as_given() {
+    let case = case_dir("ambient-enablement-selector-chart-default");
+    let d = Dirs::new("detection-retry");
+    copy_dir(&case.join("before"), &d.conf, 0o644);
+    let env = d.env(&chart_env_with(&[(
+        "ENABLE_AMBIENT_DETECTION_RETRY",
+        "true",
+    )]));
+    let mut p = spawn_installer(&env, &["--log_output_level=info"], &d.root.join("stderr"));
+    d.wait_ready(&p);
+    let golden = fs::read_to_string(case.join("after/10-calico.conflist"))
+        .unwrap()
+        .replace(NEUTRAL_RUN_DIR, &d.run.display().to_string());
+    let want = golden.replacen(
+        "\"enable_ambient_detection_retry\": false",
+        "\"enable_ambient_detection_retry\": true",
+        1,
+    );
+    assert_ne!(want, golden, "the golden carries the setting");
+    assert_eq!(
+        fs::read_to_string(d.conf.join("10-calico.conflist")).unwrap(),
+        want
+    );
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+
+    let d = Dirs::new("detection-retry-standalone");
+    let env = d.env(&chart_env_with(&[
+        ("ENABLE_AMBIENT_DETECTION_RETRY", "true"),
+        ("CHAINED_CNI_PLUGIN", "false"),
+    ]));
+    let mut p = spawn_installer(&env, &[], &d.root.join("stderr"));
+    d.wait_ready(&p);
+    let text = fs::read_to_string(d.conf.join("YYY-istio-cni.conf")).unwrap();
+    assert!(
+        text.ends_with("  \"enable_ambient_detection_retry\": true\n}\n"),
+        "{text}"
+    );
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}
+
+/// Differential round 3, item 2 (README deviation): `CHAINED_CNI_PLUGIN=""` chains into the primary (upstream
+/// 1.30.3 writes a standalone `YYY-istio-cni.conf`) and logs a warning naming the variable.
+#[test]
+fn empty_chained_cni_plugin_chains_and_warns() {
+    let case = case_dir("ambient-enablement-selector-chart-default");
+    let d = Dirs::new("chained-empty");
+    copy_dir(&case.join("before"), &d.conf, 0o644);
+    let env = d.env(&chart_env_with(&[("CHAINED_CNI_PLUGIN", "")]));
+    let mut p = spawn_installer(&env, &["--log_output_level=info"], &d.root.join("stderr"));
+    d.wait_ready(&p);
+    assert_eq!(
+        names(&d.conf),
+        vec!["10-calico.conflist"],
+        "no standalone file"
+    );
+    let golden = fs::read_to_string(case.join("after/10-calico.conflist"))
+        .unwrap()
+        .replace(NEUTRAL_RUN_DIR, &d.run.display().to_string());
+    assert_eq!(
+        fs::read_to_string(d.conf.join("10-calico.conflist")).unwrap(),
+        golden
+    );
+    let err = p.stderr();
+    let line = err
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("CHAINED_CNI_PLUGIN"))
+        .unwrap_or_else(|| panic!("no warning naming CHAINED_CNI_PLUGIN:\n{err}"));
+    assert!(
+        line.contains("empty") && line.contains("standalone"),
+        "{line}"
+    );
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}
+
+/// Differential round 3, item 3 (README deviation): SIGTERM while not ready (an empty conf dir: waiting for
+/// a primary) is a requested stop, exit 0 after the cleanup; upstream exits 1 ("create CNI config file:
+/// context canceled").
+#[test]
+fn sigterm_while_waiting_for_a_primary_exits_0() {
+    let d = Dirs::new("sigterm-waiting");
+    let env = d.env(&chart_env_with(&[]));
+    let mut p = spawn_installer(&env, &[], &d.root.join("stderr"));
+    poll_until("serving, not ready", LONG, || {
+        get(d.health, "/readyz") == Some(503)
+    });
+    poll_until("waiting for a primary", LONG, || {
+        p.stderr().contains("Waiting for CNI network config file")
+    });
+    assert!(
+        d.run.join("istio-cni-kubeconfig").exists() && d.root.join("bin/istio-cni").exists(),
+        "{}",
+        p.stderr()
+    );
+    p.signal(Signal::SIGTERM);
+    let st = p.wait_exit(LONG);
+    assert_eq!(st.code(), Some(0), "{}", p.stderr());
+    assert!(names(&d.conf).is_empty());
+    assert!(!d.run.join("istio-cni-kubeconfig").exists() && !d.root.join("bin/istio-cni").exists());
+}

@@ -7,9 +7,13 @@ mod support;
 
 mod cli;
 mod cni_protocol;
+mod install_conf_dir;
+mod install_conf_dir_recreated;
 mod install_e2e;
 mod install_go_json;
+mod install_handover;
 mod install_invariant;
+mod install_links;
 mod install_lost_update;
 mod install_process;
 mod install_select_process;

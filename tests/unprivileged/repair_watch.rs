@@ -225,13 +225,7 @@ fn a_failing_delete_is_tried_five_times_then_again_after_the_pod_changes() {
     assert_eq!(agent.metric("delete", "fail"), 5);
     api.srv.clear_fault();
     // A change of the pod starts a new streak, which now succeeds.
-    api.srv
-        .patch_pod(
-            "default",
-            "c1",
-            r#"{"metadata":{"annotations":{"touched":"1"}}}"#,
-        )
-        .unwrap();
+    touch_pod(&api.srv, "c1");
     assert!(
         wait_until(60, || api.srv.pod("default", "c1").is_none()),
         "{}",

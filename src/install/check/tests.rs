@@ -16,6 +16,7 @@ fn entry() -> PluginEntry {
         pod_namespace: "istio-system".into(),
         native_nftables: false,
         enablement_selectors: crate::install::selectors::parse(CHART_SELECTOR).unwrap(),
+        enable_ambient_detection_retry: false,
         pod_cache: true,
     }
 }
@@ -27,12 +28,12 @@ fn run(chained: bool, name: &str, text: &str, e: &PluginEntry) -> Outcome {
         chained,
         owned: None,
         configured: None,
-        installed: Some(name),
+        installed: Some(std::ffi::OsStr::new(name)),
         entry: &obj,
     };
     let listing = Ok(Listing {
-        valid: vec![name.to_string()],
-        skipped: Vec::new(),
+        valid: vec![name.into()],
+        ..Listing::default()
     });
     let text = text.to_string();
     check(&ctx, &listing, &move |_| Some(text.clone().into_bytes()))

@@ -5,15 +5,13 @@
 //! The API double listens on 10.89.0.1 on the node namespace's `lo`, which the agent pod reaches through its
 //! default route (no `hostNetwork`).
 
-use crate::chart::{s, AgentPod, Chart, API_IP, NODE_NAME};
+use crate::chart::{Chart, API_IP, NODE_NAME};
 use crate::containerd::Containerd;
 use crate::cri::{Cri, PodSpec};
 use crate::image;
 use crate::node::{our_binary, PAUSE_IMAGE};
 use crate::util::{in_netns, repo, run, run_ok, Netns, TempDir};
-use k8s_cri::v1 as cri;
 use kube_double::{Options, Server};
-use serde_yaml::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -280,147 +278,6 @@ impl ChartNode {
         let st = self.cri.status(&id).await?;
         assert!(st.ready);
         Ok((id, st.netns.expect("netns"), st.ip))
-    }
-
-    /// Starts the chart's pod and container with our image: (sandbox id, container id, pod IP).
-    pub async fn start_agent(&self) -> (String, String, String) {
-        self.start_agent_with(&[]).await
-    }
-
-    /// [`ChartNode::start_agent`] with variables added after the chart's (a test knob, e.g. a node root
-    /// that does not exist, for a node whose iptables the agent cannot run).
-    pub async fn start_agent_with(&self, extra_env: &[(&str, &str)]) -> (String, String, String) {
-        let (_, image) = our_image_archive();
-        let name = format!("istio-cni-node-{}", std::process::id() % 100000);
-        let uid = format!("uid-{name}");
-        let tmpl = &self.chart.daemonset()["spec"]["template"]["metadata"];
-        let to_map = |v: &Value| -> std::collections::HashMap<String, String> {
-            v.as_mapping()
-                .map(|m| m.iter().map(|(k, v)| (s(k), s(v))).collect())
-                .unwrap_or_default()
-        };
-        let spec = PodSpec {
-            name: name.clone(),
-            namespace: "istio-system".into(),
-            uid: uid.clone(),
-            annotations: to_map(&tmpl["annotations"]),
-        };
-        let mut sandbox = Cri::sandbox_config(&spec);
-        sandbox.labels.extend(to_map(&tmpl["labels"]));
-        let logs = self.dir.join("logs");
-        std::fs::create_dir_all(&logs).unwrap();
-        sandbox.log_directory = logs.to_string_lossy().into_owned();
-        let mut rt = self.cri.rt.clone();
-        let sid = rt
-            .run_pod_sandbox(cri::RunPodSandboxRequest {
-                config: Some(sandbox.clone()),
-                runtime_handler: String::new(),
-            })
-            .await
-            .expect("RunPodSandbox for the agent pod")
-            .into_inner()
-            .pod_sandbox_id;
-        let ip = self.cri.status(&sid).await.expect("status").ip;
-        self.srv
-            .add_pod(
-                &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "namespace": "istio-system", "uid": uid,
-                                 "labels": to_map(&tmpl["labels"])},
-                    "spec": {"nodeName": NODE_NAME, "containers": [{"name": "install-cni"}]},
-                    "status": {"podIP": ip}})
-                .to_string(),
-            )
-            .unwrap();
-        let port = self.srv.addr().port().to_string();
-        let agent = AgentPod {
-            name,
-            namespace: "istio-system".into(),
-            uid,
-            ip: ip.clone(),
-            service_env: vec![
-                ("KUBERNETES_SERVICE_HOST".into(), API_IP.into()),
-                ("KUBERNETES_SERVICE_PORT".into(), port.clone()),
-                ("KUBERNETES_SERVICE_PORT_HTTPS".into(), port),
-            ],
-        };
-        let c = self.chart.container();
-        let list = |v: &Value| -> Vec<String> {
-            v.as_sequence()
-                .map(|l| l.iter().map(s).collect())
-                .unwrap_or_default()
-        };
-        let mut mounts = self.chart.mounts();
-        mounts.push(cri::Mount {
-            container_path: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
-            host_path: self.dir.join("sa").to_string_lossy().into_owned(),
-            readonly: true,
-            ..Default::default()
-        });
-        let config = cri::ContainerConfig {
-            metadata: Some(cri::ContainerMetadata {
-                name: "install-cni".into(),
-                attempt: 0,
-            }),
-            image: Some(cri::ImageSpec {
-                image: image.clone(),
-                ..Default::default()
-            }),
-            command: list(&c["command"]),
-            args: list(&c["args"]),
-            envs: self
-                .chart
-                .env(&agent)
-                .into_iter()
-                .chain(
-                    extra_env
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string())),
-                )
-                .map(|(key, value)| cri::KeyValue { key, value })
-                .collect(),
-            mounts,
-            log_path: "install-cni.log".into(),
-            linux: Some(cri::LinuxContainerConfig {
-                security_context: Some(self.chart.security_context()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let cid = self
-            .cri
-            .create_container(&sid, config, &sandbox)
-            .await
-            .expect("CreateContainer install-cni");
-        self.cri
-            .start_container(&cid)
-            .await
-            .expect("StartContainer install-cni");
-        (sid, cid, ip)
-    }
-
-    /// The agent's log (CRI format, one line per log line).
-    pub fn agent_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("logs/install-cni.log")).unwrap_or_default()
-    }
-
-    /// GET http://<ip>:8000/readyz from the node (kubelet's probe): the HTTP status, "000" if none.
-    pub fn readyz(&self, ip: &str) -> String {
-        let out = run(
-            "nsenter",
-            &[
-                &format!("--net={}", self.ns.path()),
-                "curl",
-                "-s",
-                "-m",
-                "1",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                &format!("http://{ip}:8000/readyz"),
-            ],
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
 

@@ -5,6 +5,7 @@
 //! Never shipped; root only. Everything a test creates carries the process id and is removed on drop.
 
 pub mod chart;
+pub mod chart_agent;
 pub mod chart_node;
 #[path = "../../support/cmd.rs"]
 mod cmd;

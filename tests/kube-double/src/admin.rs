@@ -61,6 +61,9 @@ pub fn load_pods(shared: &Shared, path: &Path) -> io::Result<usize> {
 }
 
 pub(crate) fn admin(shared: &Shared, req: &HttpRequest) -> Reply {
+    if let Some(r) = crate::objects::admin(shared, req) {
+        return r;
+    }
     let mut o = Object::new();
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/_double/healthz") => {

@@ -1,5 +1,5 @@
-//! Routing: the Kubernetes API subset (pods get/list/watch/patch-status/delete, namespaces get, events)
-//! and the `/_double/` admin endpoints.
+//! Routing: the Kubernetes API subset (pods get/list/watch/patch-status/delete, namespaces get, events;
+//! daemonsets and nodes get in [`crate::objects`]) and the `/_double/` admin endpoints.
 
 use std::io::BufReader;
 use std::net::TcpStream;
@@ -129,8 +129,7 @@ pub fn handle(shared: &Shared, req: HttpRequest, conn: &mut Conn) -> Next {
             return crate::watch::injected(conn, f == Fault::WatchGone);
         }
         _ => {
-            let want = format!("Bearer {}", shared.lock().token);
-            if rec.authorization.as_deref() != Some(want.as_str()) {
+            if !crate::objects::authorized(shared, rec.authorization.as_deref()) {
                 fail(401, "Unauthorized")
             } else if is_watch(&req) {
                 rec.status = 200;
@@ -159,6 +158,12 @@ fn route(shared: &Shared, req: &HttpRequest) -> Reply {
     let parts: Vec<&str> = req.path.trim_matches('/').split('/').collect();
     let parts: Vec<String> = parts.iter().map(|p| http::percent_decode(p)).collect();
     let p: Vec<&str> = parts.iter().map(String::as_str).collect();
+    if let Some(r) = crate::objects::resource_fault(shared, req) {
+        return r;
+    }
+    if let Some(r) = crate::objects::route(shared, req, &p) {
+        return r;
+    }
     match (req.method.as_str(), p.as_slice()) {
         ("GET", ["api", "v1", "pods"]) => list(shared, req, None),
         ("GET", ["api", "v1", "namespaces", ns, "pods"]) => list(shared, req, Some(ns)),

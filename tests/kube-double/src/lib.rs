@@ -4,7 +4,8 @@
 //! `localhost`; bearer-token auth (401 on a wrong token); pods in memory with uid and resourceVersion;
 //! field (`spec.nodeName`, `metadata.name`, `metadata.namespace`, `status.phase`) and label selectors;
 //! list pagination; watch streams with bookmarks and a forced 410; merge patch of `pods/{name}/status`;
-//! delete with preconditions (409); events; fault injection; a record of every API request.
+//! delete with preconditions (409); events; fault injection; a record of every API request; DaemonSets,
+//! Nodes, per-resource faults and pod-bound tokens ([`objects`]).
 //!
 //! One thread per connection, HTTP/1.1 keep-alive. Admin endpoints under `/_double/` (no auth, never
 //! faulted, never recorded): `POST /_double/pods`, `POST /_double/fault`, `GET /_double/requests`,
@@ -20,6 +21,7 @@
 mod admin;
 mod api;
 pub mod http;
+pub mod objects;
 mod selector;
 pub mod store;
 mod tls;

@@ -30,6 +30,8 @@ pub struct Store {
     /// Bumped by `force_gone`: open watches end with an ERROR 410.
     pub gone_epoch: u64,
     pub events: Vec<Object>,
+    /// DaemonSets, Nodes, per-resource faults, pod-bound tokens.
+    pub objects: crate::objects::Objects,
 }
 
 pub fn s(v: &str) -> Value {

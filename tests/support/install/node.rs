@@ -44,7 +44,8 @@ impl Node {
         }
     }
 
-    pub fn start(&self, extra: &[(&str, &str)]) -> Proc {
+    /// The environment [`Node::start`] gives the installer, with `extra` set on top.
+    pub fn env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
         let (run, bin, sa) = (
             self.root.join("run"),
             self.root.join("bin"),
@@ -60,7 +61,11 @@ impl Node {
         });
         set_env(&mut env, &[("REPAIR_ENABLED", "false")]);
         set_env(&mut env, extra);
-        spawn_installer(&env, &[], &self.root.join("stderr"))
+        env
+    }
+
+    pub fn start(&self, extra: &[(&str, &str)]) -> Proc {
+        spawn_installer(&self.env(extra), &[], &self.root.join("stderr"))
     }
 
     pub fn write(&self, name: &str, text: &str) {
@@ -68,9 +73,7 @@ impl Node {
     }
 
     pub fn entries(&self, name: &str) -> usize {
-        fs::read_to_string(self.conf.join(name))
-            .map(|t| istio_cni::install::conflist::count_entries(&t))
-            .unwrap_or(0)
+        entries_at(&self.conf.join(name))
     }
 
     /// libcni's choice right now (the file the runtime will use).
@@ -80,7 +83,7 @@ impl Node {
             .ok()?
             .valid
             .first()
-            .cloned()
+            .map(|n| n.to_string_lossy().into_owned())
     }
 
     /// The invariant's right-hand side: the runtime's file holds our entry.
@@ -124,6 +127,13 @@ impl Drop for Node {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.root);
     }
+}
+
+/// How many `istio-cni` entries the file at `p` holds (0 when it cannot be read).
+pub fn entries_at(p: &std::path::Path) -> usize {
+    fs::read_to_string(p)
+        .map(|t| istio_cni::install::conflist::count_entries(&t))
+        .unwrap_or(0)
 }
 
 pub fn get(port: u16, path: &str) -> Option<(u16, String)> {

@@ -1,0 +1,309 @@
+//! At SIGTERM: is this agent being replaced (a rolling update of its DaemonSet, a restart) or uninstalled?
+//! Pure: what the API said about our DaemonSet and node ([`Facts`]) in, [`Decision`] out, with the rule
+//! that decided. The lookups are [`super::handover_lookup`]; `cli` acts on the verdict.
+//!
+//! Upstream's ambient mode (1.30.3, `cni/pkg/nodeagent/server.go` `ShouldStopCleanup`) skips its cleanup
+//! while its DaemonSet exists, is not being deleted and still matches the node; we apply that rule to
+//! sidecar mode, where upstream always cleans up. Keeping the entry, binary and kubeconfig means a pod
+//! created before the next agent is ready is still redirected by the plugin (it needs no agent), or fails
+//! closed once the old pod's token is rejected; removing them would let it start unredirected.
+//!
+//! | facts | verdict | rule |
+//! |---|---|---|
+//! | safe upgrade turned off | cleanup | `disabled` |
+//! | no DaemonSet to look for (no namespace, no credentials, our pod has no DaemonSet owner) | cleanup | `not-a-daemonset-pod` |
+//! | DaemonSet not found | cleanup | `daemonset-gone` |
+//! | DaemonSet has a `deletionTimestamp` | cleanup | `daemonset-deleting` |
+//! | its template no longer runs on this node (selector, affinity, taints) | cleanup | `not-scheduled-here` |
+//! | the node is not found | cleanup | `node-gone` |
+//! | 401 (our token is no longer accepted) | cleanup | `unauthorized` |
+//! | DaemonSet present, not deleting, runs here | **keep** | `replacement` |
+//! | no answer (403, timeouts, unreachable, 5xx) | cleanup; keep with `ISTIO_OWNED_CNI_CONFIG` | `no-answer` |
+
+use crate::json::{self, Object};
+use crate::kube::scheduling::{self, Fit};
+use crate::kube::ApiErrorExt;
+use std::fmt;
+
+/// What one GET gave.
+#[derive(Debug, Clone)]
+pub enum Lookup {
+    Found(Object),
+    NotFound,
+    /// 401: the API no longer accepts our token (our pod object, or our service account, is gone).
+    Unauthorized(String),
+    /// 403: no permission; no answer, and the message says which grant is missing.
+    Forbidden(String),
+    /// Anything else: timeouts, refused connections, 5xx, a body we could not read.
+    Failed(String),
+}
+
+impl Lookup {
+    /// Classifies a GET's result.
+    pub fn from_result(r: crate::Result<Object>) -> Lookup {
+        match r {
+            Ok(o) => Lookup::Found(o),
+            Err(e) => match e.api_status() {
+                Some(404) => Lookup::NotFound,
+                Some(401) => Lookup::Unauthorized(e.to_string()),
+                Some(403) => Lookup::Forbidden(e.to_string()),
+                _ => Lookup::Failed(e.to_string()),
+            },
+        }
+    }
+
+    /// Worth asking again within the budget (a definite answer is not).
+    pub fn retriable(&self) -> bool {
+        matches!(self, Lookup::Forbidden(_) | Lookup::Failed(_))
+    }
+}
+
+/// What the lookups established.
+#[derive(Debug, Clone)]
+pub enum Facts {
+    /// The operator turned safe upgrade off (the setting as written, e.g. `DISABLE_SAFE_UPGRADE=true`).
+    Disabled(String),
+    /// There is no DaemonSet to look for; says why.
+    NotADaemonSetPod(String),
+    /// The DaemonSet `namespace/name` (`named_by`: how the name was found) and, when needed, the node.
+    Looked {
+        namespace: String,
+        name: String,
+        named_by: String,
+        ds: Lookup,
+        node_name: String,
+        /// `None`: not looked up (not needed, or no time left).
+        node: Option<Lookup>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Leave the entry, the binary and the kubeconfig for the next agent.
+    Keep,
+    /// Remove them, as an uninstall does.
+    Cleanup,
+}
+
+/// The rule of the table that decided (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    Disabled,
+    NotADaemonSetPod,
+    DaemonSetGone,
+    DaemonSetDeleting,
+    NotScheduledHere,
+    NodeGone,
+    Unauthorized,
+    Replacement,
+    NoAnswer,
+}
+
+impl Rule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::Disabled => "disabled",
+            Rule::NotADaemonSetPod => "not-a-daemonset-pod",
+            Rule::DaemonSetGone => "daemonset-gone",
+            Rule::DaemonSetDeleting => "daemonset-deleting",
+            Rule::NotScheduledHere => "not-scheduled-here",
+            Rule::NodeGone => "node-gone",
+            Rule::Unauthorized => "unauthorized",
+            Rule::Replacement => "replacement",
+            Rule::NoAnswer => "no-answer",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub rule: Rule,
+    /// Why, for the log line.
+    pub reason: String,
+}
+
+impl Decision {
+    fn new(verdict: Verdict, rule: Rule, reason: impl Into<String>) -> Decision {
+        Decision {
+            verdict,
+            rule,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.verdict {
+            Verdict::Keep => write!(
+                f,
+                "leaving the istio-cni entry, the plugin binary and the kubeconfig in place for the next agent"
+            )?,
+            Verdict::Cleanup => write!(
+                f,
+                "removing the istio-cni entry, the plugin binary and the kubeconfig"
+            )?,
+        }
+        write!(f, ": {} (rule {})", self.reason, self.rule.name())
+    }
+}
+
+/// The table's last row: no answer. Cleanup (upstream's default), or keep with `ISTIO_OWNED_CNI_CONFIG`
+/// (upstream's default in owned mode).
+fn no_answer(why: String, istio_owned: bool) -> Decision {
+    if istio_owned {
+        Decision::new(
+            Verdict::Keep,
+            Rule::NoAnswer,
+            format!("{why}; ISTIO_OWNED_CNI_CONFIG is set, so the default is to keep, as upstream"),
+        )
+    } else {
+        Decision::new(
+            Verdict::Cleanup,
+            Rule::NoAnswer,
+            format!("{why}; cleaning up, as upstream does without an answer"),
+        )
+    }
+}
+
+/// The hint a 403 gets: which grant gives safe upgrades.
+fn forbidden(what: &str, grant: &str, e: &str) -> String {
+    format!("{what}: {e} (grant `{grant}` to the agent's service account for safe upgrades; see the Upgrade section of manifests/README.md)")
+}
+
+fn unauthorized(e: &str) -> Decision {
+    Decision::new(
+        Verdict::Cleanup,
+        Rule::Unauthorized,
+        format!("the API server no longer accepts our token ({e}): our pod or our service account is gone"),
+    )
+}
+
+/// Decides from `facts`; `istio_owned` is `ISTIO_OWNED_CNI_CONFIG` (the default when there is no answer).
+pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
+    let (daemonset, ds, node_name, node) = match facts {
+        Facts::Disabled(setting) => {
+            return Decision::new(
+                Verdict::Cleanup,
+                Rule::Disabled,
+                format!("safe upgrade is turned off ({setting})"),
+            )
+        }
+        Facts::NotADaemonSetPod(why) => {
+            return Decision::new(Verdict::Cleanup, Rule::NotADaemonSetPod, why.clone())
+        }
+        Facts::Looked {
+            namespace,
+            name,
+            named_by,
+            ds,
+            node_name,
+            node,
+        } => (
+            (
+                namespace.as_str(),
+                format!("{namespace}/{name} ({named_by})"),
+            ),
+            ds,
+            node_name,
+            node,
+        ),
+    };
+    let (ns, daemonset) = daemonset;
+    let ds = match ds {
+        Lookup::Found(o) => o,
+        Lookup::NotFound => {
+            return Decision::new(
+                Verdict::Cleanup,
+                Rule::DaemonSetGone,
+                format!("DaemonSet {daemonset} not found: an uninstall"),
+            )
+        }
+        Lookup::Unauthorized(e) => return unauthorized(e),
+        Lookup::Forbidden(e) => {
+            let grant = format!("get daemonsets.apps in namespace {ns}");
+            return no_answer(
+                forbidden(&format!("DaemonSet {daemonset}"), &grant, e),
+                istio_owned,
+            );
+        }
+        Lookup::Failed(e) => {
+            return no_answer(
+                format!("DaemonSet {daemonset}: no answer: {e}"),
+                istio_owned,
+            )
+        }
+    };
+    let meta = json::obj_of(ds, "metadata");
+    if let Some(t) = meta.and_then(|m| json::str_of(m, "deletionTimestamp")) {
+        return Decision::new(
+            Verdict::Cleanup,
+            Rule::DaemonSetDeleting,
+            format!("DaemonSet {daemonset} is being deleted (since {t}): an uninstall"),
+        );
+    }
+    let empty = Object::new();
+    let template = json::obj_of(ds, "spec")
+        .and_then(|s| json::obj_of(s, "template"))
+        .unwrap_or(&empty);
+    let fit = match node {
+        Some(Lookup::Found(n)) => scheduling::daemon_pod_fits(template, Some(n)),
+        Some(Lookup::NotFound) => {
+            return Decision::new(
+                Verdict::Cleanup,
+                Rule::NodeGone,
+                format!("node {node_name} not found: the node is being removed"),
+            )
+        }
+        Some(Lookup::Unauthorized(e)) => return unauthorized(e),
+        Some(Lookup::Forbidden(e)) => match scheduling::daemon_pod_fits(template, None) {
+            Fit::NeedsNode => {
+                let why = forbidden(&format!("node {node_name}"), "get nodes", e);
+                return no_answer(
+                    format!("DaemonSet {daemonset} is present, but whether it still runs on this node depends on the node: {why}"),
+                    istio_owned,
+                );
+            }
+            f => f,
+        },
+        Some(Lookup::Failed(e)) => match scheduling::daemon_pod_fits(template, None) {
+            Fit::NeedsNode => {
+                return no_answer(
+                    format!("DaemonSet {daemonset} is present, but node {node_name}: no answer: {e}"),
+                    istio_owned,
+                )
+            }
+            f => f,
+        },
+        None => match scheduling::daemon_pod_fits(template, None) {
+            Fit::NeedsNode => {
+                return no_answer(
+                    format!("DaemonSet {daemonset} is present, but node {node_name} was not looked up in time"),
+                    istio_owned,
+                )
+            }
+            f => f,
+        },
+    };
+    match fit {
+        Fit::Runs => Decision::new(
+            Verdict::Keep,
+            Rule::Replacement,
+            format!("DaemonSet {daemonset} is present, not being deleted, and still runs on node {node_name}: a restart or an upgrade, its next pod takes over"),
+        ),
+        Fit::DoesNotRun(why) => Decision::new(
+            Verdict::Cleanup,
+            Rule::NotScheduledHere,
+            format!("DaemonSet {daemonset} no longer runs on node {node_name}: {why}"),
+        ),
+        Fit::NeedsNode => no_answer(
+            format!("DaemonSet {daemonset} is present, but node {node_name} is unknown"),
+            istio_owned,
+        ),
+    }
+}
+
+#[cfg(test)]
+#[path = "handover_tests.rs"]
+mod tests;

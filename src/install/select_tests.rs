@@ -1,0 +1,187 @@
+use super::*;
+
+fn cand(name: &str, text: &str) -> Candidate {
+    Candidate {
+        name: name.into(),
+        content: Ok(text.as_bytes().to_vec()),
+    }
+}
+
+#[test]
+fn libcni_rules() {
+    let none = |_: &str| false;
+    assert!(validate(OsStr::new("a.conf"), br#"{"type":"bridge"}"#, &none).is_ok());
+    assert!(validate(OsStr::new("a.conf"), br#"{"type":""}"#, &none).is_err());
+    assert!(validate(OsStr::new("a.conf"), br#"{"name":"x"}"#, &none).is_err());
+    assert!(validate(OsStr::new("a.conf"), b"not json", &none).is_err());
+    assert!(validate(
+        OsStr::new("a.conflist"),
+        br#"{"plugins":[{"type":"x"}]}"#,
+        &none
+    )
+    .is_err());
+    assert!(validate(
+        OsStr::new("a.conflist"),
+        br#"{"name":"n","pugins":[{"type":"x"}]}"#,
+        &none
+    )
+    .is_err());
+    assert!(validate(
+        OsStr::new("a.conflist"),
+        br#"{"name":"n","plugins":[]}"#,
+        &none
+    )
+    .is_err());
+    assert!(validate(
+        OsStr::new("a.conflist"),
+        br#"{"name":"n","plugins":[{"type":"x"}]}"#,
+        &none
+    )
+    .is_ok());
+    assert!(validate(OsStr::new("a.conflist"), br#"{"name":"n"}"#, &|n| n == "n").is_ok());
+    assert!(validate(OsStr::new("a.conflist"), br#"[1]"#, &none).is_err());
+}
+
+#[test]
+fn bytewise_order_and_twins() {
+    let c = vec![
+        cand("b.conflist", r#"{"name":"n","plugins":[{"type":"x"}]}"#),
+        cand("b.conf", r#"{"type":"x"}"#),
+        cand("B.conf", "junk"),
+    ];
+    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    assert_eq!(l.valid, vec!["b.conf", "b.conflist"]);
+    assert_eq!(l.skipped.len(), 1);
+    let ok = Ok(l);
+    let exists = |n: &OsStr| n == "b.conflist";
+    assert_eq!(
+        choose(true, Some(OsStr::new("b.conf")), &ok, None, &exists),
+        Choice::Use("b.conflist".into())
+    );
+    assert!(matches!(
+        choose(true, Some(OsStr::new("x.conf")), &ok, None, &exists),
+        Choice::Wait(_)
+    ));
+    assert_eq!(
+        choose(false, None, &ok, None, &exists),
+        Choice::Use(STANDALONE_DEFAULT.into())
+    );
+}
+
+#[test]
+fn json_files_are_single_plugin_candidates() {
+    for (name, yes) in [
+        ("05-x.json", true),
+        (".json", true),
+        ("x.json.bak", false),
+        ("x.JSON", false),
+        ("x.conflist", true),
+    ] {
+        assert_eq!(is_candidate_name(OsStr::new(name)), yes, "{name}");
+    }
+    let none = |_: &str| false;
+    // Loaded like a `.conf`: one plugin with a type; a list in a `.json` has no `type` and is skipped.
+    assert!(validate(OsStr::new("a.json"), br#"{"type":"bridge"}"#, &none).is_ok());
+    assert!(validate(
+        OsStr::new("a.json"),
+        br#"{"name":"n","plugins":[{"type":"x"}]}"#,
+        &none
+    )
+    .is_err());
+    let c = vec![
+        cand("10-b.conflist", r#"{"name":"n","plugins":[{"type":"x"}]}"#),
+        cand("05-a.json", r#"{"type":"x"}"#),
+    ];
+    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    assert_eq!(l.valid, vec!["05-a.json", "10-b.conflist"]);
+    assert_eq!(
+        list_name_for(OsStr::new("05-a.json")),
+        Some("05-a.conflist".into())
+    );
+    // CNI_CONF_NAME naming a `.json` we already turned into a list finds the list.
+    let exists = |n: &OsStr| n == "05-a.conflist";
+    assert_eq!(
+        choose(true, Some(OsStr::new("05-a.json")), &Ok(l), None, &exists),
+        Choice::Use("05-a.conflist".into())
+    );
+}
+
+#[test]
+fn an_oversized_object_sorting_first_blocks_the_choice() {
+    let list = r#"{"name":"n","plugins":[{"type":"x"}]}"#;
+    let big = |name: &str, kind: fn(String) -> Unread| Candidate {
+        name: name.into(),
+        content: Err(kind(format!("{name}: too large"))),
+    };
+    let exists = |_: &OsStr| true;
+    // First in order and the runtime may load it: no choice, and the check reports it.
+    let c = vec![
+        cand("10-a.conflist", list),
+        big("05-big.conflist", Unread::Undecided),
+    ];
+    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    assert_eq!(
+        l.blocked.as_ref().map(|b| b.0.as_os_str()),
+        Some(OsStr::new("05-big.conflist"))
+    );
+    assert!(
+        matches!(choose(true, None, &Ok(l), None, &exists), Choice::Wait(w) if w.contains("05-big.conflist"))
+    );
+    // After a valid file it does not matter: the runtime stops at the first valid one.
+    let c = vec![
+        cand("10-a.conflist", list),
+        big("20-big.conflist", Unread::Undecided),
+    ];
+    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    assert!(l.blocked.is_none());
+    assert_eq!(
+        choose(true, None, &Ok(l), None, &exists),
+        Choice::Use("10-a.conflist".into())
+    );
+    // One the runtime cannot load either (not JSON, a FIFO) is skipped, as libcni skips it.
+    let c = vec![
+        cand("10-a.conflist", list),
+        big("05-zeros.conflist", Unread::Skip),
+    ];
+    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    assert!(l.blocked.is_none());
+    assert_eq!(l.skipped.len(), 1);
+}
+
+#[test]
+fn only_a_json_object_start_may_be_loaded() {
+    assert!(first_is_object(b" \n\t{\"x\""));
+    assert!(
+        first_is_object(b"   "),
+        "all blank so far: cannot tell, assume it may load"
+    );
+    assert!(!first_is_object(b"\0\0\0"));
+    assert!(!first_is_object(b"[{}]"));
+    assert!(!first_is_object(b"\xef\xbb\xbf{}"), "Go rejects a BOM");
+}
+
+#[test]
+fn names_are_bytes() {
+    let raw = OsString::from_vec(b"10-a\x80.conflist".to_vec());
+    let list = r#"{"name":"n","plugins":[{"type":"x"}]}"#;
+    let c = vec![
+        cand("10-a\u{e9}.conflist", list),
+        Candidate {
+            name: raw.clone(),
+            content: Ok(list.as_bytes().to_vec()),
+        },
+    ];
+    // Go's sort.Strings: 0x80 before 0xc3 (é); through U+FFFD (ef bf bd) it would come after.
+    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    assert_eq!(l.valid[0], raw);
+    let exists = |n: &OsStr| n == raw.as_os_str();
+    assert_eq!(
+        choose(true, None, &Ok(l), None, &exists),
+        Choice::Use(raw.clone())
+    );
+    assert!(is_candidate_name(&raw));
+    assert_eq!(
+        list_name_for(OsStr::from_bytes(b"\xff.conf")),
+        Some(OsString::from_vec(b"\xff.conflist".to_vec()))
+    );
+}

@@ -1,0 +1,177 @@
+use super::*;
+use crate::nftables::expr::NF_DROP;
+
+fn ours() -> Vec<OurHook> {
+    vec![
+        OurHook {
+            hooknum: HOOK_PREROUTING,
+            priority: -100,
+            label: "inet istio-proxy-nat prerouting (priority -100)".into(),
+        },
+        OurHook {
+            hooknum: HOOK_OUTPUT,
+            priority: -100,
+            label: "inet istio-proxy-nat output (priority -100)".into(),
+        },
+    ]
+}
+
+fn chain(family: u8, name: &str, hooknum: u32, priority: i32) -> BaseChain {
+    BaseChain {
+        family,
+        table: "t".into(),
+        chain: name.into(),
+        hooknum,
+        priority,
+        devices: vec![],
+    }
+}
+
+fn verdict(code: i32, chain: Option<&str>) -> Expr {
+    Expr::Immediate {
+        dreg: 0,
+        data: Data::Verdict {
+            code,
+            chain: chain.map(str::to_string),
+        },
+    }
+}
+
+fn key(family: u8, chain: &str) -> ChainKey {
+    (family, "t".into(), chain.into())
+}
+
+#[test]
+fn only_chains_at_or_before_ours_at_our_hooks_or_at_ingress_count() {
+    let o = ours();
+    let before = |c: BaseChain| runs_before(&c, &o);
+    assert!(before(chain(NFPROTO_IPV4, "c", HOOK_OUTPUT, -150)).is_some());
+    // Equal priority: the chain registered last runs first, and a dump cannot say which that was.
+    assert!(before(chain(NFPROTO_INET, "c", HOOK_OUTPUT, -100)).is_some());
+    assert!(before(chain(NFPROTO_IPV6, "c", HOOK_PREROUTING, -300)).is_some());
+    assert!(before(chain(NFPROTO_IPV4, "c", HOOK_OUTPUT, -99)).is_none());
+    assert!(before(chain(NFPROTO_IPV4, "c", 1, -300)).is_none(), "input");
+    assert!(
+        before(chain(NFPROTO_IPV4, "c", 4, -300)).is_none(),
+        "postrouting"
+    );
+    assert!(
+        before(chain(7, "c", HOOK_PREROUTING, -300)).is_none(),
+        "bridge"
+    );
+    assert!(
+        before(chain(NFPROTO_NETDEV, "c", 0, 500)).is_some(),
+        "netdev ingress"
+    );
+    assert!(
+        before(chain(NFPROTO_NETDEV, "c", 1, -500)).is_none(),
+        "netdev egress"
+    );
+    assert!(
+        before(chain(NFPROTO_INET, "c", 5, 500)).is_some(),
+        "inet ingress"
+    );
+}
+
+#[test]
+fn rules_that_only_match_count_log_or_accept_are_harmless_anything_else_is_named() {
+    let o = ours();
+    let c = chain(NFPROTO_IPV4, "c", HOOK_OUTPUT, -300);
+    let harmless = vec![
+        vec![Expr::Counter],
+        vec![
+            Expr::Meta { key: 16, dreg: 1 },
+            Expr::Cmp {
+                sreg: 1,
+                op: 0,
+                data: vec![6],
+            },
+            Expr::Other("log".into()),
+            verdict(NF_ACCEPT, None),
+        ],
+        vec![
+            Expr::Other("match tcp".into()),
+            Expr::Other("target LOG".into()),
+        ],
+        vec![verdict(NFT_RETURN, None)],
+    ];
+    let mut rules = Rules::new();
+    rules.insert(key(NFPROTO_IPV4, "c"), harmless.clone());
+    assert!(findings(std::slice::from_ref(&c), &rules, &o).is_empty());
+    for (moves, named) in [
+        (Expr::Other("notrack".into()), "[ notrack ]"),
+        (Expr::Other("nat".into()), "[ nat ]"),
+        (Expr::Other("target CT".into()), "[ target CT ]"),
+        (Expr::Other("lookup(map)".into()), "[ lookup(map) ]"),
+        (verdict(NF_DROP, None), "drop"),
+        (Expr::MetaSet { key: 3, sreg: 1 }, "meta set mark"),
+    ] {
+        let mut list = harmless.clone();
+        list.push(vec![Expr::Counter, moves]);
+        rules.insert(key(NFPROTO_IPV4, "c"), list);
+        let f = findings(std::slice::from_ref(&c), &rules, &o);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].starts_with("foreign chain ip t c (hook output, priority -300, 5 rules) runs before inet istio-proxy-nat output (priority -100): rule 5: "),
+            "{f:?}"
+        );
+        assert!(f[0].contains(named), "{named}: {f:?}");
+    }
+}
+
+#[test]
+fn jumps_are_followed_once_and_named_and_an_unread_chain_is_reported() {
+    let o = ours();
+    let c = chain(NFPROTO_INET, "base", HOOK_PREROUTING, -150);
+    let mut rules = Rules::new();
+    rules.insert(
+        key(NFPROTO_INET, "base"),
+        vec![vec![Expr::Counter, verdict(NFT_JUMP, Some("a"))]],
+    );
+    // a → b → a (a loop) with nothing harmful: harmless.
+    rules.insert(
+        key(NFPROTO_INET, "a"),
+        vec![vec![verdict(NFT_JUMP, Some("b"))]],
+    );
+    rules.insert(key(NFPROTO_INET, "b"), vec![vec![verdict(-4, Some("a"))]]);
+    assert_eq!(
+        jumps(&rules[&key(NFPROTO_INET, "a")]),
+        vec!["b".to_string()]
+    );
+    assert!(findings(std::slice::from_ref(&c), &rules, &o).is_empty());
+    rules.insert(
+        key(NFPROTO_INET, "b"),
+        vec![
+            vec![verdict(-4, Some("a"))],
+            vec![Expr::Other("notrack".into())],
+        ],
+    );
+    let f = findings(std::slice::from_ref(&c), &rules, &o);
+    assert_eq!(f.len(), 1);
+    assert!(
+        f[0].ends_with("runs before inet istio-proxy-nat prerouting (priority -100): rule 2 (via inet t b): [ notrack ]"),
+        "{f:?}"
+    );
+    rules.remove(&key(NFPROTO_INET, "b"));
+    let f = findings(&[c], &rules, &o);
+    assert!(
+        f[0].contains("(via inet t b): the chain could not be read"),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn ingress_chains_name_their_devices() {
+    let mut c = chain(NFPROTO_NETDEV, "in", 0, 0);
+    c.devices = vec!["eth0".into()];
+    let mut rules = Rules::new();
+    rules.insert(
+        key(NFPROTO_NETDEV, "in"),
+        vec![vec![Expr::Other("notrack".into())]],
+    );
+    let f = findings(&[c], &rules, &ours());
+    assert_eq!(
+        f,
+        vec!["foreign chain netdev t in (hook ingress device eth0, priority 0, 1 rules) runs before every IP hook (ingress): rule 1: [ notrack ]"]
+    );
+}

@@ -1,0 +1,328 @@
+//! Reading a pod namespace's nf_tables state back (spec nftables.md §5), bounded: the generation id and
+//! the tables (with their flags) first, which is all a fresh namespace costs; then, only when our tables
+//! exist or for CHECK, the chains, the rules of our tables (dumps filtered by table) and the rules of the
+//! foreign base chains that run before ours (filtered by table and chain, jumps followed), never the rest
+//! of a foreign ruleset. Replies are decoded as they arrive, and a namespace that makes us read more than
+//! [`MAX_OBJECTS`] objects or [`MAX_BYTES`] bytes fails closed (a pod with `NET_ADMIN` controls its own
+//! ruleset). Runs on a thread inside the pod's namespace.
+
+use super::decode::{self, Msg};
+use super::encode::{self, Attrs, NFPROTO_INET, NFPROTO_UNSPEC, NFT_TABLE_F_DORMANT};
+use super::foreign::{self, BaseChain, OurHook, Rules};
+use super::model::Table;
+use super::socket::{view, Socket};
+use super::state::{self, ChainState, Tables};
+use crate::error::{Error, Result};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// At most this many tables, chains, rules and set elements are read for one decision.
+pub const MAX_OBJECTS: usize = 10_000;
+/// At most this many bytes of replies are read for one decision.
+pub const MAX_BYTES: usize = 16 << 20;
+
+fn too_large() -> Error {
+    Error::Rules(format!(
+        "nftables: the pod's ruleset is too large to verify: more than {MAX_OBJECTS} tables, chains, rules \
+         and set elements (or {} MiB) to read where our redirect could be bypassed; failing closed",
+        MAX_BYTES >> 20
+    ))
+}
+
+/// A socket with what one decision has read so far.
+pub struct Reader<'s> {
+    s: &'s mut Socket,
+    objects: usize,
+    bytes: usize,
+}
+
+impl<'s> Reader<'s> {
+    pub fn new(s: &'s mut Socket) -> Reader<'s> {
+        Reader {
+            s,
+            objects: 0,
+            bytes: 0,
+        }
+    }
+
+    /// One dump request; every reply goes to `f` as it arrives, within the bound.
+    fn dump(
+        &mut self,
+        what: &str,
+        msg: u16,
+        family: u8,
+        a: &Attrs,
+        f: &mut dyn FnMut(&Msg) -> Result<()>,
+    ) -> Result<()> {
+        let seq = self.s.next_seq(1);
+        let req = encode::dump_request(msg, family, seq, a);
+        let (objects, bytes) = (&mut self.objects, &mut self.bytes);
+        self.s.dump(what, &req, &mut |m| {
+            *objects += 1;
+            *bytes += m.body.len();
+            if *objects > MAX_OBJECTS || *bytes > MAX_BYTES {
+                return Err(too_large());
+            }
+            f(m)
+        })
+    }
+
+    /// The rules of `table` (and of `chain` only, when given) in `family`, in order.
+    fn rules(
+        &mut self,
+        family: u8,
+        table: &str,
+        chain: Option<&str>,
+    ) -> Result<Vec<decode::RuleMsg>> {
+        let mut a = Attrs::default();
+        a.str(encode::NFTA_RULE_TABLE, table);
+        if let Some(c) = chain {
+            a.str(encode::NFTA_RULE_CHAIN, c);
+        }
+        let mut out = Vec::new();
+        self.dump(
+            "list rules",
+            encode::NFT_MSG_GETRULE,
+            family,
+            &a,
+            &mut |m| {
+                out.push(decode::rule(m)?);
+                Ok(())
+            },
+        )?;
+        Ok(out)
+    }
+}
+
+/// The ruleset generation id.
+pub fn genid(s: &mut Socket) -> Result<u32> {
+    let seq = s.next_seq(1);
+    let gen = s.request("read the ruleset generation", &encode::getgen_request(seq))?;
+    gen.iter()
+        .find(|(k, _)| *k == encode::nft_type(encode::NFT_MSG_NEWGEN))
+        .map(|(k, b)| decode::gen_id(&view(*k, b)))
+        .transpose()?
+        .ok_or_else(|| Error::other("nftables: no generation id in the reply"))
+}
+
+/// The first read: generation id, our tables with their flags, and the foreign tables that are dormant.
+pub struct Head {
+    pub genid: u32,
+    pub ours: BTreeMap<String, u32>,
+    dormant: BTreeSet<(u8, String)>,
+}
+
+/// Two round trips: all a fresh namespace costs.
+pub fn head(r: &mut Reader) -> Result<Head> {
+    let genid = genid(r.s)?;
+    let mut ours = BTreeMap::new();
+    let mut dormant = BTreeSet::new();
+    let a = Attrs::default();
+    r.dump(
+        "list tables",
+        encode::NFT_MSG_GETTABLE,
+        NFPROTO_UNSPEC,
+        &a,
+        &mut |m| {
+            let (name, flags) = decode::table(m)?;
+            let family = decode::family(m).unwrap_or(0);
+            if family == NFPROTO_INET && Table::from_name(&name).is_some() {
+                ours.insert(name, flags);
+            } else if flags & NFT_TABLE_F_DORMANT != 0 {
+                dormant.insert((family, name));
+            }
+            Ok(())
+        },
+    )?;
+    Ok(Head {
+        genid,
+        ours,
+        dormant,
+    })
+}
+
+/// Everything a decision needs beyond [`Head`].
+pub struct Observed {
+    pub ours: Tables,
+    /// Our tables flagged dormant: none of their chains is hooked.
+    pub dormant: Vec<String>,
+    /// Foreign base chains before ours whose rules can move traffic (one line each).
+    pub foreign: Vec<String>,
+}
+
+/// The chains: ours (into `ours`, for the tables in `head`) and the foreign base chains of tables that
+/// are not dormant and not `skip`ped.
+fn chains(
+    r: &mut Reader,
+    head: &Head,
+    ours: &mut Tables,
+    skip: &dyn Fn(u8, &str, &str) -> bool,
+) -> Result<Vec<BaseChain>> {
+    let mut base = Vec::new();
+    let a = Attrs::default();
+    r.dump(
+        "list chains",
+        encode::NFT_MSG_GETCHAIN,
+        NFPROTO_UNSPEC,
+        &a,
+        &mut |m| {
+            let c = decode::chain(m)?;
+            let family = decode::family(m).unwrap_or(0);
+            if family == NFPROTO_INET && head.ours.contains_key(&c.table) {
+                if let Some(t) = ours.get_mut(&c.table) {
+                    t.push(ChainState {
+                        name: c.name,
+                        base: c.base,
+                        rules: Vec::new(),
+                    });
+                }
+            } else if let Some((_, hooknum, priority)) = c.base {
+                if !head.dormant.contains(&(family, c.table.clone()))
+                    && !skip(family, &c.table, &c.name)
+                {
+                    base.push(BaseChain {
+                        family,
+                        table: c.table,
+                        chain: c.name,
+                        hooknum,
+                        priority,
+                        devices: c.devices,
+                    });
+                }
+            }
+            Ok(())
+        },
+    )?;
+    Ok(base)
+}
+
+/// The rules of every base chain in `base` that runs before `hooks`, and of the chains they jump to.
+fn foreign_rules(r: &mut Reader, base: &[BaseChain], hooks: &[OurHook]) -> Result<Rules> {
+    let mut rules = Rules::new();
+    let mut todo: Vec<(u8, String, String)> = base
+        .iter()
+        .filter(|c| foreign::runs_before(c, hooks).is_some())
+        .map(|c| (c.family, c.table.clone(), c.chain.clone()))
+        .collect();
+    while let Some(key) = todo.pop() {
+        if rules.contains_key(&key) {
+            continue;
+        }
+        let list: Vec<_> = r
+            .rules(key.0, &key.1, Some(&key.2))?
+            .into_iter()
+            .map(|m| m.exprs)
+            .collect();
+        for c in foreign::jumps(&list) {
+            todo.push((key.0, key.1.clone(), c));
+        }
+        rules.insert(key, list);
+    }
+    Ok(rules)
+}
+
+/// Our tables in full (set lookups resolved), our dormant tables and what runs before `hooks`.
+pub fn observe(r: &mut Reader, head: &Head, hooks: &[OurHook]) -> Result<Observed> {
+    let mut ours: Tables = head.ours.keys().map(|n| (n.clone(), Vec::new())).collect();
+    let base = chains(r, head, &mut ours, &|_, _, _| false)?;
+    let mut sets: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (table, chains) in ours.iter_mut() {
+        for rule in r.rules(NFPROTO_INET, table, None)? {
+            let mut exprs = Vec::new();
+            for e in rule.exprs {
+                exprs.push(match e {
+                    super::expr::Expr::Lookup {
+                        sreg, set, flags, ..
+                    } => {
+                        let key = (table.clone(), set.clone());
+                        let elems = match sets.get(&key) {
+                            Some(v) => v.clone(),
+                            None => {
+                                let v = set_elements(r, table, &set)?;
+                                sets.insert(key, v.clone());
+                                v
+                            }
+                        };
+                        super::expr::Expr::Lookup {
+                            sreg,
+                            set: elems,
+                            set_id: None,
+                            flags,
+                        }
+                    }
+                    e => e,
+                });
+            }
+            if let Some(c) = chains.iter_mut().find(|c| c.name == rule.chain) {
+                c.rules.push(exprs);
+            }
+        }
+    }
+    let rules = foreign_rules(r, &base, hooks)?;
+    Ok(Observed {
+        ours,
+        dormant: head
+            .ours
+            .iter()
+            .filter(|(_, f)| *f & NFT_TABLE_F_DORMANT != 0)
+            .map(|(n, _)| n.clone())
+            .collect(),
+        foreign: foreign::findings(&base, &rules, hooks),
+    })
+}
+
+/// A kernel without nf_tables (a legacy-only node): no socket for the family, or no nf_tables subsystem
+/// behind it (nfnetlink answers `EINVAL` for a subsystem it cannot load). Then no nf_tables rule exists.
+fn no_nf_tables(e: &Error) -> bool {
+    let Error::Io { source, .. } = e.root() else {
+        return false;
+    };
+    matches!(
+        source.raw_os_error().map(nix::errno::Errno::from_raw),
+        Some(
+            nix::errno::Errno::EPROTONOSUPPORT
+                | nix::errno::Errno::EINVAL
+                | nix::errno::Errno::EOPNOTSUPP
+        )
+    )
+}
+
+/// For a backend that is not nf_tables native (iptables mode): the foreign base chains that run before
+/// `hooks` and can move traffic, leaving out the chains `skip` names (the ones that backend's own dump
+/// already covers). Opens its own socket in the current thread's namespace.
+pub fn foreign_only(
+    hooks: &[OurHook],
+    skip: &dyn Fn(u8, &str, &str) -> bool,
+) -> Result<Vec<String>> {
+    let mut s = match Socket::open() {
+        Ok(s) => s,
+        Err(e) if no_nf_tables(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut r = Reader::new(&mut s);
+    let head = match head(&mut r) {
+        Ok(h) => h,
+        Err(e) if no_nf_tables(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let base = chains(&mut r, &head, &mut Tables::new(), skip)?;
+    let rules = foreign_rules(&mut r, &base, hooks)?;
+    Ok(foreign::findings(&base, &rules, hooks))
+}
+
+fn set_elements(r: &mut Reader, table: &str, set: &str) -> Result<String> {
+    let mut a = Attrs::default();
+    a.str(encode::NFTA_SET_ELEM_LIST_TABLE, table)
+        .str(encode::NFTA_SET_ELEM_LIST_SET, set);
+    let mut keys = Vec::new();
+    r.dump(
+        "list set elements",
+        encode::NFT_MSG_GETSETELEM,
+        NFPROTO_INET,
+        &a,
+        &mut |m| {
+            keys.extend(decode::set_elems(m)?.1);
+            Ok(())
+        },
+    )?;
+    Ok(state::resolved(&keys))
+}

@@ -1,0 +1,127 @@
+use super::*;
+
+/// An entry: zeroed `ipt_entry`, matches (40 bytes each), then the target with `data`.
+fn entry(l: Layout, matches: &[&str], target: &str, data: &[u8]) -> Vec<u8> {
+    let mut e = vec![0u8; l.entry_size];
+    for m in matches {
+        let mut x = vec![0u8; 40];
+        x[..2].copy_from_slice(&40u16.to_ne_bytes());
+        x[2..2 + m.len()].copy_from_slice(m.as_bytes());
+        e.extend(x);
+    }
+    let toff = e.len();
+    let tsize = (EXT_HEADER + data.len() + 7) & !7;
+    let mut t = vec![0u8; tsize];
+    t[..2].copy_from_slice(&(tsize as u16).to_ne_bytes());
+    t[2..2 + target.len()].copy_from_slice(target.as_bytes());
+    t[EXT_HEADER..EXT_HEADER + data.len()].copy_from_slice(data);
+    e.extend(t);
+    let next = e.len();
+    e[l.target_offset_at..l.target_offset_at + 2].copy_from_slice(&(toff as u16).to_ne_bytes());
+    e[l.target_offset_at + 2..l.target_offset_at + 4].copy_from_slice(&(next as u16).to_ne_bytes());
+    e
+}
+
+fn verdict(v: i32) -> Vec<u8> {
+    v.to_ne_bytes().to_vec()
+}
+
+fn error(name: &str) -> Vec<u8> {
+    let mut d = vec![0u8; 32];
+    d[..name.len()].copy_from_slice(name.as_bytes());
+    d
+}
+
+/// raw: PREROUTING (jump MINE; no target; policy), OUTPUT (CT; policy), MINE (tcp ACCEPT; RETURN tail).
+fn table(l: Layout) -> (Info, Vec<u8>) {
+    let sizes = |parts: &[Vec<u8>]| parts.iter().map(Vec::len).collect::<Vec<_>>();
+    // Lay out once to learn the offsets, then fill in the jumps.
+    let build = |mine: i32, fall: i32| {
+        vec![
+            entry(l, &[], "", &verdict(mine)),
+            entry(l, &[], "", &verdict(fall)),
+            entry(l, &[], "", &verdict(-2)),
+            entry(l, &[], "CT", &[0u8; 8]),
+            entry(l, &[], "", &verdict(-2)),
+            entry(l, &[], "ERROR", &error("MINE")),
+            entry(l, &["tcp"], "", &verdict(-2)),
+            entry(l, &[], "", &verdict(-5)),
+            entry(l, &[], "ERROR", &error("ERROR")),
+        ]
+    };
+    let s = sizes(&build(0, 0));
+    let off = |i: usize| s[..i].iter().sum::<usize>();
+    let parts = build(off(6) as i32, off(2) as i32);
+    let mut info = Info {
+        valid_hooks: (1 << 0) | (1 << 3),
+        hook_entry: [0; 5],
+        num_entries: parts.len() as u32,
+        size: 0,
+    };
+    info.hook_entry[3] = off(3) as u32;
+    let blob: Vec<u8> = parts.concat();
+    info.size = blob.len() as u32;
+    (info, blob)
+}
+
+#[test]
+fn chains_rules_targets_and_jumps_in_both_layouts() {
+    for l in [IPV4, IPV6] {
+        let (info, blob) = table(l);
+        let c = chains(l, &info, &blob).unwrap();
+        let targets =
+            |name: &str| -> Vec<Target> { c[name].iter().map(|r| r.target.clone()).collect() };
+        assert_eq!(
+            targets("PREROUTING"),
+            vec![Target::Jump("MINE".into()), Target::Fall]
+        );
+        assert_eq!(targets("OUTPUT"), vec![Target::Ext("CT".into())]);
+        assert_eq!(targets("MINE"), vec![Target::Accept]);
+        assert_eq!(c["MINE"][0].text, "target ACCEPT (matches tcp)");
+        let found =
+            crate::xtables::table_findings(crate::iptables::Family::V4, "raw", &c, &|_, _| false);
+        assert_eq!(
+            found,
+            vec!["legacy iptables (IPv4) -t raw OUTPUT rule 1: target CT"]
+        );
+    }
+}
+
+#[test]
+fn info_reads_the_getinfo_layout() {
+    let mut b = vec![0u8; INFO_LEN];
+    b[..3].copy_from_slice(b"nat");
+    b[32..36].copy_from_slice(&0b11011u32.to_ne_bytes());
+    b[36 + 12..36 + 16].copy_from_slice(&1234u32.to_ne_bytes());
+    b[76..80].copy_from_slice(&9u32.to_ne_bytes());
+    b[80..84].copy_from_slice(&4096u32.to_ne_bytes());
+    let i = info(&b).unwrap();
+    assert_eq!(
+        (i.valid_hooks, i.hook_entry[3], i.num_entries, i.size),
+        (0b11011, 1234, 9, 4096)
+    );
+    assert!(info(&b[..80]).is_err());
+}
+
+/// Malformed tables are errors, never panics: every truncation and single-byte corruption.
+#[test]
+fn malformed_input_is_an_error_not_a_panic() {
+    for l in [IPV4, IPV6] {
+        let (info, blob) = table(l);
+        for n in 0..blob.len() {
+            let _ = chains(l, &info, &blob[..n]);
+        }
+        for i in 0..blob.len() {
+            for v in [0u8, 1, 0x7f, 0x80, 0xff] {
+                let mut m = blob.clone();
+                m[i] = v;
+                let _ = chains(l, &info, &m);
+            }
+        }
+        // An entry point inside an entry: no chain starts there, the rules land in the previous chain.
+        let mut odd = info.clone();
+        odd.hook_entry[3] = 7;
+        let c = chains(l, &odd, &blob).unwrap();
+        assert!(!c.contains_key("OUTPUT"));
+    }
+}
