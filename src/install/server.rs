@@ -122,8 +122,11 @@ pub fn respond(state: &State, which: Endpoints, path: &str) -> httpd::Reply {
         (Endpoints::Metrics, "/metrics") => (
             200,
             "text/plain; version=0.0.4; charset=utf-8",
-            // The in-process repair agent's counters ("" when it never acted).
-            state.metrics_text() + &crate::repair::metrics::render(),
+            // The in-process repair agent's counters ("" when it never acted) and the pod cache's ("" when
+            // it is off).
+            state.metrics_text()
+                + &crate::repair::metrics::render()
+                + &crate::podcache::metrics::render(),
         ),
         _ => (404, "text/plain", "Not Found\n".into()),
     }
