@@ -24,6 +24,7 @@ pub mod netns;
 pub mod nftables;
 pub mod plugin;
 pub mod pod_rules;
+pub mod podcache;
 pub mod redirect;
 pub mod repair;
 pub mod rundir;

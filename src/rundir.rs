@@ -7,6 +7,7 @@
 //! | `istio-cni-kubeconfig` | installer (`install::kubeconfig`) | plugin: pod lookup, STATUS |
 //! | `log.sock` | installer binds it (`install::relay`) | plugin sends its log records (`logging`) |
 //! | `iptables-backend` | installer; the plugin on its first ADD when absent | plugin, repair agent |
+//! | `pod-cache.sock` | installer binds it (`podcache::server`, unless `POD_CACHE_ENABLED=false`) | plugin asks it for the pod (`podcache::client`) |
 //!
 //! A record for another backend (nftables) belongs here too, as one more name beside `iptables-backend`.
 
@@ -26,9 +27,15 @@ impl RunDir {
     pub const LOG_SOCKET: &'static str = "log.sock";
     /// The recorded iptables backend (`nft`, `legacy` or `plain`, one line).
     pub const IPTABLES_BACKEND: &'static str = "iptables-backend";
-    /// What uninstall removes besides the kubeconfig: the relay socket and the backend record (a later
-    /// install records it afresh).
-    pub const RECORDS: [&'static str; 2] = [Self::LOG_SOCKET, Self::IPTABLES_BACKEND];
+    /// The node's pod cache (unix stream socket, root only).
+    pub const POD_CACHE_SOCKET: &'static str = "pod-cache.sock";
+    /// What uninstall removes besides the kubeconfig: the sockets and the backend record (a later install
+    /// records it afresh).
+    pub const RECORDS: [&'static str; 3] = [
+        Self::LOG_SOCKET,
+        Self::IPTABLES_BACKEND,
+        Self::POD_CACHE_SOCKET,
+    ];
 
     /// The run dir at `dir`; trailing slashes are dropped, so file paths print with one separator.
     pub fn new(dir: impl AsRef<Path>) -> RunDir {
@@ -54,6 +61,9 @@ impl RunDir {
     pub fn iptables_backend(&self) -> PathBuf {
         self.0.join(Self::IPTABLES_BACKEND)
     }
+    pub fn pod_cache_socket(&self) -> PathBuf {
+        self.0.join(Self::POD_CACHE_SOCKET)
+    }
 }
 
 #[cfg(test)]
@@ -78,6 +88,10 @@ mod tests {
             RunDir::new(DEFAULT).kubeconfig(),
             Path::new("/var/run/istio-cni/istio-cni-kubeconfig")
         );
-        assert_eq!(RunDir::RECORDS, ["log.sock", "iptables-backend"]);
+        assert_eq!(r.pod_cache_socket(), Path::new("/tmp/x/pod-cache.sock"));
+        assert_eq!(
+            RunDir::RECORDS,
+            ["log.sock", "iptables-backend", "pod-cache.sock"]
+        );
     }
 }

@@ -27,6 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agents  # noqa: E402  (installer and repair agent measurements)
 import cgprofile as cg_profile  # noqa: E402  (--profile: callgrind of one invocation per kind)
+import podcache  # noqa: E402  (the node's pod cache: its agent, cases, memory, hostile clients)
 from report import fmt, machine, markdown, median, pct, report, summarize  # noqa: E402,F401
 
 PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -137,6 +138,7 @@ class Double:
         self.host, self.port = hostport.rsplit(":", 1)
         self.ctx = ssl.create_default_context(cafile=self.ca)
         self.ctx.check_hostname = False
+        self.on_node = 0  # pods on the bench node (what the pod cache must hold)
 
     def request(self, method, path, body=None):
         c = http.client.HTTPSConnection(self.host, int(self.port), context=self.ctx, timeout=30)
@@ -152,6 +154,7 @@ class Double:
             c.close()
 
     def add_pods(self, pods):
+        self.on_node += sum(1 for p in pods if p.get("spec", {}).get("nodeName") == podcache.NODE)
         for i in range(0, len(pods), 500):
             self.request("POST", "/_double/pods", pods[i:i + 500])
 
@@ -240,6 +243,8 @@ class Bench:
         os.chmod(self.work, 0o700)
         self.nss = Namespaces(f"ib{os.getpid() % 100000}-")
         self.double = None
+        self.cache = None
+        self.with_cache = True
         self.node = None
         self.pod_seq = 0
         self.subnet_seq = 0
@@ -276,6 +281,9 @@ class Bench:
         self.base_env = {"PATH": PATH_ENV}
         # A pod namespace for the cases that never enter one (shortcut and no-sidecar paths).
         self.idle = self.make_pods(1, dual=False)[0]
+        self.cache = None
+        if self.with_cache:
+            podcache.start(self)
 
     def plugin_dir(self, label, exe):
         d = os.path.join(self.work, f"bin-{label}")
@@ -336,8 +344,8 @@ class Bench:
             out = list(ex.map(wire, work))
         return out
 
-    def conf(self, backend, prev, cni_version="1.0.0"):
-        run = self.run_dirs[backend]
+    def conf(self, backend, prev, cni_version="1.0.0", run_dir=None):
+        run = self.run_dirs[run_dir or backend]
         c = {"cniVersion": cni_version, "name": "bench", "type": "istio-cni", "cni_agent_run_dir": run,
              "exclude_namespaces": ["kube-system"], "plugin_log_level": "info", "pod_lookup_timeout_seconds": 5,
              "kubernetes": {"kubeconfig": os.path.join(run, "istio-cni-kubeconfig"),
@@ -390,6 +398,22 @@ class Bench:
             raise BenchError(f"istio-cni explain --nft failed: {r.stderr.strip()}")
         return "".join(l + "\n" for l in r.stdout.splitlines() if not l.startswith("#"))
 
+    def our_add_jobs(self, n, tag, case, backend, run_dir=None):
+        """`n` fresh pods (IPv4, a sidecar, served by the double as `ours-<case>-<tag><i>`) and our plugin's ADD
+        of each with `backend`'s configuration (and `run_dir`'s, when given): (pods, jobs)."""
+        pp = self.make_pods(n, False)
+        names = [f"ours-{case}-{tag}{i}" for i in range(n)]
+        objs, jobs = [], []
+        for (nsname, prev), nm in zip(pp, names):
+            ips = [ip["address"].split("/")[0] for ip in prev["ips"]]
+            objs.append(pod_object(nm, ips=ips))
+            conf = self.write(f"stdin/ours-{nm}.json", json.dumps(self.conf(backend, prev, run_dir=run_dir)))
+            env = self.cni_env("ours", "ADD", f"/run/netns/{nsname}",
+                               f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={nm}")
+            jobs.append((self.argv("ours"), env, conf, None))
+        self.double.add_pods(objs)
+        return pp, jobs
+
     def nftables_cases(self, n, tag, add_case):
         """ADD in nftables mode (one netlink batch, no exec) against upstream's way as the floor: `nft -f` of
         the same script, exec'd per pod inside its namespace."""
@@ -405,17 +429,7 @@ class Bench:
         jobs = [[([nft, "-f", script], self.base_env, None, nsname)] for nsname, _ in fr]
         add_case("floor-nft-f", "nft -f of the same script alone (upstream's way)", "floor", jobs,
                  kind="floor", check=("nftables", [x[0] for x in fr]))
-        pp = self.make_pods(n, False)
-        names = [f"ours-{case}-{tag}{i}" for i in range(n)]
-        objs, jobs = [], []
-        for (nsname, prev), nm in zip(pp, names):
-            ips = [ip["address"].split("/")[0] for ip in prev["ips"]]
-            objs.append(pod_object(nm, ips=ips))
-            conf = self.write(f"stdin/ours-{nm}.json", json.dumps(self.conf("nftables", prev)))
-            env = self.cni_env("ours", "ADD", f"/run/netns/{nsname}",
-                               f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={nm}")
-            jobs.append((self.argv("ours"), env, conf, None))
-        self.double.add_pods(objs)
+        pp, jobs = self.our_add_jobs(n, tag, case, "nftables")
         add_case(case, "ADD with redirect, IPv4 REDIRECT, nftables over netlink", "ours", jobs,
                  floor="floor-nft-f", check=("nftables", [x[0] for x in pp]))
         add_case("check-nftables", "CHECK (nftables, redirected pod)", "ours",
@@ -559,7 +573,25 @@ class Bench:
                 add_case("floor-getsave", "TLS GET + iptables-nft-save (minimal static client)", "floor", jobs,
                          kind="floor")
         self.nftables_cases(n, tag, add_case)
+        if self.cache:
+            self.cache_cases(n, tag, add_case)
         return cases
+
+    def cache_cases(self, n, tag, add_case):
+        """ADD with the pod from the node's cache (install-cni running, its socket in the run dir), per backend,
+        and ADD in nftables mode against a socket nobody listens on (a SIGKILLed agent): the API fallback."""
+        have_nft = shutil.which("nft", path=PATH_ENV) is not None
+        variants = [("add-redirect-nft-cache", "ADD with redirect, IPv4 REDIRECT, nft, pod from the node's cache",
+                     "nft", "cache", "floor-restore-add-redirect-nft", "nft" in self.backends)]
+        variants += [("add-redirect-nftables-cache", "ADD with redirect, IPv4 REDIRECT, nftables, pod from the node's cache",
+                      "nftables", "cache", "floor-nft-f", have_nft),
+                     ("add-redirect-nftables-stale", "ADD, nftables, agent killed (its socket left): API fallback",
+                      "nftables", "stale", "floor-nft-f", have_nft)]
+        for case, label, backend, run_dir, floor, ok in variants:
+            if not ok:
+                continue
+            pp, jobs = self.our_add_jobs(n, tag, case, backend, run_dir)
+            add_case(case, label, "ours", jobs, floor=floor, check=(backend, [x[0] for x in pp]))
 
     def argv(self, impl):
         return [os.path.join(self.bins[impl], "istio-cni")]
@@ -631,6 +663,8 @@ class Bench:
             self.node_pods = PODS_PER_NODE  # a fresh node namespace per chunk
             t = time.time()
             cases = self.plan(k, f"c{chunk}-")
+            if self.cache:
+                podcache.wait_synced(self)
             setup_s += time.time() - t
             most = max(most, len(self.nss.names))
             self.settle()
@@ -762,6 +796,8 @@ class Bench:
         return res
 
     def cleanup(self):
+        if self.cache:
+            self.cache.stop()
         if self.double:
             self.double.stop()
         self.nss.cleanup()
@@ -789,7 +825,7 @@ def main():
     ap.add_argument("--wiring", choices=("ptp", "bare"), default="ptp")
     ap.add_argument("--repair-pods", type=int, default=1000)
     ap.add_argument("--agent-runs", type=int, default=10)
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: plugin,burst,installer,repair")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: plugin,burst,installer,repair,cache")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--profile-bin", help="a symbolized build: run one invocation per kind under callgrind")
     a = ap.parse_args()
@@ -801,6 +837,7 @@ def main():
     SPAWN = a.spawn
     RESULT = os.path.join(b.work, "spawn.result")
     b.backends = [x for x in ("nft", "legacy") if shutil.which(f"iptables-{x}-restore", path=PATH_ENV)]
+    b.with_cache = "cache" not in skip
 
     def on_signal(sig, _frm):
         raise KeyboardInterrupt
@@ -815,6 +852,12 @@ def main():
         if "burst" not in skip:
             log(f"==> {a.burst} concurrent ADDs × {a.bursts}")
             b.concurrency()
+        if b.cache:
+            log("==> pod cache: API requests, memory with 1,000 pods, /readyz under hostile clients")
+            extra["cache"] = {"requests": podcache.api_requests(b, [
+                "add-redirect-nft", "add-redirect-nft-cache", "add-redirect-nftables", "add-redirect-nftables-cache",
+                "add-redirect-nftables-stale"]), "memory": podcache.memory(b, 200 if a.runs < 20 else 1000),
+                "hostile": podcache.hostile(b, secs=2.0 if a.runs < 20 else 5.0)}
         if "installer" not in skip:
             extra["installer"] = agents.installer(b)
         if "repair" not in skip:

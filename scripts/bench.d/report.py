@@ -6,6 +6,7 @@ import time
 
 import agents
 import cgprofile as cg_profile
+import podcache
 
 
 def pct(sorted_vals, p):
@@ -140,6 +141,8 @@ def markdown(doc):
         for k, v in doc["breakdown"].items():
             rs = ", ".join(f"{kk[8:-3]} {fmt(vv)}" for kk, vv in v.items() if kk.startswith("restore_"))
             out.append(f"| {k} | {fmt(v.get('pod_lookup_ms'))} | {fmt(v.get('rules_built_ms'))} | {rs or '–'} |")
+    if doc.get("cache"):
+        out += ["", podcache.markdown(doc["cache"])]
     for sec in ("installer", "repair"):
         if doc.get(sec):
             out += ["", agents.markdown(sec, doc[sec])]

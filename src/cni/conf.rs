@@ -1,5 +1,6 @@
 //! The plugin's network configuration (stdin): the standard CNI keys, Istio's current keys
-//! (`exclude_namespaces`, `cni_agent_run_dir`, `plugin_log_level`, `pod_namespace`, `native_nftables`) and the
+//! (`exclude_namespaces`, `cni_agent_run_dir`, `plugin_log_level`, `pod_namespace`, `native_nftables`), our
+//! `pod_lookup_timeout_seconds` and `pod_cache`, and the
 //! legacy 1.9/maistra ones (`log_level`, `kubernetes{kubeconfig, exclude_namespaces, cni_bin_dir, intercept_type}`).
 //! Unknown keys are ignored, as Go's `json.Unmarshal` does.
 //!
@@ -29,6 +30,9 @@ pub struct NetConf {
     pub log_level: Option<String>,
     pub pod_namespace: String,
     pub native_nftables: bool,
+    /// Ask the installer's pod cache first (`pod_cache`, default true; the installer writes `false` when
+    /// `POD_CACHE_ENABLED=false`, and the plugin then never touches the cache socket).
+    pub pod_cache: bool,
     /// Explicit kubeconfig path (legacy `kubernetes.kubeconfig`); default `<run dir>/istio-cni-kubeconfig`.
     pub kubeconfig: Option<String>,
     /// Total time ADD may spend on transient pod-lookup failures (`pod_lookup_timeout_seconds`).
@@ -144,6 +148,7 @@ pub fn parse(stdin: &str) -> Result<NetConf> {
         log_level,
         pod_namespace: json::opt_string(&raw, "pod_namespace", WHAT)?.unwrap_or_default(),
         native_nftables: json::opt_bool(&raw, "native_nftables", WHAT)?.unwrap_or(false),
+        pod_cache: json::opt_bool(&raw, "pod_cache", WHAT)?.unwrap_or(true),
         kubeconfig: legacy_str("kubeconfig")?,
         pod_lookup_deadline,
         prev_result: match raw.get("prevResult") {
@@ -187,6 +192,10 @@ mod tests {
         assert_eq!(c.pod_namespace, "istio-system");
         assert_eq!(c.pod_lookup_deadline, DEFAULT_POD_LOOKUP_DEADLINE);
         assert!(c.prev_result.is_none());
+        assert!(c.pod_cache);
+        let off = parse(r#"{"cniVersion":"1.0.0","name":"n","pod_cache":false}"#).unwrap();
+        assert!(!off.pod_cache);
+        assert!(parse(r#"{"cniVersion":"1.0.0","name":"n","pod_cache":"no"}"#).is_err());
     }
 
     #[test]

@@ -109,7 +109,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
         log::info!("metrics on {m}/metrics, health on {h}/healthz and /readyz");
         let sock = relay::start(&inst.settings.run_dir)?;
         log::info!("relaying plugin logs from {}", sock.display());
-        start_repair(&inst.settings);
+        super::podwatch::start(&inst.settings);
     }
     let mut watcher = watcher_for(&inst)?;
     let end = run::run_loop(&mut inst, &mut watcher, &state, Some(sigfd.as_fd()), once);
@@ -170,39 +170,5 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
             }
             Err(e)
         }
-    }
-}
-
-/// REPAIR_ENABLED: the repair agent runs in this process with an in-cluster client (the service
-/// account dir and service host the installer uses). A failure to start it is logged; the installer
-/// keeps running.
-fn start_repair(s: &Settings) {
-    if !s.repair.enabled {
-        log::info!("repair agent disabled (REPAIR_ENABLED=false)");
-        return;
-    }
-    let client = crate::kube::Config::in_cluster_from(
-        Some(s.k8s_host.clone()),
-        Some(s.k8s_port.clone()),
-        &s.service_account_dir,
-    )
-    .and_then(crate::kube::Client::from_config);
-    let client = match client {
-        Ok(c) => c,
-        Err(e) => {
-            log::error!("repair agent not started: {e}");
-            return;
-        }
-    };
-    let rt = crate::repair::Runtime {
-        host_proc: PathBuf::from(crate::repair::options::DEFAULT_HOST_PROC),
-        cni_agent_run_dir: s.run_dir.display().to_string(),
-        native_nftables: s.native_nftables,
-        monitoring_port: None,
-        run_as_daemon: true,
-    };
-    match crate::repair::run_in_installer(client, s.repair.clone(), rt) {
-        Ok(_) => log::info!("repair agent started"),
-        Err(e) => log::error!("repair agent not started: {e}"),
     }
 }

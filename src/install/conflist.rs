@@ -40,6 +40,9 @@ pub struct PluginEntry {
     /// ENABLE_AMBIENT_DETECTION_RETRY, written as given, as upstream does (the plugin never reads it:
     /// ambient is refused).
     pub enable_ambient_detection_retry: bool,
+    /// POD_CACHE_ENABLED: our key `"pod_cache": false` is written only when off, so the default entry is
+    /// upstream's, byte for byte.
+    pub pod_cache: bool,
 }
 
 impl PluginEntry {
@@ -70,6 +73,9 @@ impl PluginEntry {
             "enable_ambient_detection_retry".into(),
             Value::Bool(self.enable_ambient_detection_retry),
         );
+        if !self.pod_cache {
+            o.insert("pod_cache".into(), Value::Bool(false));
+        }
         o
     }
 
@@ -84,7 +90,7 @@ impl PluginEntry {
     pub fn standalone_text(&self) -> String {
         // Values are at depth 1 of the document; re-indent the nested lines.
         let pretty = |v: &Value| json::to_pretty(v, "  ").replace('\n', "\n  ");
-        let fields = [
+        let mut fields = vec![
             ("cniVersion", pretty(&json::string(UPSTREAM_CNI_VERSION))),
             ("name", pretty(&json::string(PLUGIN_TYPE))),
             ("type", pretty(&json::string(PLUGIN_TYPE))),
@@ -117,6 +123,9 @@ impl PluginEntry {
                 pretty(&Value::Bool(self.enable_ambient_detection_retry)),
             ),
         ];
+        if !self.pod_cache {
+            fields.push(("pod_cache", pretty(&Value::Bool(false))));
+        }
         let mut out = String::from("{\n");
         for (i, (k, text)) in fields.iter().enumerate() {
             out.push_str("  ");
@@ -333,6 +342,7 @@ mod tests {
             native_nftables: false,
             enablement_selectors: Vec::new(),
             enable_ambient_detection_retry: false,
+            pod_cache: true,
         }
     }
 
@@ -421,6 +431,24 @@ mod tests {
             retry.to_object().get("enable_ambient_detection_retry"),
             Some(Value::Bool(true))
         ));
+        json::parse(&t, "standalone").unwrap();
+    }
+
+    #[test]
+    fn pod_cache_key_only_when_off() {
+        let on = entry();
+        assert!(!on.to_object().contains_key("pod_cache"));
+        assert!(!on.standalone_text().contains("pod_cache"));
+        let off = PluginEntry {
+            pod_cache: false,
+            ..entry()
+        };
+        assert!(matches!(
+            off.to_object().get("pod_cache"),
+            Some(Value::Bool(false))
+        ));
+        let t = off.standalone_text();
+        assert!(t.ends_with("false,\n  \"pod_cache\": false\n}\n"), "{t}");
         json::parse(&t, "standalone").unwrap();
     }
 }

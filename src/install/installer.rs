@@ -69,6 +69,7 @@ impl Installer {
             native_nftables: s.native_nftables,
             enablement_selectors: s.enablement_selectors.clone(),
             enable_ambient_detection_retry: s.enable_ambient_detection_retry,
+            pod_cache: s.pod_cache,
         }
     }
 

@@ -5,12 +5,13 @@
 //! output), [`check`] (validity of the installed state), [`kubeconfig`] (rendering), [`links`] (the candidates'
 //! link chains and the directories to watch for them; its `chains_of` reads the file system).
 //! Effects: [`binaries`], [`installer`] (the steps), [`watch`] (inotify), [`run`] (the loop), [`server`]
-//! (health and metrics), [`relay`] (plugin log relay), [`cleanup`], [`cli`] (the
-//! run: signals, servers, the loop).
+//! (health and metrics), [`relay`] (plugin log relay), [`podwatch`] (the node's pod watch, pod cache and
+//! repair agent), [`cleanup`], [`cli`] (the run: signals, servers, the loop).
 //!
 //! The composition root of the DaemonSet: like upstream's `install-cni`, it runs the repair agent in-process
 //! (`REPAIR_ENABLED`), so it takes the agent's settings ([`crate::repair::options`]) and starts
-//! [`crate::repair::run_in_installer`]. That is the only role-to-role import, and it points one way: the
+//! [`crate::repair::start_in_installer`], fed by the node's one pod watch ([`podwatch`]) that also fills
+//! the pod cache ([`crate::podcache`]). That is the only role-to-role import, and it points one way: the
 //! repair agent imports nothing from the installer (what both use, [`crate::httpd`] and
 //! [`crate::pod_rules`], sits below them).
 
@@ -30,6 +31,7 @@ pub mod links;
 pub mod log_settings;
 pub mod options;
 pub mod plugin_metrics;
+pub mod podwatch;
 pub mod relay;
 pub mod run;
 pub mod select;

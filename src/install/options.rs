@@ -61,6 +61,10 @@ pub struct Settings {
     pub repair: crate::repair::options::Options,
     /// What the SIGTERM decision (replacement or uninstall) needs.
     pub handover: Handover,
+    /// POD_CACHE_ENABLED (default true): serve this node's pods to the plugin from one watch.
+    pub pod_cache: bool,
+    /// The node whose pods the installer watches ([`watch_node`]); "" = none known.
+    pub watch_node: String,
 }
 
 /// Settings of the SIGTERM decision ([`super::handover`]).
@@ -119,7 +123,7 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
     let exclude = list(&r, &f.exclude_namespaces, "EXCLUDE_NAMESPACES", |c| {
         c == ','
     });
-    Ok(Settings {
+    let mut settings = Settings {
         // Where the CNI configuration goes.
         mounted_cni_net_dir: conf.mounted,
         cni_net_dir: conf.host,
@@ -183,7 +187,11 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         uninstall: f.uninstall,
         repair: crate::repair::options::from_installer_env(env)?,
         handover: handover(f, &r, env)?,
-    })
+        pod_cache: r.bool(&None, "POD_CACHE_ENABLED", true)?,
+        watch_node: String::new(),
+    };
+    settings.watch_node = watch_node(&settings.repair.node_name, env);
+    Ok(settings)
 }
 
 /// DISABLE_SAFE_UPGRADE (flag `--disable-safe-upgrade`), else upstream's ambient-mode
@@ -211,6 +219,22 @@ fn handover(f: &Flags, r: &Named<'_>, env: Env<'_>) -> Result<Handover> {
         node_name: node_name.trim().to_string(),
         disabled_by,
     })
+}
+
+/// The node of the installer's pod watch: the repair agent's (`REPAIR_NODE_NAME`), else `NODE_NAME`, else
+/// `KUBERNETES_NODE_NAME`; the chart sets the first two from `spec.nodeName`. Never the host name, which in
+/// the DaemonSet's pod is the pod's name.
+fn watch_node(repair_node: &str, env: Env<'_>) -> String {
+    [
+        Some(repair_node.to_string()),
+        env("NODE_NAME"),
+        env("KUBERNETES_NODE_NAME"),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|n| n.trim().to_string())
+    .find(|n| !n.is_empty())
+    .unwrap_or_default()
 }
 
 const WAIT_TIMEOUT: Duration = Duration::from_secs(60);

@@ -146,10 +146,11 @@ pub fn respond(state: &State, which: Endpoints, path: &str) -> httpd::Reply {
         (Endpoints::Metrics, "/metrics") => (
             200,
             "text/plain; version=0.0.4; charset=utf-8",
-            // The in-process repair agent's counters ("" when it never acted), the watches' start-up
-            // timings, the plugin's ADDs.
+            // The in-process repair agent's counters ("" when it never acted), the pod cache's ("" when
+            // it is off), the watches' start-up timings, the plugin's ADDs.
             state.metrics_text()
                 + &crate::repair::metrics::render()
+                + &crate::podcache::metrics::render()
                 + &crate::kube::watch_timing::render()
                 + &super::plugin_metrics::render(),
         ),

@@ -48,7 +48,7 @@ fn rule_text_at(rs: &Ruleset, table: &str, chain: &str, i: usize) -> String {
 
 /// The operator's message for failed batch messages: the operation in nft syntax, the kernel's error and,
 /// for `ENOENT`, the modules the message's expressions need.
-fn failure_text(b: &encode::Batch, failures: &[Failure]) -> String {
+fn failure_text(b: &encode::Batch, rs: &Ruleset, failures: &[Failure]) -> String {
     let first = b.what.first().map(|w| w.seq);
     let parts: Vec<String> = failures
         .iter()
@@ -57,7 +57,10 @@ fn failure_text(b: &encode::Batch, failures: &[Failure]) -> String {
             let Some(w) = b.what.iter().find(|w| w.seq == f.seq) else {
                 return format!("batch: {err}");
             };
-            let mut s = format!("{}: {err}", w.op);
+            if f.errno == 0 {
+                return format!("the kernel did not acknowledge {}", w.op(rs));
+            }
+            let mut s = format!("{}: {err}", w.op(rs));
             if f.errno == nix::errno::Errno::ENOENT as i32 && !w.modules.is_empty() {
                 let m: Vec<String> = w
                     .modules
@@ -125,7 +128,7 @@ fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32, mut replace: bool) -> Resu
             .iter()
             .any(|f| f.errno == nix::errno::Errno::ERESTART as i32 && f.seq == b.begin_seq);
         if !restart {
-            return Err(Error::Rules(failure_text(&b, &failures)));
+            return Err(Error::Rules(failure_text(&b, rs, &failures)));
         }
         if attempt < ATTEMPTS {
             if held.is_none() {

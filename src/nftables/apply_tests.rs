@@ -1,7 +1,7 @@
 use super::*;
 use crate::nftables::expr::no_groups;
 
-fn tproxy_batch() -> encode::Batch {
+fn tproxy_batch() -> (Ruleset, encode::Batch) {
     let o = crate::json::parse_object(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -14,19 +14,21 @@ fn tproxy_batch() -> encode::Batch {
     let cfg = crate::redirect::CaptureConfig::from_json(&o).unwrap();
     let rs = crate::nftables::generate(&cfg).unwrap().ruleset();
     let groups = |_: &str| -> Result<u32> { Ok(0) };
-    encode::batch(&rs, &groups, None, 10, true).unwrap()
+    let b = encode::batch(&rs, &groups, None, 10, true).unwrap();
+    (rs, b)
 }
 
 #[test]
 fn a_missing_module_is_named_with_the_rule() {
-    let b = tproxy_batch();
+    let (rs, b) = tproxy_batch();
     let w = b
         .what
         .iter()
-        .find(|w| w.op.contains("tproxy ip to"))
+        .find(|w| w.op(&rs).contains("tproxy ip to"))
         .unwrap();
     let t = failure_text(
         &b,
+        &rs,
         &[Failure {
             errno: 2,
             seq: w.seq,
@@ -41,10 +43,11 @@ fn a_missing_module_is_named_with_the_rule() {
     let chain = b
         .what
         .iter()
-        .find(|w| w.op.contains("type nat hook prerouting"))
+        .find(|w| w.op(&rs).contains("type nat hook prerouting"))
         .unwrap();
     let t = failure_text(
         &b,
+        &rs,
         &[Failure {
             errno: 2,
             seq: chain.seq,
@@ -57,6 +60,7 @@ fn a_missing_module_is_named_with_the_rule() {
     // Commit-time errors land on the first message: say so.
     let t = failure_text(
         &b,
+        &rs,
         &[Failure {
             errno: 22,
             seq: b.what[0].seq,

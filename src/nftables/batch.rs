@@ -2,21 +2,88 @@
 //! purely from a [`Ruleset`]: `NEWTABLE`+`DELTABLE` for each Istio table, then every desired table, chain,
 //! anonymous set and rule, appended in final order, between `BATCH_BEGIN` and `BATCH_END`. Every inner
 //! message asks for an ack; [`Batch::what`] maps each sequence number back to the operation and the kernel
-//! modules it needs, for error messages.
+//! modules it needs, for error messages. The operation is described in nft syntax only when an error needs
+//! it ([`What::op`]): formatting every rule cost more than encoding it, on every pod's ADD.
 
 use super::encode::*;
 use super::expr::{lower, Expr, GroupResolver};
-use super::model::{rule_text, Ruleset, TABLES};
+use super::model::{rule_text, Ruleset, Table, TABLES};
 use crate::error::Result;
+
+/// Which operation one message of a batch is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    AddTable(Table),
+    DeleteTable(Table),
+    AddChain(Table, &'static str),
+    /// Rule `rule` of chain `chain` of table `table` (indices into the ruleset), or the anonymous set its
+    /// lookup uses and that set's elements.
+    Rule {
+        table: usize,
+        chain: usize,
+        rule: usize,
+        part: Part,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Rule,
+    Set,
+    SetElements,
+}
 
 /// What one message of a batch does, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct What {
     pub seq: u32,
-    /// The operation in nft syntax (`add rule inet istio-proxy-nat output counter jump istio-output`).
-    pub op: String,
+    pub what: Op,
     /// `(expression, kernel module)` pairs this message needs beyond nf_tables.
     pub modules: Vec<(String, &'static str)>,
+}
+
+impl What {
+    /// The operation in nft syntax (`add rule inet istio-proxy-nat output counter jump istio-output`); `rs`
+    /// is the ruleset the batch was encoded from.
+    pub fn op(&self, rs: &Ruleset) -> String {
+        match &self.what {
+            Op::AddTable(t) => format!("add table inet {}", t.name()),
+            Op::DeleteTable(t) => format!("delete table inet {}", t.name()),
+            Op::AddChain(t, c) => {
+                let op = format!("add chain inet {} {c}", t.name());
+                match t.hook(c) {
+                    Some(h) => format!(
+                        "{op} {{ type {} hook {} priority {} ; }}",
+                        h.kind, h.hook, h.priority
+                    ),
+                    None => op,
+                }
+            }
+            Op::Rule {
+                table,
+                chain,
+                rule,
+                part,
+            } => {
+                let ts = rs.tables.get(*table);
+                let c = ts.and_then(|t| t.chains.get(*chain));
+                let text = match (ts, c, c.and_then(|c| c.rules.get(*rule))) {
+                    (Some(ts), Some(c), Some(items)) => format!(
+                        "add rule inet {} {} {}",
+                        ts.table.name(),
+                        c.name,
+                        rule_text(items)
+                    ),
+                    _ => format!("rule {rule} of chain {chain} of table {table}"),
+                };
+                match part {
+                    Part::Rule => text,
+                    Part::Set => format!("{text} (its set)"),
+                    Part::SetElements => format!("{text} (its set elements)"),
+                }
+            }
+        }
+    }
 }
 
 /// An encoded batch.
@@ -33,19 +100,32 @@ struct Builder {
     bytes: Vec<u8>,
     what: Vec<What>,
     seq: u32,
+    /// The last message's attribute buffer, cleared for the next ([`Builder::attrs`]).
+    spare: Vec<u8>,
 }
 
 impl Builder {
+    /// An empty attribute writer (reusing the last message's buffer).
+    fn attrs(&mut self) -> Attrs {
+        let mut buf = std::mem::take(&mut self.spare);
+        buf.clear();
+        if buf.capacity() == 0 {
+            return Attrs::default();
+        }
+        Attrs { buf }
+    }
+
     fn push(
         &mut self,
         msg: u16,
         flags: u16,
-        attrs: &Attrs,
-        op: String,
+        attrs: Attrs,
+        what: Op,
         modules: Vec<(String, &'static str)>,
     ) {
         self.seq = self.seq.wrapping_add(1);
-        let m = message(
+        message_into(
+            &mut self.bytes,
             nft_type(msg),
             NLM_F_REQUEST | NLM_F_ACK | flags,
             self.seq,
@@ -53,10 +133,10 @@ impl Builder {
             0,
             &attrs.buf,
         );
-        self.bytes.extend_from_slice(&m);
+        self.spare = attrs.buf;
         self.what.push(What {
             seq: self.seq,
-            op,
+            what,
             modules,
         });
     }
@@ -75,58 +155,41 @@ pub fn batch(
     replace: bool,
 ) -> Result<Batch> {
     let mut b = Builder {
-        bytes: Vec::new(),
+        bytes: Vec::with_capacity(8 << 10),
         what: Vec::new(),
         seq: seq0,
+        spare: Vec::new(),
     };
     let mut begin = Attrs::default();
     if let Some(g) = genid {
         begin.be32(NFNL_BATCH_GENID, g);
     }
-    b.bytes.extend_from_slice(&message(
+    message_into(
+        &mut b.bytes,
         NFNL_MSG_BATCH_BEGIN,
         NLM_F_REQUEST,
         seq0,
         NFPROTO_UNSPEC,
         NFNL_SUBSYS_NFTABLES,
         &begin.buf,
-    ));
+    );
     for t in TABLES.into_iter().filter(|_| replace) {
-        let mut a = Attrs::default();
+        let mut a = b.attrs();
         a.str(NFTA_TABLE_NAME, t.name()).be32(NFTA_TABLE_FLAGS, 0);
-        b.push(
-            NFT_MSG_NEWTABLE,
-            0,
-            &a,
-            format!("add table inet {}", t.name()),
-            vec![],
-        );
-        let mut a = Attrs::default();
+        b.push(NFT_MSG_NEWTABLE, 0, a, Op::AddTable(t), vec![]);
+        let mut a = b.attrs();
         a.str(NFTA_TABLE_NAME, t.name());
-        b.push(
-            NFT_MSG_DELTABLE,
-            0,
-            &a,
-            format!("delete table inet {}", t.name()),
-            vec![],
-        );
+        b.push(NFT_MSG_DELTABLE, 0, a, Op::DeleteTable(t), vec![]);
     }
     let mut set_id: u32 = 0;
-    for ts in &rs.tables {
+    for (ti, ts) in rs.tables.iter().enumerate() {
         let tn = ts.table.name();
-        let mut a = Attrs::default();
+        let mut a = b.attrs();
         a.str(NFTA_TABLE_NAME, tn).be32(NFTA_TABLE_FLAGS, 0);
-        b.push(
-            NFT_MSG_NEWTABLE,
-            0,
-            &a,
-            format!("add table inet {tn}"),
-            vec![],
-        );
+        b.push(NFT_MSG_NEWTABLE, 0, a, Op::AddTable(ts.table), vec![]);
         for c in &ts.chains {
-            let mut a = Attrs::default();
+            let mut a = b.attrs();
             a.str(NFTA_CHAIN_TABLE, tn).str(NFTA_CHAIN_NAME, c.name);
-            let mut op = format!("add chain inet {tn} {}", c.name);
             let mut modules = vec![];
             if let Some(h) = ts.table.hook(c.name) {
                 // Attribute order as nft sends it (type, then hook).
@@ -135,26 +198,33 @@ pub fn batch(
                     n.be32(NFTA_HOOK_HOOKNUM, h.hooknum)
                         .put(NFTA_HOOK_PRIORITY, &h.priority.to_be_bytes());
                 });
-                op = format!(
-                    "{op} {{ type {} hook {} priority {} ; }}",
-                    h.kind, h.hook, h.priority
-                );
                 if h.kind == "nat" {
                     modules.push(("type nat chain".to_string(), "nft_chain_nat"));
                 }
             }
-            b.push(NFT_MSG_NEWCHAIN, NLM_F_CREATE, &a, op, modules);
+            b.push(
+                NFT_MSG_NEWCHAIN,
+                NLM_F_CREATE,
+                a,
+                Op::AddChain(ts.table, c.name),
+                modules,
+            );
         }
-        for c in &ts.chains {
-            for items in &c.rules {
-                let text = format!("add rule inet {tn} {} {}", c.name, rule_text(items));
+        for (ci, c) in ts.chains.iter().enumerate() {
+            for (ri, items) in c.rules.iter().enumerate() {
+                let op = |part| Op::Rule {
+                    table: ti,
+                    chain: ci,
+                    rule: ri,
+                    part,
+                };
                 let mut low = lower(items, groups)?;
                 // Anonymous sets first, with batch-unique ids; the lookups point at them.
                 let mut ids = Vec::new();
                 for elems in &low.sets {
                     set_id += 1;
                     ids.push(set_id);
-                    let mut a = Attrs::default();
+                    let mut a = b.attrs();
                     a.str(NFTA_SET_TABLE, tn)
                         .str(NFTA_SET_NAME, "__set%d")
                         .be32(NFTA_SET_FLAGS, SET_ANON_CONST)
@@ -164,14 +234,8 @@ pub fn batch(
                         .nest(NFTA_SET_DESC, |d| {
                             d.be32(NFTA_SET_DESC_SIZE, elems.len() as u32);
                         });
-                    b.push(
-                        NFT_MSG_NEWSET,
-                        NLM_F_CREATE,
-                        &a,
-                        format!("{text} (its set)"),
-                        vec![],
-                    );
-                    let mut a = Attrs::default();
+                    b.push(NFT_MSG_NEWSET, NLM_F_CREATE, a, op(Part::Set), vec![]);
+                    let mut a = b.attrs();
                     a.str(NFTA_SET_ELEM_LIST_TABLE, tn)
                         .str(NFTA_SET_ELEM_LIST_SET, "__set%d")
                         .be32(NFTA_SET_ELEM_LIST_SET_ID, set_id)
@@ -188,8 +252,8 @@ pub fn batch(
                     b.push(
                         NFT_MSG_NEWSETELEM,
                         NLM_F_CREATE,
-                        &a,
-                        format!("{text} (its set elements)"),
+                        a,
+                        op(Part::SetElements),
                         vec![],
                     );
                 }
@@ -206,28 +270,29 @@ pub fn batch(
                     .iter()
                     .filter_map(|e| super::expr::module_of(e).map(|m| (e.name().to_string(), m)))
                     .collect();
-                let mut a = Attrs::default();
+                let mut a = b.attrs();
                 a.str(NFTA_RULE_TABLE, tn).str(NFTA_RULE_CHAIN, c.name);
                 expressions(&low.exprs, &mut a);
                 b.push(
                     NFT_MSG_NEWRULE,
                     NLM_F_CREATE | NLM_F_APPEND,
-                    &a,
-                    text,
+                    a,
+                    op(Part::Rule),
                     modules,
                 );
             }
         }
     }
     let end_seq = b.seq.wrapping_add(1);
-    b.bytes.extend_from_slice(&message(
+    message_into(
+        &mut b.bytes,
         NFNL_MSG_BATCH_END,
         NLM_F_REQUEST,
         end_seq,
         NFPROTO_UNSPEC,
         NFNL_SUBSYS_NFTABLES,
         &[],
-    ));
+    );
     Ok(Batch {
         bytes: b.bytes,
         what: b.what,

@@ -115,7 +115,8 @@ fn messages_match_the_bytes_nft_sends() {
 
 #[test]
 fn batch_framing() {
-    let b = batch(&sample(), &no_groups, Some(7), 100, true).unwrap();
+    let rs = sample();
+    let b = batch(&rs, &no_groups, Some(7), 100, true).unwrap();
     let msgs = decode::messages(&b.bytes).unwrap();
     let first = msgs.first().unwrap();
     assert_eq!((first.kind, first.seq), (NFNL_MSG_BATCH_BEGIN, 100));
@@ -132,7 +133,7 @@ fn batch_framing() {
         assert_ne!(m.flags & NLM_F_ACK, 0);
     }
     // Convergent: all three tables created and deleted first.
-    let ops: Vec<&str> = b.what.iter().take(7).map(|w| w.op.as_str()).collect();
+    let ops: Vec<String> = b.what.iter().take(7).map(|w| w.op(&rs)).collect();
     assert_eq!(
         ops,
         [
@@ -146,14 +147,14 @@ fn batch_framing() {
         ]
     );
     // A namespace without our tables gets a create-only batch: nothing for the kernel to destroy.
-    let fresh = batch(&sample(), &no_groups, Some(7), 100, false).unwrap();
-    assert_eq!(fresh.what[0].op, "add table inet istio-proxy-nat");
-    assert!(!fresh.what.iter().any(|w| w.op.starts_with("delete")));
+    let fresh = batch(&rs, &no_groups, Some(7), 100, false).unwrap();
+    assert_eq!(fresh.what[0].op(&rs), "add table inet istio-proxy-nat");
+    assert!(!fresh.what.iter().any(|w| w.op(&rs).starts_with("delete")));
     assert_eq!(fresh.what.len(), b.what.len() - 6);
     let redirect = b
         .what
         .iter()
-        .find(|w| w.op.contains("redirect to :15006"))
+        .find(|w| w.op(&rs).contains("redirect to :15006"))
         .unwrap();
     assert_eq!(redirect.modules, vec![("redir".to_string(), "nft_redir")]);
 }

@@ -77,52 +77,98 @@ pub const SET_ANON_CONST: u32 = 3;
 /// nft's `inet_service` datatype id.
 pub const KEY_TYPE_INET_SERVICE: u32 = 13;
 
-/// Attribute writer (host-order headers, payload padded to 4 bytes).
-#[derive(Default)]
+/// Attribute writer (host-order headers, payload padded to 4 bytes). Writes in place: a nested attribute is
+/// built in the same buffer and its length patched afterwards, and no attribute needs a temporary, so a batch
+/// costs a few buffer growths instead of an allocation and a copy per attribute (it is on every pod's ADD).
 pub struct Attrs {
     pub buf: Vec<u8>,
 }
 
-impl Attrs {
-    pub fn put(&mut self, ty: u16, payload: &[u8]) -> &mut Self {
-        let len = 4 + payload.len();
-        self.buf.extend_from_slice(&(len as u16).to_ne_bytes());
-        self.buf.extend_from_slice(&ty.to_ne_bytes());
-        self.buf.extend_from_slice(payload);
-        while self.buf.len() % 4 != 0 {
-            self.buf.push(0);
+impl Default for Attrs {
+    fn default() -> Attrs {
+        // Most messages' attributes fit; more grows as usual.
+        Attrs {
+            buf: Vec::with_capacity(256),
         }
+    }
+}
+
+impl Attrs {
+    /// The header of an attribute whose payload is `payload_len` bytes; the caller appends the payload and
+    /// then [`Attrs::pad`].
+    fn header(&mut self, ty: u16, payload_len: usize) {
+        let l = ((4 + payload_len) as u16).to_ne_bytes();
+        let t = ty.to_ne_bytes();
+        self.buf.extend_from_slice(&[l[0], l[1], t[0], t[1]]);
+    }
+    fn pad(&mut self) {
+        let n = (4 - self.buf.len() % 4) % 4;
+        if n > 0 {
+            self.buf.extend_from_slice(&[0u8; 3][..n]);
+        }
+    }
+    pub fn put(&mut self, ty: u16, payload: &[u8]) -> &mut Self {
+        self.header(ty, payload.len());
+        self.buf.extend_from_slice(payload);
+        self.pad();
         self
     }
+    /// A NUL-terminated string.
     pub fn str(&mut self, ty: u16, s: &str) -> &mut Self {
-        let mut v = s.as_bytes().to_vec();
-        v.push(0);
-        self.put(ty, &v)
+        self.header(ty, s.len() + 1);
+        self.buf.extend_from_slice(s.as_bytes());
+        self.buf.push(0);
+        self.pad();
+        self
     }
     pub fn be32(&mut self, ty: u16, v: u32) -> &mut Self {
         self.put(ty, &v.to_be_bytes())
     }
     pub fn nest(&mut self, ty: u16, f: impl FnOnce(&mut Attrs)) -> &mut Self {
-        let mut inner = Attrs::default();
+        let start = self.buf.len();
+        self.header(ty | NLA_F_NESTED, 0);
+        let mut inner = Attrs {
+            buf: std::mem::take(&mut self.buf),
+        };
         f(&mut inner);
-        self.put(ty | NLA_F_NESTED, &inner.buf)
+        self.buf = inner.buf;
+        // Every attribute inside is padded, so the nest needs none of its own.
+        let len = (self.buf.len() - start) as u16;
+        self.buf[start..start + 2].copy_from_slice(&len.to_ne_bytes());
+        self
     }
 }
 
 /// One netfilter message: `nlmsghdr` + `nfgenmsg` + attributes.
 pub fn message(kind: u16, flags: u16, seq: u32, family: u8, res_id: u16, attrs: &[u8]) -> Vec<u8> {
-    let len = 16 + 4 + attrs.len();
-    let mut m = Vec::with_capacity(len);
-    m.extend_from_slice(&(len as u32).to_ne_bytes());
-    m.extend_from_slice(&kind.to_ne_bytes());
-    m.extend_from_slice(&flags.to_ne_bytes());
-    m.extend_from_slice(&seq.to_ne_bytes());
-    m.extend_from_slice(&0u32.to_ne_bytes());
-    m.push(family);
-    m.push(0);
-    m.extend_from_slice(&res_id.to_be_bytes());
-    m.extend_from_slice(attrs);
+    let mut m = Vec::with_capacity(20 + attrs.len());
+    message_into(&mut m, kind, flags, seq, family, res_id, attrs);
     m
+}
+
+/// [`message`], appended to `out` (a batch is one buffer).
+pub fn message_into(
+    out: &mut Vec<u8>,
+    kind: u16,
+    flags: u16,
+    seq: u32,
+    family: u8,
+    res_id: u16,
+    attrs: &[u8],
+) {
+    let l = ((16 + 4 + attrs.len()) as u32).to_ne_bytes();
+    let (k, f, s, r) = (
+        kind.to_ne_bytes(),
+        flags.to_ne_bytes(),
+        seq.to_ne_bytes(),
+        res_id.to_be_bytes(),
+    );
+    // nlmsghdr (nlmsg_pid 0), then nfgenmsg: family, version 0, res_id (big-endian).
+    out.extend_from_slice(&[
+        l[0], l[1], l[2], l[3], k[0], k[1], f[0], f[1], s[0], s[1], s[2], s[3], 0, 0, 0, 0, family,
+        0, r[0], r[1],
+    ]);
+    out.extend_from_slice(attrs);
 }
 
 pub fn nft_type(msg: u16) -> u16 {

@@ -23,7 +23,7 @@ fn io(what: &str, e: Errno) -> Error {
     Error::io(format!("nftables: {what}"), std::io::Error::from(e))
 }
 
-/// A kernel error for one message of a batch.
+/// A kernel error for one message of a batch (`errno` 0: the kernel did not acknowledge it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     pub errno: i32,
@@ -74,7 +74,7 @@ impl Socket {
 
     /// Sends `b` and collects the replies: the kernel has queued every reply when `sendmsg` returns
     /// (nfnetlink processes a batch synchronously), so the socket is drained without blocking. Returns
-    /// the failures; empty means committed.
+    /// the failures (a message without an ack as errno 0); empty means committed.
     pub fn run_batch(&mut self, b: &Batch) -> Result<Vec<Failure>> {
         self.send_all("send the batch", &b.bytes)?;
         let mut answered = std::collections::HashSet::new();
@@ -99,10 +99,10 @@ impl Socket {
         }
         if failures.is_empty() {
             if let Some(w) = b.what.iter().find(|w| !answered.contains(&w.seq)) {
-                return Err(Error::Rules(format!(
-                    "nftables run failed: the kernel did not acknowledge {}",
-                    w.op
-                )));
+                failures.push(Failure {
+                    errno: 0,
+                    seq: w.seq,
+                });
             }
         }
         Ok(failures)

@@ -5,6 +5,7 @@ use crate::error::{Context, Result};
 use crate::json::Object;
 use crate::kube;
 use crate::pod_rules;
+use crate::podcache::{self, Miss, Source};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -42,8 +43,33 @@ impl Report {
     }
 }
 
-fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration)> {
+/// The pod object: from the installer's pod cache when it has it (and the configuration does not turn it
+/// off), else from the API server exactly as without a cache, with the whole lookup deadline.
+/// `report` learns where the pod came from, even when the lookup fails.
+fn pod_lookup(
+    conf: &NetConf,
+    args: &K8sArgs,
+    report: &mut Report,
+) -> Result<(Object, Duration, Source)> {
     let t = Instant::now();
+    let miss = if conf.pod_cache {
+        let req = podcache::proto::Request {
+            namespace: args.pod_namespace.clone(),
+            name: args.pod_name.clone(),
+            uid: args.pod_uid.clone(),
+        };
+        match podcache::client::lookup(&conf.run_dir().pod_cache_socket(), &req) {
+            Ok(pod) => {
+                report.lookup = Some(Lookup::Cache);
+                return Ok((pod, t.elapsed(), Source::Cache));
+            }
+            Err(m) => m,
+        }
+    } else {
+        Miss::Disabled
+    };
+    // Counted as an API lookup even when the GET fails.
+    report.lookup = Some(Lookup::Api(miss.name()));
     let path = conf.kubeconfig_path();
     let client = kube::Client::from_kubeconfig(Path::new(&path))
         .with_context(|| format!("create the kubernetes client from {path}"))?;
@@ -52,8 +78,12 @@ fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration)> {
         &args.pod_namespace,
         &args.pod_name,
         conf.pod_lookup_deadline,
-    )?;
-    Ok((pod, t.elapsed()))
+    );
+    let pod = match miss {
+        Miss::Disabled => pod?,
+        m => pod.with_context(|| format!("pod cache: {}; API server", m.name()))?,
+    };
+    Ok((pod, t.elapsed(), Source::Api(miss)))
 }
 
 /// ADD, with `node_env` the plugin process's environment (read by the plan); `report` learns where the
@@ -75,9 +105,7 @@ pub fn add(
         log::info!("{who}: no redirection: {}", s.reason());
         return Ok(output);
     }
-    // No pod cache yet: every pod object comes from the API server (counted even when the GET fails).
-    report.lookup = Some(Lookup::Api("disabled"));
-    let (pod, lookup) = pod_lookup(conf, &args).with_context(|| {
+    let (pod, lookup, source) = pod_lookup(conf, &args, report).with_context(|| {
         format!(
             "pod {}/{} may need a sidecar, refusing to start it unredirected",
             args.pod_namespace, args.pod_name
@@ -87,7 +115,7 @@ pub fn add(
         .with_context(|| format!("pod {}/{}", args.pod_namespace, args.pod_name))?;
     report.redirected = msg.redirected;
     log::info!(
-        "{who}: {msg}; pod lookup {:.1} ms",
+        "{who}: {msg}; pod lookup {:.1} ms ({source})",
         lookup.as_secs_f64() * 1000.0
     );
     Ok(output)
@@ -108,7 +136,7 @@ pub fn check(
     if shortcut(conf, &args).is_some() {
         return Ok(());
     }
-    let (pod, _) = pod_lookup(conf, &args)?;
+    let (pod, _, _) = pod_lookup(conf, &args, &mut Report::default())?;
     pod_rules::check_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("CHECK pod {}/{}", args.pod_namespace, args.pod_name))
 }

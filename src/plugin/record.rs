@@ -42,8 +42,8 @@ pub enum Lookup {
     Api(&'static str),
 }
 
-/// Why a pod was read from the API server: the pod cache's miss reasons (snake_case), `other` for anything
-/// else. Today the plugin has no cache to ask: `disabled`.
+/// Why a pod was read from the API server: the pod cache's miss reasons ([`crate::podcache::Miss`], snake_case),
+/// `other` for anything else.
 pub const API_REASONS: [&str; 13] = [
     "disabled",
     "no_socket",
@@ -169,6 +169,40 @@ impl AddRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::podcache::{Answer, Miss};
+
+    #[test]
+    fn every_cache_miss_reason_is_a_label_value() {
+        let mut misses = vec![
+            Miss::Disabled,
+            Miss::NoSocket,
+            Miss::Refused,
+            Miss::Busy,
+            Miss::Timeout,
+            Miss::BadReply,
+            Miss::SocketError,
+        ];
+        misses.extend(
+            Answer::ALL
+                .into_iter()
+                .filter(|a| *a != Answer::Hit)
+                .map(Miss::Agent),
+        );
+        for m in misses {
+            // Exhaustive: a new kind of miss fails to compile here until it is listed above.
+            match m {
+                Miss::Disabled
+                | Miss::NoSocket
+                | Miss::Refused
+                | Miss::Busy
+                | Miss::Timeout
+                | Miss::BadReply
+                | Miss::SocketError
+                | Miss::Agent(_) => {}
+            }
+            assert_eq!(api_reason(m.name()), m.name(), "{m:?}");
+        }
+    }
 
     #[test]
     fn records_round_trip_and_only_known_names_decode() {

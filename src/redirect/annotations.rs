@@ -22,6 +22,13 @@ pub const REROUTE_VIRTUAL_INTERFACES: &str = "istio.io/reroute-virtual-interface
 /// Deprecated spelling of [`REROUTE_VIRTUAL_INTERFACES`], read only when that key is absent.
 pub const KUBEVIRT_INTERFACES: &str = "traffic.sidecar.istio.io/kubevirtInterfaces";
 
+/// The `istio-proxy` env variable that captures DNS.
+pub const DNS_CAPTURE_ENV: &str = "ISTIO_META_DNS_CAPTURE";
+/// The `istio-proxy` env variable that changes how IPv6 is detected.
+pub const DUAL_STACK_ENV: &str = "ISTIO_DUAL_STACK";
+/// The `istio-proxy` env variable that drops conntrack-INVALID packets.
+pub const INVALID_DROP_ENV: &str = "INVALID_DROP";
+
 /// Ports the injector's health/metrics endpoints use; never captured inbound.
 pub const ALWAYS_EXCLUDED_INBOUND: [u16; 3] = [15020, 15021, 15090];
 /// Default for excludeOutboundPorts (replaced, not extended, by the annotation).
@@ -217,9 +224,9 @@ impl Redirect {
             exclude_outbound_ports,
             exclude_interfaces,
             reroute_virtual_interfaces,
-            dns_redirect: flag("ISTIO_META_DNS_CAPTURE"),
-            dual_stack: flag("ISTIO_DUAL_STACK"),
-            invalid_drop: flag("INVALID_DROP"),
+            dns_redirect: flag(DNS_CAPTURE_ENV),
+            dual_stack: flag(DUAL_STACK_ENV),
+            invalid_drop: flag(INVALID_DROP_ENV),
         })
     }
 }

@@ -9,6 +9,8 @@ use super::values::parse_bool;
 pub const ISTIO_INIT: &str = "istio-init";
 /// Label (preferred when present) or annotation that can opt a pod out.
 pub const INJECT_KEY: &str = "sidecar.istio.io/inject";
+/// The `istio-proxy` env variable that turns the proxy (and so the redirection) off.
+pub const DISABLE_ENVOY: &str = "DISABLE_ENVOY";
 /// Annotation the injector writes; its presence (any value) means "injected".
 pub const STATUS_KEY: &str = "sidecar.istio.io/status";
 
@@ -28,7 +30,7 @@ pub fn decide(pod: &PodInfo) -> Decision {
     }
     // 2. DISABLE_ENVOY on the proxy container.
     if let Some(p) = &pod.proxy {
-        if let Some(v) = p.env.get("DISABLE_ENVOY") {
+        if let Some(v) = p.env.get(DISABLE_ENVOY) {
             if parse_bool(v) == Some(true) {
                 return Decision::Skip(format!("istio-proxy has DISABLE_ENVOY={v}"));
             }

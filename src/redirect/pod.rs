@@ -1,6 +1,10 @@
 //! What the decision and the redirect need from a Kubernetes Pod object (upstream `ExtractPodInfo`):
-//! names, labels, annotations, container names (init containers first), the `istio-proxy` container's
-//! literal env, proxy type and securityContext ids, and the pod's IPs.
+//! names, the labels and annotations they read ([`READ_LABELS`], [`READ_ANNOTATIONS`]), container names
+//! (init containers first), the `istio-proxy` container's literal env values they read
+//! ([`READ_PROXY_ENV`]), proxy type and securityContext ids, and the pod's IPs.
+//!
+//! Only those keys are read (and validated), so the node's pod cache can keep exactly them
+//! ([`crate::podcache::reduce`]) and a cached pod decides exactly as the API server's object does.
 
 use crate::error::{Error, Result};
 use crate::json::{Object, Value};
@@ -10,10 +14,44 @@ use std::net::IpAddr;
 /// Name of the sidecar container.
 pub const PROXY_CONTAINER: &str = "istio-proxy";
 
+/// The labels the decision reads.
+pub const READ_LABELS: [&str; 1] = [super::decide::INJECT_KEY];
+
+/// The annotations the decision and the redirect configuration read.
+pub const READ_ANNOTATIONS: [&str; 12] = {
+    use super::annotations as a;
+    [
+        super::decide::STATUS_KEY,
+        super::decide::INJECT_KEY,
+        a::INTERCEPTION_MODE,
+        a::INCLUDE_OUTBOUND_IP_RANGES,
+        a::EXCLUDE_OUTBOUND_IP_RANGES,
+        a::EXCLUDE_INBOUND_PORTS,
+        a::INCLUDE_INBOUND_PORTS,
+        a::EXCLUDE_OUTBOUND_PORTS,
+        a::INCLUDE_OUTBOUND_PORTS,
+        a::EXCLUDE_INTERFACES,
+        a::REROUTE_VIRTUAL_INTERFACES,
+        a::KUBEVIRT_INTERFACES,
+    ]
+};
+
+/// The `istio-proxy` env variables the decision and the redirect configuration read.
+pub const READ_PROXY_ENV: [&str; 4] = {
+    use super::annotations as a;
+    [
+        super::decide::DISABLE_ENVOY,
+        a::DNS_CAPTURE_ENV,
+        a::DUAL_STACK_ENV,
+        a::INVALID_DROP_ENV,
+    ]
+};
+
 /// Facts about the `istio-proxy` container (a regular container or a native-sidecar init container).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProxyContainer {
-    /// Literal env values by name (`valueFrom` entries give ""); a later duplicate wins, as in a Go map.
+    /// Literal env values by name, for the names in [`READ_PROXY_ENV`] (`valueFrom` entries give ""); a
+    /// later duplicate wins, as in a Go map.
     pub env: BTreeMap<String, String>,
     /// `args[1]` when `args[0] == "proxy"` (e.g. `sidecar`, `router`); "" otherwise.
     pub proxy_type: String,
@@ -27,7 +65,9 @@ pub struct ProxyContainer {
 pub struct PodInfo {
     pub name: String,
     pub namespace: String,
+    /// The labels in [`READ_LABELS`].
     pub labels: BTreeMap<String, String>,
+    /// The annotations in [`READ_ANNOTATIONS`].
     pub annotations: BTreeMap<String, String>,
     pub init_containers: Vec<String>,
     pub containers: Vec<String>,
@@ -80,15 +120,17 @@ fn opt_int(o: &Object, key: &str, field: &str) -> Result<Option<i64>> {
     }
 }
 
-fn string_map(o: Option<&Object>, field: &str) -> Result<BTreeMap<String, String>> {
+/// The `keys` of a string map (other keys are neither read nor checked).
+fn string_map(o: Option<&Object>, field: &str, keys: &[&str]) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     if let Some(o) = o {
-        for (k, v) in o.iter() {
-            match v {
-                Value::String(s) => {
-                    out.insert(k.clone(), s.clone());
+        for k in keys {
+            match o.get(*k) {
+                None => {}
+                Some(Value::String(s)) => {
+                    out.insert(k.to_string(), s.clone());
                 }
-                _ => return Err(bad(&format!("{field}[{k:?}]"), "a string")),
+                Some(_) => return Err(bad(&format!("{field}[{k:?}]"), "a string")),
             }
         }
     }
@@ -110,10 +152,12 @@ impl PodInfo {
             labels: string_map(
                 opt_obj(meta, "labels", "metadata.labels")?,
                 "metadata.labels",
+                &READ_LABELS,
             )?,
             annotations: string_map(
                 opt_obj(meta, "annotations", "metadata.annotations")?,
                 "metadata.annotations",
+                &READ_ANNOTATIONS,
             )?,
             ..PodInfo::default()
         };
@@ -196,6 +240,9 @@ fn read_proxy(c: &Object, field: &str, proxy: &mut ProxyContainer) -> Result<()>
         };
         let name = opt_str(e, "name", &format!("{ef}.name"))?
             .ok_or_else(|| Error::Decode(format!("pod: field {ef}.name is missing")))?;
+        if !READ_PROXY_ENV.contains(&name) {
+            continue;
+        }
         let value = opt_str(e, "value", &format!("{ef}.value"))?.unwrap_or_default();
         proxy.env.insert(name.to_string(), value.to_string());
     }
@@ -230,11 +277,12 @@ mod tests {
     #[test]
     fn extracts_everything() {
         let pod = parse_object(
-            r#"{"metadata":{"name":"p","namespace":"ns","labels":{"a":"b"},
-                "annotations":{"sidecar.istio.io/status":"{}"}},
+            r#"{"metadata":{"name":"p","namespace":"ns","labels":{"a":"b","sidecar.istio.io/inject":"true"},
+                "annotations":{"sidecar.istio.io/status":"{}","other":"x"}},
               "spec":{"initContainers":[{"name":"istio-proxy","restartPolicy":"Always",
                   "args":["proxy","sidecar"],
-                  "env":[{"name":"A","value":"1"},{"name":"B","valueFrom":{"fieldRef":{}}}],
+                  "env":[{"name":"ISTIO_DUAL_STACK","value":"1"},{"name":"INVALID_DROP","valueFrom":{"fieldRef":{}}},
+                         {"name":"UNREAD","value":"x"}],
                   "securityContext":{"runAsUser":1000,"runAsGroup":2000}}],
                 "containers":[{"name":"app"}]},
               "status":{"podIP":"10.0.0.2","podIPs":[{"ip":"fd00::2"},{"ip":"10.0.0.2"}]}}"#,
@@ -247,8 +295,10 @@ mod tests {
         assert_eq!(i.containers, vec!["app"]);
         let p = i.proxy.unwrap();
         assert_eq!(p.proxy_type, "sidecar");
-        assert_eq!(p.env.get("A").map(String::as_str), Some("1"));
-        assert_eq!(p.env.get("B").map(String::as_str), Some(""));
+        assert_eq!(p.env.get("ISTIO_DUAL_STACK").map(String::as_str), Some("1"));
+        assert_eq!(p.env.get("INVALID_DROP").map(String::as_str), Some(""));
+        // What the decision never reads is not kept.
+        assert_eq!(p.env.len(), 2);
         assert_eq!((p.run_as_user, p.run_as_group), (Some(1000), Some(2000)));
         assert_eq!(
             i.pod_ips,
@@ -257,7 +307,11 @@ mod tests {
                 "10.0.0.2".parse().unwrap()
             ]
         );
-        assert_eq!(i.labels.get("a").map(String::as_str), Some("b"));
+        assert_eq!(
+            i.labels.get("sidecar.istio.io/inject").map(String::as_str),
+            Some("true")
+        );
+        assert_eq!((i.labels.len(), i.annotations.len()), (1, 1));
     }
 
     #[test]
@@ -270,7 +324,7 @@ mod tests {
     fn malformed_shapes_name_the_field() {
         for (doc, field) in [
             (
-                r#"{"metadata":{"annotations":{"a":1}}}"#,
+                r#"{"metadata":{"annotations":{"sidecar.istio.io/status":1}}}"#,
                 "metadata.annotations",
             ),
             (r#"{"metadata":{"labels":[]}}"#, "metadata.labels"),
@@ -281,7 +335,7 @@ mod tests {
                 "runAsUser",
             ),
             (
-                r#"{"spec":{"containers":[{"name":"istio-proxy","env":[{"name":"A","value":3}]}]}}"#,
+                r#"{"spec":{"containers":[{"name":"istio-proxy","env":[{"name":"INVALID_DROP","value":3}]}]}}"#,
                 "env[0].value",
             ),
             (r#"{"status":{"podIP":"10.0.0.300"}}"#, "status.podIP"),

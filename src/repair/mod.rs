@@ -1,12 +1,14 @@
 //! The repair agent: finds pods on this node that started without redirection (their `istio-validation`
 //! init container keeps exiting 126) and repairs them in place, deletes them, or labels them.
 //! Runs as its own applet (`istio-cni-repair`, as in 1.9: [`main`], command line in [`flags`], settings
-//! in [`options`]) or inside `install-cni` ([`run_in_installer`]).
+//! in [`options`]) or inside `install-cni` ([`start_in_installer`], fed by the node's one pod watch; the
+//! LIST + WATCH loop is [`listwatch`]).
 
 pub mod action;
 pub mod controller;
 pub mod detect;
 pub mod flags;
+pub mod listwatch;
 pub mod metrics;
 pub mod options;
 pub mod pace;
@@ -124,9 +126,12 @@ fn standalone(flags: &flags::Flags, env: Env<'_>) -> Result<u32> {
     Ok(failed)
 }
 
-/// Runs the agent with `opts` until the process ends (daemon) or after one pass. Returns the number of
-/// pods that could not be acted on (one-shot mode).
-pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> {
+/// The detector and the actor for `opts`, after the checks every mode shares.
+fn prepare(
+    client: &Client,
+    opts: &options::Options,
+    rt: &Runtime,
+) -> Result<(detect::Detector, action::Actor)> {
     let det = detect::Detector::new(opts.clone())?;
     // Upstream would then watch `spec.nodeName=` (unscheduled pods only) and silently never repair anything.
     if opts.node_name.trim().is_empty() {
@@ -144,49 +149,62 @@ pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> 
         log::warn!("repair: no mode enabled (repair-pods, delete-pods, label-pods): broken pods are only logged");
     }
     log::info!(
-        "repair: watching pods with fieldSelector {:?} labelSelector {:?}; modes: repair={} delete={} label={}",
+        "repair: pods with fieldSelector {:?} labelSelector {:?}; modes: repair={} delete={} label={}",
         opts.effective_field_selector(),
         opts.label_selectors,
         opts.repair_pods,
         opts.delete_pods,
         opts.label_pods
     );
+    Ok((det, actor))
+}
+
+/// Runs the agent with `opts` until the process ends (daemon) or after one pass. Returns the number of
+/// pods that could not be acted on (one-shot mode).
+pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> {
+    let (det, actor) = prepare(&client, &opts, rt)?;
     let (tx, rx) = std::sync::mpsc::channel();
     let mut worker = controller::Worker::default();
+    let sel = listwatch::Selection::of_repair(&opts);
+    let mut sink = controller::RepairSink::new(det, tx);
     if !rt.run_as_daemon {
-        let mut timing = crate::kube::watch_timing::Timing::start(controller::WATCH_NAME);
-        controller::list_all(&client, &det, &tx, &mut timing).context("repair: list pods")?;
-        drop(tx);
+        let mut timing = crate::kube::watch_timing::Timing::start(listwatch::WATCH_NAME);
+        listwatch::list_all(&client, &sel, &mut sink, &mut timing).context("repair: list pods")?;
+        drop(sink);
         worker.run(&rx, &actor);
         return Ok(worker.failed);
     }
     std::thread::Builder::new()
         .name("repair-watch".into())
-        .spawn(move || controller::watch_forever(&client, &det, &tx))
+        .spawn(move || listwatch::watch_forever(&client, &sel, &mut sink))
         .map_err(|e| crate::Error::io("repair: spawn the watcher", e))?;
     worker.run(&rx, &actor);
     Err(crate::Error::other("repair: the pod watcher stopped"))
 }
 
-/// The in-installer mode (`install-cni` with `REPAIR_ENABLED=true`): starts the agent on a background
-/// thread with the installer's API client. Metrics go to the process-wide counters the installer's
-/// `/metrics` renders via [`metrics::render`].
-pub fn run_in_installer(
+/// The in-installer mode (`install-cni` with `REPAIR_ENABLED=true`): starts the worker on a background
+/// thread with the installer's API client and returns the sink that feeds it. The installer's one pod
+/// watch of the node feeds it (and the pod cache), so the label and field selectors apply here, on each
+/// pod, not on the server. Metrics go to the process-wide counters the installer's `/metrics` renders via
+/// [`metrics::render`].
+pub fn start_in_installer(
     client: Client,
     opts: options::Options,
     rt: Runtime,
-) -> Result<std::thread::JoinHandle<()>> {
+) -> Result<controller::RepairSink> {
+    let rt = Runtime {
+        run_as_daemon: true,
+        monitoring_port: None,
+        ..rt
+    };
+    let (det, actor) = prepare(&client, &opts, &rt)?;
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("repair".into())
         .spawn(move || {
-            let rt = Runtime {
-                run_as_daemon: true,
-                monitoring_port: None,
-                ..rt
-            };
-            if let Err(e) = run(client, opts, &rt) {
-                log::error!("repair agent stopped: {e}");
-            }
+            controller::Worker::default().run(&rx, &actor);
+            log::error!("repair agent stopped: the pod watch ended");
         })
-        .map_err(|e| crate::Error::io("repair: spawn the agent", e))
+        .map_err(|e| crate::Error::io("repair: spawn the agent", e))?;
+    Ok(controller::RepairSink::new(det, tx))
 }

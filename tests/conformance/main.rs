@@ -10,4 +10,5 @@ mod conformance_nft;
 mod conformance_rules;
 mod install_conformance;
 mod install_differential;
+mod podcache_reduce;
 mod repair_vectors;

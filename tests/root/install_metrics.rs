@@ -3,9 +3,10 @@
 //! exposition parses with a real Prometheus text parser (the `prometheus-parse` crate; every line must be a
 //! HELP, a TYPE or a sample).
 //!
-//! `install-cni` runs against the HTTPS API double with the in-process repair agent (its pod watch is the
-//! `pods` watch), and the plugin is exec'd like a runtime with the node's run dir, so its ADD record goes
-//! through the real relay socket.
+//! `install-cni` runs against the HTTPS API double with the in-process repair agent and the pod cache (their
+//! one pod watch is the `pods` watch), and the plugin is exec'd like a runtime with the node's run dir, so its
+//! ADD records go through the real relay socket: one ADD served by the pod cache, one with the cache off in
+//! its configuration (`source="api"`, `reason="disabled"`).
 
 use crate::support::e2e::Node;
 use crate::support::install::node::get;
@@ -58,7 +59,7 @@ fn documented(text: &str, s: &Scrape, name: &str, kind: SampleType) {
 }
 
 #[test]
-fn every_metric_is_there_after_start_and_one_add_and_parses() {
+fn every_metric_is_there_after_start_and_an_add_and_parses() {
     if !require_root() {
         return;
     }
@@ -103,13 +104,20 @@ fn every_metric_is_there_after_start_and_one_add_and_parses() {
         },
     );
 
-    // One ADD of a sidecar pod, as a runtime runs it, with the node's run dir (relay socket included).
+    // One ADD of a sidecar pod, as a runtime runs it, with the node's run dir (relay socket included): its
+    // pod comes from the node's pod cache. Then one with the cache off in its configuration: from the API.
     let pod = node.bare_pod("metrics-app", 61).with_native_nftables();
     pod.add().assert_success();
+    let uncached = node
+        .bare_pod("metrics-api", 62)
+        .with_native_nftables()
+        .without_pod_cache();
+    uncached.add().assert_success();
+    let both = "istio_cni_plugin_add_duration_seconds_count{backend=\"nftables\",result=\"redirected\"} 2\n";
     poll_until(
-        "the ADD record reached /metrics",
+        "both ADD records reached /metrics",
         Duration::from_secs(10),
-        || metrics_text().contains("istio_cni_plugin_add_duration_seconds_count"),
+        || metrics_text().contains(both),
     );
     let text = metrics_text();
     let s = scrape(&text);
@@ -154,7 +162,7 @@ fn every_metric_is_there_after_start_and_one_add_and_parses() {
         );
     }
 
-    // The ADD histogram: one redirected nftables ADD, every bucket and the +Inf one.
+    // The ADD histogram: two redirected nftables ADDs, every bucket and the +Inf one.
     let name = "istio_cni_plugin_add_duration_seconds";
     documented(&text, &s, name, SampleType::Histogram);
     let h = samples(&s, name);
@@ -166,17 +174,12 @@ fn every_metric_is_there_after_start_and_one_add_and_parses() {
             assert_eq!(b.len(), 17, "0.1 ms … 10 s and +Inf: {b:?}");
             assert!(b
                 .last()
-                .is_some_and(|x| x.less_than.is_infinite() && x.count == 1.0));
+                .is_some_and(|x| x.less_than.is_infinite() && x.count == 2.0));
             assert!(b.windows(2).all(|w| w[0].count <= w[1].count), "{b:?}");
         }
         v => panic!("{v:?}"),
     }
-    assert!(
-        text.contains(
-            "istio_cni_plugin_add_duration_seconds_count{backend=\"nftables\",result=\"redirected\"} 1\n"
-        ),
-        "{text}"
-    );
+    assert!(text.contains(both), "{text}");
 
     // Where the pod object came from.
     documented(
@@ -186,15 +189,25 @@ fn every_metric_is_there_after_start_and_one_add_and_parses() {
         SampleType::Counter,
     );
     let l = samples(&s, "istio_cni_pod_lookups_total");
-    assert_eq!(l.len(), 1, "{l:?}");
-    assert_eq!(l[0].labels.get("source"), Some("api"), "{l:?}");
-    assert_eq!(l[0].labels.get("reason"), Some("disabled"), "{l:?}");
-    assert_eq!(l[0].value, Value::Counter(1.0));
+    assert_eq!(l.len(), 2, "{l:?}");
+    let source = |src: &str| {
+        l.iter()
+            .find(|x| x.labels.get("source") == Some(src))
+            .copied()
+    };
+    let cache = source("cache").expect("a source=\"cache\" series");
+    assert_eq!(cache.labels.get("reason"), None, "{l:?}");
+    assert_eq!(cache.value, Value::Counter(1.0));
+    let api = source("api").expect("a source=\"api\" series");
+    assert_eq!(api.labels.get("reason"), Some("disabled"), "{l:?}");
+    assert_eq!(api.value, Value::Counter(1.0));
 
-    // The record did not replace the plugin's log line: it is still relayed.
-    assert!(
-        proc.stderr().contains("ADD default/metrics-app"),
-        "{}",
-        proc.stderr()
-    );
+    // The records did not replace the plugin's log lines: they are still relayed.
+    for name in ["metrics-app", "metrics-api"] {
+        assert!(
+            proc.stderr().contains(&format!("ADD default/{name}")),
+            "{}",
+            proc.stderr()
+        );
+    }
 }

@@ -16,11 +16,7 @@ fn measure_add_wall_time_against_the_deadline() {
         return;
     }
     let node = Node::new(77);
-    if let Ok(bin) = std::env::var("ADD_BIN") {
-        let link = node.plugins.istio_cni();
-        std::fs::remove_file(&link).unwrap();
-        std::os::unix::fs::symlink(bin, &link).unwrap();
-    }
+    node.plugin_from_env();
     let mut pod = node.pod("wall", "", "", false);
     let secs: u32 = std::env::var("ADD_DEADLINE")
         .ok()

@@ -19,6 +19,8 @@ mod nft_e2e;
 mod nft_limits;
 mod nft_netns;
 mod nft_repair_e2e;
+mod podcache_e2e;
+mod podcache_wall;
 mod redirect_bypass_e2e;
 mod redirect_e2e;
 mod repair_e2e;

@@ -24,6 +24,8 @@ pub struct Pod<'a> {
     pub ptp_result: Value,
     pub ip4: IpAddr,
     pub ip6: Option<Ipv6Addr>,
+    /// `metadata.uid` the double gave the pod ("" when it has none): the runtime's `K8S_POD_UID`.
+    pub uid: String,
     conf: String,
 }
 
@@ -60,6 +62,15 @@ impl Node {
             plugins: PluginDir::new(),
             srv,
             idx,
+        }
+    }
+
+    /// Runs another build of the plugin when `ADD_BIN` names one (the measurements compare builds).
+    pub fn plugin_from_env(&self) {
+        if let Ok(bin) = std::env::var("ADD_BIN") {
+            let link = self.plugins.istio_cni();
+            std::fs::remove_file(&link).unwrap();
+            std::os::unix::fs::symlink(bin, &link).unwrap();
         }
     }
 
@@ -133,10 +144,13 @@ impl Node {
         if ip6.is_some() {
             wait_for_ipv6(&ns);
         }
-        self.srv
+        let stored = self
+            .srv
             .add_pod(&Node::pod_object(name, annotations, env, &ips))
             .expect("add pod to the double");
-        self.pod_in(ns, name, result, ip4, ip6)
+        let mut p = self.pod_in(ns, name, result, ip4, ip6);
+        p.uid = uid_of(&stored);
+        p
     }
 
     /// The pod in `ns` that `result` (its plugin chain's result) describes, with this node's plugin conf.
@@ -156,6 +170,7 @@ impl Node {
             ptp_result: result,
             ip4,
             ip6,
+            uid: String::new(),
             conf,
         }
     }
@@ -164,10 +179,17 @@ impl Node {
     /// from, as upstream does inside the namespace), and a prevResult naming it (enough to program rules:
     /// nothing sends traffic). Served by the double.
     pub fn bare_pod(&self, name: &str, i: u8) -> Pod<'_> {
-        let p = self.pod_without_api_object_at(name, i);
-        self.srv
-            .add_pod(&Node::pod_object(name, "", "", &[p.ip4]))
+        self.bare_pod_with(name, i, "", "")
+    }
+
+    /// [`Node::bare_pod`] with these annotations and istio-proxy env entries (JSON fragments).
+    pub fn bare_pod_with(&self, name: &str, i: u8, annotations: &str, env: &str) -> Pod<'_> {
+        let mut p = self.pod_without_api_object_at(name, i);
+        let stored = self
+            .srv
+            .add_pod(&Node::pod_object(name, annotations, env, &[p.ip4]))
             .expect("add pod");
+        p.uid = uid_of(&stored);
         p
     }
 
@@ -185,6 +207,18 @@ impl Node {
             ns.path()
         ));
         self.pod_in(ns, name, result, ip4, None)
+    }
+
+    /// A pod without a sidecar (`app` only), served by the double; returns its UID.
+    pub fn add_plain_pod(&self, name: &str) -> String {
+        let stored = self
+            .srv
+            .add_pod(&format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default"}},
+                   "spec":{{"nodeName":"node1","containers":[{{"name":"app"}}]}}}}"#
+            ))
+            .expect("add pod");
+        uid_of(&stored)
     }
 
     /// The node-side address the pod's traffic comes from / goes to (ptp's gateway).
@@ -219,8 +253,13 @@ impl Pod<'_> {
             &self.node.plugins.cni_path(),
         )
         .with_args(&format!(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}",
-            self.name
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}{}",
+            self.name,
+            if self.uid.is_empty() {
+                String::new()
+            } else {
+                format!(";K8S_POD_UID={}", self.uid)
+            }
         ))
     }
 
@@ -238,6 +277,27 @@ impl Pod<'_> {
     /// Runs `cmd` (a plugin, maybe wrapped) with this pod's environment for `command` and its conf.
     pub fn run_wrapped(&self, cmd: std::process::Command, command: &str) -> PluginOutput {
         run_cmd(cmd, &self.cni_env(command), self.conf.as_bytes())
+    }
+
+    /// ADD for measurements: the exit code and the wall time from spawn to exit, waited for without
+    /// polling (output discarded; no timeout).
+    pub fn add_timed(&self) -> (i32, Duration) {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let mut cmd = Command::new(self.node.plugins.istio_cni());
+        cmd.env_clear()
+            .env("PATH", PLUGIN_PATH_ENV)
+            .envs(self.cni_env("ADD").vars())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let t = Instant::now();
+        let mut child = cmd.spawn().expect("exec the plugin");
+        let mut sin = child.stdin.take().unwrap();
+        let _ = sin.write_all(self.conf.as_bytes());
+        drop(sin);
+        let status = child.wait().expect("wait for the plugin");
+        (status.code().unwrap_or(-1), t.elapsed())
     }
 
     /// ADD with the node's `/etc/nsswitch.conf` replaced (in a private mount namespace) by `nsswitch`.
@@ -298,9 +358,36 @@ impl Pod<'_> {
         self
     }
 
+    /// The same pod with `"pod_cache": false` in its network configuration (what the installer writes
+    /// with `POD_CACHE_ENABLED=false`).
+    pub fn without_pod_cache(mut self) -> Self {
+        self.conf = self.conf.replacen(
+            r#""type":"istio-cni""#,
+            r#""type":"istio-cni","pod_cache":false"#,
+            1,
+        );
+        self
+    }
+
+    /// The same pod with `conf` as its whole network configuration (e.g. the file the installer wrote).
+    pub fn with_conf(mut self, conf: String) -> Self {
+        self.conf = conf;
+        self
+    }
+
     /// `prog` (an iptables-save) inside the pod, without comments and counters.
     pub fn save(&self, prog: &str) -> String {
         self.ns.saved_rules(prog)
+    }
+}
+
+fn uid_of(pod: &miniserde::json::Object) -> String {
+    match pod.get("metadata") {
+        Some(Value::Object(m)) => match m.get("uid") {
+            Some(Value::String(u)) => u.clone(),
+            _ => String::new(),
+        },
+        _ => String::new(),
     }
 }
 

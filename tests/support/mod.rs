@@ -19,6 +19,7 @@ pub mod e2e;
 pub mod hostile;
 pub mod install;
 pub mod kube;
+pub mod podcache;
 pub mod repair;
 pub mod traffic;
 

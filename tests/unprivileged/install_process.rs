@@ -137,6 +137,7 @@ impl Node {
             native_nftables: false,
             enablement_selectors: Vec::new(),
             enable_ambient_detection_retry: false,
+            pod_cache: true,
         };
         conflist::merge(&primary_text(mtu), &entry.to_object()).unwrap()
     }

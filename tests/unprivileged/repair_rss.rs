@@ -6,7 +6,7 @@
 use crate::support::repair::*;
 
 /// An injected pod of realistic size (~7 KB of JSON: status annotation, proxy env, volumes, statuses).
-fn pod(i: usize, broken: bool) -> String {
+pub fn pod(i: usize, broken: bool) -> String {
     let env: Vec<String> = (0..30)
         .map(|k| format!(r#"{{"name":"ISTIO_META_VAR_{k}","value":"value-{k}-{i}-abcdefghijklmnopqrstuvwxyz"}}"#))
         .collect();
@@ -42,7 +42,7 @@ fn pod(i: usize, broken: bool) -> String {
     )
 }
 
-fn status_kb(pid: u32, key: &str) -> u64 {
+pub fn status_kb(pid: u32, key: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix(key))

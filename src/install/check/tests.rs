@@ -17,6 +17,7 @@ fn entry() -> PluginEntry {
         native_nftables: false,
         enablement_selectors: crate::install::selectors::parse(CHART_SELECTOR).unwrap(),
         enable_ambient_detection_retry: false,
+        pod_cache: true,
     }
 }
 

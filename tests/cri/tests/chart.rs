@@ -218,7 +218,12 @@ async fn scenario(name: &str) {
 
     // A sidecar pod started now, through the same containerd, is redirected (chained scenarios; standalone
     // files are for multus, which this containerd does not run).
+    // The agent's pod cache (on under the chart) serves it: the double sees no GET of it.
     if chained {
+        wait_node(&node, &format!("{name}: pod cache synced"), 30, || {
+            node.agent_log().contains("pod cache: synced")
+        })
+        .await;
         let pod = node.sidecar_pod("later");
         match node.run_pod(&pod).await {
             Ok((_, netns, _)) => {
@@ -226,6 +231,25 @@ async fn scenario(name: &str) {
                 assert!(
                     redirected(&rules),
                     "{name}: later pod not redirected:\n{rules}"
+                );
+                let gets: Vec<_> = node
+                    .srv
+                    .requests()
+                    .into_iter()
+                    .filter(|r| {
+                        r.method == "GET" && r.path == "/api/v1/namespaces/default/pods/later"
+                    })
+                    .collect();
+                assert!(
+                    gets.is_empty(),
+                    "{name}: the plugin read the later pod from the API server: {gets:?}\n{}",
+                    node.agent_log()
+                );
+                let log = node.agent_log();
+                assert!(
+                    log.lines()
+                        .any(|l| l.contains("ADD default/later") && l.contains("(cache)")),
+                    "{name}: no ADD from the cache in the agent log:\n{log}"
                 );
                 // native_nftables: our nf_tables tables over netlink, no iptables rules and no backend record.
                 assert_eq!(
@@ -267,7 +291,7 @@ async fn scenario(name: &str) {
         !node.host(&node.bin_dir).join("istio-cni").exists(),
         "{name}: plugin binary left"
     );
-    for f in ["log.sock", "iptables-backend"] {
+    for f in ["log.sock", "iptables-backend", "pod-cache.sock"] {
         assert!(
             !node.host(&node.run_dir).join(f).exists(),
             "{name}: {f} left in the run dir"

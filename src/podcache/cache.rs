@@ -1,0 +1,81 @@
+//! The cache the node's pod watch fills and the socket server reads: the [`Store`] behind a lock, and a
+//! wake-up (a socket pair) so the server's poll loop answers lookups waiting for a pod as soon as it lands.
+
+use super::metrics;
+use super::proto::Request;
+use super::store::{Lookup, Store};
+use crate::error::{IoContext, Result};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+struct Inner {
+    store: Mutex<Store>,
+    wake_tx: UnixStream,
+    wake_rx: UnixStream,
+}
+
+/// The cache the watch fills and the server reads. Cloning shares it.
+#[derive(Clone)]
+pub struct Cache {
+    inner: Arc<Inner>,
+}
+
+impl Cache {
+    pub fn new() -> Result<Cache> {
+        let (wake_tx, wake_rx) =
+            UnixStream::pair().io_context(|| "pod cache: socketpair".into())?;
+        for s in [&wake_tx, &wake_rx] {
+            s.set_nonblocking(true)
+                .io_context(|| "pod cache: non-blocking wake-up".into())?;
+        }
+        Ok(Cache {
+            inner: Arc::new(Inner {
+                store: Mutex::new(Store::default()),
+                wake_tx,
+                wake_rx,
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        match self.inner.store.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Changes the store and wakes the server, so lookups waiting for a pod are answered at once.
+    pub fn update<R>(&self, f: impl FnOnce(&mut Store) -> R) -> R {
+        let mut s = self.lock();
+        let r = f(&mut s);
+        metrics::set_pods(s.len());
+        drop(s);
+        // Non-blocking: a full socket buffer already holds a wake-up.
+        let _ = (&self.inner.wake_tx).write(&[1]);
+        r
+    }
+
+    pub fn lookup(&self, req: &Request, may_wait: bool) -> Lookup {
+        self.lock().lookup(req, may_wait)
+    }
+
+    /// Reads the store.
+    pub fn read<R>(&self, f: impl FnOnce(&Store) -> R) -> R {
+        f(&self.lock())
+    }
+}
+
+impl Cache {
+    /// What the server polls to learn that the store changed.
+    pub(super) fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.inner.wake_rx.as_fd()
+    }
+
+    /// Consumes the pending wake-ups.
+    pub(super) fn drain_wake(&self) {
+        let mut sink = [0u8; 256];
+        while matches!((&self.inner.wake_rx).read(&mut sink), Ok(n) if n > 0) {}
+    }
+}

@@ -1,0 +1,163 @@
+//! The node-local pod cache: `install-cni` keeps this node's pods (one LIST + WATCH with
+//! `fieldSelector=spec.nodeName=<node>`, shared with the in-process repair agent), reduced to what the
+//! decision reads ([`reduce`]), in a [`store`] served over a unix stream socket in the run dir
+//! (`pod-cache.sock`, [`server`]). The plugin asks it first ([`client`]) and falls back to the API GET on
+//! any miss, so the API server is off the pod-start path while it answers and nothing changes when it
+//! does not.
+//!
+//! Safety rules (fail closed is unchanged):
+//! - a hit needs a completed list and the pod's UID equal to `K8S_POD_UID`; without a UID from the runtime,
+//!   name and namespace are enough only while the watch is live;
+//! - a pod the cache has not seen (or seen with another UID) is waited for briefly
+//!   ([`server::UNSEEN_WAIT`]) while the watch is live, then answered `unknown` / `uid_mismatch`, and the
+//!   plugin reads it from the API server: the cache never decides "no sidecar" for a pod it has not seen;
+//! - the cached form is the reduced pod object, so a hit runs exactly the decision code an API GET runs.
+//!
+//! The request/reply protocol is in [`proto`]; the counters on the installer's `/metrics` in [`metrics`].
+
+pub mod cache;
+pub mod client;
+pub mod metrics;
+pub mod proto;
+pub mod reduce;
+pub mod server;
+pub mod store;
+
+/// How the agent answered a lookup: the `result` label of `istio_cni_pod_cache_lookups_total`, and the
+/// `result` of a reply ([`proto`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The pod, reduced.
+    Hit,
+    /// Not in the cache (after the wait for its watch event).
+    Unknown,
+    /// In the cache with another UID than the runtime's `K8S_POD_UID` (a pod recreated under its name).
+    UidMismatch,
+    /// No completed list yet; or, for a request without a UID, the watch is not live.
+    NotSynced,
+    /// The pod's reduced object is over [`reduce::MAX_POD_BYTES`]: the API serves it.
+    TooLarge,
+    /// The request could not be read.
+    BadRequest,
+}
+
+impl Answer {
+    pub const ALL: [Answer; 6] = [
+        Answer::Hit,
+        Answer::Unknown,
+        Answer::UidMismatch,
+        Answer::NotSynced,
+        Answer::TooLarge,
+        Answer::BadRequest,
+    ];
+
+    /// The stable snake_case name (metric label, reply field).
+    pub fn name(self) -> &'static str {
+        match self {
+            Answer::Hit => "hit",
+            Answer::Unknown => "unknown",
+            Answer::UidMismatch => "uid_mismatch",
+            Answer::NotSynced => "not_synced",
+            Answer::TooLarge => "too_large",
+            Answer::BadRequest => "bad_request",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Answer> {
+        Answer::ALL.into_iter().find(|a| a.name() == s)
+    }
+}
+
+/// Why the plugin read the pod from the API server instead of the cache. The names are stable snake_case,
+/// for the plugin's log line and the records it relays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Miss {
+    /// `pod_cache: false` in the plugin's configuration (`POD_CACHE_ENABLED=false`): the socket is never
+    /// touched.
+    Disabled,
+    /// No socket in the run dir (no agent, or an agent with the cache off).
+    NoSocket,
+    /// The socket is there but nobody listens (the agent was killed).
+    Refused,
+    /// The agent's listen backlog is full.
+    Busy,
+    /// No reply within the bound ([`client::FIRST_REPLY`], then [`client::FINAL_REPLY`]).
+    Timeout,
+    /// A reply we could not read (another protocol version, garbage, closed early).
+    BadReply,
+    /// Any other socket error (permissions, ...).
+    SocketError,
+    /// The agent's answer.
+    Agent(Answer),
+}
+
+impl Miss {
+    pub fn name(self) -> &'static str {
+        match self {
+            Miss::Disabled => "disabled",
+            Miss::NoSocket => "no_socket",
+            Miss::Refused => "refused",
+            Miss::Busy => "busy",
+            Miss::Timeout => "timeout",
+            Miss::BadReply => "bad_reply",
+            Miss::SocketError => "socket_error",
+            Miss::Agent(a) => a.name(),
+        }
+    }
+}
+
+/// Where the plugin's pod object came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Cache,
+    /// The API server, and why not the cache.
+    Api(Miss),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Cache => f.write_str("cache"),
+            Source::Api(Miss::Disabled) => f.write_str("api: pod cache disabled"),
+            Source::Api(m) => write!(f, "api: cache miss: {}", m.name()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_stable_snake_case_and_round_trip() {
+        let names: Vec<&str> = Answer::ALL.iter().map(|a| a.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "hit",
+                "unknown",
+                "uid_mismatch",
+                "not_synced",
+                "too_large",
+                "bad_request"
+            ]
+        );
+        for a in Answer::ALL {
+            assert_eq!(Answer::from_name(a.name()), Some(a));
+        }
+        assert_eq!(Answer::from_name("wait"), None);
+        assert_eq!(Source::Cache.to_string(), "cache");
+        assert_eq!(
+            Source::Api(Miss::Agent(Answer::NotSynced)).to_string(),
+            "api: cache miss: not_synced"
+        );
+        assert_eq!(
+            Source::Api(Miss::Refused).to_string(),
+            "api: cache miss: refused"
+        );
+        assert_eq!(
+            Source::Api(Miss::Disabled).to_string(),
+            "api: pod cache disabled"
+        );
+    }
+}

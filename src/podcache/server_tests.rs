@@ -1,0 +1,225 @@
+use super::*;
+use crate::podcache::client::{self, FIRST_REPLY};
+use crate::podcache::reduce::Reduced;
+use crate::podcache::Miss;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn temp_dir() -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "podcache-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn pod(name: &str, uid: &str) -> Reduced {
+    Reduced {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: uid.into(),
+        resource_version: "1".into(),
+        terminal: false,
+        body: Some(format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"{uid}"}}}}"#
+        )),
+    }
+}
+
+fn req(name: &str, uid: &str) -> Request {
+    Request {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: uid.into(),
+    }
+}
+
+/// A served cache holding `a` (uid u1), listed and live.
+fn served() -> (Cache, PathBuf) {
+    let cache = Cache::new().unwrap();
+    cache.update(|s| {
+        s.list_begun();
+        s.apply(pod("a", "u1"));
+        s.list_done();
+        s.set_live(true);
+    });
+    let path = temp_dir().join("pod-cache.sock");
+    serve(cache.clone(), path.clone()).unwrap();
+    (cache, path)
+}
+
+fn uid_of(o: &crate::json::Object) -> String {
+    crate::json::obj_of(o, "metadata")
+        .and_then(|m| crate::json::str_of(m, "uid"))
+        .unwrap_or("")
+        .to_string()
+}
+
+fn raw(path: &Path, send: &[u8]) -> String {
+    let mut s = UnixStream::connect(path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(send).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn hits_misses_and_a_pod_that_arrives_while_waited_for() {
+    let (cache, path) = served();
+    assert_eq!(mode_of(&path), 0o600);
+    let p = client::lookup(&path, &req("a", "u1")).unwrap();
+    assert_eq!(uid_of(&p), "u1");
+    assert_eq!(uid_of(&client::lookup(&path, &req("a", "")).unwrap()), "u1");
+    // Unseen: waits, then says so.
+    let t = Instant::now();
+    assert_eq!(
+        client::lookup(&path, &req("b", "u2")).unwrap_err(),
+        Miss::Agent(Answer::Unknown)
+    );
+    assert!(t.elapsed() >= UNSEEN_WAIT, "{:?}", t.elapsed());
+    // The pod's event arrives during the wait: answered then, with the pod.
+    let c2 = cache.clone();
+    let adder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        c2.update(|s| s.apply(pod("c", "u3")));
+    });
+    let p = client::lookup(&path, &req("c", "u3")).unwrap();
+    assert_eq!(uid_of(&p), "u3");
+    adder.join().unwrap();
+    // Recreated under the same name: the old UID no longer matches.
+    cache.update(|s| s.apply(pod("a", "u9")));
+    assert_eq!(
+        client::lookup(&path, &req("a", "u1")).unwrap_err(),
+        Miss::Agent(Answer::UidMismatch)
+    );
+    assert_eq!(
+        uid_of(&client::lookup(&path, &req("a", "u9")).unwrap()),
+        "u9"
+    );
+}
+
+fn mode_of(p: &Path) -> u32 {
+    std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777
+}
+
+#[test]
+fn no_agent_a_dead_agent_and_a_hung_one() {
+    let dir = temp_dir();
+    let path = dir.join("pod-cache.sock");
+    assert_eq!(
+        client::lookup(&path, &req("a", "u1")).unwrap_err(),
+        Miss::NoSocket
+    );
+    // A socket file nobody listens on (the agent was SIGKILLed).
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    assert_eq!(
+        client::lookup(&path, &req("a", "u1")).unwrap_err(),
+        Miss::Refused
+    );
+    // A listener that never answers: the first-reply bound.
+    std::fs::remove_file(&path).unwrap();
+    let _hung = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let t = Instant::now();
+    assert_eq!(
+        client::lookup(&path, &req("a", "u1")).unwrap_err(),
+        Miss::Timeout
+    );
+    assert!(t.elapsed() >= FIRST_REPLY);
+}
+
+#[test]
+fn hostile_clients_get_bad_request_or_are_dropped_and_others_are_served() {
+    let (_cache, path) = served();
+    let out = raw(&path, b"garbage\n");
+    assert!(out.contains(r#""result":"bad_request""#), "{out}");
+    let out = raw(&path, b"{\"v\":7,\"namespace\":\"ns\",\"name\":\"a\"}\n");
+    assert!(
+        out.contains("bad_request") && out.contains("version"),
+        "{out}"
+    );
+    // A request the client ends without a newline.
+    let mut s = UnixStream::connect(&path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"{\"v\":1").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.contains("newline"), "{out}");
+    // Oversize: refused after MAX_REQUEST bytes, not buffered.
+    let mut s = UnixStream::connect(&path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(&vec![b'x'; 64 * 1024]);
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.contains("too long"), "{out}");
+    // Many connections, some sending a byte at a time, some silent, some never reading: a real lookup
+    // still gets its answer.
+    let mut idle = Vec::new();
+    for i in 0..(MAX_CONNS + 100) {
+        let mut c = UnixStream::connect(&path).unwrap();
+        if i % 3 == 0 {
+            let _ = c.write_all(b"{");
+        }
+        idle.push(c);
+    }
+    let p = client::lookup(&path, &req("a", "u1")).unwrap();
+    assert_eq!(uid_of(&p), "u1");
+    // A slow client is dropped at its deadline.
+    let mut slow = UnixStream::connect(&path).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let t = Instant::now();
+    let mut n = 0;
+    while t.elapsed() < REQUEST_DEADLINE + Duration::from_millis(500) {
+        if slow.write_all(b" ").is_err() {
+            break;
+        }
+        n += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut out = Vec::new();
+    match slow.read_to_end(&mut out) {
+        Ok(_) => assert!(out.is_empty(), "{out:?}"),
+        Err(e) => assert!(
+            !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "still open after {n} bytes: {e}"
+        ),
+    }
+    drop(idle);
+    assert_eq!(uid_of(&client::lookup(&path, &req("a", "")).unwrap()), "u1");
+}
+
+#[test]
+fn a_removed_socket_is_bound_again() {
+    let (_cache, path) = served();
+    std::fs::remove_file(&path).unwrap();
+    let t = Instant::now();
+    while !path.exists() {
+        assert!(t.elapsed() < RECHECK * 4, "socket not bound again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        uid_of(&client::lookup(&path, &req("a", "u1")).unwrap()),
+        "u1"
+    );
+}
+
+#[test]
+fn before_the_first_list_nothing_is_served() {
+    let cache = Cache::new().unwrap();
+    let path = temp_dir().join("pod-cache.sock");
+    serve(cache.clone(), path.clone()).unwrap();
+    cache.update(|s| s.set_live(true));
+    assert_eq!(
+        client::lookup(&path, &req("a", "u1")).unwrap_err(),
+        Miss::Agent(Answer::NotSynced)
+    );
+}

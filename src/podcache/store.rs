@@ -1,0 +1,274 @@
+//! The cache's pods and its sync state, and the one decision of what a lookup gets ([`Store::lookup`]).
+//! Fed by the node's pod watch (list pages, events, list end, watch up/down); read by the server. Pure.
+
+use super::proto::{hit_line, Request};
+use super::reduce::Reduced;
+use super::Answer;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// One cached pod.
+#[derive(Debug)]
+struct Entry {
+    uid: Box<str>,
+    resource_version: Box<str>,
+    /// The whole hit reply line, shared by every reply; `None` when the pod is too large to keep.
+    reply: Option<Arc<[u8]>>,
+}
+
+/// What a lookup gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// The hit reply line.
+    Hit(Arc<[u8]>),
+    Answer(Answer),
+    /// Not seen yet (or seen with another UID) while the watch is live: ask again when the store changes
+    /// or the wait is over.
+    Wait,
+}
+
+#[derive(Debug, Default)]
+pub struct Store {
+    pods: HashMap<String, Entry>,
+    /// A list completed (ever): the store holds the node's pods.
+    listed: bool,
+    /// The watch is open (since the last list or re-watch) and has not failed since.
+    live: bool,
+    /// The keys seen by the list in progress (a relist drops the pods it did not see).
+    listing: Option<HashSet<String>>,
+}
+
+fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+impl Store {
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    pub fn listed(&self) -> bool {
+        self.listed
+    }
+
+    pub fn live(&self) -> bool {
+        self.live
+    }
+
+    /// A pod from a list page or an ADDED/MODIFIED event. A pod in a terminal phase is dropped: no
+    /// sandbox is set up for it again.
+    pub fn apply(&mut self, r: Reduced) {
+        let k = key(&r.namespace, &r.name);
+        if let Some(seen) = self.listing.as_mut() {
+            seen.insert(k.clone());
+        }
+        if r.terminal {
+            self.pods.remove(&k);
+            return;
+        }
+        if let Some(e) = self.pods.get(&k) {
+            if *e.uid == *r.uid && *e.resource_version == *r.resource_version {
+                return; // a relist of an unchanged pod: keep the rendered line
+            }
+        }
+        let entry = Entry {
+            uid: r.uid.into(),
+            resource_version: r.resource_version.into(),
+            reply: r.body.map(|b| Arc::from(hit_line(&b))),
+        };
+        self.pods.insert(k, entry);
+    }
+
+    /// A DELETED event. Only the pod with that UID goes (an empty UID matches any).
+    pub fn delete(&mut self, namespace: &str, name: &str, uid: &str) {
+        let k = key(namespace, name);
+        if self
+            .pods
+            .get(&k)
+            .is_some_and(|e| uid.is_empty() || *e.uid == *uid)
+        {
+            self.pods.remove(&k);
+        }
+    }
+
+    /// A (re)list starts.
+    pub fn list_begun(&mut self) {
+        self.listing = Some(HashSet::new());
+    }
+
+    /// The list is complete: pods it did not see are gone.
+    pub fn list_done(&mut self) {
+        if let Some(seen) = self.listing.take() {
+            self.pods.retain(|k, _| seen.contains(k));
+        }
+        self.listed = true;
+    }
+
+    /// The watch opened (`true`) or failed (`false`; a list that fails also ends liveness).
+    pub fn set_live(&mut self, live: bool) {
+        self.live = live;
+        if !live {
+            self.listing = None;
+        }
+    }
+
+    /// The answer to `req`; `may_wait` while the wait for an unseen pod is not over.
+    pub fn lookup(&self, req: &Request, may_wait: bool) -> Lookup {
+        if !self.listed {
+            return Lookup::Answer(Answer::NotSynced);
+        }
+        let by_name = req.uid.is_empty();
+        if by_name && !self.live {
+            // Name and namespace alone are trusted only from a live watch.
+            return Lookup::Answer(Answer::NotSynced);
+        }
+        let wait = may_wait && self.live;
+        match self.pods.get(&key(&req.namespace, &req.name)) {
+            Some(e) if by_name || *e.uid == *req.uid => match &e.reply {
+                Some(line) => Lookup::Hit(line.clone()),
+                None => Lookup::Answer(Answer::TooLarge),
+            },
+            Some(_) if wait => Lookup::Wait,
+            Some(_) => Lookup::Answer(Answer::UidMismatch),
+            None if wait => Lookup::Wait,
+            None => Lookup::Answer(Answer::Unknown),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, uid: &str, rv: &str) -> Reduced {
+        Reduced {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: uid.into(),
+            resource_version: rv.into(),
+            terminal: false,
+            body: Some(format!(
+                r#"{{"metadata":{{"name":"{name}","uid":"{uid}"}}}}"#
+            )),
+        }
+    }
+
+    fn ask(s: &Store, name: &str, uid: &str, may_wait: bool) -> Lookup {
+        s.lookup(
+            &Request {
+                namespace: "ns".into(),
+                name: name.into(),
+                uid: uid.into(),
+            },
+            may_wait,
+        )
+    }
+
+    fn hit_of(l: &Lookup) -> String {
+        match l {
+            Lookup::Hit(b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn nothing_is_served_before_the_first_list_completes() {
+        let mut s = Store::default();
+        s.set_live(true);
+        s.list_begun();
+        s.apply(pod("a", "u1", "1"));
+        assert_eq!(ask(&s, "a", "u1", true), Lookup::Answer(Answer::NotSynced));
+        s.list_done();
+        assert!(hit_of(&ask(&s, "a", "u1", true)).contains(r#""uid":"u1""#));
+    }
+
+    #[test]
+    fn uid_rules_and_waiting_for_unseen_pods() {
+        let mut s = Store::default();
+        s.list_begun();
+        s.apply(pod("a", "u1", "1"));
+        s.list_done();
+        s.set_live(true);
+        // Matching UID, or no UID from a live watch: hit.
+        hit_of(&ask(&s, "a", "u1", true));
+        hit_of(&ask(&s, "a", "", true));
+        // Another UID (recreated under the same name) or an unseen pod: wait while live, then say so.
+        assert_eq!(ask(&s, "a", "u2", true), Lookup::Wait);
+        assert_eq!(
+            ask(&s, "a", "u2", false),
+            Lookup::Answer(Answer::UidMismatch)
+        );
+        assert_eq!(ask(&s, "b", "", true), Lookup::Wait);
+        assert_eq!(ask(&s, "b", "", false), Lookup::Answer(Answer::Unknown));
+        // The new pod's event arrives: the new pod is served.
+        s.apply(pod("a", "u2", "2"));
+        assert!(hit_of(&ask(&s, "a", "u2", true)).contains("u2"));
+        assert_eq!(
+            ask(&s, "a", "u1", false),
+            Lookup::Answer(Answer::UidMismatch)
+        );
+    }
+
+    #[test]
+    fn through_an_outage_only_uid_matches_are_served_and_nothing_waits() {
+        let mut s = Store::default();
+        s.list_begun();
+        s.apply(pod("a", "u1", "1"));
+        s.list_done();
+        s.set_live(true);
+        s.set_live(false);
+        hit_of(&ask(&s, "a", "u1", true));
+        assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
+        assert_eq!(
+            ask(&s, "a", "u9", true),
+            Lookup::Answer(Answer::UidMismatch)
+        );
+        assert_eq!(ask(&s, "b", "u3", true), Lookup::Answer(Answer::Unknown));
+    }
+
+    #[test]
+    fn deletes_relists_terminal_and_large_pods() {
+        let mut s = Store::default();
+        s.list_begun();
+        for n in ["a", "b", "c"] {
+            s.apply(pod(n, &format!("u-{n}"), "1"));
+        }
+        s.list_done();
+        s.set_live(true);
+        assert_eq!(s.len(), 3);
+        // A DELETED of an older UID leaves the current pod alone.
+        s.delete("ns", "a", "u-old");
+        assert_eq!(s.len(), 3);
+        s.delete("ns", "a", "u-a");
+        assert_eq!(ask(&s, "a", "u-a", false), Lookup::Answer(Answer::Unknown));
+        // A relist drops what it did not see and keeps the rest.
+        s.list_begun();
+        s.apply(pod("b", "u-b", "1"));
+        s.list_done();
+        assert_eq!(s.len(), 1);
+        // A finished pod is dropped; a too large one is known but not served.
+        let mut t = pod("b", "u-b", "2");
+        t.terminal = true;
+        s.apply(t);
+        assert!(s.is_empty());
+        let mut big = pod("d", "u-d", "1");
+        big.body = None;
+        s.apply(big);
+        assert_eq!(ask(&s, "d", "u-d", true), Lookup::Answer(Answer::TooLarge));
+        // An unchanged pod (same UID and resourceVersion) keeps its rendered line.
+        s.apply(pod("e", "u-e", "1"));
+        let first = match ask(&s, "e", "u-e", false) {
+            Lookup::Hit(b) => b,
+            other => panic!("{other:?}"),
+        };
+        s.apply(pod("e", "u-e", "1"));
+        match ask(&s, "e", "u-e", false) {
+            Lookup::Hit(b) => assert!(Arc::ptr_eq(&first, &b)),
+            other => panic!("{other:?}"),
+        }
+    }
+}

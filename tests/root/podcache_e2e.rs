@@ -1,0 +1,269 @@
+//! The node-local pod cache end to end (root): `install-cni` runs as the node's agent against the HTTPS
+//! API double (its pod watch fills the cache it serves on the run dir's `pod-cache.sock`), and our plugin
+//! is exec'd as a runtime does for pods in namespaces the test makes. The double records every API
+//! request: with the agent running, pod starts read no pod from the API server; with
+//! `POD_CACHE_ENABLED=false`, each reads its pod once. Through an API outage cached pods start and
+//! uncached ones fail closed; a pod recreated under its name gets the new pod's decision; a SIGKILLed
+//! agent's socket sends the next ADD to the API server.
+
+use crate::support::e2e::*;
+use crate::support::podcache::{pod_gets, Agent, NODE};
+use crate::support::*;
+use kube_double::Fault;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const SEQUENTIAL: usize = 200;
+const CONCURRENT: usize = 50;
+
+/// `n` pods with a sidecar, served by the double (each in its own namespace holding only `lo`).
+fn pods<'a>(node: &'a Node, tag: &str, n: usize) -> Vec<Pod<'a>> {
+    (0..n)
+        .map(|i| node.bare_pod(&format!("{tag}-{i}"), (i % 250) as u8))
+        .collect()
+}
+
+/// ADD for the first `SEQUENTIAL` pods one after the other, then for the rest all at once.
+fn start_all(pods: &[Pod]) {
+    for p in &pods[..SEQUENTIAL] {
+        p.add().assert_success();
+    }
+    std::thread::scope(|s| {
+        let started: Vec<_> = pods[SEQUENTIAL..]
+            .iter()
+            .map(|p| s.spawn(move || p.add()))
+            .collect();
+        for h in started {
+            h.join().unwrap().assert_success();
+        }
+    });
+}
+
+/// Every pod has exactly `want` (the rules the plugin programs for these pods).
+fn assert_rules(pods: &[Pod], want: &str) {
+    for p in pods {
+        assert_eq!(p.save("iptables-nft-save"), want, "pod {}", p.name);
+    }
+}
+
+#[test]
+fn pod_starts_read_no_pod_from_the_api_server_while_the_agent_runs() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(61);
+    let run = node.dir.join("run");
+    let agent = Agent::start(&node.srv, &run, NODE, &[]);
+    let cached = pods(&node, "cached", SEQUENTIAL + CONCURRENT);
+    agent.wait_synced();
+    agent.wait_pods(cached.len() as u64);
+    node.srv.clear_requests();
+    start_all(&cached);
+    assert_eq!(
+        pod_gets(&node.srv),
+        Vec::<String>::new(),
+        "pod GETs with the cache\n{}",
+        agent.log()
+    );
+    let want = cached[0].save("iptables-nft-save");
+    assert!(
+        want.contains("-A ISTIO_OUTPUT") && want.contains("ISTIO_IN_REDIRECT"),
+        "{want}"
+    );
+    assert_rules(&cached, &want);
+    let hits = agent.lookups("hit");
+    assert!(hits >= cached.len() as u64, "{}", agent.metrics_text());
+    assert!(
+        agent.log().contains("pod lookup") && agent.log().contains("ms (cache)"),
+        "the relayed ADD lines say where the pod came from:\n{}",
+        agent.log()
+    );
+    drop(agent);
+
+    // The same run with the cache off: the installer's entry says so, and every pod is read once.
+    let mut agent = Agent::start(&node.srv, &run, NODE, &[("POD_CACHE_ENABLED", "false")]);
+    let conflist = agent.dir.join("conf/10-primary.conflist");
+    poll_until(
+        "our entry with pod_cache false",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(&conflist).is_ok_and(|t| t.contains("\"pod_cache\": false")),
+    );
+    // A listener where the socket was: the plugin must never connect to it.
+    let sock = agent.socket();
+    let _ = std::fs::remove_file(&sock);
+    let spy = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    spy.set_nonblocking(true).unwrap();
+    let direct: Vec<Pod> = pods(&node, "direct", SEQUENTIAL + CONCURRENT)
+        .into_iter()
+        .map(Pod::without_pod_cache)
+        .collect();
+    node.srv.clear_requests();
+    start_all(&direct);
+    let mut per_pod: BTreeMap<String, usize> = BTreeMap::new();
+    for name in pod_gets(&node.srv) {
+        *per_pod.entry(name).or_default() += 1;
+    }
+    assert_eq!(per_pod.len(), direct.len(), "{per_pod:?}");
+    assert!(per_pod.values().all(|n| *n == 1), "{per_pod:?}");
+    assert_rules(&direct, &want);
+    assert!(
+        matches!(spy.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the plugin connected to the cache socket with pod_cache false"
+    );
+    assert!(
+        agent.log().contains("(api: pod cache disabled)"),
+        "{}",
+        agent.log()
+    );
+    agent.proc.child.kill().unwrap();
+}
+
+#[test]
+fn cached_pods_start_through_an_api_outage_and_uncached_ones_fail_closed() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(62);
+    let agent = Agent::start(&node.srv, &node.dir.join("run"), NODE, &[]);
+    let hung = node.bare_pod("cached-hung", 1);
+    let stopped = node.bare_pod("cached-stopped", 2);
+    agent.wait_synced();
+    agent.wait_pods(2);
+    let check = |p: &Pod, redirected: bool| {
+        let rules = p.save("iptables-nft-save");
+        assert_eq!(
+            rules.contains("-A ISTIO_OUTPUT"),
+            redirected,
+            "{}: {rules}",
+            p.name
+        );
+    };
+    let fail_closed = |what: &str| {
+        let mut p = node.pod_without_api_object(what);
+        p.uid = "00000000-0000-4000-8000-00000000dead".into();
+        let t = Instant::now();
+        let out = p.add();
+        let took = t.elapsed();
+        assert_ne!(out.code, 0, "{what}: an uncached pod started: {out}");
+        assert!(out.stdout.contains("unredirected"), "{out}");
+        // The lookup deadline is 2 s; only a hang would take this long.
+        assert!(took < Duration::from_secs(15), "{what}: {took:?}");
+        check(&p, false);
+    };
+
+    // The API server accepts connections and never answers.
+    node.srv.set_fault(Fault::Hang, None);
+    hung.add().assert_success();
+    check(&hung, true);
+    fail_closed("uncached-hung");
+
+    // The API server is gone.
+    node.srv.stop();
+    stopped.add().assert_success();
+    check(&stopped, true);
+    fail_closed("uncached-stopped");
+    let log = agent.log();
+    assert!(log.contains("pod cache: unknown; API server"), "{log}");
+    assert!(log.matches("ms (cache)").count() >= 2, "{log}");
+}
+
+#[test]
+fn a_pod_recreated_under_its_name_gets_the_new_pods_decision() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(63);
+    let agent = Agent::start(&node.srv, &node.dir.join("run"), NODE, &[]);
+    // The old pod has no sidecar: its decision would be "no redirection".
+    let old_uid = node.add_plain_pod("web");
+    agent.wait_synced();
+    agent.wait_pods(1);
+    node.srv.delete_pod("default", "web").unwrap();
+    let web = node.bare_pod("web", 3);
+    assert_ne!(web.uid, old_uid);
+    node.srv.clear_requests();
+    let out = web.add();
+    out.assert_success();
+    let rules = web.save("iptables-nft-save");
+    assert!(rules.contains("-A ISTIO_OUTPUT"), "{rules}\n{out}");
+    assert!(out.stderr.contains("(cache)"), "{out}");
+    assert_eq!(pod_gets(&node.srv), Vec::<String>::new());
+}
+
+#[test]
+fn a_killed_agents_socket_sends_the_next_add_to_the_api_server() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(64);
+    let mut agent = Agent::start(&node.srv, &node.dir.join("run"), NODE, &[]);
+    let first = node.bare_pod("first", 4);
+    let second = node.bare_pod("second", 5);
+    agent.wait_synced();
+    agent.wait_pods(2);
+    agent.proc.child.kill().unwrap();
+    agent.proc.child.wait().unwrap();
+    assert!(agent.socket().exists(), "SIGKILL leaves the socket file");
+    node.srv.clear_requests();
+    let out = first.add();
+    out.assert_success();
+    assert!(out.stderr.contains("(api: cache miss: refused)"), "{out}");
+    assert_eq!(pod_gets(&node.srv), vec!["first".to_string()]);
+    // The agent is gone entirely (the socket removed): the same.
+    std::fs::remove_file(agent.socket()).unwrap();
+    let out = second.add();
+    out.assert_success();
+    assert!(out.stderr.contains("(api: cache miss: no_socket)"), "{out}");
+    for p in [&first, &second] {
+        assert!(p.save("iptables-nft-save").contains("-A ISTIO_OUTPUT"));
+    }
+}
+
+#[test]
+fn nftables_pods_in_standalone_mode_start_through_the_cache() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(65);
+    let agent = Agent::start(
+        &node.srv,
+        &node.dir.join("run"),
+        NODE,
+        &[("CHAINED_CNI_PLUGIN", "false"), ("NATIVE_NFTABLES", "true")],
+    );
+    let standalone = agent.dir.join("conf/YYY-istio-cni.conf");
+    poll_until("the standalone file", Duration::from_secs(10), || {
+        standalone.exists()
+    });
+    let conf = std::fs::read_to_string(&standalone).unwrap();
+    assert!(
+        conf.contains("\"native_nftables\": true") && !conf.contains("pod_cache"),
+        "{conf}"
+    );
+    let pods: Vec<Pod> = (0..5)
+        .map(|i| {
+            node.bare_pod(&format!("nft-{i}"), 10 + i)
+                .with_conf(conf.clone())
+        })
+        .collect();
+    agent.wait_synced();
+    agent.wait_pods(5);
+    node.srv.clear_requests();
+    for p in &pods {
+        let out = p.add();
+        out.assert_success();
+        assert!(out.stderr.contains("(cache)"), "{out}");
+        let tables =
+            p.ns.exec_ok(&["nft", "list", "table", "inet", "istio-proxy-nat"]);
+        assert!(tables.contains("chain istio-output"), "{tables}");
+    }
+    assert_eq!(pod_gets(&node.srv), Vec::<String>::new());
+    let m = agent.metrics_text();
+    for series in [
+        "istio_cni_pod_cache_lookups_total{result=\"hit\"} ",
+        "istio_cni_pod_cache_pods 5",
+        "istio_cni_pod_cache_watch_restarts_total ",
+    ] {
+        assert!(m.contains(series), "{series} missing:\n{m}");
+    }
+}
