@@ -617,28 +617,32 @@ def picture(doc, path):
     matplotlib.rcParams["svg.fonttype"] = "none"
     matplotlib.rcParams["svg.hashsalt"] = "scale"
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    top = [0.0, 0.0, 0.0]
     for cache, style in ((False, "o--"), (True, "s-")):
         rs = sorted((r for r in doc["runs"] if r["cache"] == cache), key=lambda r: r["nodes"])
         if not rs:
             continue
-        label = "pod cache on" if cache else "pod cache off (upstream)"
+        label = "pod cache on" if cache else "pod cache off (upstream's behaviour)"
         xs = [r["nodes"] for r in rs]
-        axes[0].plot(xs, [r["api_requests_per_pod_start"] for r in rs], style, label=label)
-        axes[1].plot(xs, [r["double_cpu_s_per_1000_pod_starts"] for r in rs], style, label=label)
-        axes[2].plot(xs, [r["agent_rss_kb"]["median"] / 1024 for r in rs], style, label=label)
-    for ax, title, ylabel in zip(axes, ("API requests per pod start", "API double CPU per 1,000 pod starts",
-                                        "agent RSS (median)"), ("requests", "CPU seconds", "MiB")):
+        for i, ys in enumerate(([r["api_requests_per_pod_start"] for r in rs],
+                                [r["double_cpu_s_per_1000_pod_starts"] for r in rs],
+                                [r["agent_rss_kb"]["median"] / 1024 for r in rs])):
+            axes[i].plot(xs, ys, style, label=label)
+            top[i] = max(top[i], *ys)
+    for ax, t, title, ylabel in zip(axes, top, ("API requests per pod start", "API double CPU per 1,000 pod starts",
+                                                "agent RSS (median)"), ("requests", "CPU seconds", "MiB")):
         ax.set_xscale("log")
         ax.set_xlabel("node agents (N)")
         ax.set_title(title)
         ax.set_ylabel(ylabel)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max(t, 1e-9) * 1.25)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9)
     fig.suptitle(f"{doc['runs'][0]['pods'] // doc['runs'][0]['nodes']} pods per node, one HTTPS API double, "
                  f"N install-cni on {doc['machine']['nproc']} CPUs", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, metadata={"Date": None})
     plt.close(fig)
 
