@@ -2,6 +2,20 @@
 //! leaf: the applets use it, and the multicall dispatch in [`crate::cli`] uses them.
 
 use crate::cni::version::SUPPORTED;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+static START: OnceLock<Instant> = OnceLock::new();
+
+/// Marks the process's start: an applet's entry point calls it first (later calls change nothing).
+pub fn mark_start() -> Instant {
+    *START.get_or_init(Instant::now)
+}
+
+/// Time since [`mark_start`] (since the first call of either, when the entry point did not mark it).
+pub fn since_start() -> Duration {
+    mark_start().elapsed()
+}
 
 /// `<applet> <version> (commit <sha>; <target triple>; <rustc -V>); CNI spec versions: ...`: what a
 /// rebuild needs to reproduce this binary (build.rs records the commit, target and compiler).

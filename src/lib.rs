@@ -18,6 +18,7 @@ pub mod iptables;
 pub mod json;
 pub mod kube;
 pub mod logging;
+pub mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod nftables;

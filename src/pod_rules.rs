@@ -15,14 +15,27 @@ use std::time::Instant;
 /// Chooses the rule backend; called only once the pod needs redirection.
 pub type Chooser<'a> = &'a dyn Fn() -> Result<Box<dyn RuleBackend>>;
 
-/// Applies what `pod` needs inside `netns_path`, with the node environment `env`; returns the log line.
-/// Used by ADD and by repair in place.
+/// What programming a pod did: whether rules were applied, and the log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Programmed {
+    pub redirected: bool,
+    pub message: String,
+}
+
+impl std::fmt::Display for Programmed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Applies what `pod` needs inside `netns_path`, with the node environment `env`. Used by ADD and by
+/// repair in place.
 pub fn program_pod(
     pod: &Object,
     netns_path: &str,
     conf: &NetConf,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<String> {
+) -> Result<Programmed> {
     program_pod_with(pod, netns_path, &|| backend::for_conf(conf), env)
 }
 
@@ -32,14 +45,23 @@ pub fn program_pod_with(
     netns_path: &str,
     choose: Chooser,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<String> {
+) -> Result<Programmed> {
     let t = Instant::now();
     let redirect = match decide_pod(&PodInfo::from_pod(pod)?)? {
-        PodPlan::Skip(reason) => return Ok(format!("no redirection: {reason}")),
+        PodPlan::Skip(reason) => {
+            return Ok(Programmed {
+                redirected: false,
+                message: format!("no redirection: {reason}"),
+            })
+        }
         PodPlan::Redirect(r) => r,
     };
     let decide_us = t.elapsed().as_micros();
-    choose()?.apply(netns_path, redirect, NodeEnv::take(env), decide_us)
+    let message = choose()?.apply(netns_path, redirect, NodeEnv::take(env), decide_us)?;
+    Ok(Programmed {
+        redirected: true,
+        message,
+    })
 }
 
 /// CHECK: the rules the pod needs are all in its namespace, and nothing bypasses them.

@@ -96,7 +96,8 @@ fn add_applies_the_planned_documents_in_the_pods_namespace() {
         &no_env,
     )
     .unwrap();
-    assert_eq!(msg, "recorded");
+    assert!(msg.redirected);
+    assert_eq!(msg.message, "recorded");
     let calls = fake.calls();
     assert_eq!(calls.len(), 1);
     assert!(!calls[0].verify);
@@ -124,7 +125,8 @@ fn a_pod_without_a_sidecar_never_chooses_a_backend() {
     };
     let p = pod("", r#"{"name":"app"}"#);
     let msg = program_pod_with(&p, "/ns", &choose, &no_env).unwrap();
-    assert!(msg.starts_with("no redirection: "), "{msg}");
+    assert!(!msg.redirected);
+    assert!(msg.message.starts_with("no redirection: "), "{msg}");
     check_pod_with(&p, "/ns", &choose, &no_env).unwrap();
     assert_eq!(chose.get(), 0);
     // A sidecar pod does choose, and the chooser's error is ADD's error.

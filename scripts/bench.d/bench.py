@@ -114,7 +114,9 @@ class Namespaces:
 
 
 class Double:
-    def __init__(self, exe, work):
+    """The HTTPS kube-double: `bookmark_ms` between bookmarks; `wrap` is a command prefix (e.g. setpriv)."""
+
+    def __init__(self, exe, work, bookmark_ms=1000, wrap=()):
         self.work = work
         self.token = f"bench-token-{os.getpid()}"
         self.ca = os.path.join(work, "ca.pem")
@@ -122,8 +124,8 @@ class Double:
         ready = os.path.join(work, "double.ready")
         self.log = open(os.path.join(work, "double.log"), "w")
         self.proc = subprocess.Popen(
-            [exe, "--listen", "127.0.0.1:0", "--token", self.token, "--kubeconfig-out", self.kubeconfig,
-             "--ca-out", self.ca, "--ready-file", ready, "--bookmark-interval-ms", "1000"],
+            [*wrap, exe, "--listen", "127.0.0.1:0", "--token", self.token, "--kubeconfig-out", self.kubeconfig,
+             "--ca-out", self.ca, "--ready-file", ready, "--bookmark-interval-ms", str(bookmark_ms)],
             stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
         deadline = time.time() + 30
         while not os.path.exists(ready):
@@ -164,6 +166,7 @@ class Double:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.close()
 
 
 def pod_object(name, ns="default", sidecar=True, ips=("10.0.0.2",), annotations=None, env=None,

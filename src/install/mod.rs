@@ -30,6 +30,7 @@ pub mod libcni;
 pub mod links;
 pub mod log_settings;
 pub mod options;
+pub mod plugin_metrics;
 pub mod podwatch;
 pub mod relay;
 pub mod run;
@@ -45,6 +46,8 @@ use crate::settings::process_env;
 
 /// The `install-cni` applet's entry point; returns the exit code.
 pub fn main(name: &str, args: &[String]) -> i32 {
+    // For istio_cni_startup_ready_seconds.
+    crate::applet::mark_start();
     // First, so a SIGTERM arriving during start-up is not lost (it ends the loop at its first check).
     let sigfd = match cli::block_signals() {
         Ok(fd) => fd,

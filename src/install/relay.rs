@@ -1,7 +1,8 @@
 //! Plugin log relay: a unix datagram socket at `<CNI_AGENT_RUN_DIR>/log.sock`. Each datagram is one plugin
 //! log record (`{"level":..,"msg":..}`, or a plain UTF-8 line); we log it under the `cni-plugin` scope
 //! ([`crate::logging::relayed`]: its level filter, text `istio-cni: msg` or a JSON line), so `kubectl
-//! logs` on the DaemonSet pod shows every plugin decision.
+//! logs` on the DaemonSet pod shows every plugin decision. The plugin's ADD records
+//! ([`crate::plugin::record`]) arrive on the same socket and feed [`super::plugin_metrics`] instead.
 
 use crate::error::{IoContext, Result};
 use std::os::unix::net::UnixDatagram;
@@ -23,6 +24,8 @@ pub fn start(run_dir: &Path) -> Result<PathBuf> {
             let mut buf = vec![0u8; MAX_LINE];
             loop {
                 match sock.recv(&mut buf) {
+                    // A plugin's ADD record feeds /metrics; anything else is a log line.
+                    Ok(n) if super::plugin_metrics::take(&buf[..n]) => {}
                     Ok(n) => crate::logging::relayed(&buf[..n]),
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {

@@ -1,7 +1,9 @@
 //! Readiness, metrics, and a tiny HTTP/1.x responder for them: `/healthz` (200 unless a directory we must
 //! follow can no longer be watched, e.g. the conf dir's mount shows a deleted directory: then 503, so a
 //! liveness probe restarts us), `/readyz` (200 when installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
-//! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`).
+//! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`), ours
+//! (`istio_cni_startup_ready_seconds`), and what the repair agent, the watches
+//! ([`crate::kube::watch_timing`]) and the plugin's records ([`super::plugin_metrics`]) add.
 //! The responder is deliberately small: GET only, the request head bounded to 8 KiB and due within 2 s of
 //! accept, `Connection: close`; [`crate::httpd`] multiplexes the connections so none can hold up another,
 //! and listens dual-stack.
@@ -10,7 +12,8 @@ use crate::error::Result;
 use crate::httpd;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 /// Install results, upstream's label values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,12 +37,16 @@ const RESULTS: [(InstallResult, &str); 4] = [
     ),
 ];
 
+pub const STARTUP_READY: &str = "istio_cni_startup_ready_seconds";
+
 /// Shared installer state read by the HTTP responders.
 #[derive(Debug, Default)]
 pub struct State {
     ready: AtomicBool,
     unhealthy: AtomicBool,
     installs: [AtomicU64; 4],
+    /// Process start → first ready (`istio_cni_startup_ready_seconds`).
+    first_ready: OnceLock<Duration>,
 }
 
 impl State {
@@ -47,7 +54,15 @@ impl State {
         Arc::new(State::default())
     }
     pub fn set_ready(&self, ready: bool) {
+        if ready {
+            self.first_ready.get_or_init(crate::applet::since_start);
+        }
         self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Process start → the first time it was ready.
+    pub fn startup(&self) -> Option<Duration> {
+        self.first_ready.get().copied()
     }
     pub fn ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
@@ -91,6 +106,15 @@ impl State {
                 ));
             }
         }
+        if let Some(d) = self.startup() {
+            crate::metrics::header(
+                &mut s,
+                STARTUP_READY,
+                "gauge",
+                "Seconds from the start of this istio-cni-node process to its first ready.",
+            );
+            crate::metrics::sample(&mut s, STARTUP_READY, &[], d.as_secs_f64());
+        }
         s
     }
 }
@@ -122,11 +146,13 @@ pub fn respond(state: &State, which: Endpoints, path: &str) -> httpd::Reply {
         (Endpoints::Metrics, "/metrics") => (
             200,
             "text/plain; version=0.0.4; charset=utf-8",
-            // The in-process repair agent's counters ("" when it never acted) and the pod cache's ("" when
-            // it is off).
+            // The in-process repair agent's counters ("" when it never acted), the pod cache's ("" when
+            // it is off), the watches' start-up timings, the plugin's ADDs.
             state.metrics_text()
                 + &crate::repair::metrics::render()
-                + &crate::podcache::metrics::render(),
+                + &crate::podcache::metrics::render()
+                + &crate::kube::watch_timing::render()
+                + &super::plugin_metrics::render(),
         ),
         _ => (404, "text/plain", "Not Found\n".into()),
     }

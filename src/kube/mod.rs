@@ -8,6 +8,7 @@
 //! - [`watch`]: watch event decoding and the [`WatchStream`] iterator.
 //! - [`client`]: the [`Client`] the roles use; [`retry`]: [`get_pod_with_retry`] and [`Backoff`].
 //! - [`scheduling`]: would the DaemonSet controller run a template's pod on a node (pure).
+//! - [`watch_timing`]: how long each watch took to answer and to deliver its initial state (`/metrics`).
 
 pub mod client;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod status;
 pub mod token;
 pub mod transport;
 pub mod watch;
+pub mod watch_timing;
 pub(crate) mod yaml;
 
 pub use client::{Client, PodList};

@@ -162,6 +162,14 @@ pub fn attach_relay(run_dir: &str) {
     }
 }
 
+/// Sends one structured record (not a log line, e.g. [`crate::plugin::record`]) to the relay socket, if
+/// [`attach_relay`] found one. Non-blocking; a full or absent installer drops it.
+pub fn relay_record(data: &[u8]) {
+    if let Some(sock) = RELAY.get() {
+        let _ = sock.send(data);
+    }
+}
+
 /// Changes the level, unless `RUST_LOG` fixed it.
 pub fn set_level(level: LevelFilter) {
     match std::env::var("RUST_LOG").ok().and_then(|v| parse_level(&v)) {

@@ -9,11 +9,48 @@ use crate::podcache::{self, Miss, Source};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::record::{AddRecord, Backend, Lookup, Outcome};
 use crate::redirect::plan::shortcut;
+
+/// What an ADD did, for the record the plugin relays ([`super::record`]).
+#[derive(Debug, Default)]
+pub struct Report {
+    pub lookup: Option<Lookup>,
+    pub redirected: bool,
+}
+
+impl Report {
+    /// The record of an ADD that took `took` and succeeded (`ok`) or not; `nftables` is the configured
+    /// backend (the one a failed ADD was due to program).
+    pub fn record(&self, took: Duration, ok: bool, nftables: bool) -> AddRecord {
+        let configured = if nftables {
+            Backend::Nftables
+        } else {
+            Backend::Iptables
+        };
+        let (backend, outcome) = match (ok, self.redirected) {
+            (true, true) => (configured, Outcome::Redirected),
+            (true, false) => (Backend::None, Outcome::Skipped),
+            (false, _) if self.lookup.is_some() => (configured, Outcome::Failed),
+            (false, _) => (Backend::None, Outcome::Failed),
+        };
+        AddRecord {
+            seconds: took.as_secs_f64(),
+            backend,
+            outcome,
+            lookup: self.lookup,
+        }
+    }
+}
 
 /// The pod object: from the installer's pod cache when it has it (and the configuration does not turn it
 /// off), else from the API server exactly as without a cache, with the whole lookup deadline.
-fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration, Source)> {
+/// `report` learns where the pod came from, even when the lookup fails.
+fn pod_lookup(
+    conf: &NetConf,
+    args: &K8sArgs,
+    report: &mut Report,
+) -> Result<(Object, Duration, Source)> {
     let t = Instant::now();
     let miss = if conf.pod_cache {
         let req = podcache::proto::Request {
@@ -22,12 +59,17 @@ fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration, Sourc
             uid: args.pod_uid.clone(),
         };
         match podcache::client::lookup(&conf.run_dir().pod_cache_socket(), &req) {
-            Ok(pod) => return Ok((pod, t.elapsed(), Source::Cache)),
+            Ok(pod) => {
+                report.lookup = Some(Lookup::Cache);
+                return Ok((pod, t.elapsed(), Source::Cache));
+            }
             Err(m) => m,
         }
     } else {
         Miss::Disabled
     };
+    // Counted as an API lookup even when the GET fails.
+    report.lookup = Some(Lookup::Api(miss.name()));
     let path = conf.kubeconfig_path();
     let client = kube::Client::from_kubeconfig(Path::new(&path))
         .with_context(|| format!("create the kubernetes client from {path}"))?;
@@ -44,11 +86,13 @@ fn pod_lookup(conf: &NetConf, args: &K8sArgs) -> Result<(Object, Duration, Sourc
     Ok((pod, t.elapsed(), Source::Api(miss)))
 }
 
-/// ADD, with `node_env` the plugin process's environment (read by the plan).
+/// ADD, with `node_env` the plugin process's environment (read by the plan); `report` learns where the
+/// pod came from and whether rules were programmed.
 pub fn add(
     conf: &NetConf,
     env: &CmdEnv,
     node_env: &dyn Fn(&str) -> Option<String>,
+    report: &mut Report,
 ) -> Result<String> {
     let args = K8sArgs::parse(&env.args).context("failed to load args")?;
     // Parse prevResult first: a result we cannot pass on fails ADD before anything is programmed.
@@ -61,7 +105,7 @@ pub fn add(
         log::info!("{who}: no redirection: {}", s.reason());
         return Ok(output);
     }
-    let (pod, lookup, source) = pod_lookup(conf, &args).with_context(|| {
+    let (pod, lookup, source) = pod_lookup(conf, &args, report).with_context(|| {
         format!(
             "pod {}/{} may need a sidecar, refusing to start it unredirected",
             args.pod_namespace, args.pod_name
@@ -69,6 +113,7 @@ pub fn add(
     })?;
     let msg = pod_rules::program_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("pod {}/{}", args.pod_namespace, args.pod_name))?;
+    report.redirected = msg.redirected;
     log::info!(
         "{who}: {msg}; pod lookup {:.1} ms ({source})",
         lookup.as_secs_f64() * 1000.0
@@ -91,7 +136,7 @@ pub fn check(
     if shortcut(conf, &args).is_some() {
         return Ok(());
     }
-    let (pod, _, _) = pod_lookup(conf, &args)?;
+    let (pod, _, _) = pod_lookup(conf, &args, &mut Report::default())?;
     pod_rules::check_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("CHECK pod {}/{}", args.pod_namespace, args.pod_name))
 }

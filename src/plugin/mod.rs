@@ -4,6 +4,7 @@
 pub mod add;
 pub mod cli;
 pub mod explain;
+pub mod record;
 
 use crate::cni::{self, result, version, Command};
 use crate::error::{Error, Result};
@@ -85,7 +86,19 @@ fn dispatch(
     }
     logging::attach_relay(&conf.cni_agent_run_dir);
     match command {
-        Command::Add => add::add(&conf, &cmd_env, env),
+        Command::Add => {
+            let started = std::time::Instant::now();
+            let mut report = add::Report::default();
+            let out = add::add(&conf, &cmd_env, env, &mut report);
+            // After the work, before the reply: a non-blocking send the installer may never read.
+            logging::relay_record(
+                report
+                    .record(started.elapsed(), out.is_ok(), conf.native_nftables)
+                    .encode()
+                    .as_bytes(),
+            );
+            out
+        }
         Command::Check => {
             if !version::at_least(&conf.cni_version, "0.4.0") {
                 return Err(Error::IncompatibleVersion(format!(

@@ -23,7 +23,7 @@ pub struct Actor {
 
 /// Applies exactly what the plugin's ADD applies, through the same code ([`crate::pod_rules`]).
 fn program(pod: &Object, ns_path: &str, conf: &NetConf) -> Result<String> {
-    crate::pod_rules::program_pod(pod, ns_path, conf, &|k| std::env::var(k).ok())
+    crate::pod_rules::program_pod(pod, ns_path, conf, &|k| std::env::var(k).ok()).map(|p| p.message)
 }
 
 fn unix_nanos() -> u128 {

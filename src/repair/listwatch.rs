@@ -1,17 +1,22 @@
 //! The node's pod LIST + WATCH loop: a paginated LIST, then WATCH with bookmarks from the list's
 //! resourceVersion; 410 → relist; otherwise re-watch; every restart paced by backoff 800 ms … 30 s with
 //! jitter. It feeds a [`PodSink`]: the standalone repair agent's ([`super::controller::RepairSink`]), or in
-//! `install-cni` the pod cache and the repair worker together (`install::podwatch`). Nothing here panics on
-//! API input; API failures are logged and retried.
+//! `install-cni` the pod cache and the repair worker together (`install::podwatch`). Each (re)start is timed
+//! for `/metrics` ([`crate::kube::watch_timing`], as the `pods` watch). Nothing here panics on API input; API
+//! failures are logged and retried.
 
 use super::pace::{held_note, random, LogLimit, Pace, LOG_WINDOW};
 use crate::error::Result;
 use crate::json::Object;
+use crate::kube::watch_timing::Timing;
 use crate::kube::{ApiErrorExt, Client, EventKind, ListParams, WatchParams};
 use std::time::{Duration, Instant};
 
 /// Page size of the LIST: small pages keep the agent's memory flat however many pods the node runs.
 pub const PAGE: u32 = 10;
+
+/// The name of this watch on `/metrics` ([`crate::kube::watch_timing`]).
+pub const WATCH_NAME: &str = "pods";
 
 /// What the list/watch loop feeds: the repair worker's channel ([`super::controller::RepairSink`]), or, in `install-cni`,
 /// the node's pod cache and the repair worker together.
@@ -49,8 +54,14 @@ impl Selection {
     }
 }
 
-/// Lists every selected pod page by page into `sink`. Returns the list's RV.
-pub fn list_all(client: &Client, sel: &Selection, sink: &mut dyn PodSink) -> Result<String> {
+/// Lists every selected pod page by page into `sink`. Returns the list's RV. `timing` learns when the first
+/// page arrived and when the last one was handled.
+pub fn list_all(
+    client: &Client,
+    sel: &Selection,
+    sink: &mut dyn PodSink,
+    timing: &mut Timing,
+) -> Result<String> {
     let mut params = ListParams {
         label_selector: sel.label.clone(),
         field_selector: Some(sel.field.clone()),
@@ -60,6 +71,7 @@ pub fn list_all(client: &Client, sel: &Selection, sink: &mut dyn PodSink) -> Res
     sink.list_begun();
     loop {
         let page = client.list_pods(&params)?;
+        timing.answered();
         for pod in page.items {
             sink.pod(pod);
         }
@@ -67,6 +79,7 @@ pub fn list_all(client: &Client, sel: &Selection, sink: &mut dyn PodSink) -> Res
             Some(c) => params.continue_token = Some(c),
             None => {
                 sink.list_done();
+                timing.listed();
                 return Ok(page.resource_version);
             }
         }
@@ -100,6 +113,7 @@ fn watch_once(
     sink: &mut dyn PodSink,
     rv: &mut String,
     restart: bool,
+    timing: &mut Timing,
 ) -> (Ended, bool) {
     let params = WatchParams {
         label_selector: sel.label.clone(),
@@ -114,6 +128,7 @@ fn watch_once(
         Err(e) if e.is_gone() => return (Ended::Gone(e), false),
         Err(e) => return (Ended::Failed(e), false),
     };
+    timing.answered();
     sink.watch_up(restart);
     let mut failure = None;
     let mut delivered = false;
@@ -160,9 +175,10 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
     let mut watched = false;
     loop {
         let began = Instant::now();
+        let mut timing = Timing::start(WATCH_NAME);
         let mut at = match rv.take() {
             Some(r) => r,
-            None => match list_all(client, sel, sink) {
+            None => match list_all(client, sel, sink, &mut timing) {
                 Ok(r) => {
                     if let Some(n) = logs.allow("listed", Instant::now()) {
                         log::info!(
@@ -186,7 +202,7 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
                 }
             },
         };
-        let (ended, delivered) = watch_once(client, sel, sink, &mut at, watched);
+        let (ended, delivered) = watch_once(client, sel, sink, &mut at, watched, &mut timing);
         watched = true;
         let d = pace.next(began.elapsed(), delivered, random());
         let now = Instant::now();

@@ -52,7 +52,11 @@ pub fn render() -> String {
 /// installer); returns the bound address.
 pub fn serve(port: u16) -> Result<SocketAddr> {
     httpd::serve(port, "repair-metrics", |path| match path {
-        "/metrics" => (200, "text/plain; version=0.0.4; charset=utf-8", render()),
+        "/metrics" => (
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            render() + &crate::kube::watch_timing::render(),
+        ),
         _ => (404, "text/plain", "Not Found\n".into()),
     })
 }

@@ -168,7 +168,8 @@ pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> 
     let sel = listwatch::Selection::of_repair(&opts);
     let mut sink = controller::RepairSink::new(det, tx);
     if !rt.run_as_daemon {
-        listwatch::list_all(&client, &sel, &mut sink).context("repair: list pods")?;
+        let mut timing = crate::kube::watch_timing::Timing::start(listwatch::WATCH_NAME);
+        listwatch::list_all(&client, &sel, &mut sink, &mut timing).context("repair: list pods")?;
         drop(sink);
         worker.run(&rx, &actor);
         return Ok(worker.failed);

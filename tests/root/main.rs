@@ -10,6 +10,7 @@ mod cni_chain;
 mod cni_hostns;
 mod handover_gap;
 mod install_bind_mount;
+mod install_metrics;
 mod install_server;
 mod install_server_flood;
 mod lookup_add_wall;

@@ -70,6 +70,9 @@ pub(crate) fn admin(shared: &Shared, req: &HttpRequest) -> Reply {
             o.insert("ok".into(), Value::Bool(true));
             ok(200, o)
         }
+        ("GET", "/_double/stats") => {
+            ok(200, crate::serve::stats_json(&crate::serve::stats(shared)))
+        }
         ("POST", "/_double/pods") => match body_json(req).map_err(|r| r.code) {
             Ok(v) => match add_pods_value(shared, v) {
                 Ok(n) => {

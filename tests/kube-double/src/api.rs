@@ -1,23 +1,21 @@
 //! Routing: the Kubernetes API subset (pods get/list/watch/patch-status/delete, namespaces get, events;
 //! daemonsets and nodes get in [`crate::objects`]) and the `/_double/` admin endpoints.
 
-use std::io::BufReader;
-use std::net::TcpStream;
-
 use miniserde::json::{self, Array, Object, Value};
-use rustls::{ServerConnection, StreamOwned};
 
 use crate::http::{self, HttpRequest};
 use crate::store::{number, s, str_at, Selector};
 use crate::{At, Fault, RecordedRequest, Shared};
 
-pub enum Next {
+pub(crate) enum Next {
     KeepAlive,
     Close,
     Drop,
+    /// A watch: the connection streams what the hub hands out.
+    Stream(crate::watch::Stream),
 }
 
-pub(crate) type Conn = BufReader<StreamOwned<ServerConnection, TcpStream>>;
+pub(crate) use crate::serve::Conn;
 
 pub(crate) fn status_body(code: u16, reason: &str, message: &str) -> Vec<u8> {
     let mut o = Object::new();
@@ -85,7 +83,7 @@ pub(crate) fn send(conn: &mut Conn, r: &Reply, close: bool) -> Next {
     }
 }
 
-pub fn handle(shared: &Shared, req: HttpRequest, conn: &mut Conn) -> Next {
+pub(crate) fn handle(shared: &Shared, req: HttpRequest, conn: &mut Conn) -> Next {
     let close = req.wants_close();
     if req.path.starts_with("/_double/") {
         let r = crate::admin::admin(shared, &req);

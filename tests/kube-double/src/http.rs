@@ -1,5 +1,6 @@
-//! Just enough HTTP/1.1: parse a request (Content-Length bodies), write a response (Content-Length or
-//! chunked), keep-alive.
+//! Just enough HTTP/1.1: parse a request (Content-Length or chunked bodies) from a reader or from the bytes
+//! received so far ([`parse_buffered`], for the event loop), write a response (Content-Length or chunked),
+//! keep-alive.
 
 use std::io::{self, BufRead, Read, Write};
 
@@ -145,16 +146,62 @@ pub fn read_request(r: &mut impl BufRead) -> io::Result<Option<HttpRequest>> {
     Ok(Some(req))
 }
 
+/// The end of the request head in `buf` (after any stray CRLFs before it), if it has arrived.
+fn head_end(buf: &[u8]) -> Option<usize> {
+    let start = buf
+        .iter()
+        .position(|b| *b != b'\r' && *b != b'\n')
+        .unwrap_or(buf.len());
+    let rest = &buf[start..];
+    let crlf = rest
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4);
+    let lf = rest.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    [crlf, lf].into_iter().flatten().min().map(|i| start + i)
+}
+
+/// One request from the bytes received so far: `Ok(None)` while it is incomplete, else the request and
+/// how many bytes it took. A head larger than the limit is an error before it completes.
+pub fn parse_buffered(buf: &[u8]) -> io::Result<Option<(HttpRequest, usize)>> {
+    if head_end(buf).is_none() {
+        return if buf.len() > MAX_HEAD {
+            Err(bad("request head too large"))
+        } else {
+            Ok(None)
+        };
+    }
+    let mut cur = io::Cursor::new(buf);
+    match read_request(&mut cur) {
+        Ok(Some(r)) => Ok(Some((r, cur.position() as usize))),
+        Ok(None) => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A whole line, or `UnexpectedEof` when the input ends inside it (more bytes may still come).
+fn read_full_line(r: &mut impl BufRead, line: &mut String) -> io::Result<usize> {
+    let n = r.read_line(line)?;
+    if !line.ends_with('\n') {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "eof in a line",
+        ));
+    }
+    Ok(n)
+}
+
 fn read_chunked(r: &mut impl BufRead) -> io::Result<Vec<u8>> {
     let mut body = Vec::new();
     loop {
         let mut line = String::new();
-        r.read_line(&mut line)?;
+        read_full_line(r, &mut line)?;
         let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
             .map_err(|_| bad("bad chunk size"))?;
         if size == 0 {
             let mut trailer = String::new();
-            while r.read_line(&mut trailer)? > 2 {
+            while read_full_line(r, &mut trailer)? > 2 {
                 trailer.clear();
             }
             return Ok(body);
@@ -252,6 +299,35 @@ mod tests {
         assert_eq!(r.param("y").as_deref(), Some(""));
         assert_eq!(r.body, b"{}");
         assert!(read_request(&mut &b""[..]).unwrap().is_none());
+    }
+
+    #[test]
+    fn buffered_requests_wait_for_their_last_byte() {
+        let second: &[u8] = b"GET /b HTTP/1.1\r\n\r\n";
+        let raw = [
+            &b"\r\nPOST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"[..],
+            second,
+        ]
+        .concat();
+        let first = raw.len() - second.len();
+        for cut in 0..first {
+            assert!(parse_buffered(&raw[..cut]).unwrap().is_none(), "{cut}");
+        }
+        let (r, used) = parse_buffered(&raw).unwrap().unwrap();
+        assert_eq!(
+            (r.path.as_str(), r.body.as_slice(), used),
+            ("/a", &b"abc"[..], first)
+        );
+        let (r, used) = parse_buffered(&raw[first..]).unwrap().unwrap();
+        assert_eq!((r.path.as_str(), used), ("/b", second.len()));
+        let chunked: &[u8] =
+            b"PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n";
+        for cut in 0..chunked.len() {
+            assert!(parse_buffered(&chunked[..cut]).unwrap().is_none(), "{cut}");
+        }
+        assert_eq!(parse_buffered(chunked).unwrap().unwrap().0.body, b"hi");
+        assert!(parse_buffered(&vec![b'a'; MAX_HEAD + 1]).is_err());
+        assert!(parse_buffered(b"GET\r\n\r\n").is_err());
     }
 
     #[test]

@@ -7,9 +7,12 @@
 //! delete with preconditions (409); events; fault injection; a record of every API request; DaemonSets,
 //! Nodes, per-resource faults and pod-bound tokens ([`objects`]).
 //!
-//! One thread per connection, HTTP/1.1 keep-alive. Admin endpoints under `/_double/` (no auth, never
-//! faulted, never recorded): `POST /_double/pods`, `POST /_double/fault`, `GET /_double/requests`,
-//! `POST /_double/gone`, `POST /_double/token`, `GET /_double/events`, `GET /_double/healthz`.
+//! HTTP/1.1 keep-alive, every connection a task of one small tokio runtime ([`serve`]); watches are fed by
+//! a hub indexed by node, so a thousand node agents' watches cost a thousand idle tasks ([`watch`]).
+//! Admin endpoints under `/_double/` (no auth, never faulted, never recorded): `POST /_double/pods`,
+//! `POST /_double/fault`, `GET /_double/requests`, `POST /_double/gone`, `POST /_double/token`,
+//! `GET /_double/events`, `GET /_double/healthz`, `GET /_double/stats` (connections, TLS handshakes, API
+//! requests by kind, watches, CPU seconds: [`Stats`]).
 //!
 //! ```no_run
 //! let srv = kube_double::Server::start(kube_double::Options::default()).unwrap();
@@ -23,19 +26,21 @@ mod api;
 pub mod http;
 pub mod objects;
 mod selector;
+pub mod serve;
 pub mod store;
 mod tls;
 mod watch;
 
-use std::io::{self, BufReader};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io;
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use miniserde::json::{Object, Value};
 
+pub use serve::{Kind, Stats};
 pub use store::Store;
 
 /// Server options.
@@ -143,12 +148,17 @@ pub(crate) struct State {
     pub fault: Option<FaultRule>,
     pub fault_epoch: u64,
     pub requests: Vec<RecordedRequest>,
+    /// The open watches.
+    pub watches: watch::Hub,
 }
 
 pub(crate) struct Shared {
     pub state: Mutex<State>,
-    pub changed: Condvar,
+    pub changed: serve::Changed,
     pub stop: AtomicBool,
+    /// Ends the accept loop.
+    pub stopped: tokio::sync::Notify,
+    pub counters: serve::Counters,
     pub bookmark_interval: Duration,
     pub good: tls::Pki,
     pub wrong: tls::Pki,
@@ -235,17 +245,17 @@ impl Server {
                 fault: None,
                 fault_epoch: 0,
                 requests: Vec::new(),
+                watches: watch::Hub::default(),
             }),
-            changed: Condvar::new(),
+            changed: serve::Changed::default(),
             stop: AtomicBool::new(false),
+            stopped: tokio::sync::Notify::new(),
+            counters: serve::Counters::default(),
             bookmark_interval: opts.bookmark_interval,
             good,
             wrong,
         });
-        let sh = shared.clone();
-        std::thread::Builder::new()
-            .name("kube-double-accept".into())
-            .spawn(move || accept_loop(listener, sh))?;
+        serve::start(listener, shared.clone())?;
         Ok(Server { shared, addr })
     }
 
@@ -354,6 +364,11 @@ impl Server {
         self.shared.lock().requests.clear();
     }
 
+    /// Connections, TLS handshakes, API requests by kind, watches and CPU time so far.
+    pub fn stats(&self) -> Stats {
+        serve::stats(&self.shared)
+    }
+
     /// Events received through `POST .../events`.
     pub fn events(&self) -> Vec<Object> {
         self.shared.lock().store.events.clone()
@@ -392,7 +407,7 @@ impl Server {
             return;
         }
         self.shared.changed.notify_all();
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        self.shared.stopped.notify_one();
     }
 }
 
@@ -420,19 +435,6 @@ pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    for conn in listener.incoming() {
-        if shared.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(tcp) = conn else { continue };
-        let sh = shared.clone();
-        let _ = std::thread::Builder::new()
-            .name("kube-double-conn".into())
-            .spawn(move || serve_connection(tcp, sh));
-    }
-}
-
 /// Blocks until the fault is cleared (or replaced) or the server stops.
 pub(crate) fn hold_until_cleared(shared: &Shared) {
     let mut st = shared.lock();
@@ -442,46 +444,5 @@ pub(crate) fn hold_until_cleared(shared: &Shared) {
             Ok((g, _)) => g,
             Err(p) => p.into_inner().0,
         };
-    }
-}
-
-fn serve_connection(tcp: TcpStream, shared: Arc<Shared>) {
-    let _ = tcp.set_nodelay(true);
-    let config = match shared.take_fault(At::Connection) {
-        Some(Fault::Hang) => {
-            // Hold the socket silently until the fault is cleared or the server stops.
-            hold_until_cleared(&shared);
-            return;
-        }
-        Some(Fault::WrongCert) => shared.wrong.config.clone(),
-        _ => shared.good.config.clone(),
-    };
-    let _ = tcp.set_read_timeout(Some(Duration::from_secs(120)));
-    let Ok(conn) = rustls::ServerConnection::new(config) else {
-        return;
-    };
-    let stream = rustls::StreamOwned::new(conn, tcp);
-    let mut reader = BufReader::new(stream);
-    loop {
-        if shared.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let req = match http::read_request(&mut reader) {
-            Ok(Some(r)) => r,
-            _ => return,
-        };
-        match api::handle(&shared, req, &mut reader) {
-            api::Next::KeepAlive => continue,
-            api::Next::Close => {
-                let s = reader.get_mut();
-                s.conn.send_close_notify();
-                let _ = s.conn.complete_io(&mut s.sock);
-                return;
-            }
-            api::Next::Drop => {
-                let _ = reader.get_mut().sock.shutdown(std::net::Shutdown::Both);
-                return;
-            }
-        }
     }
 }

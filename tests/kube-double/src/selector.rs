@@ -159,6 +159,15 @@ impl Selector {
     pub fn matches(&self, pod: &Object) -> bool {
         fields_match(&self.fields, pod) && labels_match(&self.labels, pod)
     }
+
+    /// The node every matching pod is on (`spec.nodeName=X`), if the selector requires one: the key the
+    /// watch hub indexes watchers by.
+    pub fn node_name(&self) -> Option<&str> {
+        self.fields.iter().find_map(|t| match t {
+            FieldTerm::Eq(k, v) if k == "spec.nodeName" => Some(v.as_str()),
+            _ => None,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -182,5 +191,16 @@ mod tests {
         assert!(!sel("", "app notin (x)"));
         assert!(!sel("", "app!=x"));
         assert!(Selector::parse(Some("spec.foo=1"), None).is_err());
+        let node = |f: &str| {
+            Selector::parse(Some(f), None)
+                .unwrap()
+                .node_name()
+                .map(str::to_string)
+        };
+        assert_eq!(
+            node("metadata.name=a,spec.nodeName==n1").as_deref(),
+            Some("n1")
+        );
+        assert_eq!(node("spec.nodeName!=n1"), None);
     }
 }
