@@ -436,11 +436,21 @@ pub fn listen_in(ns_path: &str, addr: SocketAddr, transparent: bool) -> TcpListe
             socket::setsockopt(&fd, sockopt::IpTransparent, &true)
                 .map_err(|e| istio_cni::Error::other(format!("IP_TRANSPARENT: {e}")))?;
         }
-        socket::bind(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            &SockaddrStorage::from(addr),
-        )
-        .map_err(|e| istio_cni::Error::other(format!("bind {addr}: {e}")))?;
+        // A listener this test closed a moment ago may still be open in a child another test thread
+        // forked and has not yet exec'd (CLOEXEC closes it only at exec): EADDRINUSE for that moment.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            match socket::bind(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                &SockaddrStorage::from(addr),
+            ) {
+                Ok(()) => break,
+                Err(nix::errno::Errno::EADDRINUSE) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => return Err(istio_cni::Error::other(format!("bind {addr}: {e}"))),
+            }
+        }
         socket::listen(&fd, socket::Backlog::new(64).unwrap())
             .map_err(|e| istio_cni::Error::other(format!("listen: {e}")))?;
         Ok(TcpListener::from(fd))
