@@ -1,8 +1,10 @@
 //! The one nf_tables batch that replaces our tables (spec nftables.md §3.4, convergent variant), encoded
 //! purely from a [`Ruleset`]: `NEWTABLE`+`DELTABLE` for each Istio table, then every desired table, chain,
-//! anonymous set and rule, appended in final order, between `BATCH_BEGIN` and `BATCH_END`. Every inner
-//! message asks for an ack; [`Batch::what`] maps each sequence number back to the operation and the kernel
-//! modules it needs, for error messages. The operation is described in nft syntax only when an error needs
+//! anonymous set and rule, appended in final order, between `BATCH_BEGIN` and `BATCH_END`. Only the last
+//! inner message asks for an ack: the kernel reports a failing message whether or not it asked, and the
+//! last one's ack says the whole batch was processed and committed (one reply to read instead of one per
+//! message, on every pod's ADD). [`Batch::what`] maps each sequence number back to the operation and the
+//! kernel modules it needs, for error messages. The operation is described in nft syntax only when an error needs
 //! it ([`What::op`]): formatting every rule cost more than encoding it, on every pod's ADD.
 
 use super::encode::*;
@@ -90,7 +92,7 @@ impl What {
 #[derive(Debug, Clone)]
 pub struct Batch {
     pub bytes: Vec<u8>,
-    /// Every inner message (all ask for an ack), in order.
+    /// Every inner message, in order; only the last asks for an ack.
     pub what: Vec<What>,
     /// Sequence numbers of BEGIN and END.
     pub begin_seq: u32,
@@ -100,6 +102,8 @@ struct Builder {
     bytes: Vec<u8>,
     what: Vec<What>,
     seq: u32,
+    /// Where the last inner message starts in `bytes` (its flags get `NLM_F_ACK`).
+    last: Option<usize>,
     /// The last message's attribute buffer, cleared for the next ([`Builder::attrs`]).
     spare: Vec<u8>,
 }
@@ -124,10 +128,11 @@ impl Builder {
         modules: Vec<(String, &'static str)>,
     ) {
         self.seq = self.seq.wrapping_add(1);
+        self.last = Some(self.bytes.len());
         message_into(
             &mut self.bytes,
             nft_type(msg),
-            NLM_F_REQUEST | NLM_F_ACK | flags,
+            NLM_F_REQUEST | flags,
             self.seq,
             NFPROTO_INET,
             0,
@@ -158,6 +163,7 @@ pub fn batch(
         bytes: Vec::with_capacity(8 << 10),
         what: Vec::new(),
         seq: seq0,
+        last: None,
         spare: Vec::new(),
     };
     let mut begin = Attrs::default();
@@ -282,6 +288,11 @@ pub fn batch(
                 );
             }
         }
+    }
+    if let Some(at) = b.last {
+        // nlmsghdr: len (4), type (2), flags (2, native endian).
+        let f = u16::from_ne_bytes([b.bytes[at + 6], b.bytes[at + 7]]) | NLM_F_ACK;
+        b.bytes[at + 6..at + 8].copy_from_slice(&f.to_ne_bytes());
     }
     let end_seq = b.seq.wrapping_add(1);
     message_into(

@@ -125,13 +125,19 @@ fn batch_framing() {
     assert_eq!(&first.body[4..], &hex("0800010000000007")[..]);
     let last = msgs.last().unwrap();
     assert_eq!(last.kind, NFNL_MSG_BATCH_END);
-    // Every inner message asks for an ack and has its own seq, listed in `what`.
+    // Every inner message has its own seq, listed in `what`; only the last asks for an ack.
     let inner = &msgs[1..msgs.len() - 1];
     assert_eq!(inner.len(), b.what.len());
-    for (m, w) in inner.iter().zip(&b.what) {
+    for (i, (m, w)) in inner.iter().zip(&b.what).enumerate() {
         assert_eq!(m.seq, w.seq);
-        assert_ne!(m.flags & NLM_F_ACK, 0);
+        assert_eq!(
+            m.flags & NLM_F_ACK != 0,
+            i == inner.len() - 1,
+            "message {i}"
+        );
     }
+    assert_eq!(first.flags & NLM_F_ACK, 0);
+    assert_eq!(last.flags & NLM_F_ACK, 0);
     // Convergent: all three tables created and deleted first.
     let ops: Vec<String> = b.what.iter().take(7).map(|w| w.op(&rs)).collect();
     assert_eq!(

@@ -263,29 +263,43 @@ fn a_kernel_error_names_the_rule_and_nothing_is_applied() {
         return;
     }
     // `redirect` in a filter (raw) chain: the kernel refuses that rule; the batch must abort as a whole.
+    // Only the batch's last message asks for an ack: a refused message in the middle (which did not ask)
+    // is reported just the same as the last one.
     let case = conformance_dir().join("capture/tproxy");
-    let mut rs = ruleset(&case);
-    let raw = rs
-        .tables
-        .iter_mut()
-        .find(|t| t.table.name() == "istio-proxy-raw")
-        .unwrap();
-    raw.chains[1].rules.push(vec![
-        istio_cni::nftables::model::Item::L4(istio_cni::nftables::model::Proto::Tcp),
-        istio_cni::nftables::model::Item::Redirect(1),
-    ]);
-    let ns = Netns::new("nfterr");
-    let e = apply(&ns.path(), rs, false, None).unwrap_err().to_string();
-    assert!(e.contains("nftables run failed: add rule inet istio-proxy-raw output meta l4proto tcp redirect to :1"), "{e}");
-    let o = sh(
-        "ip",
-        &["netns", "exec", ns.name(), "nft", "list", "ruleset"],
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim(),
-        "",
-        "a failed batch left state behind"
-    );
+    for at_end in [true, false] {
+        let mut rs = ruleset(&case);
+        let raw = rs
+            .tables
+            .iter_mut()
+            .find(|t| t.table.name() == "istio-proxy-raw")
+            .unwrap();
+        let bad = vec![
+            istio_cni::nftables::model::Item::L4(istio_cni::nftables::model::Proto::Tcp),
+            istio_cni::nftables::model::Item::Redirect(1),
+        ];
+        let rules = &mut raw.chains[1].rules;
+        if at_end {
+            rules.push(bad);
+        } else {
+            assert!(!rules.is_empty());
+            rules.insert(0, bad);
+        }
+        let ns = Netns::new("nfterr");
+        let e = apply(&ns.path(), rs, false, None).unwrap_err().to_string();
+        assert!(
+            e.contains("nftables run failed: add rule inet istio-proxy-raw output meta l4proto tcp redirect to :1"),
+            "at_end {at_end}: {e}"
+        );
+        let o = sh(
+            "ip",
+            &["netns", "exec", ns.name(), "nft", "list", "ruleset"],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            "",
+            "at_end {at_end}: a failed batch left state behind"
+        );
+    }
 }
 
 #[test]
