@@ -7,6 +7,7 @@
 //! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
 
 pub mod applet;
+pub mod arena;
 pub mod backend;
 pub mod cli;
 pub mod cni;

@@ -9,7 +9,7 @@ pub mod record;
 use crate::cni::{self, result, version, Command};
 use crate::error::{Error, Result};
 use crate::logging;
-use std::io::{Read, Write};
+use std::io::Read;
 
 /// What one invocation produced: stdout text (may be empty) and the exit code.
 #[derive(Debug, PartialEq, Eq)]
@@ -20,6 +20,10 @@ pub struct Outcome {
 
 /// Runs the CNI command `cmd` for this process: real environment, stdin and stdout.
 pub fn run_cni(cmd: &str) -> i32 {
+    // A process that lives about a millisecond: allocations from a bump arena (crate::arena).
+    crate::arena::ARENA.enable();
+    // One thread, gone once the reply is written: the pod's namespace is entered on it (crate::netns).
+    crate::netns::sole_thread();
     logging::init(log::LevelFilter::Info);
     let mut bytes = Vec::new();
     // Bounded read: a runtime never sends megabytes; anything larger is refused as a decode error.
@@ -32,10 +36,15 @@ pub fn run_cni(cmd: &str) -> i32 {
         Err(e) => Err(Error::io("read network configuration from stdin", e)),
     };
     let out = handle(cmd, &|k| std::env::var(k).ok(), stdin);
-    if !out.stdout.is_empty() {
-        let mut so = std::io::stdout().lock();
-        let _ = so.write_all(out.stdout.as_bytes());
-        let _ = so.flush();
+    // One write(2) for the whole reply (stdout's line buffering would split it at its last newline).
+    let mut rest = out.stdout.as_bytes();
+    while !rest.is_empty() {
+        match nix::unistd::write(std::io::stdout(), rest) {
+            Ok(0) => break,
+            Ok(n) => rest = &rest[n..],
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
     }
     out.code
 }

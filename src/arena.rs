@@ -1,0 +1,196 @@
+//! The CNI plugin's allocator: a bump arena for a process that lives about a millisecond.
+//!
+//! musl's malloc spent about 30 % of a cached ADD's instructions (215 k of 700 k under callgrind) and a
+//! `mmap`/`munmap` pair for many of its small groups (54 of the ADD's ~150 system calls). The plugin
+//! allocates a few hundred kilobytes and exits, so it needs no reuse: once [`Arena::enable`] runs (the
+//! plugin's entry, nothing else), allocations are carved from a zeroed static region in order, a free
+//! gives back only the most recent allocation (a growing buffer stays in place), and everything else is
+//! returned to the system when the process exits. Whatever does not fit, and everything allocated before
+//! `enable` or in another applet (the long-running agent never enables it), goes to the system allocator.
+//! The region is `.bss`: it costs no file size, and a page only when first touched.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Bytes the arena hands out before falling back to the system allocator. An ADD uses a few hundred KiB; a
+/// pod object from the API path at the JSON size limit fits too.
+pub const SIZE: usize = 8 << 20;
+
+#[repr(C, align(4096))]
+struct Region<const N: usize>(UnsafeCell<[u8; N]>);
+
+pub struct Arena<const N: usize> {
+    on: AtomicBool,
+    /// Offset of the first free byte of `mem`.
+    next: AtomicUsize,
+    mem: Region<N>,
+}
+
+// SAFETY: `mem` is only written through pointers handed out by `alloc`, and every byte range is handed to
+// one caller at a time: ranges are claimed by compare-and-swap on `next`, so two threads never get
+// overlapping ones, and a range is only handed out again after its owner freed it (the rollback in
+// `dealloc`, itself a compare-and-swap from that range's end).
+unsafe impl<const N: usize> Sync for Arena<N> {}
+
+impl<const N: usize> Arena<N> {
+    pub const fn new() -> Self {
+        Arena {
+            on: AtomicBool::new(false),
+            next: AtomicUsize::new(0),
+            mem: Region(UnsafeCell::new([0; N])),
+        }
+    }
+
+    /// Serves this process's allocations from now on. Only for a short-lived process: nothing but the most
+    /// recent allocation is ever reused.
+    pub fn enable(&self) {
+        self.on.store(true, Ordering::Relaxed);
+    }
+
+    /// Bytes handed out so far.
+    pub fn used(&self) -> usize {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    fn base(&self) -> usize {
+        self.mem.0.get() as usize
+    }
+
+    fn owns(&self, ptr: *mut u8) -> bool {
+        let p = ptr as usize;
+        p >= self.base() && p < self.base() + N
+    }
+
+    /// Claims `size` bytes aligned to `align`, or `None` when they do not fit.
+    fn claim(&self, size: usize, align: usize) -> Option<*mut u8> {
+        let base = self.base();
+        let mut cur = self.next.load(Ordering::Relaxed);
+        loop {
+            // `align` is a power of two (Layout's invariant); no overflow: base + N fits in the address space.
+            let start = (base + cur).checked_add(align - 1)? & !(align - 1);
+            let end = start.checked_add(size)?;
+            if end > base + N {
+                return None;
+            }
+            match self.next.compare_exchange_weak(
+                cur,
+                end - base,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(start as *mut u8),
+                Err(now) => cur = now,
+            }
+        }
+    }
+}
+
+impl<const N: usize> Default for Arena<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: `alloc` returns either the system allocator's block or a range of `mem` that is `size` bytes
+// long, aligned as asked, inside the region and claimed by no one else (see `Sync` above); `dealloc` and
+// `realloc` send a block back to whichever allocator it came from, told apart by address (`owns`).
+unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if self.on.load(Ordering::Relaxed) {
+            if let Some(p) = self.claim(layout.size(), layout.align()) {
+                return p;
+            }
+        }
+        // SAFETY: the caller's contract (non-zero size) is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // A rolled-back range may hold old bytes: zero it like any other.
+        // SAFETY: as `alloc`; the block is `layout.size()` writable bytes.
+        unsafe {
+            let p = self.alloc(layout);
+            if !p.is_null() {
+                std::ptr::write_bytes(p, 0, layout.size());
+            }
+            p
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if !self.owns(ptr) {
+            // SAFETY: not ours, so the system allocator's, with the caller's layout.
+            unsafe { System.dealloc(ptr, layout) };
+            return;
+        }
+        // The most recent block is given back; any other stays until exit.
+        let start = ptr as usize - self.base();
+        let _ = self.next.compare_exchange(
+            start + layout.size(),
+            start,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !self.owns(ptr) {
+            // SAFETY: the system allocator's block, with the caller's layout and size.
+            return unsafe { System.realloc(ptr, layout, new_size) };
+        }
+        let start = ptr as usize - self.base();
+        // The most recent block grows or shrinks in place when it fits.
+        if let Some(end) = start.checked_add(new_size).filter(|&e| e <= N) {
+            if self
+                .next
+                .compare_exchange(
+                    start + layout.size(),
+                    end,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return ptr;
+            }
+        }
+        // SAFETY: `new_size` with the old alignment is a valid layout (the caller's contract); the copy
+        // covers bytes both blocks own, and the blocks do not overlap (the new one was just claimed).
+        unsafe {
+            let new = self.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
+            if !new.is_null() {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+            new
+        }
+    }
+}
+
+/// The plugin's arena: the binary installs it as the global allocator (`src/main.rs`), the plugin's entry
+/// enables it.
+pub static ARENA: Arena<SIZE> = Arena::new();
+
+/// The global allocator handle: [`ARENA`], disabled until the plugin enables it.
+pub struct Global;
+
+// SAFETY: delegates every call unchanged to `ARENA`, whose contract is above.
+unsafe impl GlobalAlloc for Global {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        unsafe { ARENA.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        unsafe { ARENA.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { ARENA.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        unsafe { ARENA.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[cfg(test)]
+#[path = "arena_tests.rs"]
+mod tests;
