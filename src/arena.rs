@@ -24,6 +24,10 @@ pub struct Arena<const N: usize> {
     on: AtomicBool,
     /// Offset of the first free byte of `mem`.
     next: AtomicUsize,
+    /// Offset past the furthest byte ever handed out: beyond it `mem` is still the zeroed `.bss`, so a
+    /// zeroed block there needs no writing (and touches no page: a 64 KiB receive buffer costs nothing
+    /// until the kernel fills part of it).
+    high: AtomicUsize,
     mem: Region<N>,
 }
 
@@ -38,6 +42,7 @@ impl<const N: usize> Arena<N> {
         Arena {
             on: AtomicBool::new(false),
             next: AtomicUsize::new(0),
+            high: AtomicUsize::new(0),
             mem: Region(UnsafeCell::new([0; N])),
         }
     }
@@ -99,6 +104,8 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if self.on.load(Ordering::Relaxed) {
             if let Some(p) = self.claim(layout.size(), layout.align()) {
+                self.high
+                    .fetch_max(p as usize - self.base() + layout.size(), Ordering::Relaxed);
                 return p;
             }
         }
@@ -107,15 +114,23 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // A rolled-back range may hold old bytes: zero it like any other.
-        // SAFETY: as `alloc`; the block is `layout.size()` writable bytes.
-        unsafe {
-            let p = self.alloc(layout);
-            if !p.is_null() {
-                std::ptr::write_bytes(p, 0, layout.size());
+        if self.on.load(Ordering::Relaxed) {
+            if let Some(p) = self.claim(layout.size(), layout.align()) {
+                let start = p as usize - self.base();
+                // Bytes below the old high-water mark may have been handed out before (and given back):
+                // zero those; the rest is untouched `.bss`. A block is only handed out again after its
+                // owner's `alloc` returned (and so raised `high`) and it was freed.
+                let old = self
+                    .high
+                    .fetch_max(start + layout.size(), Ordering::Relaxed);
+                let dirty = old.saturating_sub(start).min(layout.size());
+                // SAFETY: `p` is `layout.size()` bytes of `mem` claimed for this caller alone.
+                unsafe { std::ptr::write_bytes(p, 0, dirty) };
+                return p;
             }
-            p
         }
+        // SAFETY: the caller's contract (non-zero size) is passed on unchanged.
+        unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {

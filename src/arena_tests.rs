@@ -42,11 +42,16 @@ fn only_the_most_recent_block_is_given_back() {
     assert_eq!(a.used(), used, "an older block stays");
     unsafe { a.dealloc(second, layout(64, 8)) };
     assert_eq!(a.used(), used - 64);
-    // The space is handed out again, and zeroed when asked.
+    // The space is handed out again, and zeroed when asked, also where it reaches past what was used.
     unsafe { std::ptr::write_bytes(second, 0xff, 64) };
-    let again = unsafe { a.alloc_zeroed(layout(64, 8)) };
+    let again = unsafe { a.alloc_zeroed(layout(96, 8)) };
     assert_eq!(again, second);
-    assert!(unsafe { std::slice::from_raw_parts(again, 64) }
+    assert!(unsafe { std::slice::from_raw_parts(again, 96) }
+        .iter()
+        .all(|&b| b == 0));
+    // Fresh space is zero without being written.
+    let fresh = unsafe { a.alloc_zeroed(layout(4096, 8)) };
+    assert!(unsafe { std::slice::from_raw_parts(fresh, 4096) }
         .iter()
         .all(|&b| b == 0));
 }
