@@ -72,7 +72,8 @@ impl<const N: usize> Arena<N> {
         let base = self.base();
         let mut cur = self.next.load(Ordering::Relaxed);
         loop {
-            // `align` is a power of two (Layout's invariant); no overflow: base + N fits in the address space.
+            // `align` is a power of two (Layout's invariant); overflow is checked, and base + N is a real
+            // address, so `end` within it cannot wrap.
             let start = (base + cur).checked_add(align - 1)? & !(align - 1);
             let end = start.checked_add(size)?;
             if end > base + N {

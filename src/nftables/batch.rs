@@ -4,8 +4,8 @@
 //! inner message asks for an ack: the kernel reports a failing message whether or not it asked, and the
 //! last one's ack says the whole batch was processed and committed (one reply to read instead of one per
 //! message, on every pod's ADD). [`Batch::what`] maps each sequence number back to the operation and the
-//! kernel modules it needs, for error messages. The operation is described in nft syntax only when an error needs
-//! it ([`What::op`]): formatting every rule cost more than encoding it, on every pod's ADD.
+//! kernel modules it needs, for error messages. The operation is described in nft syntax only when an error
+//! needs it ([`What::op`]): formatting every rule cost more than encoding it, on every pod's ADD.
 
 use super::encode::*;
 use super::expr::{lower, Expr, GroupResolver};
