@@ -9,6 +9,19 @@ BIN_NAME="istio-cni-node"
 # The release binary scripts/build produces.
 RELEASE_BIN="$REPO/target/$MUSL_TARGET/release/$BIN_NAME"
 
+# triple_of ARCH: the Rust target triple of a release architecture (amd64, arm64); empty for any other.
+triple_of() {
+	case $1 in
+	amd64) echo x86_64-unknown-linux-musl ;;
+	arm64) echo aarch64-unknown-linux-musl ;;
+	esac
+}
+
+# crate_version: the package version in Cargo.toml (the images' and release files' version).
+crate_version() {
+	sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/Cargo.toml" | head -1
+}
+
 # release_build TRIPLE [CARGO-ARGS...]: the static release binary for TRIPLE, built the one way every release
 # binary is (scripts/build, scripts/build-multiarch, hence scripts/image and scripts/release):
 #   - `cargo auditable build` (cargo-auditable, installed by scripts/setup): the binary carries its dependency
