@@ -168,6 +168,8 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
                 )
                 .is_ok()
             {
+                // The owner may write up to `end`: past the old mark the region is no longer zero.
+                self.high.fetch_max(end, Ordering::Relaxed);
                 return ptr;
             }
         }

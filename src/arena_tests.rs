@@ -137,3 +137,18 @@ fn concurrent_claims_never_overlap() {
     all.dedup();
     assert_eq!(all.len(), n);
 }
+
+#[test]
+fn a_block_grown_in_place_then_freed_comes_back_zeroed() {
+    let a = arena();
+    let p = unsafe { a.alloc(layout(16, 8)) };
+    let grown = unsafe { a.realloc(p, layout(16, 8), 4096) };
+    assert_eq!(grown, p);
+    unsafe { std::ptr::write_bytes(grown, 0xab, 4096) };
+    unsafe { a.dealloc(grown, layout(4096, 8)) };
+    let z = unsafe { a.alloc_zeroed(layout(4096, 8)) };
+    assert_eq!(z, p);
+    assert!(unsafe { std::slice::from_raw_parts(z, 4096) }
+        .iter()
+        .all(|&b| b == 0));
+}
