@@ -31,7 +31,8 @@ pub trait PodSink {
     fn list_done(&mut self);
     /// A watch opened; `restart` when it is not the first one.
     fn watch_up(&mut self, _restart: bool) {}
-    /// A list or watch failed (a server closing a watch normally is not a failure).
+    /// The list or watch ended (failed, expired, or closed by the server): until the next `watch_up`, events
+    /// may be missed.
     fn watch_down(&mut self) {}
 }
 
@@ -208,6 +209,8 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
         let now = Instant::now();
         match ended {
             Ended::Closed => {
+                // Not live until the next watch answers: events in the gap are unseen.
+                sink.watch_down();
                 log::debug!("{what}: watch closed by the server; re-watching from {at} in {d:.1?}");
                 rv = Some(at);
             }
