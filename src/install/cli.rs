@@ -155,7 +155,12 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
             // container is followed by the kubelet restarting it, which is a replacement like any other:
             // the same rule decides, so a crash loop does not open the window a rolling update no longer
             // opens (keeping leaves pods redirected or failing closed; removing lets them start without).
-            if !inst.settings.once {
+            if state.restart_requested() {
+                // Exiting so that the kubelet restarts us on a fresh mount: a replacement by definition.
+                // Whatever is still visible (the conf dir when a bin or run dir was the deleted one) keeps
+                // our entry, binary and kubeconfig for the next container.
+                log::info!("error exit for a restart: configuration, binary and kubeconfig kept");
+            } else if !inst.settings.once {
                 let started = std::time::Instant::now();
                 let d = super::handover_lookup::decide_at_stop(&inst.settings);
                 log::info!(

@@ -296,13 +296,17 @@ fn refresh(inst: &Installer, watcher: &mut Watcher, state: &State) -> Result<Cha
         _ => {}
     }
     match watcher.deleted_for() {
-        Some(d) if d >= DELETED_DIR_EXIT => Err(crate::Error::other(format!(
-            "{} (for {} s): exiting, so the container is restarted and sees the directory anew",
-            health
-                .as_deref()
-                .unwrap_or("a watched directory was deleted"),
-            d.as_secs()
-        ))),
+        Some(d) if d >= DELETED_DIR_EXIT => {
+            // A restart, not an uninstall: the exit keeps everything in place (install::cli).
+            state.request_restart();
+            Err(crate::Error::other(format!(
+                "{} (for {} s): exiting, so the container is restarted and sees the directory anew",
+                health
+                    .as_deref()
+                    .unwrap_or("a watched directory was deleted"),
+                d.as_secs()
+            )))
+        }
         _ => Ok(ch),
     }
 }

@@ -44,6 +44,8 @@ pub const STARTUP_READY: &str = "istio_cni_startup_ready_seconds";
 pub struct State {
     ready: AtomicBool,
     unhealthy: AtomicBool,
+    /// The loop ended asking for a container restart (a watched directory showing its deleted self).
+    restart: AtomicBool,
     installs: [AtomicU64; 4],
     /// Process start → first ready (`istio_cni_startup_ready_seconds`).
     first_ready: OnceLock<Duration>,
@@ -70,6 +72,13 @@ impl State {
     /// Sets liveness; returns the previous value.
     pub fn set_healthy(&self, healthy: bool) -> bool {
         !self.unhealthy.swap(!healthy, Ordering::SeqCst)
+    }
+    /// The loop is ending for a restart, not an uninstall: keep everything in place.
+    pub fn request_restart(&self) {
+        self.restart.store(true, Ordering::SeqCst);
+    }
+    pub fn restart_requested(&self) -> bool {
+        self.restart.load(Ordering::SeqCst)
     }
     pub fn healthy(&self) -> bool {
         !self.unhealthy.load(Ordering::SeqCst)

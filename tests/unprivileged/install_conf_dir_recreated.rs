@@ -89,3 +89,47 @@ fn a_conf_dir_that_shows_only_its_deleted_self_fails_healthz_then_exits() {
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+#[test]
+fn the_restart_exit_for_a_deleted_bin_dir_keeps_our_entry_in_the_live_conf_dir() {
+    // The bin dir is the one that shows only its deleted self; the conf dir the runtime reads is fine.
+    // The exit asks for a restart (a replacement by definition): our entry must stay, or pods start
+    // unredirected until the restarted container installs again (no API here, so the SIGTERM rule
+    // would have said "clean up").
+    let n = Node::new("deadbin");
+    n.write("10-ptp.conflist", &list_text("ptp-net", "ptp"));
+    let bin = n.root.join("bin");
+    let mut holder = std::process::Command::new("sleep")
+        .arg("600")
+        .current_dir(&bin)
+        .spawn()
+        .unwrap();
+    let seen = PathBuf::from(format!("/proc/{}/cwd", holder.id()));
+    let env = n.env(&[("CNI_BIN_DIR", &seen.display().to_string())]);
+    let mut p = spawn_installer(&env, &[], &n.root.join("stderr"));
+    n.settle_ready(&p, "initial");
+    assert_eq!(n.entries("10-ptp.conflist"), 1);
+    // The installer copies its binary back in as it sees it go: retry until the directory is gone.
+    poll_until("bin dir removed", LONG, || fs::remove_dir_all(&bin).is_ok());
+    fs::create_dir(&bin).unwrap();
+    let st = p.wait_exit(Duration::from_secs(40));
+    assert!(!st.success(), "exits with an error:\n{}", p.stderr());
+    assert!(
+        p.stderr()
+            .contains("configuration, binary and kubeconfig kept"),
+        "{}",
+        p.stderr()
+    );
+    assert_eq!(
+        n.entries("10-ptp.conflist"),
+        1,
+        "the live conf dir lost our entry at the restart exit:\n{}",
+        p.stderr()
+    );
+    assert!(
+        n.root.join("run/istio-cni-kubeconfig").exists(),
+        "kubeconfig removed"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
