@@ -167,7 +167,9 @@ fn chains(
         &mut |m| {
             let c = decode::chain(m)?;
             let family = decode::family(m).unwrap_or(0);
-            if family == NFPROTO_INET && head.ours.contains_key(&c.table) {
+            // Ours only where the caller reads our tables: in iptables mode (`ours` empty) an inet table
+            // named like ours is anyone's, and its base chains are judged like any other.
+            if family == NFPROTO_INET && ours.contains_key(&c.table) {
                 if let Some(t) = ours.get_mut(&c.table) {
                     t.push(ChainState {
                         name: c.name,

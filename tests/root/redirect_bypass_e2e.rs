@@ -76,6 +76,18 @@ fn bypasses(node: &Node, ours: &str) -> Vec<Bypass<'static>> {
             names: cmds(&["foreign chain inet early pre (hook prerouting, priority -300"]),
             undo: cmds(&["nft delete table inet early"]),
         },
+        Bypass {
+            // In iptables mode no inet table is ours, whatever its name (nftables mode's names were skipped).
+            what: "native nftables notrack in an inet table named like nftables mode's",
+            setup: cmds(&[
+                "nft add table inet istio-proxy-raw",
+                "nft 'add chain inet istio-proxy-raw pre { type filter hook prerouting priority -300 ; }'",
+                "nft add rule inet istio-proxy-raw pre tcp dport 8080 notrack",
+            ]),
+            inbound: true,
+            names: cmds(&["foreign chain inet istio-proxy-raw pre (hook prerouting, priority -300"]),
+            undo: cmds(&["nft delete table inet istio-proxy-raw"]),
+        },
     ]
 }
 
