@@ -21,6 +21,7 @@ mod install_settings;
 mod kube_api;
 mod kube_client;
 mod kube_lookup_deadline;
+mod monitoring;
 mod podcache_agent;
 mod repair_oneshot;
 mod repair_rss;
