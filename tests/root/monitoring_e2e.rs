@@ -1,0 +1,471 @@
+//! The monitoring kit against a real Prometheus (Debian's `prometheus`, on 127.0.0.1 at a free port, its
+//! storage in a temp dir, killed at the end) scraping a running `install-cni` (with the HTTPS API double, the
+//! pod cache and the in-process repair agent) through the documented scrape job: its relabelling, metrics
+//! path and port as shipped, with the pods given by a file (`file_sd_configs` carrying the `__meta_kubernetes_*`
+//! labels pod discovery would give, from the base DaemonSet) instead of the API server; decoy pods the job
+//! must drop beside it. Its rules are the shipped ones rendered with every `for` at 5 s.
+//!
+//! The plugin is exec'd like a runtime for pods that are redirected (iptables and nftables, from the cache),
+//! skipped (no sidecar), redirected from the API server (the cache off in the pod's configuration) and
+//! failing (a malformed annotation). Then every expression of the dashboard and the rules must evaluate
+//! without error, the ones in [`EXPECT_DATA`] must return data (the core panels numbers), every rule must be
+//! healthy, the failing-ADD alert must be pending or firing, and `promtool check metrics` must accept the
+//! agent's exposition.
+
+use crate::support::e2e::Node;
+use crate::support::install::node::get;
+use crate::support::install::{installer_env, set_env, spawn_installer, InstallerDirs};
+use crate::support::monitoring::*;
+use crate::support::*;
+use serde_json::{json, Value as Json};
+use serde_yaml::Value as Yaml;
+use std::time::Duration;
+
+const PRIMARY: &str =
+    r#"{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"ptp"}]}"#;
+/// The node name the API double's pods are bound to, and the pod discovery would report.
+const NODE: &str = "node1";
+const BOUND: Duration = Duration::from_secs(120);
+
+/// The base DaemonSet's pod as pod discovery describes it: namespace, pod labels, container, the port named
+/// like the one at 15014.
+struct DaemonSetPod {
+    namespace: String,
+    labels: Vec<(String, String)>,
+    container: String,
+    port_name: String,
+}
+
+fn daemonset_pod() -> DaemonSetPod {
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base");
+    let ds = yaml(&std::fs::read_to_string(base.join("daemonset.yaml")).unwrap());
+    let k = yaml(&std::fs::read_to_string(base.join("kustomization.yaml")).unwrap());
+    let tmpl = &ds["spec"]["template"];
+    let c = &tmpl["spec"]["containers"][0];
+    let port = c["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["containerPort"].as_u64() == Some(15014))
+        .expect("container port 15014");
+    DaemonSetPod {
+        namespace: ystr(&k, "namespace").into(),
+        labels: tmpl["metadata"]["labels"]
+            .as_mapping()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.as_str().unwrap().into(), v.as_str().unwrap().into()))
+            .collect(),
+        container: ystr(c, "name").into(),
+        port_name: ystr(port, "name").into(),
+    }
+}
+
+/// A label name as Kubernetes discovery sanitizes it (`k8s-app` → `k8s_app`).
+fn sanitize(k: &str) -> String {
+    k.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// One file_sd target group: a pod's container port as pod discovery reports it.
+fn sd_target(
+    addr: &str,
+    ns: &str,
+    pod: &str,
+    phase: &str,
+    labels: &[(String, String)],
+    container: &str,
+    port_name: &str,
+) -> Json {
+    let mut l = serde_json::Map::new();
+    let mut set = |k: &str, v: &str| {
+        l.insert(k.to_string(), Json::from(v));
+    };
+    set("__meta_kubernetes_namespace", ns);
+    set("__meta_kubernetes_pod_name", pod);
+    set("__meta_kubernetes_pod_node_name", NODE);
+    set("__meta_kubernetes_pod_phase", phase);
+    set("__meta_kubernetes_pod_ip", "127.0.0.1");
+    set("__meta_kubernetes_pod_container_name", container);
+    set("__meta_kubernetes_pod_container_port_name", port_name);
+    set(
+        "__meta_kubernetes_pod_container_port_number",
+        addr.rsplit(':').next().unwrap(),
+    );
+    for (k, v) in labels {
+        set(&format!("__meta_kubernetes_pod_label_{}", sanitize(k)), v);
+        set(
+            &format!("__meta_kubernetes_pod_labelpresent_{}", sanitize(k)),
+            "true",
+        );
+    }
+    json!({"targets": [addr], "labels": l})
+}
+
+/// prometheus.yml: 1 s scrapes and evaluations, the rules file, and the shipped job with its pod discovery
+/// replaced by the file.
+fn prometheus_config() -> String {
+    let mut job = scrape_job();
+    let m = job.as_mapping_mut().unwrap();
+    let sd = m
+        .remove("kubernetes_sd_configs")
+        .expect("the job discovers pods");
+    assert_eq!(ystr(&sd[0], "role"), "pod");
+    m.insert(
+        "file_sd_configs".into(),
+        yaml("- files: [targets.json]\n  refresh_interval: 1s\n"),
+    );
+    let mut config = yaml(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n\
+         rule_files: [rules.yaml]\n",
+    );
+    config
+        .as_mapping_mut()
+        .unwrap()
+        .insert("scrape_configs".into(), Yaml::Sequence(vec![job]));
+    serde_yaml::to_string(&config).unwrap()
+}
+
+/// The result of `expr`, polled until `ok` holds (bounded); the last result on failure.
+fn poll_query(
+    prom: &Prometheus,
+    what: &str,
+    expr: &str,
+    ok: impl Fn(&[Json]) -> bool,
+) -> Vec<Json> {
+    let deadline = std::time::Instant::now() + BOUND;
+    loop {
+        let r = prom
+            .query(expr)
+            .unwrap_or_else(|e| panic!("{what}: {expr}: {e}"));
+        if ok(&r) {
+            return r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {expr}: not within {BOUND:?}; last result: {r:?}\n{}",
+            prom.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn labels_of(r: &[Json], label: &str) -> Vec<String> {
+    let mut v: Vec<String> = r
+        .iter()
+        .filter_map(|s| s["metric"][label].as_str().map(String::from))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn prometheus_scrapes_the_agent_and_every_dashboard_and_alert_query_works() {
+    if !require_root() {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let node = Node::new(67);
+    let root = TempDir::new("monitoring");
+    for d in ["conf", "bin", "sa"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    root.write("sa/token", node.srv.token());
+    root.write("sa/ca.crt", node.srv.ca_pem());
+    root.write("conf/10-ptp.conflist", PRIMARY);
+    let (health, metrics) = (free_port(), free_port());
+    let run = node.dir.join("run");
+    let mut env = installer_env(&InstallerDirs {
+        conf: &root.join("conf"),
+        run: &run,
+        bin: &root.join("bin"),
+        sa: &root.join("sa"),
+        health,
+        metrics,
+    });
+    let addr = node.srv.addr();
+    set_env(
+        &mut env,
+        &[
+            ("KUBERNETES_SERVICE_HOST", addr.ip().to_string()),
+            ("KUBERNETES_SERVICE_PORT", addr.port().to_string()),
+            ("REPAIR_ENABLED", "true".into()),
+            ("REPAIR_NODE_NAME", NODE.into()),
+        ],
+    );
+    let agent = spawn_installer(&env, &[], &root.join("stderr"));
+    let metrics_text = || get(metrics, "/metrics").map(|(_, b)| b).unwrap_or_default();
+    poll_until("the agent ready, its pod watch listed", BOUND, || {
+        get(health, "/readyz").is_some_and(|(c, _)| c == 200)
+            && metrics_text().contains("istio_cni_kube_watch_initial_list_seconds{watch=\"pods\"}")
+    });
+
+    // Prometheus: the agent's pod, and pods the job must drop (another app's metrics port, the agent's port
+    // without that name, an evicted agent pod), all as pod discovery would report them.
+    let ds = daemonset_pod();
+    let agent_addr = format!("127.0.0.1:{metrics}");
+    let other_app = vec![("k8s-app".to_string(), "kube-dns".to_string())];
+    let targets = json!([
+        sd_target(
+            &agent_addr,
+            &ds.namespace,
+            "istio-cni-node-e2e",
+            "Running",
+            &ds.labels,
+            &ds.container,
+            &ds.port_name
+        ),
+        sd_target(
+            &agent_addr,
+            &ds.namespace,
+            "coredns-e2e",
+            "Running",
+            &other_app,
+            "coredns",
+            &ds.port_name
+        ),
+        sd_target(
+            &format!("127.0.0.1:{health}"),
+            &ds.namespace,
+            "istio-cni-node-e2e",
+            "Running",
+            &ds.labels,
+            &ds.container,
+            ""
+        ),
+        sd_target(
+            &agent_addr,
+            &ds.namespace,
+            "istio-cni-node-evicted",
+            "Failed",
+            &ds.labels,
+            &ds.container,
+            &ds.port_name
+        ),
+    ]);
+    let rules = rules_with_for("5s");
+    let prom = Prometheus::start(
+        &prometheus_config(),
+        &[
+            ("targets.json", &targets.to_string()),
+            ("rules.yaml", &rules),
+        ],
+    );
+    let job = settings().into_iter().find(|(k, _)| k == "JOB").unwrap().1;
+    poll_query(
+        &prom,
+        "the agent scraped",
+        &format!(r#"up{{job="{job}"}} == 1"#),
+        |r| r.len() == 1,
+    );
+    let t = prom.api("/api/v1/targets", &[]).unwrap();
+    let active = t["activeTargets"].as_array().unwrap();
+    assert_eq!(active.len(), 1, "only the agent's pod is kept: {t}");
+    let l = &active[0]["labels"];
+    assert_eq!(
+        (
+            &l["job"],
+            &l["node"],
+            &l["namespace"],
+            &l["pod"],
+            &l["container"]
+        ),
+        (
+            &json!(job),
+            &json!(NODE),
+            &json!(ds.namespace),
+            &json!("istio-cni-node-e2e"),
+            &json!(ds.container)
+        ),
+        "{l}"
+    );
+    assert_eq!(
+        active[0]["scrapeUrl"],
+        json!(format!("http://{agent_addr}/metrics"))
+    );
+    assert_eq!(t["droppedTargets"].as_array().unwrap().len(), 3, "{t}");
+
+    // ADDs, one of each kind first: a labelled series appears at its first record, and rate() needs two
+    // samples of it, so the series must be scraped before the ADDs that should count.
+    let redirected_ipt = node.bare_pod("mon-ipt", 1);
+    let redirected_nft = node.bare_pod("mon-nft", 2).with_native_nftables();
+    let mut skipped = node.pod_without_api_object("mon-plain");
+    skipped.uid = node.add_plain_pod("mon-plain");
+    let from_api = node.bare_pod("mon-api", 3).without_pod_cache();
+    let failing = node.bare_pod_with(
+        "mon-bad",
+        4,
+        r#""traffic.sidecar.istio.io/excludeOutboundIPRanges": "*""#,
+        "",
+    );
+    let add_all = |failures: usize| {
+        redirected_ipt.add().assert_success();
+        redirected_nft.add().assert_success();
+        skipped.add().assert_success();
+        from_api.add().assert_success();
+        for _ in 0..failures {
+            failing.add().assert_cni_error(100);
+        }
+    };
+    let every_kind = || {
+        let t = metrics_text();
+        let adds: Vec<&str> = t
+            .lines()
+            .filter(|l| l.starts_with("istio_cni_plugin_add_duration_seconds_count{"))
+            .collect();
+        ["failed", "redirected", "skipped"]
+            .iter()
+            .all(|r| adds.iter().any(|l| l.contains(&format!("result=\"{r}\""))))
+            && t.contains(r#"istio_cni_pod_lookups_total{source="cache"}"#)
+            && t.contains(r#"source="api"}"#)
+    };
+    // Again should a record be dropped (the relay socket's queue full), bounded.
+    for attempt in 0.. {
+        add_all(1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !every_kind() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if every_kind() {
+            break;
+        }
+        assert!(
+            attempt < 10,
+            "the agent never counted one ADD of each kind:\n{}",
+            metrics_text()
+        );
+    }
+    let adds = "sum by (result) (istio_cni_plugin_add_duration_seconds_count)";
+    poll_query(&prom, "the first ADDs scraped", adds, |r| {
+        labels_of(r, "result") == ["failed", "redirected", "skipped"]
+    });
+    poll_query(
+        &prom,
+        "both lookup sources scraped",
+        "sum by (source) (istio_cni_pod_lookups_total)",
+        |r| labels_of(r, "source") == ["api", "cache"],
+    );
+    // Then the ones that count: 45 failures within the 5 m window are 0.15 failed ADDs per second, above
+    // the default threshold (0.1), as a node failing every pod start would show.
+    for _ in 0..3 {
+        add_all(0);
+    }
+    add_all(45);
+    // Prometheus has what the agent counted. (A record is dropped when the relay socket's queue is full, so
+    // the agent's count, not ours.)
+    let failed_now = || -> f64 {
+        metrics_text()
+            .lines()
+            .filter(|l| {
+                l.starts_with("istio_cni_plugin_add_duration_seconds_count{")
+                    && l.contains(r#"result="failed""#)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let counted = failed_now();
+    assert!(counted > 1.0, "{}", metrics_text());
+    poll_query(
+        &prom,
+        "every ADD scraped",
+        r#"sum(istio_cni_plugin_add_duration_seconds_count{result="failed"})"#,
+        |r| r.first().is_some_and(|s| sample_value(s) >= counted),
+    );
+
+    // The agent's real exposition passes promtool's lint.
+    let text = metrics_text();
+    let mut check = std::process::Command::new(tool("promtool"));
+    check
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped());
+    let mut child = check
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The failing-ADD alert: pending or firing (its copy's `for` is 5 s).
+    let deadline = std::time::Instant::now() + BOUND;
+    loop {
+        let alerts = prom.api("/api/v1/alerts", &[]).unwrap();
+        let add = alerts["alerts"].as_array().unwrap().iter().find(|a| {
+            a["labels"]["alertname"] == "IstioCniAddFailures" && a["labels"]["node"] == NODE
+        });
+        if add.is_some_and(|a| a["state"] == "pending" || a["state"] == "firing") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "IstioCniAddFailures neither pending nor firing within {BOUND:?}: {alerts}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // Every query of the dashboard (the node variable at all nodes, and at this node) and of the rules
+    // evaluates; those in EXPECT_DATA return data, the core panels numbers.
+    let queries = all_queries();
+    for q in &queries {
+        for node_regex in [".*", NODE] {
+            let expr = with_node(&q.expr, node_regex);
+            let data = EXPECT_DATA.contains(&q.origin.as_str());
+            let core = CORE.contains(&q.origin.as_str());
+            let r = poll_query(&prom, &q.origin, &expr, |r| {
+                !data || (!r.is_empty() && (!core || r.iter().any(|s| sample_value(s).is_finite())))
+            });
+            if q.origin == r#"panel "Pod lookups by source" A"# {
+                assert_eq!(labels_of(&r, "source"), ["api", "cache"], "{expr}");
+            }
+        }
+    }
+    // The node variable lists this node.
+    let d = dashboard();
+    let var = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "node")
+        .unwrap();
+    let promql = label_values_promql(var["query"]["query"].as_str().unwrap()).unwrap();
+    let r = prom.query(&promql).unwrap();
+    assert_eq!(labels_of(&r, "node"), [NODE], "{promql}");
+
+    // Every rule loaded (the shipped ones, by name) and evaluated without error.
+    let mut want: Vec<String> = rule_queries(&rules_of(&yaml(&plain_rules_text())))
+        .into_iter()
+        .map(|q| q.origin)
+        .collect();
+    let groups = prom.api("/api/v1/rules", &[]).unwrap();
+    let mut got = vec![];
+    for g in groups["groups"].as_array().unwrap() {
+        for r in g["rules"].as_array().unwrap() {
+            let kind = if r["type"] == "alerting" {
+                "alert"
+            } else {
+                "record"
+            };
+            got.push(format!("{kind} {}", r["name"].as_str().unwrap()));
+            assert_eq!(r["health"], "ok", "{r}");
+        }
+    }
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+
+    eprintln!(
+        "monitoring e2e: {} queries evaluated, {} with data, in {:?}",
+        queries.len(),
+        EXPECT_DATA.len(),
+        started.elapsed()
+    );
+    drop(prom);
+    drop(agent);
+}
