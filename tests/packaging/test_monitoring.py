@@ -2,7 +2,7 @@
 port in their namespace, the PrometheusRule holding exactly the plain rules file's groups (the drift check
 again, after kustomize), and the dashboard ConfigMap holding grafana-dashboard.json under Grafana's sidecar
 label; the ConfigMap validates against the Kubernetes schemas. (promtool, the unit tests and a real Prometheus:
-tests/unprivileged/monitoring.rs and tests/root/monitoring_e2e.rs.)"""
+tests/unprivileged/monitoring_*.rs and tests/root/monitoring_e2e.rs.)"""
 
 import json
 import os

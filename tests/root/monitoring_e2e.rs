@@ -16,149 +16,15 @@ use crate::support::e2e::Node;
 use crate::support::install::node::get;
 use crate::support::install::{installer_env, set_env, spawn_installer, InstallerDirs};
 use crate::support::monitoring::*;
+use crate::support::prometheus::*;
 use crate::support::*;
-use serde_json::{json, Value as Json};
-use serde_yaml::Value as Yaml;
+use serde_json::json;
 use std::time::Duration;
 
 const PRIMARY: &str =
     r#"{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"ptp"}]}"#;
 /// The node name the API double's pods are bound to, and the pod discovery would report.
 const NODE: &str = "node1";
-const BOUND: Duration = Duration::from_secs(120);
-
-/// The base DaemonSet's pod as pod discovery describes it: namespace, pod labels, container, the port named
-/// like the one at 15014.
-struct DaemonSetPod {
-    namespace: String,
-    labels: Vec<(String, String)>,
-    container: String,
-    port_name: String,
-}
-
-fn daemonset_pod() -> DaemonSetPod {
-    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base");
-    let ds = yaml(&std::fs::read_to_string(base.join("daemonset.yaml")).unwrap());
-    let k = yaml(&std::fs::read_to_string(base.join("kustomization.yaml")).unwrap());
-    let tmpl = &ds["spec"]["template"];
-    let c = &tmpl["spec"]["containers"][0];
-    let port = c["ports"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|p| p["containerPort"].as_u64() == Some(15014))
-        .expect("container port 15014");
-    DaemonSetPod {
-        namespace: ystr(&k, "namespace").into(),
-        labels: tmpl["metadata"]["labels"]
-            .as_mapping()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.as_str().unwrap().into(), v.as_str().unwrap().into()))
-            .collect(),
-        container: ystr(c, "name").into(),
-        port_name: ystr(port, "name").into(),
-    }
-}
-
-/// A label name as Kubernetes discovery sanitizes it (`k8s-app` → `k8s_app`).
-fn sanitize(k: &str) -> String {
-    k.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect()
-}
-
-/// One file_sd target group: a pod's container port as pod discovery reports it.
-fn sd_target(
-    addr: &str,
-    ns: &str,
-    pod: &str,
-    phase: &str,
-    labels: &[(String, String)],
-    container: &str,
-    port_name: &str,
-) -> Json {
-    let mut l = serde_json::Map::new();
-    let mut set = |k: &str, v: &str| {
-        l.insert(k.to_string(), Json::from(v));
-    };
-    set("__meta_kubernetes_namespace", ns);
-    set("__meta_kubernetes_pod_name", pod);
-    set("__meta_kubernetes_pod_node_name", NODE);
-    set("__meta_kubernetes_pod_phase", phase);
-    set("__meta_kubernetes_pod_ip", "127.0.0.1");
-    set("__meta_kubernetes_pod_container_name", container);
-    set("__meta_kubernetes_pod_container_port_name", port_name);
-    set(
-        "__meta_kubernetes_pod_container_port_number",
-        addr.rsplit(':').next().unwrap(),
-    );
-    for (k, v) in labels {
-        set(&format!("__meta_kubernetes_pod_label_{}", sanitize(k)), v);
-        set(
-            &format!("__meta_kubernetes_pod_labelpresent_{}", sanitize(k)),
-            "true",
-        );
-    }
-    json!({"targets": [addr], "labels": l})
-}
-
-/// prometheus.yml: 1 s scrapes and evaluations, the rules file, and the shipped job with its pod discovery
-/// replaced by the file.
-fn prometheus_config() -> String {
-    let mut job = scrape_job();
-    let m = job.as_mapping_mut().unwrap();
-    let sd = m
-        .remove("kubernetes_sd_configs")
-        .expect("the job discovers pods");
-    assert_eq!(ystr(&sd[0], "role"), "pod");
-    m.insert(
-        "file_sd_configs".into(),
-        yaml("- files: [targets.json]\n  refresh_interval: 1s\n"),
-    );
-    let mut config = yaml(
-        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n\
-         rule_files: [rules.yaml]\n",
-    );
-    config
-        .as_mapping_mut()
-        .unwrap()
-        .insert("scrape_configs".into(), Yaml::Sequence(vec![job]));
-    serde_yaml::to_string(&config).unwrap()
-}
-
-/// The result of `expr`, polled until `ok` holds (bounded); the last result on failure.
-fn poll_query(
-    prom: &Prometheus,
-    what: &str,
-    expr: &str,
-    ok: impl Fn(&[Json]) -> bool,
-) -> Vec<Json> {
-    let deadline = std::time::Instant::now() + BOUND;
-    loop {
-        let r = prom
-            .query(expr)
-            .unwrap_or_else(|e| panic!("{what}: {expr}: {e}"));
-        if ok(&r) {
-            return r;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what}: {expr}: not within {BOUND:?}; last result: {r:?}\n{}",
-            prom.log()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-fn labels_of(r: &[Json], label: &str) -> Vec<String> {
-    let mut v: Vec<String> = r
-        .iter()
-        .filter_map(|s| s["metric"][label].as_str().map(String::from))
-        .collect();
-    v.sort();
-    v
-}
 
 #[test]
 fn prometheus_scrapes_the_agent_and_every_dashboard_and_alert_query_works() {
@@ -209,6 +75,7 @@ fn prometheus_scrapes_the_agent_and_every_dashboard_and_alert_query_works() {
     let targets = json!([
         sd_target(
             &agent_addr,
+            NODE,
             &ds.namespace,
             "istio-cni-node-e2e",
             "Running",
@@ -218,6 +85,7 @@ fn prometheus_scrapes_the_agent_and_every_dashboard_and_alert_query_works() {
         ),
         sd_target(
             &agent_addr,
+            NODE,
             &ds.namespace,
             "coredns-e2e",
             "Running",
@@ -227,6 +95,7 @@ fn prometheus_scrapes_the_agent_and_every_dashboard_and_alert_query_works() {
         ),
         sd_target(
             &format!("127.0.0.1:{health}"),
+            NODE,
             &ds.namespace,
             "istio-cni-node-e2e",
             "Running",
@@ -236,6 +105,7 @@ fn prometheus_scrapes_the_agent_and_every_dashboard_and_alert_query_works() {
         ),
         sd_target(
             &agent_addr,
+            NODE,
             &ds.namespace,
             "istio-cni-node-evicted",
             "Failed",

@@ -22,6 +22,7 @@ pub mod install;
 pub mod kube;
 pub mod monitoring;
 pub mod podcache;
+pub mod prometheus;
 pub mod repair;
 pub mod traffic;
 

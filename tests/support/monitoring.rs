@@ -1,7 +1,7 @@
 //! The monitoring kit (`manifests/monitoring`) as the tests read it: the rules (rendered by its `render`
 //! script from `rules.yaml.in` and `settings.env`), the dashboard's queries and variables, the scrape
 //! configuration, and Debian's `promtool` and `prometheus` (the `prometheus` package, `scripts/setup base`).
-//! [`Prometheus`] runs a real server on loopback for the end-to-end test (`tests/root/monitoring_e2e.rs`).
+//! [`super::prometheus`] runs a real server for the end-to-end test (`tests/root/monitoring_e2e.rs`).
 //!
 //! Every PromQL expression the kit ships is a [`Query`] named by where it comes from (`panel "<title>" <refId>`,
 //! `annotation "<name>"`, `record <name>`, `alert <name>`); [`EXPECT_DATA`] and [`AWAITING_AUDIT`] say which
@@ -10,8 +10,7 @@
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 /// The queries that must return data once the end-to-end test's agent has been scraped and its ADDs
 /// (redirected, skipped, failed; from the cache and from the API server) recorded. Every other query must
@@ -282,146 +281,86 @@ pub fn scrape_job() -> Yaml {
     jobs[0].clone()
 }
 
-/// A real Prometheus on 127.0.0.1, its storage in a temp dir; killed when dropped.
-pub struct Prometheus {
-    child: Child,
-    pub port: u16,
-    pub dir: super::TempDir,
-    agent: ureq::Agent,
+/// The base DaemonSet's pod as pod discovery describes it: namespace, pod labels, container, the port named
+/// like the one at 15014.
+pub struct DaemonSetPod {
+    pub namespace: String,
+    pub labels: Vec<(String, String)>,
+    pub container: String,
+    pub port_name: String,
 }
 
-/// An HTTP answer: status and body.
-pub struct Answer {
-    pub status: u16,
-    pub body: String,
+impl DaemonSetPod {
+    pub fn label(&self, k: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(x, _)| x == k)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
-impl Prometheus {
-    /// Starts `prometheus` with `config` (prometheus.yml text) and the files `files` ((name, text), written
-    /// next to it), on a free port; waits (bounded) for `/-/ready`.
-    pub fn start(config: &str, files: &[(&str, &str)]) -> Prometheus {
-        let dir = super::TempDir::new("prometheus");
-        dir.write("prometheus.yml", config);
-        for (name, text) in files {
-            dir.write(name, text);
+pub fn daemonset_pod() -> DaemonSetPod {
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base");
+    let ds = yaml(&std::fs::read_to_string(base.join("daemonset.yaml")).unwrap());
+    let k = yaml(&std::fs::read_to_string(base.join("kustomization.yaml")).unwrap());
+    let tmpl = &ds["spec"]["template"];
+    let c = &tmpl["spec"]["containers"][0];
+    let port = c["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["containerPort"].as_u64() == Some(15014))
+        .expect("container port 15014");
+    DaemonSetPod {
+        namespace: ystr(&k, "namespace").into(),
+        labels: tmpl["metadata"]["labels"]
+            .as_mapping()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.as_str().unwrap().into(), v.as_str().unwrap().into()))
+            .collect(),
+        container: ystr(c, "name").into(),
+        port_name: ystr(port, "name").into(),
+    }
+}
+
+/// Seconds in a Prometheus duration ("5m", "1h30m", "0").
+pub fn seconds(d: &str) -> u64 {
+    if d.is_empty() || d == "0" {
+        return 0;
+    }
+    let mut total = 0;
+    let mut n = String::new();
+    let mut chars = d.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            n.push(c);
+            continue;
         }
-        let port = super::free_port();
-        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-        let child = Command::new(tool("prometheus"))
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus");
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(20)))
-            .build()
-            .into();
-        let mut p = Prometheus {
-            child,
-            port,
-            dir,
-            agent,
+        let unit = if c == 'm' && chars.peek() == Some(&'s') {
+            chars.next();
+            "ms"
+        } else {
+            match c {
+                'y' => "y",
+                'w' => "w",
+                'd' => "d",
+                'h' => "h",
+                'm' => "m",
+                's' => "s",
+                _ => panic!("{d}: not a duration"),
+            }
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(st)) = p.child.try_wait() {
-                panic!("prometheus exited ({st}):\n{}", p.log());
-            }
-            if p.get("/-/ready", &[]).is_some_and(|a| a.status == 200) {
-                return p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "prometheus not ready within 60 s:\n{}",
-                p.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let v: u64 = std::mem::take(&mut n).parse().expect(d);
+        total += match unit {
+            "y" => v * 365 * 86400,
+            "w" => v * 7 * 86400,
+            "d" => v * 86400,
+            "h" => v * 3600,
+            "m" => v * 60,
+            "s" => v,
+            _ => 0,
+        };
     }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
-    }
-
-    /// GET `path` with `query` parameters; `None` when the connection fails.
-    pub fn get(&self, path: &str, query: &[(&str, &str)]) -> Option<Answer> {
-        let mut req = self
-            .agent
-            .get(format!("http://127.0.0.1:{}{path}", self.port));
-        for (k, v) in query {
-            req = req.query(*k, *v);
-        }
-        let mut resp = req.call().ok()?;
-        let status = resp.status().as_u16();
-        let body = resp.body_mut().read_to_string().ok()?;
-        Some(Answer { status, body })
-    }
-
-    /// GET an API path; its `data`, or a failure naming the error Prometheus gave.
-    pub fn api(&self, path: &str, query: &[(&str, &str)]) -> Result<Json, String> {
-        let a = self
-            .get(path, query)
-            .ok_or_else(|| format!("GET {path}: no answer"))?;
-        let v: Json =
-            serde_json::from_str(&a.body).map_err(|e| format!("GET {path}: {e}: {}", a.body))?;
-        if a.status != 200 || v["status"] != "success" {
-            return Err(format!(
-                "GET {path} {query:?}: {} {}: {}",
-                a.status, v["errorType"], v["error"]
-            ));
-        }
-        Ok(v["data"].clone())
-    }
-
-    /// An instant query's result vector (or scalar as one sample), or the error.
-    pub fn query(&self, expr: &str) -> Result<Vec<Json>, String> {
-        let d = self.api("/api/v1/query", &[("query", expr)])?;
-        match d["resultType"].as_str() {
-            Some("vector") | Some("matrix") => {
-                Ok(d["result"].as_array().cloned().unwrap_or_default())
-            }
-            Some("scalar") => Ok(vec![
-                serde_json::json!({"metric": {}, "value": d["result"]}),
-            ]),
-            other => Err(format!("{expr}: unexpected result type {other:?}")),
-        }
-    }
-}
-
-/// A sample's value as a number (NaN when it is not one).
-pub fn sample_value(s: &Json) -> f64 {
-    s["value"][1]
-        .as_str()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    total
 }
