@@ -14,7 +14,7 @@
 
 use crate::support::e2e::Node;
 use crate::support::install::node::get;
-use crate::support::install::{installer_env, set_env, spawn_installer, InstallerDirs};
+use crate::support::install::{installer_env, set_env, spawn_installer, InstallerDirs, Proc};
 use crate::support::monitoring::*;
 use crate::support::prometheus::*;
 use crate::support::*;
@@ -26,6 +26,67 @@ const PRIMARY: &str =
 /// The node name the API double's pods are bound to, and the pod discovery would report.
 const NODE: &str = "node1";
 
+/// `install-cni` for `node` (the API double, the pod cache, the in-process repair agent), ready and its pod
+/// watch listed; its health and metrics ports. Started again on other ports should one it was given be
+/// taken in between (free ports are found by binding and releasing; other tests run alongside).
+fn start_agent(node: &Node, root: &TempDir) -> (Proc, u16, u16) {
+    for d in ["conf", "bin", "sa"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    root.write("sa/token", node.srv.token());
+    root.write("sa/ca.crt", node.srv.ca_pem());
+    root.write("conf/10-ptp.conflist", PRIMARY);
+    for attempt in 1.. {
+        let (health, metrics) = (free_port(), free_port());
+        let run = node.dir.join("run");
+        let mut env = installer_env(&InstallerDirs {
+            conf: &root.join("conf"),
+            run: &run,
+            bin: &root.join("bin"),
+            sa: &root.join("sa"),
+            health,
+            metrics,
+        });
+        let addr = node.srv.addr();
+        set_env(
+            &mut env,
+            &[
+                ("KUBERNETES_SERVICE_HOST", addr.ip().to_string()),
+                ("KUBERNETES_SERVICE_PORT", addr.port().to_string()),
+                ("REPAIR_ENABLED", "true".into()),
+                ("REPAIR_NODE_NAME", NODE.into()),
+            ],
+        );
+        let mut agent = spawn_installer(&env, &[], &root.join("stderr"));
+        let metrics_text = || get(metrics, "/metrics").map(|(_, b)| b).unwrap_or_default();
+        let deadline = std::time::Instant::now() + BOUND;
+        loop {
+            if get(health, "/readyz").is_some_and(|(c, _)| c == 200)
+                && metrics_text()
+                    .contains(r#"istio_cni_kube_watch_initial_list_seconds{watch="pods"}"#)
+            {
+                return (agent, health, metrics);
+            }
+            if let Ok(Some(st)) = agent.child.try_wait() {
+                let log = agent.stderr();
+                assert!(
+                    log.contains("in use") && attempt < 5,
+                    "install-cni exited ({st}):\n{log}"
+                );
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent not ready, or its pod watch not listed, within {BOUND:?}; /metrics:\n{}\nlog:\n{}",
+                metrics_text(),
+                agent.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    unreachable!()
+}
+
 #[test]
 fn prometheus_scrapes_the_agent_and_every_dashboard_and_alert_query_works() {
     if !require_root() {
@@ -34,38 +95,8 @@ fn prometheus_scrapes_the_agent_and_every_dashboard_and_alert_query_works() {
     let started = std::time::Instant::now();
     let node = Node::new(67);
     let root = TempDir::new("monitoring");
-    for d in ["conf", "bin", "sa"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    root.write("sa/token", node.srv.token());
-    root.write("sa/ca.crt", node.srv.ca_pem());
-    root.write("conf/10-ptp.conflist", PRIMARY);
-    let (health, metrics) = (free_port(), free_port());
-    let run = node.dir.join("run");
-    let mut env = installer_env(&InstallerDirs {
-        conf: &root.join("conf"),
-        run: &run,
-        bin: &root.join("bin"),
-        sa: &root.join("sa"),
-        health,
-        metrics,
-    });
-    let addr = node.srv.addr();
-    set_env(
-        &mut env,
-        &[
-            ("KUBERNETES_SERVICE_HOST", addr.ip().to_string()),
-            ("KUBERNETES_SERVICE_PORT", addr.port().to_string()),
-            ("REPAIR_ENABLED", "true".into()),
-            ("REPAIR_NODE_NAME", NODE.into()),
-        ],
-    );
-    let agent = spawn_installer(&env, &[], &root.join("stderr"));
+    let (agent, health, metrics) = start_agent(&node, &root);
     let metrics_text = || get(metrics, "/metrics").map(|(_, b)| b).unwrap_or_default();
-    poll_until("the agent ready, its pod watch listed", BOUND, || {
-        get(health, "/readyz").is_some_and(|(c, _)| c == 200)
-            && metrics_text().contains("istio_cni_kube_watch_initial_list_seconds{watch=\"pods\"}")
-    });
 
     // Prometheus: the agent's pod, and pods the job must drop (another app's metrics port, the agent's port
     // without that name, an evicted agent pod), all as pod discovery would report them.
