@@ -25,57 +25,68 @@ pub struct Answer {
 
 impl Prometheus {
     /// Starts `prometheus` with `config` (prometheus.yml text) and the files `files` ((name, text), written
-    /// next to it), on a free port; waits (bounded) for `/-/ready`.
+    /// next to it), on a free port; waits (bounded) for `/-/ready`. Started again on another port should
+    /// the one it was given be taken in between (free ports are found by binding and releasing).
     pub fn start(config: &str, files: &[(&str, &str)]) -> Prometheus {
-        let dir = super::TempDir::new("prometheus");
+        let mut dir = super::TempDir::new("prometheus");
         dir.write("prometheus.yml", config);
         for (name, text) in files {
             dir.write(name, text);
         }
-        let port = super::free_port();
-        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-        let child = Command::new(tool("prometheus"))
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus");
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(20)))
-            .build()
-            .into();
-        let mut p = Prometheus {
-            child,
-            port,
-            dir,
-            agent,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(st)) = p.child.try_wait() {
-                panic!("prometheus exited ({st}):\n{}", p.log());
+        for attempt in 1.. {
+            let port = super::free_port();
+            let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+            let child = Command::new(tool("prometheus"))
+                .arg(format!(
+                    "--config.file={}",
+                    dir.join("prometheus.yml").display()
+                ))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join(format!("data-{attempt}")).display()
+                ))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("start prometheus");
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(20)))
+                .build()
+                .into();
+            let mut p = Prometheus {
+                child,
+                port,
+                dir,
+                agent,
+            };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                if let Ok(Some(st)) = p.child.try_wait() {
+                    let log = p.log();
+                    assert!(
+                        log.contains("address already in use") && attempt < 5,
+                        "prometheus exited ({st}):\n{log}"
+                    );
+                    break;
+                }
+                if p.get("/-/ready", &[]).is_some_and(|a| a.status == 200) {
+                    return p;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "prometheus not ready within 60 s:\n{}",
+                    p.log()
+                );
+                std::thread::sleep(Duration::from_millis(100));
             }
-            if p.get("/-/ready", &[]).is_some_and(|a| a.status == 200) {
-                return p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "prometheus not ready within 60 s:\n{}",
-                p.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
+            // Keep the temp dir for the next attempt (p's Drop has nothing left to stop).
+            dir = std::mem::replace(&mut p.dir, super::TempDir::new("prometheus-spent"));
         }
+        unreachable!()
     }
 
     pub fn log(&self) -> String {
