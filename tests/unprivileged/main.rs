@@ -21,6 +21,8 @@ mod install_settings;
 mod kube_api;
 mod kube_client;
 mod kube_lookup_deadline;
+mod monitoring_dashboard;
+mod monitoring_rules;
 mod podcache_agent;
 mod repair_oneshot;
 mod repair_rss;
