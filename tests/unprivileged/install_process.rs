@@ -431,7 +431,7 @@ fn plugin_log_lines_are_relayed() {
         .unwrap();
     poll_until("relayed line", LONG, || {
         p.stderr()
-            .contains("istio-cni: ADD pod default/web: redirected\n")
+            .contains("\tinfo\tcni-plugin\tADD pod default/web: redirected\n")
     });
     p.signal(Signal::SIGTERM);
     assert!(p.wait_exit(LONG).success());
