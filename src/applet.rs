@@ -30,19 +30,70 @@ pub fn version_text(applet: &str) -> String {
     )
 }
 
+/// Exit code of a bad invocation in every applet: an unknown flag, a missing or malformed value, a
+/// setting (flag or environment variable) that is invalid. Nothing was done.
+pub const EXIT_USAGE: i32 = 2;
+
+/// Writes `text` to stdout and returns `code`. A reader that went away (`| head -1`: EPIPE) is a normal
+/// end, not an error: the rest was not wanted. Any other failure (a full disk under `> file`) is reported
+/// and gives 1. Never panics, unlike `print!`, so every applet's output goes through here.
+pub fn print_out(applet: &str, text: &str, code: i32) -> i32 {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => code,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => code,
+        Err(e) => {
+            print_err(&format!("{applet}: write to stdout: {e}\n"));
+            1
+        }
+    }
+}
+
+/// Writes `text` to stderr; a failure is ignored (there is nowhere left to report it). Never panics,
+/// unlike `eprint!`.
+pub fn print_err(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// A bad invocation: `<applet>: <what> (try '<applet> --help')` on stderr; returns [`EXIT_USAGE`].
+pub fn usage_error(applet: &str, what: &str) -> i32 {
+    let what = what.trim_end().trim_end_matches('.');
+    // argh's messages start with a capital ("Unrecognized argument: --x"); ours continue the line.
+    let mut c = what.chars();
+    let what = match c.next() {
+        Some(f) if f.is_ascii_uppercase() && !c.next().is_some_and(|n| n.is_ascii_uppercase()) => {
+            format!("{}{}", f.to_ascii_lowercase(), &what[1..])
+        }
+        _ => what.to_string(),
+    };
+    print_err(&format!("{applet}: {what} (try '{applet} --help')\n"));
+    EXIT_USAGE
+}
+
+/// An error that ends an applet whose logging runs: one error log line (under `target`'s scope), or one
+/// plain `<applet>: <error>` line when logging would drop it (its level is `none`). Never both.
+pub fn fatal(applet: &str, target: &str, e: &dyn std::fmt::Display) {
+    if log::log_enabled!(target: target, log::Level::Error) {
+        log::error!(target: target, "{e}");
+    } else {
+        print_err(&format!("{applet}: {e}\n"));
+    }
+}
+
+/// The version line on stdout ([`version_text`]); returns the exit code.
+pub fn print_version(applet: &str) -> i32 {
+    print_out(applet, &format!("{}\n", version_text(applet)), 0)
+}
+
 /// Parses an applet's arguments with argh, `name` shown in `--help`. `Err(code)` when parsing ended the run:
-/// help printed on stdout (0) or a usage error on stderr (2).
+/// help printed on stdout (0) or a usage error on stderr ([`usage_error`], [`EXIT_USAGE`]).
 pub fn parse_args<T: argh::FromArgs>(name: &str, args: &[String]) -> Result<T, i32> {
     let strs: Vec<&str> = args.iter().map(String::as_str).collect();
     T::from_args(&[name], &strs).map_err(|early| match early.status {
-        Ok(()) => {
-            println!("{}", early.output);
-            0
-        }
-        Err(()) => {
-            eprintln!("{}", early.output);
-            2
-        }
+        Ok(()) => print_out(name, &early.output, 0),
+        Err(()) => usage_error(name, &early.output),
     })
 }
 

@@ -13,22 +13,22 @@ pub struct Applet {
 pub const APPLETS: &[Applet] = &[
     Applet {
         name: "istio-cni",
-        about: "the chained CNI plugin (exec'd by the container runtime)",
+        about: "the chained CNI plugin, exec'd by the container runtime",
         run: crate::plugin::cli::run,
     },
     Applet {
         name: "install-cni",
-        about: "the DaemonSet installer: puts the plugin on the node and keeps it there",
+        about: "the DaemonSet installer: puts the plugin on the node",
         run: crate::install::main,
     },
     Applet {
         name: "istio-cni-repair",
-        about: "the repair agent: finds pods that started without redirection",
+        about: "the repair agent: fixes pods started without redirection",
         run: crate::repair::main,
     },
     Applet {
         name: "istio-validation",
-        about: "the istio-validation init container: checks that redirection works",
+        about: "the init container's check that redirection works",
         run: crate::validation::main,
     },
 ];
@@ -37,13 +37,20 @@ fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
+/// The multicall name's help, in the applets' layout (argh's: usage, description, options, commands).
 fn usage(me: &str) -> String {
     let mut s = format!(
-        "Usage: {me} <applet> [args...]   (or run through a link named after the applet)\n\
-         \x20      {me} --list | --version | --help\n\nApplets:\n"
+        "Usage: {me} <applet> [<args>]\n\n\
+         One binary, four applets: it runs the applet it is named after (a link named\n\
+         after the applet), else the one its first argument names.\n\n\
+         Options:\n\
+         \x20 --list            print the applets' names, one a line\n\
+         \x20 --version, -V     print the version and exit\n\
+         \x20 --help, help      display usage information\n\n\
+         Commands:\n"
     );
     for a in APPLETS {
-        s.push_str(&format!("  {:<18} {}\n", a.name, a.about));
+        s.push_str(&format!("  {:<18}{}\n", a.name, a.about));
     }
     s
 }
@@ -56,6 +63,7 @@ pub fn main(argv: &[String]) -> i32 {
 }
 
 fn dispatch(argv: &[String]) -> i32 {
+    use crate::applet::{print_out, usage_error};
     let me = argv
         .first()
         .map(|a| basename(a))
@@ -67,33 +75,22 @@ fn dispatch(argv: &[String]) -> i32 {
     }
     match rest.first().map(String::as_str) {
         Some("--list") => {
-            for a in APPLETS {
-                println!("{}", a.name);
-            }
-            0
+            let names: String = APPLETS.iter().map(|a| format!("{}\n", a.name)).collect();
+            print_out(me, &names, 0)
         }
-        Some("--version") | Some("-V") => {
-            println!("{}", crate::applet::version_text(me));
-            0
-        }
-        Some("--help") | Some("-h") | Some("help") => {
-            print!("{}", usage(me));
-            0
-        }
+        Some("--version") | Some("-V") => crate::applet::print_version(me),
+        Some("--help") | Some("-h") | Some("help") => print_out(me, &usage(me), 0),
         Some(name) => match APPLETS.iter().find(|a| a.name == name) {
             Some(a) => (a.run)(a.name, &rest[1..]),
-            None => {
-                eprint!("{me}: unknown applet {name:?}\n\n{}", usage(me));
-                2
-            }
+            None => usage_error(me, &format!("unknown applet {name:?}")),
         },
         None => {
             // A runtime that execs us under another name still gets the plugin.
             if std::env::var_os("CNI_COMMAND").is_some() {
                 return crate::plugin::cli::run("istio-cni", rest);
             }
-            eprint!("{}", usage(me));
-            2
+            crate::applet::print_err(&usage(me));
+            crate::applet::EXIT_USAGE
         }
     }
 }

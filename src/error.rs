@@ -174,6 +174,10 @@ impl fmt::Display for Error {
                 )
             }
             Error::UnknownContainer(m) => write!(f, "unknown container: {m}"),
+            // The settings name a flag (`--x`) the same way when it was the flag that was given.
+            Error::InvalidEnv { var, reason } if var.starts_with('-') => {
+                write!(f, "flag {var}: {}", bounded(reason))
+            }
             Error::InvalidEnv { var, reason } => {
                 write!(f, "environment variable {var}: {}", bounded(reason))
             }

@@ -164,25 +164,51 @@ pub fn flag_name(var: &str) -> String {
     format!("--{}", var.to_ascii_lowercase().replace('_', "-"))
 }
 
+/// What a flag is, for [`normalize_args`] (by its name without `--`, after the underscore rewrite).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlagKind {
+    /// Takes a value as written (`--name v` or `--name=v`), or is no flag of ours (argh reports it).
+    Value,
+    /// A boolean setting (an argh option holding the text, so an explicit `false` beats the environment):
+    /// bare means true.
+    Bool,
+    /// A boolean without a setting behind it (an argh switch, e.g. `--once`): present when true.
+    Switch,
+}
+
 /// How a Go-style command line is rewritten for argh.
 #[derive(Clone, Copy)]
 pub struct ArgStyle<'a> {
     /// Istio's underscore spellings (`--log_output_level`) become dashes.
     pub dashes_for_underscores: bool,
-    /// Flags that take a value in argh but may stand bare in Go (`--label-pods` = `--label-pods true`).
-    pub bare_true: &'a dyn Fn(&str) -> bool,
+    /// What each flag is.
+    pub kind: &'a dyn Fn(&str) -> FlagKind,
 }
 
-/// Go flag syntax → argh: `--name=value` → `--name value`, plus what `style` asks for.
-pub fn normalize_args(args: &[String], style: ArgStyle<'_>) -> Vec<String> {
+/// Go flag syntax → argh: `--name=value` → `--name value`, plus what `style` asks for. A boolean flag
+/// ([`FlagKind::Bool`], [`FlagKind::Switch`]) has the same forms in every applet: bare (true),
+/// `--name=value`, and `--name value` when the next argument is not a flag (no applet takes positional
+/// arguments that could follow one). A switch's value is checked here (Go's `strconv.ParseBool` words), a
+/// boolean setting's where it is resolved, naming the flag. `Err` names the flag and the bad value.
+pub fn normalize_args(
+    args: &[String],
+    style: ArgStyle<'_>,
+) -> std::result::Result<Vec<String>, String> {
     let mut out = Vec::with_capacity(args.len() + 4);
-    for a in args {
+    let mut it = args.iter().peekable();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            // The end of the flags: the rest goes to argh as written.
+            out.push(a.clone());
+            out.extend(it.cloned());
+            break;
+        }
         let Some(rest) = a.strip_prefix("--") else {
             out.push(a.clone());
             continue;
         };
         let (name, value) = match rest.split_once('=') {
-            Some((n, v)) => (n, Some(v)),
+            Some((n, v)) => (n, Some(v.to_string())),
             None => (rest, None),
         };
         let name = if style.dashes_for_underscores {
@@ -190,15 +216,24 @@ pub fn normalize_args(args: &[String], style: ArgStyle<'_>) -> Vec<String> {
         } else {
             name.to_string()
         };
-        let bare = value.is_none() && (style.bare_true)(&name);
-        out.push(format!("--{name}"));
-        match value {
-            Some(v) => out.push(v.to_string()),
-            None if bare => out.push("true".into()),
-            None => {}
+        let kind = (style.kind)(&name);
+        let value = match (kind, value) {
+            (FlagKind::Value, v) => v,
+            (_, Some(v)) => Some(v),
+            (_, None) => it.next_if(|n| !n.starts_with('-')).cloned(),
+        };
+        match (kind, value) {
+            (FlagKind::Switch, Some(v)) => match go_bool(&v) {
+                Some(true) => out.push(format!("--{name}")),
+                Some(false) => {}
+                None => return Err(format!("--{name}: {v:?} is not a boolean (true or false)")),
+            },
+            (FlagKind::Bool, None) => out.extend([format!("--{name}"), "true".into()]),
+            (_, Some(v)) => out.extend([format!("--{name}"), v]),
+            (_, None) => out.push(format!("--{name}")),
         }
     }
-    out
+    Ok(out)
 }
 
 /// What an environment variable set to "" means (viper's `AllowEmptyEnv`).

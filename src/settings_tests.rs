@@ -125,53 +125,103 @@ fn ports_and_flag_names() {
 fn go_style_args() {
     let installer = ArgStyle {
         dashes_for_underscores: true,
-        bare_true: &|_| false,
+        kind: &|n| match n {
+            "once" => FlagKind::Switch,
+            "log-as-json" => FlagKind::Bool,
+            _ => FlagKind::Value,
+        },
     };
     assert_eq!(
         normalize_args(
             &v(&[
                 "--log_output_level=default:info,cni-plugin:debug",
                 "--once",
-                "x",
-                "--a=b=c"
+                "--a=b=c",
+                "--log_as_json",
             ]),
             installer
-        ),
+        )
+        .unwrap(),
         v(&[
             "--log-output-level",
             "default:info,cni-plugin:debug",
             "--once",
-            "x",
             "--a",
-            "b=c"
+            "b=c",
+            "--log-as-json",
+            "true",
         ])
     );
     let repair = ArgStyle {
         dashes_for_underscores: false,
-        bare_true: &|n| n == "label-pods",
+        kind: &|n| match n {
+            "label-pods" => FlagKind::Bool,
+            _ => FlagKind::Value,
+        },
     };
     assert_eq!(
         normalize_args(
             &v(&[
                 "--label-pods",
                 "--label-pods=false",
+                "--label-pods",
+                "0",
                 "--node_name=n",
                 "--",
+                "--label-pods",
                 "-v"
             ]),
             repair
-        ),
+        )
+        .unwrap(),
         v(&[
             "--label-pods",
             "true",
             "--label-pods",
             "false",
+            "--label-pods",
+            "0",
             "--node_name",
             "n",
             "--",
+            "--label-pods",
             "-v"
         ])
     );
+}
+
+/// Every boolean flag has the same three forms; a switch's false drops it, a bad value names the flag.
+#[test]
+fn boolean_flags_take_the_same_forms() {
+    let style = ArgStyle {
+        dashes_for_underscores: false,
+        kind: &|n| match n {
+            "once" => FlagKind::Switch,
+            "chained" => FlagKind::Bool,
+            _ => FlagKind::Value,
+        },
+    };
+    let norm = |a: &[&str]| normalize_args(&v(a), style);
+    for (args, want) in [
+        (&["--chained"][..], &["--chained", "true"][..]),
+        (&["--chained", "false"], &["--chained", "false"]),
+        (&["--chained=false"], &["--chained", "false"]),
+        (
+            &["--chained", "--x", "1"],
+            &["--chained", "true", "--x", "1"],
+        ),
+        (&["--chained", "yes"], &["--chained", "yes"]),
+        (&["--once"], &["--once"]),
+        (&["--once", "true"], &["--once"]),
+        (&["--once=1"], &["--once"]),
+        (&["--once", "false"], &[]),
+        (&["--once=F", "--x=1"], &["--x", "1"]),
+    ] {
+        assert_eq!(norm(args).unwrap(), v(want), "{args:?}");
+    }
+    let e = norm(&["--once", "maybe"]).unwrap_err();
+    assert!(e.contains("--once") && e.contains("maybe"), "{e}");
+    assert!(norm(&["--once="]).is_err());
 }
 
 #[test]

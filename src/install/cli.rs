@@ -12,7 +12,7 @@ use crate::error::{Context, IoContext, Result};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Blocks SIGTERM and SIGINT in this thread (and the threads it starts) and reads them through a signalfd.
 pub fn block_signals() -> Result<SignalFd> {
@@ -59,13 +59,65 @@ pub fn watcher_for(inst: &Installer) -> Result<Watcher> {
     Ok(w)
 }
 
+/// A directory we may create: there already, or its nearest existing ancestor is a directory.
+fn creatable(what: &str, d: &Path) -> Result<()> {
+    let mut p = d;
+    loop {
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_dir() => return Ok(()),
+            Ok(_) => {
+                return Err(crate::Error::config(format!(
+                    "{what} {}: {} is not a directory",
+                    d.display(),
+                    p.display()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match p.parent() {
+                Some(up) => p = up,
+                None => return Ok(()),
+            },
+            Err(e) => return Err(crate::Error::io(format!("{what} {}", d.display()), e)),
+        }
+    }
+}
+
+/// A directory that must be there.
+fn existing(what: &str, d: &Path) -> Result<()> {
+    match std::fs::metadata(d) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(crate::Error::config(format!(
+            "{what} {} is not a directory",
+            d.display()
+        ))),
+        Err(e) => Err(crate::Error::io(format!("{what} {}", d.display()), e)),
+    }
+}
+
+/// Everything that can be checked before the first write, so that a start that fails leaves nothing
+/// behind: the directories we write into (a one-shot run, which cannot wait for it, needs the conf dir
+/// to exist: a missing one is a wrong path, not one to create) and the kubeconfig's inputs.
+pub fn preflight(inst: &Installer) -> Result<()> {
+    let s = &inst.settings;
+    let conf = "conf dir (MOUNTED_CNI_NET_DIR)";
+    if s.once {
+        existing(conf, &s.mounted_cni_net_dir)?;
+    } else {
+        creatable(conf, &s.mounted_cni_net_dir)?;
+    }
+    creatable("run dir (CNI_AGENT_RUN_DIR)", &s.run_dir)?;
+    if !s.uninstall {
+        existing("bin dir (CNI_BIN_DIR)", &s.bin_dir)?;
+        inst.kubeconfig_text().context("kubeconfig")?;
+    }
+    Ok(())
+}
+
 /// Installs and keeps the installation until a signal (or, `--once`, one pass); cleans up.
 pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
-    for d in [&settings.mounted_cni_net_dir, &settings.run_dir] {
-        std::fs::create_dir_all(d).io_context(|| format!("create directory {}", d.display()))?;
-    }
     let mut inst = Installer::new(settings, self_exe()?);
+    preflight(&inst)?;
     if inst.settings.uninstall {
+        // Removes what is there; creates nothing.
         return Ok(match inst.cleanup() {
             Ok(()) => 0,
             Err(e) => {
@@ -74,8 +126,11 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
             }
         });
     }
+    for d in [&inst.settings.mounted_cni_net_dir, &inst.settings.run_dir] {
+        std::fs::create_dir_all(d).io_context(|| format!("create directory {}", d.display()))?;
+    }
     log::info!(
-        "install-cni: conf dir {} (host {}), chained={}, run dir {}, bin dir {}",
+        "conf dir {} (host {}), chained={}, run dir {}, bin dir {}",
         inst.settings.mounted_cni_net_dir.display(),
         inst.settings.cni_net_dir.display(),
         inst.settings.chained,

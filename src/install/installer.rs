@@ -113,8 +113,9 @@ impl Installer {
         Ok(())
     }
 
-    /// Writes the kubeconfig when its content changed; returns whether it was written.
-    pub fn write_kubeconfig(&self) -> Result<bool> {
+    /// The kubeconfig's text and what the log says of it (server, CA fingerprint), from the settings, the
+    /// token and the CA; nothing is written (the start checks it before writing anything).
+    pub fn kubeconfig_text(&self) -> Result<(String, String)> {
         let s = &self.settings;
         let sa = &s.service_account_dir;
         let token_path = sa.join("token");
@@ -149,6 +150,13 @@ impl Installer {
             token: &token,
         };
         let text = kubeconfig::render(&inputs)?;
+        Ok((text, kubeconfig::log_summary(&inputs)))
+    }
+
+    /// Writes the kubeconfig when its content changed; returns whether it was written.
+    pub fn write_kubeconfig(&self) -> Result<bool> {
+        let s = &self.settings;
+        let (text, summary) = self.kubeconfig_text()?;
         let path = self.kubeconfig_path();
         let same = fsutil::read_opt(&path)?.is_some_and(|old| old == text.as_bytes())
             && fsutil::mode_of(&path)? == Some(s.kubeconfig_mode);
@@ -156,11 +164,7 @@ impl Installer {
             return Ok(false);
         }
         fsutil::write_atomic(&path, text.as_bytes(), s.kubeconfig_mode)?;
-        log::info!(
-            "wrote kubeconfig {} ({})",
-            path.display(),
-            kubeconfig::log_summary(&inputs)
-        );
+        log::info!("wrote kubeconfig {} ({summary})", path.display());
         Ok(true)
     }
 

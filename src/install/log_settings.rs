@@ -55,7 +55,7 @@ pub fn resolve(f: &Flags, r: &Named<'_>) -> Result<(String, crate::logging::Conf
         install: scopes.level_of(levels::INSTALL_SCOPES),
         repair: scopes.level_of(levels::REPAIR_SCOPES),
         plugin: relay_level,
-        json: f.log_as_json || r.bool(&None, "LOG_AS_JSON", false)?,
+        json: r.bool(&f.log_as_json, "LOG_AS_JSON", false)?,
     };
     Ok((plugin_log_level, log, warnings))
 }

@@ -44,33 +44,34 @@ pub use options as config;
 
 use crate::settings::process_env;
 
-/// The `install-cni` applet's entry point; returns the exit code.
+/// The `install-cni` applet's entry point; returns the exit code. Errors before logging starts (flags,
+/// settings) are one plain line, later ones one log line ([`crate::applet::fatal`]).
 pub fn main(name: &str, args: &[String]) -> i32 {
+    use crate::applet::{print_err, usage_error};
     // For istio_cni_startup_ready_seconds.
     crate::applet::mark_start();
     // First, so a SIGTERM arriving during start-up is not lost (it ends the loop at its first check).
     let sigfd = match cli::block_signals() {
         Ok(fd) => fd,
         Err(e) => {
-            eprintln!("{name}: {e}");
+            print_err(&format!("{name}: {e}\n"));
             return 1;
         }
     };
-    let args = flags::normalize_args(args);
+    let args = match flags::normalize_args(args) {
+        Ok(a) => a,
+        Err(e) => return usage_error(name, &e),
+    };
     let flags: flags::Flags = match crate::applet::parse_args(name, &args) {
         Ok(f) => f,
         Err(code) => return code,
     };
     if flags.version {
-        println!("{}", crate::applet::version_text(name));
-        return 0;
+        return crate::applet::print_version(name);
     }
     let settings = match options::resolve(&flags, &process_env) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("{name}: invalid configuration: {e}");
-            return 2;
-        }
+        Err(e) => return usage_error(name, &format!("invalid configuration: {e}")),
     };
     crate::logging::init_with(&settings.log);
     for w in &settings.warnings {
@@ -79,8 +80,7 @@ pub fn main(name: &str, args: &[String]) -> i32 {
     match cli::serve(settings, sigfd) {
         Ok(code) => code,
         Err(e) => {
-            log::error!("{e}");
-            eprintln!("Error: {e}");
+            crate::applet::fatal(name, module_path!(), &e);
             1
         }
     }

@@ -146,7 +146,8 @@ fn scopes_and_equals_args() {
     let a = normalize_args(&[
         "--log_output_level=default:info,cni-plugin:debug".into(),
         "--once".into(),
-    ]);
+    ])
+    .unwrap();
     assert_eq!(
         a,
         vec![
@@ -196,7 +197,7 @@ fn every_log_level_word_starts() {
     );
     let f = Flags {
         log_output_level: Some("default:debug,install:warn,repair:error,cni-plugin:warn".into()),
-        log_as_json: true,
+        log_as_json: Some("true".into()),
         ..Flags::default()
     };
     let s = resolve_with(&f, &[]).unwrap();

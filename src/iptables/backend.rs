@@ -181,11 +181,22 @@ pub fn detect_host() -> Result<Backend> {
         rule_count("ip6tables-nft-save"),
     );
     let b = choose(legacy, nft, tool::find("iptables-restore").is_some())?;
-    log::info!(
-        "iptables backend: {} (legacy rules {legacy:?}, nft rules {nft:?})",
-        b.name()
-    );
+    log::info!("{}", detection_summary(b, legacy, nft));
     Ok(b)
+}
+
+/// What the detection found, for the log: the rule counts each backend's `-save` reported.
+fn detection_summary(b: Backend, legacy: Option<usize>, nft: Option<usize>) -> String {
+    let count = |n: Option<usize>, what: &str| match n {
+        Some(n) => format!("{n} {what} rules"),
+        None => format!("no {what} iptables-save"),
+    };
+    format!(
+        "iptables backend: {} ({}, {}; legacy only with more legacy rules)",
+        b.name(),
+        count(nft, "nft"),
+        count(legacy, "legacy")
+    )
 }
 
 /// The backend's tool for `family`, located, with an error that says what to install.
@@ -215,6 +226,15 @@ mod tests {
         assert_eq!(choose(Some(0), Some(0), true).unwrap(), Backend::Nft);
         assert_eq!(choose(None, Some(0), true).unwrap(), Backend::Nft);
         assert_eq!(choose(Some(0), None, true).unwrap(), Backend::Legacy);
+        // The log line says the counts in words, never `Some(0)`.
+        assert_eq!(
+            detection_summary(Backend::Nft, Some(0), Some(0)),
+            "iptables backend: nft (0 nft rules, 0 legacy rules; legacy only with more legacy rules)"
+        );
+        assert_eq!(
+            detection_summary(Backend::Legacy, Some(3), None),
+            "iptables backend: legacy (no nft iptables-save, 3 legacy rules; legacy only with more legacy rules)"
+        );
         assert_eq!(choose(None, None, true).unwrap(), Backend::Plain);
         assert!(choose(None, None, false).is_err());
     }

@@ -1,12 +1,15 @@
-//! One log line, as text or as the JSON Istio's zap encoder writes with `--log_as_json`:
+//! One log line, as upstream's Istio components write it (zap's console encoder configured by
+//! `istio.io/pkg/log`): `2026-01-02T03:04:05.123456Z<TAB>info<TAB>install<TAB>msg`, the scope left out for
+//! `default`; or with `--log_as_json` the JSON its JSON encoder writes:
 //! `{"time":"2026-01-02T03:04:05.123456Z","level":"info","scope":"default","msg":"..."}`.
 
 use log::Level;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Our scope for a record target (module path, or `cni-plugin` for relayed plugin lines).
+/// Our scope for a record target (module path, or `cni-plugin` for relayed plugin lines): the installer's
+/// modules `install`, the repair agent's `repair`, the plugin's `cni-plugin`, the rest `default`.
 pub fn scope_of(target: &str) -> &'static str {
-    if target == super::PLUGIN_TARGET {
+    if target == super::PLUGIN_TARGET || target.starts_with("istio_cni::plugin") {
         "cni-plugin"
     } else if target.starts_with("istio_cni::install") {
         "install"
@@ -69,13 +72,13 @@ pub fn json_line(time: SystemTime, level: Level, scope: &str, msg: &str) -> Stri
     out
 }
 
-/// One text line (no newline): `<time> <level> <target>: msg`; relayed plugin lines keep their
-/// `istio-cni: ` prefix.
+/// One text line (no newline), as upstream's: `<time>\t<level>\t<scope>\t<msg>`, without the scope
+/// for `default` (Istio emits no name for it). Relayed plugin lines are `cni-plugin` lines like any other.
 pub fn text_line(time: SystemTime, level: Level, target: &str, msg: &str) -> String {
-    if target == super::PLUGIN_TARGET {
-        return format!("istio-cni: {msg}");
+    match scope_of(target) {
+        "default" => format!("{}\t{}\t{msg}", rfc3339(time), level_name(level)),
+        scope => format!("{}\t{}\t{scope}\t{msg}", rfc3339(time), level_name(level)),
     }
-    format!("{} {:<5} {target}] {msg}", rfc3339(time), level)
 }
 
 /// Bytes as text, each byte that is not UTF-8 one `?` (not a 3-byte U+FFFD: a relayed line must not grow
@@ -168,5 +171,43 @@ mod tests {
         assert_eq!(scope_of("istio_cni::install::cli"), "install");
         assert_eq!(scope_of(super::super::PLUGIN_TARGET), "cni-plugin");
         assert_eq!(scope_of("istio_cni::kube::client"), "default");
+    }
+
+    /// Text lines are upstream's: tab-separated time, lower-case level, scope (none for `default`), message;
+    /// no module path, no unmatched bracket.
+    #[test]
+    fn text_lines_read_like_upstreams() {
+        let t = UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+        for (target, level, want) in [
+            (
+                "istio_cni::install::cli",
+                Level::Info,
+                "2023-11-14T22:13:20.123456Z\tinfo\tinstall\tconf dir x",
+            ),
+            (
+                "istio_cni::repair::controller",
+                Level::Warn,
+                "2023-11-14T22:13:20.123456Z\twarn\trepair\tconf dir x",
+            ),
+            (
+                super::super::PLUGIN_TARGET,
+                Level::Debug,
+                "2023-11-14T22:13:20.123456Z\tdebug\tcni-plugin\tconf dir x",
+            ),
+            (
+                "istio_cni::plugin::add",
+                Level::Error,
+                "2023-11-14T22:13:20.123456Z\terror\tcni-plugin\tconf dir x",
+            ),
+            (
+                "istio_cni::iptables::backend",
+                Level::Trace,
+                "2023-11-14T22:13:20.123456Z\tdebug\tconf dir x",
+            ),
+        ] {
+            let l = text_line(t, level, target, "conf dir x");
+            assert_eq!(l, want);
+            assert!(!l.contains("istio_cni") && !l.contains(']'), "{l}");
+        }
     }
 }

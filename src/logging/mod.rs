@@ -1,9 +1,9 @@
 //! Logging: `env_logger` on stderr, never stdout (stdout carries only CNI results). The level comes from
 //! `RUST_LOG` when set, else from the caller (the plugin's `plugin_log_level`, the installer's settings).
 //!
-//! The installer honours Istio's scoped levels (`--log_output_level=default:debug,cni-plugin:info`,
-//! [`levels`]) per scope — `default`, `install`, `repair` and `cni-plugin` (the plugin's relayed lines) —
-//! and `--log_as_json` writes each line as Istio's zap JSON encoder does ([`line`]).
+//! Lines read like upstream's ([`line`]): `<time>\t<level>\t<scope>\t<msg>`, or with `--log_as_json`
+//! Istio's JSON. The installer honours Istio's scoped levels (`--log_output_level=default:debug,cni-plugin:info`,
+//! [`levels`]) per scope — `default`, `install`, `repair` and `cni-plugin` (the plugin's relayed lines).
 //!
 //! The plugin sends each of its records to the installer's relay socket as one JSON datagram
 //! `{"level":"info","msg":"..."}` (the fields upstream's plugin sends to its UDS log server); the installer
@@ -251,7 +251,7 @@ mod tests {
     }
 
     /// A relayed line, text or JSON, is at most its datagram plus a small constant (the time, level and
-    /// scope of a JSON line, the `istio-cni: ` prefix of a text one, the truncation marker).
+    /// scope of either line, JSON's field names, the truncation marker).
     #[test]
     fn a_relayed_line_is_no_longer_than_its_datagram() {
         use super::line::{json_line, text_line};

@@ -6,6 +6,15 @@ use argh::FromArgs;
 /// The Istio CNI plugin. A container runtime execs it with CNI_COMMAND and the network configuration on
 /// stdin; run by hand it offers `--version` and `explain`.
 #[derive(FromArgs, Debug)]
+#[argh(
+    usage = "[--version] [<command>] [<args>]",
+    description = "The Istio CNI plugin. A container runtime execs it with CNI_COMMAND, the other\n\
+                   CNI_* variables and the network configuration on stdin, and reads one JSON reply\n\
+                   on stdout; run by hand it offers --version and explain.",
+    error_code(0, "done"),
+    error_code(1, "the CNI command failed (its JSON error reply names why)"),
+    error_code(2, "bad flags")
+)]
 struct Args {
     /// print the version, git commit and supported CNI versions
     #[argh(switch)]
@@ -28,25 +37,32 @@ pub fn run(name: &str, args: &[String]) -> i32 {
     }
     if args.is_empty() {
         // skel: no CNI_COMMAND and no arguments → the about text on stderr, exit 0.
-        eprintln!(
-            "{ABOUT}\nCNI protocol versions supported: {}",
+        crate::applet::print_err(&format!(
+            "{ABOUT}\nCNI protocol versions supported: {}\n",
             crate::cni::version::SUPPORTED.join(", ")
-        );
+        ));
         return 0;
     }
-    let parsed: Args = match crate::applet::parse_args(name, args) {
+    let style = crate::settings::ArgStyle {
+        dashes_for_underscores: false,
+        kind: &|n| match n {
+            "nft" => crate::settings::FlagKind::Switch,
+            _ => crate::settings::FlagKind::Value,
+        },
+    };
+    let args = match crate::settings::normalize_args(args, style) {
+        Ok(a) => a,
+        Err(e) => return crate::applet::usage_error(name, &e),
+    };
+    let parsed: Args = match crate::applet::parse_args(name, &args) {
         Ok(a) => a,
         Err(code) => return code,
     };
     if parsed.version {
-        println!("{}", crate::applet::version_text(name));
-        return 0;
+        return crate::applet::print_version(name);
     }
     match parsed.cmd {
         Some(Sub::Explain(e)) => super::explain::run(&e),
-        None => {
-            eprintln!("{name}: nothing to do; see --help");
-            2
-        }
+        None => crate::applet::usage_error(name, "nothing to do"),
     }
 }

@@ -21,18 +21,30 @@ use argh::FromArgs;
 
 /// Print the iptables-restore documents (or, with --nft, the nftables script) ADD would apply, without a cluster.
 #[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "explain")]
+#[argh(
+    subcommand,
+    name = "explain",
+    usage = "(--pod <f> [--conf <f>] | --capture <f>) [--nft]",
+    description = "Print the rules ADD would apply (iptables-restore, or nftables with --nft).",
+    error_code(0, "printed"),
+    error_code(
+        1,
+        "the inputs could not be read or are invalid (the error ADD would give)"
+    ),
+    error_code(2, "bad flags")
+)]
 pub struct ExplainArgs {
     /// a Kubernetes Pod as JSON (what the API server returns)
     #[argh(option)]
     pub pod: Option<String>,
-    /// the network configuration as JSON (default: upstream's defaults)
+    /// the network configuration as JSON [default: upstream's defaults]
     #[argh(option)]
     pub conf: Option<String>,
     /// a raw capture configuration as JSON (the conformance schema)
     #[argh(option)]
     pub capture: Option<String>,
-    /// print the nftables script (native_nftables mode) instead of the iptables documents
+    /// print the nftables script (native_nftables mode) instead of the iptables
+    /// documents [default: false]
     #[argh(switch)]
     pub nft: bool,
 }
@@ -43,16 +55,10 @@ const DEFAULT_CONF: &str = r#"{"cniVersion":"1.1.0","name":"istio-cni","type":"i
 pub fn run(args: &ExplainArgs) -> i32 {
     let env = |k: &str| std::env::var(k).ok();
     match explain(args, &env) {
-        Ok(out) => {
-            print!("{out}");
-            0
-        }
-        Err(Usage(msg)) => {
-            eprintln!("istio-cni explain: {msg}\nUsage: istio-cni explain [--nft] (--pod POD.json [--conf CONF.json] | --capture CONFIG.json)");
-            2
-        }
+        Ok(out) => crate::applet::print_out("istio-cni explain", &out, 0),
+        Err(Usage(msg)) => crate::applet::usage_error("istio-cni explain", msg),
         Err(Failed(e)) => {
-            eprintln!("istio-cni explain: {e}");
+            crate::applet::print_err(&format!("istio-cni explain: {e}\n"));
             1
         }
     }

@@ -78,7 +78,7 @@ impl Actor {
             Action::None => return Ok(()),
             Action::LabelSkip => {
                 log::info!(
-                    "repair: pod {key} is broken and already has label {}; skipping",
+                    "pod {key} is broken and already has label {}; skipping",
                     self.opts.label_key
                 );
                 metrics::inc("label", "skip");
@@ -103,11 +103,11 @@ impl Actor {
         let err_text = result.as_ref().err().map(|e| e.to_string());
         match &result {
             Ok(what) => {
-                log::info!("repair: pod {key} detected as broken: {what}");
+                log::info!("pod {key} detected as broken: {what}");
                 metrics::inc(kind, "success");
             }
             Err(e) => {
-                log::warn!("repair: pod {key} detected as broken, but the {kind} failed: {e}");
+                log::warn!("pod {key} detected as broken, but the {kind} failed: {e}");
                 metrics::inc(kind, "fail");
             }
         }
@@ -122,10 +122,7 @@ impl Actor {
             match json::parse(&ev, "event").and_then(|v| self.client.create_event(&f.namespace, &v))
             {
                 Ok(()) => {}
-                Err(e) => log::warn!(
-                    "repair: pod {}: could not record event {reason}: {e}",
-                    f.key()
-                ),
+                Err(e) => log::warn!("pod {}: could not record event {reason}: {e}", f.key()),
             }
         }
     }
@@ -135,7 +132,7 @@ impl Actor {
     fn fall_back(&self, f: &PodFacts, pod: Option<&Object>, e: &Error) -> Result<()> {
         let key = f.key();
         let why = format!("repair in place is impossible on this node ({e})");
-        log::warn!("repair: pod {key} detected as broken, but {why}: falling back to deleting it");
+        log::warn!("pod {key} detected as broken, but {why}: falling back to deleting it");
         metrics::inc("repair", "fail");
         self.event(
             Action::Repair,
@@ -146,7 +143,7 @@ impl Actor {
             Ok(()) => Ok(()),
             Err(de) => {
                 log::warn!(
-                    "repair: pod {key}: the fallback delete failed too ({de}): falling back to labeling it"
+                    "pod {key}: the fallback delete failed too ({de}): falling back to labeling it"
                 );
                 self.act(Action::Label, f, pod)
             }

@@ -116,7 +116,7 @@ impl Worker {
                 }
                 if self.done.get(&key).is_some_and(|u| *u == facts.uid) {
                     log::debug!(
-                        "repair: pod {key} (uid {}) was already handled; skipping",
+                        "pod {key} (uid {}) was already handled; skipping",
                         facts.uid
                     );
                     return;
@@ -172,13 +172,13 @@ impl Worker {
                     }
                 }
                 Err(e) if action == Action::Delete && e.is_not_found() => {
-                    log::info!("repair: pod {key} is already gone");
+                    log::info!("pod {key} is already gone");
                 }
                 Err(_) => {
                     item.attempts += 1;
                     if item.attempts >= MAX_ATTEMPTS {
                         log::error!(
-                            "repair: pod {key}: retry budget exceeded after {} attempts; waiting for the pod to change",
+                            "pod {key}: retry budget exceeded after {} attempts; waiting for the pod to change",
                             item.attempts
                         );
                         self.failed += 1;

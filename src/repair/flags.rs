@@ -4,7 +4,7 @@
 //! makes both the argh fields and the by-name lookup [`Flags::get`] the settings table uses.
 
 use super::options::is_bool_flag;
-use crate::settings::{self, ArgStyle};
+use crate::settings::{self, ArgStyle, FlagKind};
 use argh::FromArgs;
 
 /// Declares [`Flags`]: the setting flags (each an `Option<String>` looked up by its dashed name), then
@@ -17,6 +17,23 @@ macro_rules! setting_flags {
         /// The Istio CNI repair agent: finds pods on this node whose istio-validation init container keeps
         /// failing (no redirection) and repairs them in place, deletes them, or labels them.
         #[derive(FromArgs, Debug, Default)]
+        #[argh(
+            usage = "[options]",
+            description = "The repair agent: finds pods on this node whose istio-validation init container\n\
+                           keeps failing (no redirection) and repairs them in place, deletes them, or\n\
+                           labels them. Every setting has a master name (--repair-*, REPAIR_*) and a\n\
+                           release-1.9 one (its variable keeps the flag's dashes); a flag beats the\n\
+                           environment, and the master name beats the 1.9 one.",
+            note = "A boolean flag is true bare, or takes a value: --label-pods=false,\n\
+                    --label-pods false.\n\
+                    Environment only:\n\
+                    \x20 NATIVE_NFTABLES [default: false]: repair with nftables, as the plugin does\n\
+                    \x20 ISTIO_CNI_HOST_ROOT [default: /host/proc/1/root]: the node's iptables\n\
+                    \x20 RUST_LOG: replaces the log level",
+            error_code(0, "done (one-shot mode: every broken pod handled)"),
+            error_code(1, "a broken pod could not be handled (one-shot mode), or the agent failed"),
+            error_code(2, "bad flags or settings")
+        )]
         pub struct Flags {
             $( $(#[doc = $doc])+ #[argh(option)] pub $field: Option<String>, )*
             $( $(#[$other_meta])+ pub $other: $ty $(<$inner>)?, )*
@@ -37,74 +54,98 @@ macro_rules! setting_flags {
 
 setting_flags! {
     settings {
-        /// run the agent in this process (master; env REPAIR_ENABLED, default true)
+        /// run the agent [env: REPAIR_ENABLED] [default: true]
         repair_enabled,
-        /// node whose pods are watched (env REPAIR_NODE_NAME)
+        /// node whose pods are watched, from the pod's spec.nodeName
+        /// [env: REPAIR_NODE_NAME] [required]
         repair_node_name,
-        /// release-1.9 name of --repair-node-name (env REPAIR_NODE-NAME)
+        /// release-1.9 name of --repair-node-name [env: REPAIR_NODE-NAME] [required]
         node_name,
-        /// label key for label mode (default cni.istio.io/uninitialized)
+        /// label key for label mode [env: REPAIR_BROKEN_POD_LABEL_KEY]
+        /// [default: cni.istio.io/uninitialized]
         repair_broken_pod_label_key,
         /// release-1.9 name of --repair-broken-pod-label-key
+        /// [env: REPAIR_BROKEN-POD-LABEL-KEY] [default: cni.istio.io/uninitialized]
         broken_pod_label_key,
-        /// label value for label mode (default true)
+        /// label value for label mode [env: REPAIR_BROKEN_POD_LABEL_VALUE]
+        /// [default: "true"]
         repair_broken_pod_label_value,
         /// release-1.9 name of --repair-broken-pod-label-value
+        /// [env: REPAIR_BROKEN-POD-LABEL-VALUE] [default: "true"]
         broken_pod_label_value,
-        /// repair broken pods in place (env REPAIR_REPAIR_PODS, default false)
+        /// repair broken pods in place [env: REPAIR_REPAIR_PODS] [default: false]
         repair_repair_pods,
-        /// short name of --repair-repair-pods
+        /// short name of --repair-repair-pods [env: REPAIR_REPAIR-PODS]
+        /// [default: false]
         repair_pods,
-        /// delete broken pods (env REPAIR_DELETE_PODS / REPAIR_DELETE-PODS, default false)
+        /// delete broken pods [env: REPAIR_DELETE_PODS] [default: false]
         repair_delete_pods,
-        /// release-1.9 name of --repair-delete-pods
+        /// release-1.9 name of --repair-delete-pods [env: REPAIR_DELETE-PODS]
+        /// [default: false]
         delete_pods,
-        /// label broken pods (env REPAIR_LABEL_PODS / REPAIR_LABEL-PODS, default false)
+        /// label broken pods [env: REPAIR_LABEL_PODS] [default: false]
         repair_label_pods,
-        /// release-1.9 name of --repair-label-pods
+        /// release-1.9 name of --repair-label-pods [env: REPAIR_LABEL-PODS]
+        /// [default: false]
         label_pods,
-        /// annotation a pod must carry (default sidecar.istio.io/status; "" = any pod)
+        /// annotation a pod must carry, "" = any pod [env: REPAIR_SIDECAR_ANNOTATION]
+        /// [default: sidecar.istio.io/status]
         repair_sidecar_annotation,
         /// release-1.9 name of --repair-sidecar-annotation
+        /// [env: REPAIR_SIDECAR-ANNOTATION] [default: sidecar.istio.io/status]
         sidecar_annotation,
-        /// init container to inspect (default istio-validation; "" = all)
+        /// init container to inspect, "" = all [env: REPAIR_INIT_CONTAINER_NAME]
+        /// [default: istio-validation]
         repair_init_container_name,
         /// release-1.9 name of --repair-init-container-name
+        /// [env: REPAIR_INIT-CONTAINER-NAME] [default: istio-validation]
         init_container_name,
-        /// required termination message (default "" = any)
+        /// required termination message, "" = any
+        /// [env: REPAIR_INIT_CONTAINER_TERMINATION_MESSAGE] [default: ""]
         repair_init_container_termination_message,
         /// release-1.9 name of --repair-init-container-termination-message
+        /// [env: REPAIR_INIT-CONTAINER-TERMINATION-MESSAGE] [default: ""]
         init_container_termination_message,
-        /// required exit code (default 126; 0 = any)
+        /// required exit code, 0 = any [env: REPAIR_INIT_CONTAINER_EXIT_CODE]
+        /// [default: 126]
         repair_init_container_exit_code,
         /// release-1.9 name of --repair-init-container-exit-code
+        /// [env: REPAIR_INIT-CONTAINER-EXIT-CODE] [default: 126]
         init_container_exit_code,
-        /// label selector for the watched pods
+        /// label selector for the watched pods [env: REPAIR_LABEL_SELECTORS]
+        /// [default: ""]
         repair_label_selectors,
-        /// release-1.9 name of --repair-label-selectors
+        /// release-1.9 name of --repair-label-selectors [env: REPAIR_LABEL-SELECTORS]
+        /// [default: ""]
         label_selectors,
-        /// extra field selector (spec.nodeName=<node> is always added)
+        /// extra field selector; spec.nodeName=<node> is always added
+        /// [env: REPAIR_FIELD_SELECTORS] [default: ""]
         repair_field_selectors,
-        /// release-1.9 name of --repair-field-selectors
+        /// release-1.9 name of --repair-field-selectors [env: REPAIR_FIELD-SELECTORS]
+        /// [default: ""]
         field_selectors,
-        /// false: list once, act, exit (env REPAIR_RUN_AS_DAEMON / REPAIR_RUN-AS-DAEMON, default true)
+        /// false: list once, act, print the counters, exit
+        /// [env: REPAIR_RUN_AS_DAEMON] [default: true]
         repair_run_as_daemon,
-        /// release-1.9 name of --repair-run-as-daemon
+        /// release-1.9 name of --repair-run-as-daemon [env: REPAIR_RUN-AS-DAEMON]
+        /// [default: true]
         run_as_daemon,
     }
-    /// kubeconfig file (default: KUBECONFIG, else in-cluster)
+    /// kubeconfig file [env: KUBECONFIG] [default: the in-cluster configuration]
     #[argh(option)]
     pub kubeconfig: Option<String>,
-    /// the host's /proc, to find pod network namespaces (default /host/proc)
+    /// the host's /proc, to find pod network namespaces [default: /host/proc]
     #[argh(option)]
     pub host_proc: Option<String>,
-    /// the plugin's run dir (iptables backend record; env CNI_AGENT_RUN_DIR, default /var/run/istio-cni)
+    /// the plugin's run dir (its iptables backend record) [env: CNI_AGENT_RUN_DIR]
+    /// [default: /var/run/istio-cni]
     #[argh(option)]
     pub cni_agent_run_dir: Option<String>,
-    /// port for Prometheus /metrics, 0 = off (env MONITORING_PORT, default 15014)
+    /// port for Prometheus /metrics, 0 = off [env: MONITORING_PORT]
+    /// [default: 15014]
     #[argh(option)]
     pub monitoring_port: Option<String>,
-    /// log level: debug, info, warn, error (default info)
+    /// log level: debug, info, warn, error, none [default: info]
     #[argh(option)]
     pub log_level: Option<String>,
     /// print the version and exit
@@ -112,13 +153,20 @@ setting_flags! {
     pub version: bool,
 }
 
-/// Go flag syntax → argh: `--a=b` → `--a b`; a bare boolean repair flag → `--flag true`.
-pub fn normalize(args: &[String]) -> Vec<String> {
+/// Go flag syntax → argh: `--a=b` → `--a b`; the boolean repair flags take every applet's forms (bare
+/// is true, `--flag=false`, `--flag false`).
+pub fn normalize(args: &[String]) -> Result<Vec<String>, String> {
     settings::normalize_args(
         args,
         ArgStyle {
             dashes_for_underscores: false,
-            bare_true: &is_bool_flag,
+            kind: &|n| {
+                if is_bool_flag(n) {
+                    FlagKind::Bool
+                } else {
+                    FlagKind::Value
+                }
+            },
         },
     )
 }
@@ -134,7 +182,7 @@ mod tests {
 
     /// What the entry point parses: the normalised arguments through argh (output and exit code on `Err`).
     fn parse(name: &str, args: &[String]) -> Result<Flags, (String, i32)> {
-        let args = normalize(args);
+        let args = normalize(args).map_err(|e| (e, 2))?;
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         Flags::from_args(&[name], &refs)
             .map_err(|e| (e.output, if e.status.is_ok() { 0 } else { 2 }))

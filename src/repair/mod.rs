@@ -47,39 +47,48 @@ pub fn net_conf(rt: &Runtime) -> Result<crate::cni::NetConf> {
     crate::cni::conf::parse(&s).context("repair: plugin configuration")
 }
 
-/// The `istio-cni-repair` applet's entry point.
+/// The `istio-cni-repair` applet's entry point. Bad flags or settings: one plain line, exit 2; once
+/// logging runs, an error is one log line ([`crate::applet::fatal`]), exit 1.
 pub fn main(name: &str, args: &[String]) -> i32 {
-    let flags: flags::Flags = match crate::applet::parse_args(name, &flags::normalize(args)) {
+    use crate::applet::usage_error;
+    let args = match flags::normalize(args) {
+        Ok(a) => a,
+        Err(e) => return usage_error(name, &e),
+    };
+    let flags: flags::Flags = match crate::applet::parse_args(name, &args) {
         Ok(f) => f,
         Err(code) => return code,
     };
     if flags.version {
-        println!("{}", crate::applet::version_text(name));
-        return 0;
+        return crate::applet::print_version(name);
     }
     let env = |k: &str| std::env::var(k).ok();
+    let (opts, rt) = match settings_of(&flags, &env) {
+        Ok(s) => s,
+        Err(e) => return usage_error(name, &e.to_string()),
+    };
     let level = flags
         .log_level
         .as_deref()
         .and_then(crate::logging::parse_level)
         .unwrap_or(log::LevelFilter::Info);
     crate::logging::init(level);
-    match standalone(&flags, &env) {
+    match standalone(name, &flags, opts, &rt) {
         Ok(0) => 0,
         Ok(n) => {
-            log::error!("repair: {n} broken pod(s) could not be handled");
+            log::error!("{n} broken pod(s) could not be handled");
             1
         }
         Err(e) => {
-            log::error!("{name}: {e}");
-            eprintln!("{name}: {e}");
+            crate::applet::fatal(name, module_path!(), &e);
             1
         }
     }
 }
 
-/// The standalone agent: settings from the command line and env, its own client and metrics server.
-fn standalone(flags: &flags::Flags, env: Env<'_>) -> Result<u32> {
+/// The standalone agent's settings from the command line and env, every one checked (the selectors
+/// parsed, a node name required) before anything runs.
+fn settings_of(flags: &flags::Flags, env: Env<'_>) -> Result<(options::Options, Runtime)> {
     let (opts, daemon) = options::resolve(&|n| flags.get(n), env)?;
     // The agent reads env as release-1.9's viper: an empty variable is unset.
     let r = Named {
@@ -108,22 +117,54 @@ fn standalone(flags: &flags::Flags, env: Env<'_>) -> Result<u32> {
         monitoring_port: (monitoring_port != 0).then_some(monitoring_port),
         run_as_daemon: daemon,
     };
+    if opts.enabled {
+        check(&opts)?;
+    }
+    Ok((opts, rt))
+}
+
+/// The standalone agent: its own client and metrics server.
+fn standalone(
+    name: &str,
+    flags: &flags::Flags,
+    opts: options::Options,
+    rt: &Runtime,
+) -> Result<u32> {
     if !opts.enabled {
-        log::info!("repair: disabled (repair-enabled=false); nothing to do");
+        log::info!("disabled (repair-enabled=false); nothing to do");
         return Ok(0);
     }
     let client = match &flags.kubeconfig {
         Some(p) => Client::from_kubeconfig(std::path::Path::new(p))?,
-        None => Client::from_env()?,
+        None => Client::from_env().map_err(|e| {
+            if std::env::var_os("KUBECONFIG").is_some() {
+                return e;
+            }
+            crate::Error::config(format!(
+                "{e} (outside a pod, give it a kubeconfig: --kubeconfig or KUBECONFIG)"
+            ))
+        })?,
     };
     if let (Some(port), true) = (rt.monitoring_port, rt.run_as_daemon) {
         let addr = metrics::serve(port)?;
-        log::info!("repair: metrics on http://{addr}/metrics");
+        log::info!("metrics on http://{addr}/metrics");
     }
-    let failed = run(client, opts, &rt)?;
+    let failed = run(client, opts, rt)?;
     // One-shot mode: the counters are the pass's summary, for scripts and tests.
-    print!("{}", metrics::render());
+    crate::applet::print_out(name, &metrics::render(), 0);
     Ok(failed)
+}
+
+/// What every mode checks before it starts: the detection settings parse and a node name is set.
+fn check(opts: &options::Options) -> Result<detect::Detector> {
+    let det = detect::Detector::new(opts.clone())?;
+    // Upstream would then watch `spec.nodeName=` (unscheduled pods only) and silently never repair anything.
+    if opts.node_name.trim().is_empty() {
+        return Err(crate::Error::config(
+            "repair: no node name: set REPAIR_NODE_NAME (or --repair-node-name) from the pod's spec.nodeName",
+        ));
+    }
+    Ok(det)
 }
 
 /// The detector and the actor for `opts`, after the checks every mode shares.
@@ -132,13 +173,7 @@ fn prepare(
     opts: &options::Options,
     rt: &Runtime,
 ) -> Result<(detect::Detector, action::Actor)> {
-    let det = detect::Detector::new(opts.clone())?;
-    // Upstream would then watch `spec.nodeName=` (unscheduled pods only) and silently never repair anything.
-    if opts.node_name.trim().is_empty() {
-        return Err(crate::Error::config(
-            "repair: no node name: set REPAIR_NODE_NAME (or --repair-node-name) from the pod's spec.nodeName",
-        ));
-    }
+    let det = check(opts)?;
     let actor = action::Actor {
         client: client.clone(),
         opts: opts.clone(),
@@ -146,10 +181,12 @@ fn prepare(
         netconf: net_conf(rt)?,
     };
     if !opts.any_mode() {
-        log::warn!("repair: no mode enabled (repair-pods, delete-pods, label-pods): broken pods are only logged");
+        log::warn!(
+            "no mode enabled (repair-pods, delete-pods, label-pods): broken pods are only logged"
+        );
     }
     log::info!(
-        "repair: pods with fieldSelector {:?} labelSelector {:?}; modes: repair={} delete={} label={}",
+        "pods with fieldSelector {:?} labelSelector {:?}; modes: repair={} delete={} label={}",
         opts.effective_field_selector(),
         opts.label_selectors,
         opts.repair_pods,

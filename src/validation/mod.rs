@@ -1,7 +1,8 @@
 //! The `istio-validation` applet: what upstream's `istio-iptables --run-validation --skip-rule-apply` does
 //! in the injected `istio-validation` init container. Exit 0 when traffic from the proxy uid is redirected
 //! to the capture ports, 126 (upstream `ValidationErrorCode`, what the repair agent looks for) when not,
-//! 1 on bad flags or environment. Nothing is written to `/dev/termination-log`, as upstream.
+//! 2 on bad flags or environment ([`crate::applet::EXIT_USAGE`]), 1 when it cannot become the proxy.
+//! Nothing is written to `/dev/termination-log`, as upstream.
 
 pub mod options;
 pub mod probe;
@@ -40,22 +41,18 @@ fn become_proxy(o: &Options) -> crate::Result<()> {
 
 /// The applet entry point.
 pub fn main(name: &str, args: &[String]) -> i32 {
-    if args.iter().any(|a| a == "--version") {
-        println!("{}", crate::applet::version_text(name));
-        return 0;
-    }
-    crate::logging::init(log::LevelFilter::Info);
+    use crate::applet::{print_err, print_out};
     let o = match Options::parse(args, &|k| std::env::var(k).ok()) {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("{name}: {e}\n\n{}", options::USAGE);
-            return 1;
-        }
+        Err(e) => return crate::applet::usage_error(name, &e.to_string()),
     };
     if o.help {
-        print!("{}", options::USAGE);
-        return 0;
+        return print_out(name, options::USAGE, 0);
     }
+    if o.version {
+        return crate::applet::print_version(name);
+    }
+    crate::logging::init(log::LevelFilter::Info);
     if let Some(l) = o.log_level.as_deref() {
         // Istio's form is `scope:level,...`; the last level named wins here.
         if let Some(level) = l
@@ -66,10 +63,10 @@ pub fn main(name: &str, args: &[String]) -> i32 {
         }
     }
     if let Err(e) = become_proxy(&o) {
-        eprintln!(
-            "{name}: cannot switch to the proxy uid {}: {e}",
+        print_err(&format!(
+            "{name}: cannot switch to the proxy uid {}: {e}\n",
             o.proxy_uid
-        );
+        ));
         return 1;
     }
     let ipv6 = probe::pod_is_ipv6();
@@ -83,15 +80,14 @@ pub fn main(name: &str, args: &[String]) -> i32 {
     );
     match probe::check(&o, ipv6) {
         Ok(Verdict::Passed) => {
-            println!("Validation passed, iptables rules established");
-            0
+            print_out(name, "Validation passed, iptables rules established\n", 0)
         }
         Ok(Verdict::Timeout(why)) => {
-            eprintln!("{name}: {why}\n{FAILED_HELP}");
+            print_err(&format!("{name}: {why}\n{FAILED_HELP}\n"));
             VALIDATION_ERROR_CODE
         }
         Err(e) => {
-            eprintln!("{name}: {e}\n{FAILED_HELP}");
+            print_err(&format!("{name}: {e}\n{FAILED_HELP}\n"));
             VALIDATION_ERROR_CODE
         }
     }

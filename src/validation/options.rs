@@ -22,6 +22,7 @@ pub struct Options {
     pub proxy_gid: u32,
     pub log_level: Option<String>,
     pub help: bool,
+    pub version: bool,
 }
 
 /// Flags taking a value: (short, long, env). Those marked ignored only shape rules.
@@ -97,12 +98,17 @@ impl Options {
     pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Options> {
         let mut values: Vec<(&'static str, String)> = Vec::new();
         let mut help = false;
+        let mut version = false;
         let mut i = 0;
         while i < args.len() {
             let a = &args[i];
             i += 1;
             if a == "-h" || a == "--help" {
                 help = true;
+                continue;
+            }
+            if a == "--version" {
+                version = true;
                 continue;
             }
             let (name, inline) = if let Some(l) = a.strip_prefix("--") {
@@ -143,13 +149,19 @@ impl Options {
                 };
                 values.push((f.1, v));
             } else if BOOLS.iter().any(|f| f.1 == name) {
+                // As every applet's booleans: bare, `--name=v`, or `--name v` when v is not a flag.
+                let inline = inline.or_else(|| {
+                    let next = args.get(i).filter(|n| !n.starts_with('-'))?;
+                    i += 1;
+                    Some(next.clone())
+                });
                 if let Some(v) = inline {
                     crate::settings::go_bool(&v).ok_or_else(|| {
                         Error::config(format!("--{name}: {v:?} is not a boolean"))
                     })?;
                 }
             } else {
-                return Err(Error::config(format!("unknown flag: --{name}")));
+                return Err(Error::config(format!("unrecognized argument: --{name}")));
             }
         }
         // flag (the last given) > env (upstream's viper without AllowEmptyEnv: "" is unset) > default.
@@ -196,18 +208,47 @@ impl Options {
                 .unwrap_or(uid),
             log_level: get("log_output_level"),
             help,
+            version,
         })
     }
 }
 
-pub const USAGE: &str = "Usage: istio-validation [flags]   (accepts istio-iptables' flags; never applies rules)
-  -p, --envoy-port PORT              outbound capture port to listen on (default 15001)
-  -z, --inbound-capture-port PORT    inbound capture port to listen on (default 15006; env INBOUND_CAPTURE_PORT)
-      --iptables-probe-port PORT     port dialled on 127.0.0.6 / ::6 (default 15002; env IPTABLES_PROBE_PORT)
-      --probe-timeout DURATION       give up after this long (default 5s; env PROBE_TIMEOUT)
-  -u, --proxy-uid UID                proxy uid; when started as root the check runs as it (default 1337)
-  -g, --proxy-gid GID                proxy gid (default: the uid)
-Exit status: 0 redirection works, 126 it does not (validation timeout), 1 bad flags or environment.
+/// `--help`, in the layout argh gives the other applets.
+pub const USAGE: &str = "Usage: istio-validation [options]
+
+The istio-validation init container's check: exits 0 once a connection from the
+proxy uid is redirected to a capture port. Takes istio-iptables' flags (pflag
+syntax), so the injected arguments work unchanged; the ones that only shape
+rules are accepted and ignored, as no rule is applied.
+
+Options:
+  -p, --envoy-port  outbound capture port to listen on [default: 15001]
+  -z, --inbound-capture-port
+                    inbound capture port to listen on [env:
+                    INBOUND_CAPTURE_PORT] [default: 15006]
+  --iptables-probe-port
+                    port dialled on 127.0.0.6 (::6 for IPv6 pods)
+                    [env: IPTABLES_PROBE_PORT] [default: 15002]
+  --probe-timeout   give up after this long, e.g. 5s, 500ms [env: PROBE_TIMEOUT]
+                    [default: 5s]
+  -u, --proxy-uid   the proxy's uid; started as root, the check runs as it
+                    [default: 1337]
+  -g, --proxy-gid   the proxy's gid [default: the uid]
+  --log_output_level
+                    scoped log levels, e.g. default:debug [default: info]
+  --version         print the version and exit
+  -h, --help        display usage information
+
+Notes:
+  A boolean flag is true bare, or takes a value: --dry-run=false,
+  --dry-run false.
+  RUST_LOG, when set, replaces the log level.
+
+Error codes:
+  0 redirection works
+  1 cannot switch to the proxy uid
+  2 bad flags or environment
+  126 no redirected connection within the probe timeout (ValidationErrorCode)
 ";
 
 #[cfg(test)]
@@ -294,11 +335,41 @@ mod tests {
             (vec!["-Q"], "'Q'"),
             (vec!["stray"], "stray"),
             (vec!["--run-validation=maybe"], "run-validation"),
+            (vec!["--run-validation", "maybe"], "run-validation"),
+            (vec!["-n", "maybe"], "dry-run"),
         ] {
             let e = Options::parse(&a(&args), &|_| None)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(want), "{args:?}: {e}");
         }
+    }
+
+    /// Booleans take the forms every applet's do: bare, `=v`, and `v` as the next argument.
+    #[test]
+    fn boolean_forms() {
+        for args in [
+            vec!["--run-validation", "--skip-rule-apply", "-p", "1"],
+            vec![
+                "--run-validation=false",
+                "--skip-rule-apply=true",
+                "-p",
+                "1",
+            ],
+            vec![
+                "--run-validation",
+                "false",
+                "--skip-rule-apply",
+                "1",
+                "-p",
+                "1",
+            ],
+            vec!["-n", "true", "-p", "1"],
+        ] {
+            let o = Options::parse(&a(&args), &|_| None).unwrap();
+            assert_eq!(o.envoy_port, 1, "{args:?}");
+        }
+        let o = Options::parse(&a(&["--version"]), &|_| None).unwrap();
+        assert!(o.version && !o.help);
     }
 }

@@ -116,15 +116,48 @@ exec "$BIN" istio-validation --probe-timeout 10s"#,
 }
 
 #[test]
-fn bad_flags_exit_1() {
+fn bad_flags_exit_2() {
     let o = Command::new(BIN)
         .args(["istio-validation", "--probe-timeout", "soon"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("--probe-timeout"),
         "{}",
         show(&o)
+    );
+}
+
+/// "Validation passed" with stdout a pipe whose reader is gone (closed before the start): still exit 0,
+/// no panic (`println!` panics on EPIPE); with stdout a full device, the write error is said, exit 1.
+#[test]
+fn a_closed_stdout_is_still_a_pass() {
+    if !require_root() {
+        return;
+    }
+    let rules = capture_case("inbound-ports-wildcard", "expected.v4.rules");
+    let script = format!(
+        r#"ip link set lo up
+iptables-restore --noflush < {rules}
+"$BIN" istio-validation --probe-timeout 10s
+"$BIN" istio-validation --probe-timeout 10s > /dev/full || echo "full: $?" >&2"#,
+        rules = rules.display()
+    );
+    let (r, w) = nix::unistd::pipe().unwrap();
+    drop(r);
+    let o = Command::new("unshare")
+        .args(["-n", "sh", "-ec", &script])
+        .env("BIN", BIN)
+        .stdout(std::process::Stdio::from(w))
+        .output()
+        .expect("run unshare");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("istio-validation: write to stdout: No space left on device")
+            && err.contains("full: 1"),
+        "{err}"
     );
 }

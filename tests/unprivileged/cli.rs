@@ -1,11 +1,13 @@
 //! The multicall front end, exec'd for real: applet dispatch on argv[0] and on the first argument,
-//! `--list`, `--version`, `--help` with the applet's name, and unknown applets.
+//! `--list`, `--version`, `--help` with the applet's name, and unknown applets; every applet's bad-flag
+//! convention and boolean forms (its help: `cli_help`).
 
+use crate::cli_help::{help, options_of};
 use crate::support::{our_binary, PluginDir};
 use std::process::{Command, Output, Stdio};
 
 /// Runs our binary with argv[0] = `argv0` and `args`, no CNI variables, no stdin.
-fn run(argv0: &str, args: &[&str]) -> Output {
+pub fn run(argv0: &str, args: &[&str]) -> Output {
     use std::os::unix::process::CommandExt;
     Command::new(our_binary())
         .arg0(argv0)
@@ -16,11 +18,11 @@ fn run(argv0: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn text(b: &[u8]) -> String {
+pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-const APPLETS: [&str; 4] = [
+pub const APPLETS: [&str; 4] = [
     "istio-cni",
     "install-cni",
     "istio-cni-repair",
@@ -105,4 +107,147 @@ fn no_arguments_under_the_multicall_name_prints_usage_and_fails() {
     for a in APPLETS {
         assert!(err.contains(a), "usage lacks {a}: {err}");
     }
+}
+
+/// A bad flag in any applet: one line `<applet>: <what> (try '<applet> --help')` on stderr, exit 2, and
+/// nothing on stdout; the same for a bad value.
+#[test]
+fn bad_flags_have_one_convention() {
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("istio-cni-node", &["--bogus"], "unknown applet \"--bogus\""),
+        ("istio-cni", &["--bogus"], "unrecognized argument: --bogus"),
+        (
+            "istio-cni",
+            &["explain", "--bogus"],
+            "unrecognized argument: --bogus",
+        ),
+        (
+            "install-cni",
+            &["--bogus"],
+            "unrecognized argument: --bogus",
+        ),
+        (
+            "istio-cni-repair",
+            &["--bogus"],
+            "unrecognized argument: --bogus",
+        ),
+        (
+            "istio-validation",
+            &["--bogus"],
+            "unrecognized argument: --bogus",
+        ),
+        ("install-cni", &["--monitoring-port=x"], "--monitoring-port"),
+        ("install-cni", &["--once=maybe"], "--once"),
+        (
+            "istio-cni-repair",
+            &["--label-pods", "maybe"],
+            "--label-pods",
+        ),
+        (
+            "istio-cni-repair",
+            &["--monitoring-port", "x"],
+            "--monitoring-port",
+        ),
+        (
+            "istio-validation",
+            &["--probe-timeout", "soon"],
+            "--probe-timeout",
+        ),
+        (
+            "istio-validation",
+            &["--run-validation=maybe"],
+            "run-validation",
+        ),
+    ];
+    for (applet, args, what) in cases {
+        let o = run(applet, args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{applet} {args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{applet} {args:?}: {o:?}");
+        assert_eq!(err.lines().count(), 1, "{applet} {args:?}: {err}");
+        // A flag is called a flag, not an environment variable.
+        assert!(!err.contains("environment variable --"), "{err}");
+        assert!(
+            err.starts_with(&format!("{applet}: "))
+                && err.contains(what)
+                && err.ends_with(&format!(" (try '{applet} --help')\n")),
+            "{applet} {args:?}: {err}"
+        );
+    }
+}
+
+/// Every boolean flag of every applet (those whose help shows `[default: true]` or `[default: false]`)
+/// takes the same forms: bare, `--flag=false` and `--flag false`; a value that is no boolean is refused,
+/// naming the flag.
+#[test]
+fn boolean_flags_take_the_same_forms_everywhere() {
+    // The forms the issue met: a value as the next argument, a bare boolean, Istio's underscore spelling.
+    for (a, args) in [
+        (
+            "istio-cni-repair",
+            &["--repair-run-as-daemon", "false", "--version"][..],
+        ),
+        ("istio-cni-repair", &["--run-as-daemon", "0", "--version"]),
+        ("install-cni", &["--chained-cni-plugin", "--version"]),
+        ("install-cni", &["--log_as_json=false", "--version"]),
+        ("install-cni", &["--once", "false", "--version"]),
+    ] {
+        let o = run(a, args);
+        assert!(o.status.success(), "{a} {args:?}: {o:?}");
+    }
+    let mut n = 0;
+    for a in ["install-cni", "istio-cni-repair", "istio-validation"] {
+        let h = help(&[a, "--help"]);
+        for (names, desc) in options_of(&h) {
+            if !desc.ends_with("[default: true]") && !desc.ends_with("[default: false]") {
+                continue;
+            }
+            let flag = names.rsplit(", ").next().unwrap();
+            for form in [
+                vec![flag.to_string()],
+                vec![format!("{flag}=false")],
+                vec![flag.to_string(), "false".into()],
+                vec![flag.to_string(), "true".into()],
+            ] {
+                let mut args: Vec<&str> = form.iter().map(String::as_str).collect();
+                args.push("--version");
+                let o = run(a, &args);
+                assert!(
+                    o.status.success() && text(&o.stdout).starts_with(a),
+                    "{a} {args:?}: {o:?}"
+                );
+            }
+            let o = run(a, &[&format!("{flag}=maybe")]);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{a} {flag}=maybe: {err}");
+            assert!(err.contains(flag) && err.contains("maybe"), "{a}: {err}");
+            n += 1;
+        }
+    }
+    assert!(n >= 20, "only {n} boolean flags found");
+}
+
+/// `explain --nft false` is the iptables output, `--nft` (and `--nft true`) the nftables script.
+#[test]
+fn explain_nft_takes_a_value() {
+    let pod = crate::support::conformance_dir().join("pod/basic/pod.json");
+    let pod = pod.to_str().unwrap();
+    let out = |extra: &[&str]| {
+        let mut args = vec!["explain", "--pod", pod];
+        args.extend_from_slice(extra);
+        let o = run("istio-cni", &args);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        text(&o.stdout)
+    };
+    let (plain, f, nft, t) = (
+        out(&[]),
+        out(&["--nft", "false"]),
+        out(&["--nft"]),
+        out(&["--nft=true"]),
+    );
+    assert!(
+        plain.contains("\n-N ISTIO_INBOUND\n") && nft.starts_with("add table inet "),
+        "{plain}\n{nft}"
+    );
+    assert_eq!((f, t), (plain, nft));
 }

@@ -431,7 +431,7 @@ fn plugin_log_lines_are_relayed() {
         .unwrap();
     poll_until("relayed line", LONG, || {
         p.stderr()
-            .contains("istio-cni: ADD pod default/web: redirected\n")
+            .contains("\tinfo\tcni-plugin\tADD pod default/web: redirected\n")
     });
     p.signal(Signal::SIGTERM);
     assert!(p.wait_exit(LONG).success());
@@ -545,7 +545,8 @@ fn bad_configuration_fails_at_start_naming_the_setting() {
     }
     let mut p = n.start(&[], &["--no-such-flag"], "stderr");
     assert!(!p.wait_exit(LONG).success());
-    // Missing service host: the kubeconfig step fails on the first pass, exit 1 (upstream behaviour).
+    // Missing service host: the kubeconfig cannot be written; checked at start, before anything is
+    // written, exit 1 (upstream's code; it fails on the first pass).
     n.write_primary(1);
     let mut p = n.start(&[("KUBERNETES_SERVICE_HOST", "")], &[], "stderr");
     assert_eq!(p.wait_exit(LONG).code(), Some(1));

@@ -456,7 +456,7 @@ fn empty_chained_cni_plugin_chains_and_warns() {
     let err = p.stderr();
     let line = err
         .lines()
-        .find(|l| l.contains("WARN") && l.contains("CHAINED_CNI_PLUGIN"))
+        .find(|l| l.contains("\twarn\t") && l.contains("CHAINED_CNI_PLUGIN"))
         .unwrap_or_else(|| panic!("no warning naming CHAINED_CNI_PLUGIN:\n{err}"));
     assert!(
         line.contains("empty") && line.contains("standalone"),

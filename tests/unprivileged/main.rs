@@ -6,6 +6,9 @@
 mod support;
 
 mod cli;
+mod cli_help;
+mod cli_output;
+mod cli_start;
 mod cni_protocol;
 mod install_conf_dir;
 mod install_conf_dir_recreated;

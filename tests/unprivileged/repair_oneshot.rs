@@ -332,8 +332,8 @@ fn env_names_of_both_eras_drive_the_agent() {
     );
 }
 
-/// A one-shot pass whose action keeps failing exits non-zero after 5 attempts; bad options exit 1 with
-/// the option named.
+/// A one-shot pass whose action keeps failing exits 1 after 5 attempts; bad options exit 2 (every
+/// applet's code for bad flags or settings) with the option named, before any request.
 #[test]
 fn one_shot_failures_and_bad_options_exit_non_zero() {
     let api = Api::new("fail");
@@ -369,7 +369,7 @@ fn one_shot_failures_and_bad_options_exit_non_zero() {
     );
 
     let out = api.run_once(&["--label-pods=maybe".into()]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--label-pods"),
         "{}",
@@ -379,7 +379,7 @@ fn one_shot_failures_and_bad_options_exit_non_zero() {
         "--repair-label-selectors=a in b".into(),
         "--label-pods".into(),
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("label selector"),
         "{}",
@@ -387,10 +387,58 @@ fn one_shot_failures_and_bad_options_exit_non_zero() {
     );
     // Without a node name the agent would only ever see unscheduled pods: refuse instead.
     let out = api.run_once(&["--label-pods".into()]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("REPAIR_NODE_NAME"),
         "{}",
         show(&out)
     );
+}
+
+/// `--repair-run-as-daemon false` (the value as the next argument, as its usage shows it) is a one-shot
+/// pass like `--repair-run-as-daemon=false`; a bare `--label-pods` is true. With stdout closed before the
+/// agent starts, the pass's counters are not wanted: still exit 0, no panic.
+#[test]
+fn boolean_values_as_the_next_argument_and_a_closed_stdout() {
+    for closed in [false, true] {
+        let api = Api::new("nextarg");
+        api.add(&broken("n1"));
+        let mut c = api.agent(&[
+            "--repair-run-as-daemon".into(),
+            "false".into(),
+            format!("--repair-node-name={NODE}"),
+            "--label-pods".into(),
+        ]);
+        if closed {
+            let (r, w) = nix::unistd::pipe().unwrap();
+            drop(r);
+            c.stdout(std::process::Stdio::from(w));
+        } else {
+            c.stdout(std::process::Stdio::piped());
+        }
+        let mut child = c.stderr(std::process::Stdio::piped()).spawn().unwrap();
+        // A daemon would never exit: give the one pass a minute, then fail.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("--repair-run-as-daemon false: still running after 60 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "closed={closed}: {}",
+            show(&out)
+        );
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+        let p = api.writes_to("PATCH", "/api/v1/namespaces/default/pods/n1/status");
+        assert_eq!(p.len(), 1, "closed={closed}: {}", show(&out));
+        if !closed {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(metric(&stdout, "label", "success"), 1, "{}", show(&out));
+        }
+    }
 }
