@@ -9,7 +9,7 @@ use super::kubeconfig::{self, KubeconfigInputs};
 use super::select::{self, shown, Choice, Listing};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::fsutil;
-use crate::rundir::RunDir;
+use crate::rundir::{Removal, RunDir};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
@@ -150,12 +150,16 @@ impl Installer {
         };
         let text = kubeconfig::render(&inputs)?;
         let path = self.kubeconfig_path();
-        let same = fsutil::read_opt(&path)?.is_some_and(|old| old == text.as_bytes())
+        // The first write of a process always happens, so the file is this agent's own (an older agent
+        // stopping removes only its own: crate::rundir).
+        let same = crate::rundir::claimed(&path).is_some()
+            && fsutil::read_opt(&path)?.is_some_and(|old| old == text.as_bytes())
             && fsutil::mode_of(&path)? == Some(s.kubeconfig_mode);
         if same {
             return Ok(false);
         }
         fsutil::write_atomic(&path, text.as_bytes(), s.kubeconfig_mode)?;
+        crate::rundir::claim(&path);
         log::info!(
             "wrote kubeconfig {} ({})",
             path.display(),
@@ -332,7 +336,8 @@ impl Installer {
         Ok(())
     }
 
-    /// Full cleanup for an installer: config, kubeconfig, binary, log socket, backend record.
+    /// Full cleanup for an installer: config, kubeconfig, binary, sockets, backend record (a running
+    /// agent's: only the run-dir files still its own).
     pub fn cleanup(&self) -> Result<()> {
         let inst = self;
         let s = &inst.settings;
@@ -362,14 +367,24 @@ impl Installer {
                 Err(e) => note(Err(e)),
             },
         }
-        let kc = inst.kubeconfig_path();
-        note(fsutil::remove_if_exists(&kc).map(|r| {
-            format!(
-                "kubeconfig {}: {}",
-                kc.display(),
-                if r { "removed" } else { "absent" }
-            )
-        }));
+        // A running agent removes only the run-dir files it put there (crate::rundir): a newer agent
+        // sharing the dir keeps its own. `--uninstall` put nothing there and removes them all.
+        let remove_record = |p: &Path| {
+            let r =
+                if s.uninstall {
+                    fsutil::remove_if_exists(p).map(|r| {
+                        if r {
+                            Removal::Removed
+                        } else {
+                            Removal::Absent
+                        }
+                    })
+                } else {
+                    crate::rundir::remove_own(p)
+                };
+            r.map(|r| format!("{}: {r}", p.display()))
+        };
+        note(remove_record(&inst.kubeconfig_path()).map(|n| format!("kubeconfig {n}")));
         let dirs = if inst.bin_dirs.is_empty() {
             super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref())
         } else {
@@ -385,13 +400,9 @@ impl Installer {
                 )
             }));
         }
-        // The relay socket and the iptables backend record (a later install records it afresh).
+        // The sockets and the iptables backend record (a later install records it afresh).
         for f in crate::rundir::RunDir::RECORDS {
-            let p = s.run_dir.join(f);
-            note(
-                fsutil::remove_if_exists(&p)
-                    .map(|r| format!("{}: {}", p.display(), if r { "removed" } else { "absent" })),
-            );
+            note(remove_record(&s.run_dir.join(f)));
         }
         match first_err {
             Some(e) => Err(e),

@@ -442,6 +442,8 @@ fn cleanup_cases() {
         // The case keeps the kubeconfig in the conf dir; ours lives at <run dir>/istio-cni-kubeconfig.
         let kc_rel = s(&st, "kubeconfig_path");
         fs::rename(conf.join(kc_rel), run.join(RunDir::KUBECONFIG)).unwrap();
+        // This installer wrote it (a running agent's cleanup removes only its own: rundir::claim).
+        istio_cni::rundir::claim(&run.join(RunDir::KUBECONFIG));
         let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
         inst.installed = Some(s(&st, "installed_config").into());
         inst.cleanup().unwrap();
