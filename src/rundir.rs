@@ -146,6 +146,20 @@ pub fn remove_own(path: &Path) -> crate::error::Result<Removal> {
     }
 }
 
+/// Cleanup of one run-dir file, as a log note: a running agent's removes it only while it is its own
+/// ([`remove_own`]); `all` (`--uninstall`, which put nothing there) removes it whoever put it there.
+pub fn remove_record(path: &Path, all: bool) -> crate::error::Result<String> {
+    let r = if all {
+        match crate::fsutil::remove_if_exists(path)? {
+            true => Removal::Removed,
+            false => Removal::Absent,
+        }
+    } else {
+        remove_own(path)?
+    };
+    Ok(format!("{}: {r}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use super::kubeconfig::{self, KubeconfigInputs};
 use super::select::{self, shown, Choice, Listing};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::fsutil;
-use crate::rundir::{Removal, RunDir};
+use crate::rundir::RunDir;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
@@ -77,13 +77,19 @@ impl Installer {
         RunDir::new(&self.settings.run_dir).kubeconfig()
     }
 
+    /// The valid configurations of the conf dir.
+    fn listing_quiet(&self) -> Result<Listing> {
+        let dir = self.conf_dir();
+        let cands = select::list_candidates(dir)?;
+        select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
+            select::plugin_dir_has_confs(dir, n)
+        })
+    }
+
     /// The valid configurations of the conf dir, logging the skipped ones.
     pub fn listing(&self) -> Result<Listing> {
         let dir = self.conf_dir();
-        let cands = select::list_candidates(dir)?;
-        let l = select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
-            select::plugin_dir_has_confs(dir, n)
-        })?;
+        let l = self.listing_quiet()?;
         for (name, why) in &l.skipped {
             log::warn!(
                 "Error loading CNI config file {}/{}: {why}",
@@ -260,7 +266,18 @@ impl Installer {
                 return Ok((owned, changed));
             }
             let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
-            if let Some(list) = select::list_name_for(name) {
+            let loads = |n: &OsStr, b: &[u8]| {
+                select::validate(n, b, &|d| select::plugin_dir_has_confs(&dir, d)).is_ok()
+            };
+            let ours_or_absent = |n: &OsStr| {
+                fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)
+                    .is_ok_and(|b| b.is_none_or(|b| super::check::holds_entry(&b)))
+            };
+            let valid = self.listing_quiet().map(|l| l.valid).unwrap_or_default();
+            let target =
+                select::merge_target(name, &bytes, &merged, &valid, &loads, &ours_or_absent)
+                    .map_err(Error::config)?;
+            if let Some(list) = target {
                 // .conf (or .json) → .conflist: write the list first, then drop the single-plugin file
                 // (crash-safe order: until the unlink the original is unmodified, and whichever of the
                 // two the runtime loads holds the primary's plugin).
@@ -369,21 +386,7 @@ impl Installer {
         }
         // A running agent removes only the run-dir files it put there (crate::rundir): a newer agent
         // sharing the dir keeps its own. `--uninstall` put nothing there and removes them all.
-        let remove_record = |p: &Path| {
-            let r =
-                if s.uninstall {
-                    fsutil::remove_if_exists(p).map(|r| {
-                        if r {
-                            Removal::Removed
-                        } else {
-                            Removal::Absent
-                        }
-                    })
-                } else {
-                    crate::rundir::remove_own(p)
-                };
-            r.map(|r| format!("{}: {r}", p.display()))
-        };
+        let remove_record = |p: &Path| crate::rundir::remove_record(p, s.uninstall);
         note(remove_record(&inst.kubeconfig_path()).map(|n| format!("kubeconfig {n}")));
         let dirs = if inst.bin_dirs.is_empty() {
             super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref())
