@@ -82,7 +82,7 @@ impl Installer {
         let dir = self.conf_dir();
         let cands = select::list_candidates(dir)?;
         select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
-            select::plugin_dir_has_confs(dir, n)
+            super::plugin_dir::read(dir, n)
         })
     }
 
@@ -267,11 +267,11 @@ impl Installer {
             }
             let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
             let loads = |n: &OsStr, b: &[u8]| {
-                select::validate(n, b, &|d| select::plugin_dir_has_confs(&dir, d)).is_ok()
+                select::validate(n, b, &|d| super::plugin_dir::read(&dir, d)).is_ok()
             };
             let ours_or_absent = |n: &OsStr| {
                 fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)
-                    .is_ok_and(|b| b.is_none_or(|b| super::check::holds_entry(&b)))
+                    .is_ok_and(|b| b.map_or(true, |b| super::check::holds_entry(&b)))
             };
             let valid = self.listing_quiet().map(|l| l.valid).unwrap_or_default();
             let target =

@@ -67,6 +67,11 @@ pub fn is_candidate_name(name: &OsStr) -> bool {
     EXTENSIONS.iter().any(|e| ext(name) == e.as_bytes())
 }
 
+/// True for a name whose extension (`filepath.Ext`) is exactly `.conf`.
+pub fn is_conf_ext(name: &OsStr) -> bool {
+    ext(name) == b".conf"
+}
+
 /// True for a list (`.conflist`); every other candidate is loaded as one plugin (`.conf`, `.json`).
 pub fn is_list_name(name: &OsStr) -> bool {
     ext(name) == b".conflist"
@@ -164,25 +169,12 @@ fn first_is_object(head: &[u8]) -> bool {
         .map_or(true, |&b| b == b'{')
 }
 
-/// Whether `<dir>/<name>/` holds `*.conf` files (libcni ≥1.2 accepts a list without `plugins` then).
-pub fn plugin_dir_has_confs(dir: &Path, name: &str) -> bool {
-    match std::fs::read_dir(dir.join(name)) {
-        Ok(rd) => rd.flatten().any(|e| {
-            Path::new(&e.file_name())
-                .extension()
-                .and_then(|x| x.to_str())
-                == Some("conf")
-        }),
-        Err(_) => false,
-    }
-}
-
 /// libcni's validity of one candidate; `Err` carries the warning text (see [`super::libcni`]). libcni
 /// looks at the name's extension only, which its UTF-8 spelling keeps.
 pub fn validate(
     name: &OsStr,
     content: &[u8],
-    plugin_dir: &dyn Fn(&str) -> bool,
+    plugin_dir: &dyn Fn(&str) -> super::plugin_dir::PluginDir,
 ) -> std::result::Result<(), String> {
     super::libcni::validate(&shown(name), content, plugin_dir)
 }
@@ -192,7 +184,7 @@ pub fn validate(
 pub fn valid_configs(
     dir_display: &str,
     candidates: &[Candidate],
-    plugin_dir: &dyn Fn(&str) -> bool,
+    plugin_dir: &dyn Fn(&str) -> super::plugin_dir::PluginDir,
 ) -> Result<Listing> {
     if candidates.is_empty() {
         return Err(Error::config(format!("no networks found in {dir_display}")));

@@ -729,7 +729,10 @@ fn select_listing_is_the_same_through_the_pure_api() {
         "install/master-e2e-skip-invalid-conflist-files-for-first-valid-conflist-file/before",
     );
     let cands = select::list_candidates(&d).unwrap();
-    let l = select::valid_configs("d", &cands, &|_| false).unwrap();
+    let l = select::valid_configs("d", &cands, &|n| {
+        istio_cni::install::plugin_dir::read(&d, n)
+    })
+    .unwrap();
     assert_eq!(
         l.valid.first().and_then(|n| n.to_str()),
         Some("02-calico.conflist")
