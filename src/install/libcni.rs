@@ -342,8 +342,7 @@ fn check_conf_list(
             PluginDir::Files(f) => f,
             PluginDir::Error(e) => return Err(format!("failed to read plugin config files: {e}")),
         };
-        for (file, read) in files {
-            let bytes = read.map_err(|e| format!("error reading {file}: {e}"))?;
+        for (file, bytes) in files {
             let d = Doc::parse(&go_text(&bytes), &file, json::GO_MAX_DEPTH)
                 .map_err(|e| format!("{file}: error parsing configuration: {e}"))?;
             check_plugin_conf(&d, Keys::Source, d.root()).map_err(|e| format!("{file}: {e}"))?;

@@ -61,7 +61,7 @@ fn conf_list_rules() {
     assert!(!ok("a.conflist", r#"{"name":"n","plugins":{}}"#));
     assert!(!ok("a.conflist", r#"{"name":"n"}"#));
     let ptp = |n: &str| match n {
-        "n" => PluginDir::Files(vec![("n/a.conf".into(), Ok(br#"{"type":"ptp"}"#.to_vec()))]),
+        "n" => PluginDir::Files(vec![("n/a.conf".into(), br#"{"type":"ptp"}"#.to_vec())]),
         _ => PluginDir::Files(Vec::new()),
     };
     assert!(validate("a.conflist", br#"{"name":"n"}"#, &ptp).is_ok());

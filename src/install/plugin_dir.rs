@@ -10,13 +10,14 @@ use std::path::Path;
 
 /// What libcni 1.3.0's `NetworkPluginConfsFromFiles` finds for a list named `name`:
 /// `ConfFiles(filepath.Join(<conf dir>, name), [".conf"])` (not directories, `filepath.Ext` exactly
-/// `.conf`, in name order), each file read. The effect is [`read`].
+/// `.conf`), each file read. The effect is [`read`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PluginDir {
-    /// The `.conf` files (none when the directory does not exist), each with its bytes or why it could
-    /// not be read (which fails the list, as `os.ReadFile` failing does).
-    Files(Vec<(String, std::result::Result<Vec<u8>, String>)>),
-    /// Listing the directory fails other than with "does not exist": libcni fails the list.
+    /// The `.conf` files and their bytes (none when the directory does not exist). In listing order:
+    /// libcni's is by name, which changes the list's plugin order but not whether it loads.
+    Files(Vec<(String, Vec<u8>)>),
+    /// Listing the directory, or reading one of those files, fails other than with "the directory does
+    /// not exist": libcni fails the list.
     Error(String),
 }
 
@@ -51,8 +52,8 @@ pub fn go_join(dir: &Path, name: &str) -> std::path::PathBuf {
 
 /// libcni 1.3.0's `NetworkPluginConfsFromFiles(dir, name)`, read as the runtime reads it (see
 /// [`PluginDir`]): the directory `filepath.Join(dir, name)` ([`go_join`]) listed, its
-/// non-directory entries whose extension is exactly `.conf` read in name order ([`fsutil::read_config`]:
-/// bounded, regular files only). Only ENOENT means "no such directory"; every other error (a NUL in the
+/// non-directory entries whose extension is exactly `.conf` read ([`fsutil::read_config`]: bounded,
+/// regular files only). Only ENOENT means "no such directory"; every other error (a NUL in the
 /// name, a regular file there, a name too long) is libcni's error too.
 pub fn read(dir: &Path, name: &str) -> PluginDir {
     let path = go_join(dir, name);
@@ -64,28 +65,21 @@ pub fn read(dir: &Path, name: &str) -> PluginDir {
         }
         Err(e) => return PluginDir::Error(format!("open {shown_path}: {e}")),
     };
-    let mut names = Vec::new();
+    let mut files = Vec::new();
     for ent in rd {
         let listed = ent.and_then(|e| Ok((e.file_type()?.is_dir(), e.file_name())));
-        match listed {
-            Ok((false, n)) if super::select::is_conf_ext(&n) => names.push(n),
-            Ok(_) => {}
+        let n = match listed {
+            Ok((false, n)) if super::select::is_conf_ext(&n) => n,
+            Ok(_) => continue,
             Err(e) => return PluginDir::Error(format!("read {shown_path}: {e}")),
+        };
+        let p = path.join(&n);
+        match fsutil::read_config(&p, fsutil::MAX_CONFIG_BYTES) {
+            Ok(Some(b)) => files.push((p.display().to_string(), b)),
+            Ok(None) => return PluginDir::Error(format!("{}: no such file", p.display())),
+            Err(e) => return PluginDir::Error(e.to_string()),
         }
     }
-    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    let files = names
-        .into_iter()
-        .map(|n| {
-            let p = path.join(&n);
-            let read = match fsutil::read_config(&p, fsutil::MAX_CONFIG_BYTES) {
-                Ok(Some(b)) => Ok(b),
-                Ok(None) => Err("no such file".to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            (p.display().to_string(), read)
-        })
-        .collect();
     PluginDir::Files(files)
 }
 

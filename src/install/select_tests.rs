@@ -41,7 +41,7 @@ fn libcni_rules() {
     let dir = |n: &str| match n {
         "n" => super::super::plugin_dir::PluginDir::Files(vec![(
             "n/a.conf".into(),
-            Ok(br#"{"type":"ptp"}"#.to_vec()),
+            br#"{"type":"ptp"}"#.to_vec(),
         )]),
         _ => super::super::plugin_dir::PluginDir::Files(Vec::new()),
     };
