@@ -10,8 +10,15 @@
 //! | `pod-cache.sock` | installer binds it (`podcache::server`, unless `POD_CACHE_ENABLED=false`) | plugin asks it for the pod (`podcache::client`) |
 //!
 //! A record for another backend (nftables) belongs here too, as one more name beside `iptables-backend`.
+//!
+//! **Whose file it is.** Two agents can share a run dir for a while (a `maxSurge` roll, an uninstall
+//! overlapping a reinstall): the newer one binds its sockets and writes its records over the older one's.
+//! Every process records the identity (device and inode) of each file it binds or writes here
+//! ([`claim`]); a running agent's cleanup removes a file only while it is still the one it claimed
+//! ([`remove_own`]), so an older agent stopping never takes away what a newer one put there.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// The run dir when none is configured.
 pub const DEFAULT: &str = "/var/run/istio-cni";
@@ -66,9 +73,116 @@ impl RunDir {
     }
 }
 
+/// A file's identity: device and inode (as `lstat` reports them: a socket or a link is itself).
+pub type FileId = (u64, u64);
+
+/// The identity of what is at `path` now, if anything.
+pub fn identity(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// The run-dir files this process bound or wrote, with the identity each had then.
+static CLAIMS: Mutex<Vec<(PathBuf, FileId)>> = Mutex::new(Vec::new());
+
+fn claims() -> std::sync::MutexGuard<'static, Vec<(PathBuf, FileId)>> {
+    // A panic elsewhere while holding it leaves a plain list, still consistent.
+    CLAIMS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Records that the file `id` now at `path` is this process's (it just bound or wrote it there), replacing
+/// an earlier claim on that path.
+pub fn claim_id(path: &Path, id: FileId) {
+    let mut c = claims();
+    c.retain(|(p, _)| p != path);
+    c.push((path.to_path_buf(), id));
+}
+
+/// [`claim_id`] for whatever is at `path` now (nothing is claimed when it is gone).
+pub fn claim(path: &Path) {
+    if let Some(id) = identity(path) {
+        claim_id(path, id);
+    }
+}
+
+/// What this process claimed at `path`, if anything.
+pub fn claimed(path: &Path) -> Option<FileId> {
+    claims().iter().find(|(p, _)| p == path).map(|(_, id)| *id)
+}
+
+/// What [`remove_own`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    Removed,
+    Absent,
+    /// Another process's file (a newer agent's, or one this process never wrote): left in place.
+    Left,
+}
+
+impl std::fmt::Display for Removal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Removal::Removed => "removed",
+            Removal::Absent => "absent",
+            Removal::Left => "left in place: another process put it there (a newer agent)",
+        })
+    }
+}
+
+/// Removes `path` when it is still the file this process claimed. Between the check and the unlink
+/// another process could replace it; both are system calls in a row, and a newer agent's sockets
+/// survive a lost race (they are bound again when missing).
+pub fn remove_own(path: &Path) -> crate::error::Result<Removal> {
+    match identity(path) {
+        None => Ok(Removal::Absent),
+        Some(id) if claimed(path) == Some(id) => Ok(if crate::fsutil::remove_if_exists(path)? {
+            Removal::Removed
+        } else {
+            Removal::Absent
+        }),
+        Some(_) => Ok(Removal::Left),
+    }
+}
+
+/// Cleanup of one run-dir file, as a log note: a running agent's removes it only while it is its own
+/// ([`remove_own`]); `all` (`--uninstall`, which put nothing there) removes it whoever put it there.
+pub fn remove_record(path: &Path, all: bool) -> crate::error::Result<String> {
+    let r = if all {
+        match crate::fsutil::remove_if_exists(path)? {
+            true => Removal::Removed,
+            false => Removal::Absent,
+        }
+    } else {
+        remove_own(path)?
+    };
+    Ok(format!("{}: {r}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_claimed_file_is_removed() {
+        let dir = std::env::temp_dir().join(format!("rundir-claims-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("record");
+        std::fs::write(&p, "ours").unwrap();
+        assert_eq!(remove_own(&p).unwrap(), Removal::Left, "never claimed");
+        claim(&p);
+        // Another process replaces it (a new inode under the same name).
+        let other = dir.join("other");
+        std::fs::write(&other, "theirs").unwrap();
+        std::fs::rename(&other, &p).unwrap();
+        assert_eq!(remove_own(&p).unwrap(), Removal::Left);
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "theirs");
+        claim(&p);
+        assert_eq!(remove_own(&p).unwrap(), Removal::Removed);
+        assert_eq!(remove_own(&p).unwrap(), Removal::Absent);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn files_are_named_once_and_print_with_one_separator() {

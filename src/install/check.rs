@@ -111,8 +111,8 @@ pub fn check(
     listing: &Result<Listing>,
     read: &dyn Fn(&OsStr) -> Option<Vec<u8>>,
 ) -> Outcome {
-    let (valid, blocked) = match listing {
-        Ok(l) => (&l.valid, &l.blocked),
+    let (valid, blocked, skipped) = match listing {
+        Ok(l) => (&l.valid, &l.blocked, &l.skipped),
         Err(e) => return invalid(e.to_string()),
     };
     if let Some((name, why)) = blocked {
@@ -155,14 +155,24 @@ pub fn check(
             };
             if !read(first).is_some_and(|b| holds_our_entry(&b, ctx.entry)) {
                 // Reported once the installed file itself checks out (upstream's errors come first).
+                let skip = skipped
+                    .iter()
+                    .find(|(n, _)| Some(n.as_os_str()) == ctx.installed);
+                let why = match skip {
+                    // A pinned file the runtime does not load at all (a list in a .json, say).
+                    Some((_, e)) => format!(
+                        "it does not load CNI_CONF_NAME={} at all: {e}",
+                        shown(configured)
+                    ),
+                    None => format!("it sorts before CNI_CONF_NAME={}", shown(configured)),
+                };
                 preempted = Some(Outcome::Preempted {
                     runtime_file: first.clone(),
                     reason: format!(
-                        "the container runtime now uses {} (it sorts before CNI_CONF_NAME={}) and it has no \
-                         istio-cni entry: pods started now are NOT redirected. Remove or rename that file, or set \
-                         CNI_CONF_NAME={} (or unset CNI_CONF_NAME to follow the runtime's choice)",
+                        "the container runtime now uses {} ({why}) and it has no istio-cni entry: pods \
+                         started now are NOT redirected. Remove or rename that file, or set CNI_CONF_NAME={} \
+                         (or unset CNI_CONF_NAME to follow the runtime's choice)",
                         path_of(first),
-                        shown(configured),
                         shown(first)
                     ),
                 });
@@ -174,7 +184,11 @@ pub fn check(
         ));
     }
     let Some(installed) = ctx.installed else {
-        return invalid(format!("CNI config file removed: {installed_path}"));
+        // Upstream says "CNI config file removed: " with an empty path here.
+        return invalid(match ctx.configured {
+            Some(c) => format!("our entry is not written yet (CNI_CONF_NAME={})", shown(c)),
+            None => "our entry is not written yet".to_string(),
+        });
     };
     let Some(bytes) = read(installed) else {
         return invalid(format!("CNI config file removed: {installed_path}"));

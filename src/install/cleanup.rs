@@ -1,6 +1,7 @@
 //! Cleanup on SIGTERM/SIGINT and `--uninstall` (installer.md §2.12): remove only our entry from the
 //! primary (atomic, mode kept) or our own file (standalone or Istio-owned), then the kubeconfig, our
-//! `istio-cni` binary (no other binary) and `log.sock`. Every step runs even when an earlier one failed;
+//! `istio-cni` binary (no other binary), the sockets and the backend record (a running agent's cleanup
+//! only those still its own: [`crate::rundir`]). Every step runs even when an earlier one failed;
 //! the first error is returned at the end. The whole sequence is [`super::installer::Installer::cleanup`];
 //! this module holds its configuration steps and imports nothing from the installer.
 //!

@@ -77,13 +77,19 @@ impl Installer {
         RunDir::new(&self.settings.run_dir).kubeconfig()
     }
 
+    /// The valid configurations of the conf dir.
+    fn listing_quiet(&self) -> Result<Listing> {
+        let dir = self.conf_dir();
+        let cands = select::list_candidates(dir)?;
+        select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
+            super::plugin_dir::read(dir, n)
+        })
+    }
+
     /// The valid configurations of the conf dir, logging the skipped ones.
     pub fn listing(&self) -> Result<Listing> {
         let dir = self.conf_dir();
-        let cands = select::list_candidates(dir)?;
-        let l = select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
-            select::plugin_dir_has_confs(dir, n)
-        })?;
+        let l = self.listing_quiet()?;
         for (name, why) in &l.skipped {
             log::warn!(
                 "Error loading CNI config file {}/{}: {why}",
@@ -158,12 +164,16 @@ impl Installer {
         let s = &self.settings;
         let (text, summary) = self.kubeconfig_text()?;
         let path = self.kubeconfig_path();
-        let same = fsutil::read_opt(&path)?.is_some_and(|old| old == text.as_bytes())
+        // The first write of a process always happens, so the file is this agent's own (an older agent
+        // stopping removes only its own: crate::rundir).
+        let same = crate::rundir::claimed(&path).is_some()
+            && fsutil::read_opt(&path)?.is_some_and(|old| old == text.as_bytes())
             && fsutil::mode_of(&path)? == Some(s.kubeconfig_mode);
         if same {
             return Ok(false);
         }
         fsutil::write_atomic(&path, text.as_bytes(), s.kubeconfig_mode)?;
+        crate::rundir::claim(&path);
         log::info!("wrote kubeconfig {} ({summary})", path.display());
         Ok(true)
     }
@@ -260,7 +270,18 @@ impl Installer {
                 return Ok((owned, changed));
             }
             let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
-            if let Some(list) = select::list_name_for(name) {
+            let loads = |n: &OsStr, b: &[u8]| {
+                select::validate(n, b, &|d| super::plugin_dir::read(&dir, d)).is_ok()
+            };
+            let ours_or_absent = |n: &OsStr| {
+                fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)
+                    .is_ok_and(|b| b.map_or(true, |b| super::check::holds_entry(&b)))
+            };
+            let valid = self.listing_quiet().map(|l| l.valid).unwrap_or_default();
+            let target =
+                select::merge_target(name, &bytes, &merged, &valid, &loads, &ours_or_absent)
+                    .map_err(Error::config)?;
+            if let Some(list) = target {
                 // .conf (or .json) → .conflist: write the list first, then drop the single-plugin file
                 // (crash-safe order: until the unlink the original is unmodified, and whichever of the
                 // two the runtime loads holds the primary's plugin).
@@ -336,7 +357,8 @@ impl Installer {
         Ok(())
     }
 
-    /// Full cleanup for an installer: config, kubeconfig, binary, log socket, backend record.
+    /// Full cleanup for an installer: config, kubeconfig, binary, sockets, backend record (a running
+    /// agent's: only the run-dir files still its own).
     pub fn cleanup(&self) -> Result<()> {
         let inst = self;
         let s = &inst.settings;
@@ -366,14 +388,10 @@ impl Installer {
                 Err(e) => note(Err(e)),
             },
         }
-        let kc = inst.kubeconfig_path();
-        note(fsutil::remove_if_exists(&kc).map(|r| {
-            format!(
-                "kubeconfig {}: {}",
-                kc.display(),
-                if r { "removed" } else { "absent" }
-            )
-        }));
+        // A running agent removes only the run-dir files it put there (crate::rundir): a newer agent
+        // sharing the dir keeps its own. `--uninstall` put nothing there and removes them all.
+        let remove_record = |p: &Path| crate::rundir::remove_record(p, s.uninstall);
+        note(remove_record(&inst.kubeconfig_path()).map(|n| format!("kubeconfig {n}")));
         let dirs = if inst.bin_dirs.is_empty() {
             super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref())
         } else {
@@ -389,13 +407,9 @@ impl Installer {
                 )
             }));
         }
-        // The relay socket and the iptables backend record (a later install records it afresh).
+        // The sockets and the iptables backend record (a later install records it afresh).
         for f in crate::rundir::RunDir::RECORDS {
-            let p = s.run_dir.join(f);
-            note(
-                fsutil::remove_if_exists(&p)
-                    .map(|r| format!("{}: {}", p.display(), if r { "removed" } else { "absent" })),
-            );
+            note(remove_record(&s.run_dir.join(f)));
         }
         match first_err {
             Some(e) => Err(e),

@@ -6,17 +6,23 @@
 //!   `types.PluginConf`, then a non-empty `type`), then `ConfListFromConf`, which decodes the bytes into a
 //!   map, wraps it in a list and marshals that, so the plugin is decoded a second time with its keys sorted
 //!   and de-duplicated; both decodings must succeed.
-//! - `.conflist`: `NetworkConfFromBytes`: a JSON object (a Go map: exact keys, the last duplicate wins)
-//!   with a string `name`, a string `cniVersion` if present, `cniVersions` (a list of parsable versions),
-//!   `disableCheck`/`disableGC`/`loadOnlyInlinedPlugins` via `readBool` (a bool, or a string equal to
-//!   true/false ignoring case), then every `plugins[]` entry marshalled from that map (keys sorted) through
-//!   `NetworkPluginConfFromBytes`.
+//! - `.conflist`: `NetworkConfFromFile`. First `NetworkConfFromBytes`: a JSON object (a Go map: exact keys,
+//!   the last duplicate wins) with a string `name`, a string `cniVersion` if present, `cniVersions` (a list
+//!   of parsable versions; then `cniVersion` must parse too), `disableCheck`/`disableGC`/
+//!   `loadOnlyInlinedPlugins` via `readBool` (a bool, or a string equal to true/false ignoring case), then
+//!   every `plugins[]` entry marshalled from that map (keys sorted) through `NetworkPluginConfFromBytes`.
+//!   Then, unless `loadOnlyInlinedPlugins`, `NetworkPluginConfsFromFiles`: the `.conf` files of the directory
+//!   `filepath.Join(<conf dir>, name)` ([`PluginDir`], read by [`super::plugin_dir::read`]), each through `NetworkPluginConfFromBytes`; a listing
+//!   error other than "does not exist" fails the file. So the `name` is a path: one holding a NUL (Go's
+//!   syscalls refuse it: EINVAL), naming a regular file (ENOTDIR) or too long (ENAMETOOLONG) makes the
+//!   runtime skip the list. At least one plugin, inline or from that directory.
 //! - Go's `encoding/json` rules that matter ([`crate::json::go_struct`]): a struct field takes every key
 //!   equal to its name ignoring case, ſ (U+017F) standing for `s` and K (U+212A) for `k`; the last such
 //!   key wins, `null` leaving a string field as it was; a wrong JSON kind under any of them is an error;
 //!   nesting up to 10,000 levels; invalid UTF-8 and lone surrogate escapes decode as U+FFFD (see
 //!   [`go_text`]). `libcni_vectors.json` holds documents with the decision Go 1.19 makes for each.
 
+use super::plugin_dir::PluginDir;
 use crate::json::ordered::{Doc, Id, Keys, Node};
 use crate::json::{self, go_struct, Object, Value};
 
@@ -258,13 +264,12 @@ fn read_bool(doc: &Doc, list: Id, key: &str) -> std::result::Result<bool, String
     }
 }
 
-/// `NetworkConfFromBytes` on a parsed document: the list is a Go map (exact keys, the last duplicate
-/// wins), each plugin is marshalled from that map and decoded as `types.PluginConf` (keys sorted).
-/// `subdir_has_plugins(name)`: whether `<dir>/<name>/` holds plugin `.conf` files (a list without
-/// `plugins` is valid only then).
+/// `NetworkConfFromFile` on a parsed document: the list is a Go map (exact keys, the last duplicate
+/// wins), each plugin is marshalled from that map and decoded as `types.PluginConf` (keys sorted); then,
+/// unless `loadOnlyInlinedPlugins`, the plugins of `plugin_dir(name)` ([`PluginDir`]).
 fn check_conf_list(
     doc: &Doc,
-    subdir_has_plugins: &dyn Fn(&str) -> bool,
+    plugin_dir: &dyn Fn(&str) -> PluginDir,
 ) -> std::result::Result<(), String> {
     let pre = "error parsing configuration list";
     let list = doc.root();
@@ -301,8 +306,12 @@ fn check_conf_list(
                 ));
             };
             parse_version(s)
-                .and_then(|_| parse_version(version))
                 .map_err(|e| format!("{pre}: invalid cniVersions entry {s} at index {i}: {e}"))?;
+        }
+        // Then the list's own cniVersion, even when cniVersions is empty.
+        if !version.is_empty() {
+            parse_version(version)
+                .map_err(|e| format!("{pre}: invalid cniVersion {version}: {e}"))?;
         }
     }
     for key in ["disableCheck", "disableGC"] {
@@ -310,34 +319,48 @@ fn check_conf_list(
     }
     let only_inlined =
         read_bool(doc, list, "loadOnlyInlinedPlugins").map_err(|e| format!("{pre}: {e}"))?;
-    let plugins = match doc.get(list, "plugins") {
+    let plugins: &[Id] = match doc.get(list, "plugins") {
         None if only_inlined => {
             return Err(format!(
                 "{pre}: `loadOnlyInlinedPlugins` is true, and no 'plugins' key"
             ))
         }
-        None if subdir_has_plugins(name) => return Ok(()),
-        None => return Err("no plugin configs found".into()),
+        None => &[],
         Some(p) => match doc.node(p) {
+            Node::Array(a) if a.is_empty() => return Err(format!("{pre}: no plugins in list")),
             Node::Array(a) => a,
             _ => return Err(format!("{pre}: invalid 'plugins' type {}", doc.kind(p))),
         },
     };
-    if plugins.is_empty() {
-        return Err(format!("{pre}: no plugins in list"));
-    }
     for (i, p) in plugins.iter().enumerate() {
         check_plugin_conf(doc, Keys::Map, *p)
             .map_err(|e| format!("failed to parse plugin config {i}: {e}"))?;
     }
+    let mut count = plugins.len();
+    if !only_inlined {
+        let files = match plugin_dir(name) {
+            PluginDir::Files(f) => f,
+            PluginDir::Error(e) => return Err(format!("failed to read plugin config files: {e}")),
+        };
+        for (file, bytes) in files {
+            let d = Doc::parse(&go_text(&bytes), &file, json::GO_MAX_DEPTH)
+                .map_err(|e| format!("{file}: error parsing configuration: {e}"))?;
+            check_plugin_conf(&d, Keys::Source, d.root()).map_err(|e| format!("{file}: {e}"))?;
+            count += 1;
+        }
+    }
+    if count == 0 {
+        return Err("no plugin configs found".into());
+    }
     Ok(())
 }
 
-/// libcni's verdict on a candidate file `name` with these bytes (see the module docs).
+/// libcni's verdict on a candidate file `name` with these bytes (see the module docs); `plugin_dir` is
+/// what a list's `name` names ([`PluginDir`]).
 pub fn validate(
     name: &str,
     content: &[u8],
-    subdir_has_plugins: &dyn Fn(&str) -> bool,
+    plugin_dir: &dyn Fn(&str) -> PluginDir,
 ) -> std::result::Result<(), String> {
     let list = name.ends_with(".conflist");
     let doc = Doc::parse(&go_text(content), "configuration", json::GO_MAX_DEPTH).map_err(|e| {
@@ -348,7 +371,7 @@ pub fn validate(
         }
     })?;
     if list {
-        return check_conf_list(&doc, subdir_has_plugins);
+        return check_conf_list(&doc, plugin_dir);
     }
     // The file's own bytes, keys as written; then `ConfListFromConf`, which decodes them into a map and
     // puts that into a list, so the plugin is decoded again with its keys sorted and de-duplicated (name

@@ -1,7 +1,8 @@
 use super::*;
+use crate::install::plugin_dir::no_plugin_dir;
 
 fn ok(name: &str, text: &str) -> bool {
-    validate(name, text.as_bytes(), &|_| false).is_ok()
+    validate(name, text.as_bytes(), &no_plugin_dir).is_ok()
 }
 
 #[test]
@@ -59,7 +60,11 @@ fn conf_list_rules() {
     assert!(!ok("a.conflist", r#"{"name":"n","plugins":[]}"#));
     assert!(!ok("a.conflist", r#"{"name":"n","plugins":{}}"#));
     assert!(!ok("a.conflist", r#"{"name":"n"}"#));
-    assert!(validate("a.conflist", br#"{"name":"n"}"#, &|n| n == "n").is_ok());
+    let ptp = |n: &str| match n {
+        "n" => PluginDir::Files(vec![("n/a.conf".into(), br#"{"type":"ptp"}"#.to_vec())]),
+        _ => PluginDir::Files(Vec::new()),
+    };
+    assert!(validate("a.conflist", br#"{"name":"n"}"#, &ptp).is_ok());
     assert!(ok(
         "a.conflist",
         r#"{"name":"n","plugins":[{"TYPE":"ptp"}]}"#
@@ -89,7 +94,7 @@ fn go_decoding_of_bad_text() {
     assert!(validate(
         "a.conflist",
         b"{\"name\":\"n\xe9\",\"plugins\":[{\"type\":\"x\"}]}",
-        &|_| false
+        &no_plugin_dir
     )
     .is_ok());
     assert_eq!(go_text(b"\"a\xe9\""), "\"a\u{fffd}\"");
@@ -127,7 +132,9 @@ fn types_of(file: &str, text: &str) -> Vec<String> {
 
 /// `libcni_vectors.json`: documents → libcni's decision (and the plugin types it runs), each checked
 /// against Go 1.19's `encoding/json` (Debian 12's containerd) with libcni 1.3.0's loading logic: which of
-/// several case-insensitive keys wins, duplicate keys, null, Unicode folding (ſ, K), nesting depth.
+/// several case-insensitive keys wins, duplicate keys, null, Unicode folding (ſ, K), nesting depth. Those
+/// with `derived` were read from libcni's and Go's sources, not run (the list's `name` as a directory of
+/// plugins, `cniVersions`); `dir` lays out the conf dir around the file, read as the installer reads it.
 #[test]
 fn go_vectors() {
     let vectors = json::parse(include_str!("libcni_vectors.json"), "libcni_vectors.json").unwrap();
@@ -135,7 +142,7 @@ fn go_vectors() {
         panic!("libcni_vectors.json: not a list")
     };
     let mut wrong = Vec::new();
-    for v in vectors.iter() {
+    for (i, v) in vectors.iter().enumerate() {
         let Value::Object(v) = v else {
             panic!("vector: not an object")
         };
@@ -143,7 +150,32 @@ fn go_vectors() {
         let file = json::str_of(v, "file").unwrap();
         let text = json::str_of(v, "text").unwrap();
         let want = matches!(v.get("valid"), Some(Value::Bool(true)));
-        let got = validate(file, text.as_bytes(), &|_| false);
+        // A conf dir of its own: the file, and the files and directories `dir` names ("x/" a directory).
+        let conf = std::env::temp_dir()
+            .join(format!("libcni-vector-{}-{i}", std::process::id()))
+            .join("conf");
+        std::fs::create_dir_all(&conf).unwrap();
+        std::fs::write(conf.join(file), text).unwrap();
+        if let Some(Value::Object(files)) = v.get("dir") {
+            for (rel, content) in files.iter() {
+                let p = conf.join(rel);
+                std::fs::create_dir_all(if rel.ends_with('/') {
+                    &p
+                } else {
+                    p.parent().unwrap()
+                })
+                .unwrap();
+                if let Value::String(t) = content {
+                    if !rel.ends_with('/') {
+                        std::fs::write(&p, t).unwrap();
+                    }
+                }
+            }
+        }
+        let got = validate(file, text.as_bytes(), &|n| {
+            super::super::plugin_dir::read(&conf, n)
+        });
+        std::fs::remove_dir_all(conf.parent().unwrap()).unwrap();
         if got.is_ok() != want {
             wrong.push(format!(
                 "{case}: {file} {text} → {got:?}, libcni says valid={want}"
@@ -184,7 +216,7 @@ pub fn nested_list(depth: usize, more: &str) -> String {
 fn deep_pipeline(depth: usize) -> (bool, bool, std::result::Result<usize, String>) {
     use super::super::{check, conflist};
     let text = nested_list(depth, r#",{"type":"istio-cni"}"#);
-    let valid = validate("a.conflist", text.as_bytes(), &|_| false).is_ok();
+    let valid = validate("a.conflist", text.as_bytes(), &no_plugin_dir).is_ok();
     let held = check::holds_entry(text.as_bytes());
     let entry = Object::new();
     let merged = conflist::merge(&text, &entry).map_err(|e| e.to_string());
@@ -214,7 +246,11 @@ fn nesting_as_deep_as_go_allows_on_any_stack() {
         let too_deep = deep_pipeline(10_001);
         assert!(!too_deep.0 && !too_deep.1, "10,001 levels: invalid");
         assert!(too_deep.2.unwrap_err().contains("nested deeper than 10000"));
-        let e = validate("a.conflist", nested_list(10_001, "").as_bytes(), &|_| false);
+        let e = validate(
+            "a.conflist",
+            nested_list(10_001, "").as_bytes(),
+            &no_plugin_dir,
+        );
         assert!(e.unwrap_err().contains("nested deeper than 10000 levels"));
         let (valid, held, merged) = deep_pipeline(1_000);
         assert!(valid && held);

@@ -30,6 +30,7 @@ pub mod libcni;
 pub mod links;
 pub mod log_settings;
 pub mod options;
+pub mod plugin_dir;
 pub mod plugin_metrics;
 pub mod podwatch;
 pub mod relay;

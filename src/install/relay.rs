@@ -3,38 +3,194 @@
 //! ([`crate::logging::relayed`]: its level filter, text `istio-cni: msg` or a JSON line), so `kubectl
 //! logs` on the DaemonSet pod shows every plugin decision. The plugin's ADD records
 //! ([`crate::plugin::record`]) arrive on the same socket and feed [`super::plugin_metrics`] instead.
+//!
+//! The socket file is watched every [`RECHECK`], as the pod cache's is: bound again when it has been
+//! missing at two checks in a row (someone removed it: an older agent's cleanup, by hand), left alone when
+//! another process bound it (a newer agent).
 
 use crate::error::{IoContext, Result};
+use crate::rundir::{self, FileId};
+use std::io::ErrorKind;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Largest datagram we read; longer ones are truncated by the kernel.
 pub const MAX_LINE: usize = 64 * 1024;
+/// How often the relay checks that its socket file is still there.
+pub const RECHECK: Duration = Duration::from_secs(2);
 
 /// Binds the socket (replacing a stale one) and relays on a background thread. Returns the socket path.
 pub fn start(run_dir: &Path) -> Result<PathBuf> {
-    let path = crate::rundir::RunDir::new(run_dir).log_socket();
-    crate::fsutil::remove_if_exists(&path)?;
-    let sock = UnixDatagram::bind(&path).io_context(|| format!("bind {}", path.display()))?;
-    // Any local plugin process may send; the socket lives in a root-only dir.
-    let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
+    let path = rundir::RunDir::new(run_dir).log_socket();
+    let (sock, id) = bind(&path)?;
+    let watched = path.clone();
     std::thread::Builder::new()
         .name("log-relay".into())
-        .spawn(move || {
-            let mut buf = vec![0u8; MAX_LINE];
-            loop {
-                match sock.recv(&mut buf) {
-                    // A plugin's ADD record feeds /metrics; anything else is a log line.
-                    Ok(n) if super::plugin_metrics::take(&buf[..n]) => {}
-                    Ok(n) => crate::logging::relayed(&buf[..n]),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        log::warn!("log relay stopped: {e}");
-                        return;
-                    }
-                }
-            }
-        })
+        .spawn(move || relay(sock, SocketFile::new(watched, id)))
         .io_context(|| "spawn log relay thread".to_string())?;
     Ok(path)
+}
+
+/// Binds `path`: under a temporary name, restricted to 0600 (any local plugin process may send; the
+/// socket lives in a root-only dir), then renamed over `path`, so it never exists with a wider mode and
+/// a stale socket is replaced in one step. The socket is claimed as this process's ([`rundir::claim_id`]).
+pub fn bind(path: &Path) -> Result<(UnixDatagram, FileId)> {
+    let tmp = crate::fsutil::temp_path_for(path);
+    let _ = std::fs::remove_file(&tmp);
+    let sock = UnixDatagram::bind(&tmp).io_context(|| format!("bind {}", tmp.display()))?;
+    let placed =
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .and_then(|()| {
+                rundir::identity(&tmp).ok_or_else(|| std::io::Error::from(ErrorKind::NotFound))
+            })
+            .and_then(|id| std::fs::rename(&tmp, path).map(|()| id));
+    let id = match placed {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(crate::Error::io(format!("install {}", path.display()), e));
+        }
+    };
+    rundir::claim_id(path, id);
+    // recv wakes up at least this often, so the file is checked on a quiet node too.
+    sock.set_read_timeout(Some(RECHECK))
+        .io_context(|| format!("read timeout on {}", path.display()))?;
+    Ok((sock, id))
+}
+
+/// What a look at the socket file asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// Nothing to do.
+    Keep,
+    /// Missing at two checks in a row: bind it again.
+    Bind,
+    /// Another process bound it (logged once).
+    Replaced,
+}
+
+/// The socket file this relay bound. Two checks before binding again, because this process's own cleanup
+/// removes it just before exiting.
+struct SocketFile {
+    path: PathBuf,
+    ours: FileId,
+    missing: bool,
+    replaced: bool,
+}
+
+impl SocketFile {
+    fn new(path: PathBuf, ours: FileId) -> SocketFile {
+        SocketFile {
+            path,
+            ours,
+            missing: false,
+            replaced: false,
+        }
+    }
+
+    /// Pure: what to do, given what is at the path now.
+    fn look(&mut self, now: Option<FileId>) -> Look {
+        match now {
+            None if !self.missing => {
+                self.missing = true;
+                Look::Keep
+            }
+            None => Look::Bind,
+            Some(id) => {
+                self.missing = false;
+                if id != self.ours && !self.replaced {
+                    self.replaced = true;
+                    return Look::Replaced;
+                }
+                Look::Keep
+            }
+        }
+    }
+}
+
+fn relay(mut sock: UnixDatagram, mut file: SocketFile) {
+    let mut buf = vec![0u8; MAX_LINE];
+    let mut next_check = Instant::now() + RECHECK;
+    loop {
+        if Instant::now() >= next_check {
+            next_check = Instant::now() + RECHECK;
+            match file.look(rundir::identity(&file.path)) {
+                Look::Keep => {}
+                Look::Replaced => log::warn!(
+                    "log relay: {} now belongs to another process; plugin logs go there",
+                    file.path.display()
+                ),
+                Look::Bind => match bind(&file.path) {
+                    Ok((s, id)) => {
+                        log::warn!(
+                            "log relay: {} was removed; bound it again",
+                            file.path.display()
+                        );
+                        sock = s;
+                        file = SocketFile::new(file.path, id);
+                    }
+                    Err(e) => log::warn!("log relay: {e}"),
+                },
+            }
+        }
+        match sock.recv(&mut buf) {
+            // A plugin's ADD record feeds /metrics; anything else is a log line.
+            Ok(n) if super::plugin_metrics::take(&buf[..n]) => {}
+            Ok(n) => crate::logging::relayed(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::Interrupted | ErrorKind::WouldBlock | ErrorKind::TimedOut
+                ) => {}
+            Err(e) => {
+                log::warn!("log relay stopped: {e}");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bound_again_only_after_two_looks_at_a_missing_file_and_never_over_another() {
+        let ours = (1, 10);
+        let mut f = SocketFile::new(PathBuf::from("/run/x/log.sock"), ours);
+        assert_eq!(f.look(Some(ours)), Look::Keep);
+        assert_eq!(f.look(None), Look::Keep, "our own cleanup, about to exit");
+        assert_eq!(
+            f.look(Some(ours)),
+            Look::Keep,
+            "back: the count starts over"
+        );
+        assert_eq!(f.look(None), Look::Keep);
+        assert_eq!(f.look(None), Look::Bind);
+        let mut f = SocketFile::new(PathBuf::from("/run/x/log.sock"), ours);
+        assert_eq!(f.look(Some((1, 11))), Look::Replaced);
+        assert_eq!(f.look(Some((1, 11))), Look::Keep, "said once");
+    }
+
+    #[test]
+    fn a_removed_socket_is_bound_again_and_relays() {
+        let dir = std::env::temp_dir().join(format!("relay-bind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("log.sock");
+        let (sock, id) = bind(&path).unwrap();
+        assert_eq!(rundir::claimed(&path), Some(id));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        std::fs::remove_file(&path).unwrap();
+        let (again, id2) = bind(&path).unwrap();
+        assert_ne!(id, id2);
+        drop(sock);
+        let c = UnixDatagram::unbound().unwrap();
+        c.send_to(b"hello", &path).unwrap();
+        let mut b = [0u8; 16];
+        assert_eq!(again.recv(&mut b).unwrap(), 5);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

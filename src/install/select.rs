@@ -67,6 +67,11 @@ pub fn is_candidate_name(name: &OsStr) -> bool {
     EXTENSIONS.iter().any(|e| ext(name) == e.as_bytes())
 }
 
+/// True for a name whose extension (`filepath.Ext`) is exactly `.conf`.
+pub fn is_conf_ext(name: &OsStr) -> bool {
+    ext(name) == b".conf"
+}
+
 /// True for a list (`.conflist`); every other candidate is loaded as one plugin (`.conf`, `.json`).
 pub fn is_list_name(name: &OsStr) -> bool {
     ext(name) == b".conflist"
@@ -164,27 +169,14 @@ fn first_is_object(head: &[u8]) -> bool {
         .map_or(true, |&b| b == b'{')
 }
 
-/// Whether `<dir>/<name>/` holds `*.conf` files (libcni ≥1.2 accepts a list without `plugins` then).
-pub fn plugin_dir_has_confs(dir: &Path, name: &str) -> bool {
-    match std::fs::read_dir(dir.join(name)) {
-        Ok(rd) => rd.flatten().any(|e| {
-            Path::new(&e.file_name())
-                .extension()
-                .and_then(|x| x.to_str())
-                == Some("conf")
-        }),
-        Err(_) => false,
-    }
-}
-
 /// libcni's validity of one candidate; `Err` carries the warning text (see [`super::libcni`]). libcni
 /// looks at the name's extension only, which its UTF-8 spelling keeps.
 pub fn validate(
     name: &OsStr,
     content: &[u8],
-    plugin_dir_has_confs: &dyn Fn(&str) -> bool,
+    plugin_dir: &dyn Fn(&str) -> super::plugin_dir::PluginDir,
 ) -> std::result::Result<(), String> {
-    super::libcni::validate(&shown(name), content, plugin_dir_has_confs)
+    super::libcni::validate(&shown(name), content, plugin_dir)
 }
 
 /// upstream `getConfigFilenames`: the valid configurations sorted bytewise; `no networks found in <dir>`
@@ -192,7 +184,7 @@ pub fn validate(
 pub fn valid_configs(
     dir_display: &str,
     candidates: &[Candidate],
-    plugin_dir_has_confs: &dyn Fn(&str) -> bool,
+    plugin_dir: &dyn Fn(&str) -> super::plugin_dir::PluginDir,
 ) -> Result<Listing> {
     if candidates.is_empty() {
         return Err(Error::config(format!("no networks found in {dir_display}")));
@@ -202,7 +194,7 @@ pub fn valid_configs(
     let mut listing = Listing::default();
     for c in sorted {
         let verdict = match &c.content {
-            Ok(bytes) => validate(&c.name, bytes, plugin_dir_has_confs),
+            Ok(bytes) => validate(&c.name, bytes, plugin_dir),
             Err(Unread::Undecided(why)) => {
                 if listing.valid.is_empty() && listing.blocked.is_none() {
                     listing.blocked = Some((c.name.clone(), why.clone()));
@@ -288,6 +280,93 @@ pub fn choose(
         "CNI config file {} does not exist yet",
         shown(&name)
     ))
+}
+
+/// The file the runtime uses (the first valid one) after a write: `removed` gone (the file merged into),
+/// `written` holding content libcni accepts (`written_valid`) or not; `valid` is the valid files before,
+/// in order. `removed` and `written` are the same name for a merge in place.
+pub fn choice_after(
+    valid: &[OsString],
+    removed: &OsStr,
+    written: &OsStr,
+    written_valid: bool,
+) -> Option<OsString> {
+    valid
+        .iter()
+        .map(OsString::as_os_str)
+        .filter(|n| *n != removed && *n != written)
+        .chain(written_valid.then_some(written))
+        .min_by(|a, b| a.as_bytes().cmp(b.as_bytes()))
+        .map(OsStr::to_os_string)
+}
+
+/// Our writes never change which network the runtime uses: the runtime's file stays the one it was, or,
+/// when that was the file we merge into (`target`), becomes the file we write (`written`: itself, or the
+/// `.conflist` a single-plugin file becomes). Where the runtime loads no file at all (no network: no pod
+/// starts), the file we write may become its file: that is the operator's pinned CNI_CONF_NAME. `Err`
+/// says what the runtime would use instead.
+pub fn keeps_runtime_choice(
+    valid: &[OsString],
+    target: &OsStr,
+    written: &OsStr,
+    written_valid: bool,
+) -> std::result::Result<(), String> {
+    let want = match valid.first() {
+        Some(f) if f == target => Some(written.to_os_string()),
+        other => other.cloned(),
+    };
+    let got = choice_after(valid, target, written, written_valid);
+    if got == want || (want.is_none() && got.as_deref() == Some(written)) {
+        return Ok(());
+    }
+    let name = |n: &Option<OsString>| match n {
+        Some(n) => shown(n).into_owned(),
+        None => "no file".to_string(),
+    };
+    Err(format!(
+        "adding our entry to {} as {} would make the container runtime use {} instead of {}: not written \
+         (we never change which network the runtime uses)",
+        shown(target),
+        shown(written),
+        name(&got),
+        name(&want)
+    ))
+}
+
+/// Where the merge of the file `name` (content `bytes`, with our entry `merged`) goes: `None`, in place;
+/// `Some(list)`, the `.conflist` it becomes. A `.conf` becomes a list, as upstream renames it, and so does
+/// a `.json` the runtime loads (`loads`: libcni's verdict; upstream never lists a `.json`). A file the
+/// runtime skips (a list in a `.json` or a `.conf`) is edited in place instead when becoming a list would
+/// change the runtime's file, and so stays skipped (upstream edits a `.json` in place). `Err` when the write
+/// would change which file the runtime uses ([`keeps_runtime_choice`], `valid` being the valid files now)
+/// or replace a file that is not ours (`ours_or_absent`: absent, or holding an istio-cni entry, as an
+/// interrupted conversion leaves it).
+pub fn merge_target(
+    name: &OsStr,
+    bytes: &[u8],
+    merged: &str,
+    valid: &[OsString],
+    loads: &dyn Fn(&OsStr, &[u8]) -> bool,
+    ours_or_absent: &dyn Fn(&OsStr) -> bool,
+) -> std::result::Result<Option<OsString>, String> {
+    let runtime_loads = loads(name, bytes);
+    let list = list_name_for(name).filter(|_| ext(name) == b".conf" || runtime_loads);
+    if let Some(l) = list {
+        match keeps_runtime_choice(valid, name, &l, loads(&l, merged.as_bytes())) {
+            Ok(()) if ours_or_absent(&l) => return Ok(Some(l)),
+            Ok(()) => {
+                return Err(format!(
+                    "{} exists and is not ours: not replacing it with {} and our entry",
+                    shown(&l),
+                    shown(name)
+                ))
+            }
+            Err(e) if runtime_loads => return Err(e),
+            Err(_) => {}
+        }
+    }
+    keeps_runtime_choice(valid, name, name, loads(name, merged.as_bytes()))?;
+    Ok(None)
 }
 
 #[cfg(test)]

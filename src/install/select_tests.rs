@@ -9,7 +9,7 @@ fn cand(name: &str, text: &str) -> Candidate {
 
 #[test]
 fn libcni_rules() {
-    let none = |_: &str| false;
+    let none = super::super::plugin_dir::no_plugin_dir;
     assert!(validate(OsStr::new("a.conf"), br#"{"type":"bridge"}"#, &none).is_ok());
     assert!(validate(OsStr::new("a.conf"), br#"{"type":""}"#, &none).is_err());
     assert!(validate(OsStr::new("a.conf"), br#"{"name":"x"}"#, &none).is_err());
@@ -38,7 +38,14 @@ fn libcni_rules() {
         &none
     )
     .is_ok());
-    assert!(validate(OsStr::new("a.conflist"), br#"{"name":"n"}"#, &|n| n == "n").is_ok());
+    let dir = |n: &str| match n {
+        "n" => super::super::plugin_dir::PluginDir::Files(vec![(
+            "n/a.conf".into(),
+            br#"{"type":"ptp"}"#.to_vec(),
+        )]),
+        _ => super::super::plugin_dir::PluginDir::Files(Vec::new()),
+    };
+    assert!(validate(OsStr::new("a.conflist"), br#"{"name":"n"}"#, &dir).is_ok());
     assert!(validate(OsStr::new("a.conflist"), br#"[1]"#, &none).is_err());
 }
 
@@ -49,7 +56,7 @@ fn bytewise_order_and_twins() {
         cand("b.conf", r#"{"type":"x"}"#),
         cand("B.conf", "junk"),
     ];
-    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
     assert_eq!(l.valid, vec!["b.conf", "b.conflist"]);
     assert_eq!(l.skipped.len(), 1);
     let ok = Ok(l);
@@ -79,7 +86,7 @@ fn json_files_are_single_plugin_candidates() {
     ] {
         assert_eq!(is_candidate_name(OsStr::new(name)), yes, "{name}");
     }
-    let none = |_: &str| false;
+    let none = super::super::plugin_dir::no_plugin_dir;
     // Loaded like a `.conf`: one plugin with a type; a list in a `.json` has no `type` and is skipped.
     assert!(validate(OsStr::new("a.json"), br#"{"type":"bridge"}"#, &none).is_ok());
     assert!(validate(
@@ -92,7 +99,7 @@ fn json_files_are_single_plugin_candidates() {
         cand("10-b.conflist", r#"{"name":"n","plugins":[{"type":"x"}]}"#),
         cand("05-a.json", r#"{"type":"x"}"#),
     ];
-    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
     assert_eq!(l.valid, vec!["05-a.json", "10-b.conflist"]);
     assert_eq!(
         list_name_for(OsStr::new("05-a.json")),
@@ -119,7 +126,7 @@ fn an_oversized_object_sorting_first_blocks_the_choice() {
         cand("10-a.conflist", list),
         big("05-big.conflist", Unread::Undecided),
     ];
-    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
     assert_eq!(
         l.blocked.as_ref().map(|b| b.0.as_os_str()),
         Some(OsStr::new("05-big.conflist"))
@@ -132,7 +139,7 @@ fn an_oversized_object_sorting_first_blocks_the_choice() {
         cand("10-a.conflist", list),
         big("20-big.conflist", Unread::Undecided),
     ];
-    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
     assert!(l.blocked.is_none());
     assert_eq!(
         choose(true, None, &Ok(l), None, &exists),
@@ -143,7 +150,7 @@ fn an_oversized_object_sorting_first_blocks_the_choice() {
         cand("10-a.conflist", list),
         big("05-zeros.conflist", Unread::Skip),
     ];
-    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
     assert!(l.blocked.is_none());
     assert_eq!(l.skipped.len(), 1);
 }
@@ -172,7 +179,7 @@ fn names_are_bytes() {
         },
     ];
     // Go's sort.Strings: 0x80 before 0xc3 (é); through U+FFFD (ef bf bd) it would come after.
-    let l = valid_configs("/d", &c, &|_| false).unwrap();
+    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
     assert_eq!(l.valid[0], raw);
     let exists = |n: &OsStr| n == raw.as_os_str();
     assert_eq!(
@@ -183,5 +190,153 @@ fn names_are_bytes() {
     assert_eq!(
         list_name_for(OsStr::from_bytes(b"\xff.conf")),
         Some(OsString::from_vec(b"\xff.conflist".to_vec()))
+    );
+}
+
+#[test]
+fn a_write_never_changes_which_file_the_runtime_uses() {
+    let v = |names: &[&str]| -> Vec<OsString> { names.iter().map(OsString::from).collect() };
+    let os = OsStr::new;
+    // The primary merged in place, or its .conflist form (.json sorts after, .conf before its list).
+    assert!(keeps_runtime_choice(
+        &v(&["10-a.conflist", "20-b.conflist"]),
+        os("10-a.conflist"),
+        os("10-a.conflist"),
+        true
+    )
+    .is_ok());
+    assert!(keeps_runtime_choice(
+        &v(&["10-a.json", "20-b.conflist"]),
+        os("10-a.json"),
+        os("10-a.conflist"),
+        true
+    )
+    .is_ok());
+    assert!(keeps_runtime_choice(
+        &v(&["10-a.conf"]),
+        os("10-a.conf"),
+        os("10-a.conflist"),
+        true
+    )
+    .is_ok());
+    // A list in a pinned .json (skipped) made a valid list: calico instead of flannel.
+    let e = keeps_runtime_choice(
+        &v(&["20-flannel.conflist"]),
+        os("10-calico.json"),
+        os("10-calico.conflist"),
+        true,
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("use 10-calico.conflist instead of 20-flannel.conflist"),
+        "{e}"
+    );
+    // Edited in place and still skipped: nothing changes.
+    assert!(keeps_runtime_choice(
+        &v(&["20-flannel.conflist"]),
+        os("10-calico.json"),
+        os("10-calico.json"),
+        false
+    )
+    .is_ok());
+    assert!(keeps_runtime_choice(&[], os("10-calico.json"), os("10-calico.json"), false).is_ok());
+    // A pinned file made valid where the runtime had none, or one it loaded made invalid.
+    // Where the runtime loads nothing (no pod starts), the pinned file may become its file; another not.
+    assert!(keeps_runtime_choice(&[], os("10-x.conflist"), os("10-x.conflist"), true).is_ok());
+    assert!(keeps_runtime_choice(&[], os("x.conf"), os("x.conflist"), true).is_ok());
+    assert!(keeps_runtime_choice(
+        &v(&["10-x.conflist"]),
+        os("10-x.conflist"),
+        os("10-x.conflist"),
+        false
+    )
+    .is_err());
+    // A .conf whose list sorts after another valid file: that file would become the runtime's.
+    let e = keeps_runtime_choice(
+        &v(&["x.conf", "x.conf.conf"]),
+        os("x.conf"),
+        os("x.conflist"),
+        true,
+    )
+    .unwrap_err();
+    assert!(e.contains("use x.conf.conf instead of x.conflist"), "{e}");
+    // A pinned .json whose list would sort before the runtime's file.
+    assert!(keeps_runtime_choice(
+        &v(&["10-a.d.conf", "10-a.json"]),
+        os("10-a.json"),
+        os("10-a.conflist"),
+        true
+    )
+    .is_err());
+    assert!(keeps_runtime_choice(
+        &v(&["05-z.conflist", "10-a.json"]),
+        os("10-a.json"),
+        os("10-a.conflist"),
+        true
+    )
+    .is_ok());
+}
+
+#[test]
+fn a_single_plugin_file_the_runtime_loads_becomes_a_list_and_any_other_is_edited_in_place() {
+    let loads =
+        |n: &OsStr, b: &[u8]| validate(n, b, &super::super::plugin_dir::no_plugin_dir).is_ok();
+    let absent = |_: &OsStr| true;
+    let list = r#"{"name":"k8s-pod-network","plugins":[{"type":"calico"}]}"#;
+    let merged = r#"{"name":"k8s-pod-network","plugins":[{"type":"calico"},{"type":"istio-cni"}]}"#;
+    let flannel = [OsString::from("20-flannel.conflist")];
+    for skipped in ["10-calico.json", "10-calico.conf"] {
+        let t = merge_target(
+            OsStr::new(skipped),
+            list.as_bytes(),
+            merged,
+            &flannel,
+            &loads,
+            &absent,
+        );
+        assert_eq!(t, Ok(None), "{skipped}: in place, still skipped");
+    }
+    // With no network at all, a list in a pinned .conf becomes its .conflist, as upstream renames it
+    // (upstream's e2e case "confFile env var point to missing file initially"); a .json stays in place.
+    let t = merge_target(
+        OsStr::new("x.conf"),
+        list.as_bytes(),
+        merged,
+        &[],
+        &loads,
+        &absent,
+    );
+    assert_eq!(t, Ok(Some("x.conflist".into())));
+    let t = merge_target(
+        OsStr::new("x.json"),
+        list.as_bytes(),
+        merged,
+        &[],
+        &loads,
+        &absent,
+    );
+    assert_eq!(t, Ok(None));
+    let single = r#"{"name":"c","type":"calico"}"#;
+    let valid = [
+        OsString::from("10-calico.json"),
+        OsString::from("20-flannel.conflist"),
+    ];
+    let name = OsStr::new("10-calico.json");
+    assert_eq!(
+        merge_target(name, single.as_bytes(), merged, &valid, &loads, &absent),
+        Ok(Some("10-calico.conflist".into()))
+    );
+    let e = merge_target(
+        name,
+        single.as_bytes(),
+        merged,
+        &valid,
+        &loads,
+        &|_: &OsStr| false,
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("10-calico.conflist exists and is not ours"),
+        "{e}"
     );
 }

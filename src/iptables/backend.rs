@@ -102,11 +102,10 @@ pub fn record_host_backend(run_dir: &Path, forced: Option<Backend>) -> Result<St
         }
         None => detect_host()?,
     };
-    crate::fsutil::write_atomic(
-        &RunDir::new(run_dir).iptables_backend(),
-        format!("{}\n", b.name()).as_bytes(),
-        0o644,
-    )?;
+    let record = RunDir::new(run_dir).iptables_backend();
+    crate::fsutil::write_atomic(&record, format!("{}\n", b.name()).as_bytes(), 0o644)?;
+    // This agent's record: its cleanup removes it only while it is still this file.
+    crate::rundir::claim(&record);
     Ok(b.name().to_string())
 }
 

@@ -47,12 +47,17 @@ pub fn bind(path: &Path) -> Result<UnixListener> {
     let tmp = crate::fsutil::temp_path_for(path);
     let _ = std::fs::remove_file(&tmp);
     let l = UnixListener::bind(&tmp).io_context(|| format!("bind {}", tmp.display()))?;
+    let id = crate::rundir::identity(&tmp);
     let restrict =
         std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o600))
             .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = restrict {
         let _ = std::fs::remove_file(&tmp);
         return Err(crate::Error::io(format!("install {}", path.display()), e));
+    }
+    // Cleanup removes it only while it is still this socket (an older agent's never takes a newer one's).
+    if let Some(id) = id {
+        crate::rundir::claim_id(path, id);
     }
     l.set_nonblocking(true)
         .io_context(|| format!("non-blocking {}", path.display()))?;

@@ -442,6 +442,8 @@ fn cleanup_cases() {
         // The case keeps the kubeconfig in the conf dir; ours lives at <run dir>/istio-cni-kubeconfig.
         let kc_rel = s(&st, "kubeconfig_path");
         fs::rename(conf.join(kc_rel), run.join(RunDir::KUBECONFIG)).unwrap();
+        // This installer wrote it (a running agent's cleanup removes only its own: rundir::claim).
+        istio_cni::rundir::claim(&run.join(RunDir::KUBECONFIG));
         let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
         inst.installed = Some(s(&st, "installed_config").into());
         inst.cleanup().unwrap();
@@ -727,7 +729,10 @@ fn select_listing_is_the_same_through_the_pure_api() {
         "install/master-e2e-skip-invalid-conflist-files-for-first-valid-conflist-file/before",
     );
     let cands = select::list_candidates(&d).unwrap();
-    let l = select::valid_configs("d", &cands, &|_| false).unwrap();
+    let l = select::valid_configs("d", &cands, &|n| {
+        istio_cni::install::plugin_dir::read(&d, n)
+    })
+    .unwrap();
     assert_eq!(
         l.valid.first().and_then(|n| n.to_str()),
         Some("02-calico.conflist")

@@ -151,7 +151,10 @@ fn run_case(name: &str) {
     // Selection through the pure API first: libcni's choice is upstream's primary.
     let primary = std::ffi::OsString::from(s(&c.expect, "primary"));
     let cands = select::list_candidates(&c.conf).unwrap();
-    let listing = select::valid_configs("d", &cands, &|_| false).unwrap();
+    let listing = select::valid_configs("d", &cands, &|n| {
+        istio_cni::install::plugin_dir::read(&c.conf, n)
+    })
+    .unwrap();
     assert_eq!(
         listing.valid.first(),
         Some(&primary),

@@ -100,3 +100,26 @@ fn go_nesting_limit_on_the_installer_main_thread() {
     p.signal(Signal::SIGTERM);
     assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
 }
+
+/// libcni 1.3.0 (`NetworkConfFromFile`) also loads the `.conf` files of the directory `<conf dir>/<name>`,
+/// so a list's `name` is a path: one holding an escaped NUL (issue 28 H3) is refused by Go's syscalls
+/// (EINVAL), one naming a regular file fails with ENOTDIR, and either way the runtime skips the list and
+/// uses 10-ptp. With `loadOnlyInlinedPlugins` nothing is read and the list is the runtime's file.
+#[test]
+fn a_list_whose_name_libcni_cannot_read_as_a_directory_is_skipped() {
+    expect_entry_in(
+        "gonul",
+        r#"{"name":"x\u0000","cniVersion":"1.0.0","plugins":[{"type":"ptp"}]}"#,
+        "10-ptp.conflist",
+    );
+    expect_entry_in(
+        "gofile",
+        r#"{"name":"10-ptp.conflist","cniVersion":"1.0.0","plugins":[{"type":"ptp"}]}"#,
+        "10-ptp.conflist",
+    );
+    expect_entry_in(
+        "gonul-inlined",
+        r#"{"name":"x\u0000","cniVersion":"1.0.0","loadOnlyInlinedPlugins":true,"plugins":[{"type":"ptp"}]}"#,
+        "00-first.conflist",
+    );
+}

@@ -300,3 +300,89 @@ fn an_istio_cni_conf_primary_gets_one_entry_and_cleanup_leaves_no_empty_list() {
     }
     assert!(names(&n.conf).is_empty(), "{:?}", names(&n.conf));
 }
+
+/// The conf dir's file names, sorted (temp files included: none may be left).
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A `.json` holding a plugin list: the runtimes load a `.json` as one plugin (libcni
+/// `NetworkPluginConfFromBytes`: `type` required), so it is skipped (CRI-O goes on to the next file;
+/// containerd's go-cni stops loading there) and the node's network is `20-flannel.conflist`. Pinned to it
+/// with CNI_CONF_NAME, our entry goes into the list in place, as upstream 1.30.3 puts it, so it stays a
+/// file the runtime skips, and we are not ready, saying why; unpinned, the runtime's file gets our entry.
+/// Either way the runtime's network is flannel during the install and after the uninstall, and the conf
+/// dir holds the files it held, byte for byte apart from our entry (checked to fail when the `.json` was
+/// turned into `10-calico.conflist`).
+#[test]
+fn a_json_holding_a_list_never_becomes_the_runtimes_network() {
+    let go = |t: &str| {
+        let v = istio_cni::json::parse(t, "t").unwrap();
+        istio_cni::install::conflist::render(&v).unwrap()
+    };
+    let calico = go(r#"{"name":"k8s-pod-network","cniVersion":"0.3.1",
+        "plugins":[{"type":"calico","ipam":{"type":"calico-ipam"}},{"type":"portmap","capabilities":{"portMappings":true}}]}"#);
+    let flannel = go(&list_text("cbr0", "flannel"));
+    let both = ["10-calico.json", "20-flannel.conflist"];
+    for pinned in [true, false] {
+        let n = Node::new("json-list");
+        n.write("10-calico.json", &calico);
+        n.write("20-flannel.conflist", &flannel);
+        assert_eq!(n.runtime_file().as_deref(), Some("20-flannel.conflist"));
+        let env: &[(&str, &str)] = if pinned {
+            &[("CNI_CONF_NAME", "10-calico.json")]
+        } else {
+            &[]
+        };
+        let mut p = n.start(env);
+        if pinned {
+            poll_until("ready, or not ready saying why", LONG, || {
+                n.ready() || p.stderr().contains("not ready:")
+            });
+            let log = p.stderr();
+            assert_eq!(
+                n.runtime_file().as_deref(),
+                Some("20-flannel.conflist"),
+                "{log}"
+            );
+            assert_eq!(names(&n.conf), both, "{log}");
+            assert!(n.not_ready(), "{log}");
+            let line = log.lines().find(|l| l.contains("not ready:")).unwrap();
+            assert!(
+                line.contains("20-flannel.conflist")
+                    && line.contains("does not load CNI_CONF_NAME=10-calico.json")
+                    && line.contains("missing 'type'"),
+                "{line}"
+            );
+            assert_eq!(n.entries("10-calico.json"), 1, "in place, as upstream");
+            assert!(
+                !log.lines().any(|l| l.trim_end().ends_with("removed:")),
+                "a reason with nothing after it:\n{log}"
+            );
+        } else {
+            n.settle_ready(&p, "unpinned");
+            assert_eq!(names(&n.conf), both);
+            assert_eq!(
+                fs::read_to_string(n.conf.join("10-calico.json")).unwrap(),
+                calico
+            );
+        }
+        p.signal(Signal::SIGTERM);
+        assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+        assert_eq!(names(&n.conf), both);
+        assert_eq!(n.runtime_file().as_deref(), Some("20-flannel.conflist"));
+        assert_eq!(
+            fs::read_to_string(n.conf.join("10-calico.json")).unwrap(),
+            calico
+        );
+        assert_eq!(
+            fs::read_to_string(n.conf.join("20-flannel.conflist")).unwrap(),
+            flannel
+        );
+    }
+}

@@ -18,6 +18,7 @@ mod install_handover;
 mod install_invariant;
 mod install_links;
 mod install_lost_update;
+mod install_overlap;
 mod install_process;
 mod install_select_process;
 mod install_settings;

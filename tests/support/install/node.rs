@@ -79,11 +79,13 @@ impl Node {
     /// libcni's choice right now (the file the runtime will use).
     pub fn runtime_file(&self) -> Option<String> {
         let c = select::list_candidates(&self.conf).ok()?;
-        select::valid_configs("d", &c, &|_| false)
-            .ok()?
-            .valid
-            .first()
-            .map(|n| n.to_string_lossy().into_owned())
+        select::valid_configs("d", &c, &|n| {
+            istio_cni::install::plugin_dir::read(&self.conf, n)
+        })
+        .ok()?
+        .valid
+        .first()
+        .map(|n| n.to_string_lossy().into_owned())
     }
 
     /// The invariant's right-hand side: the runtime's file holds our entry.
