@@ -3,17 +3,22 @@
 //! musl's malloc spent about 30 % of a cached ADD's instructions (215 k of 700 k under callgrind) and a
 //! `mmap`/`munmap` pair for many of its small groups (54 of the ADD's ~150 system calls). The plugin
 //! allocates a few hundred kilobytes and exits, so it needs no reuse: once [`Arena::enable`] runs (the
-//! plugin's entry, nothing else), the allocations of the thread that enabled it are carved from a zeroed
-//! static region in order, a free gives back only the most recent allocation (a growing buffer stays in
-//! place), and everything else is returned to the system when the process exits. Whatever does not fit,
-//! everything allocated before `enable` or in another applet (the long-running agent never enables it), and
-//! everything another thread allocates (the API lookup's helper thread) goes to the system allocator: the
-//! arena's state never passes between threads, so it needs no ordering (plain loads and stores).
+//! plugin's entry, nothing else), allocations are carved from a zeroed static region in order, a free
+//! gives back only the most recent allocation (a growing buffer stays in place), and everything else is
+//! returned to the system when the process exits. Whatever does not fit, and everything allocated before
+//! `enable` or in another applet (the long-running agent never enables it), goes to the system allocator.
+//!
+//! The plugin is not single-threaded (its API lookup runs on a helper thread that can outlive its deadline),
+//! so bytes can pass from one thread to another through the arena: a block one thread gives back (a free or
+//! an in-place shrink of the most recent block) can be the next block another thread claims or grows into.
+//! Every such hand-over is a compare-and-swap on `next`: the giving one is `Release`, the taking one
+//! `Acquire`, so the giver's writes to those bytes, and its raising of `high`, happen before the taker's
+//! (on x86-64 these are the same instructions as `Relaxed`; see `scripts/test.d/miri`).
 //! The region is `.bss`: it costs no file size, and a page only when first touched.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Bytes the arena hands out before falling back to the system allocator. An ADD uses a few hundred KiB; a
 /// pod object from the API path at the JSON size limit fits too.
@@ -22,55 +27,39 @@ pub const SIZE: usize = 8 << 20;
 #[repr(C, align(4096))]
 struct Region<const N: usize>(UnsafeCell<[u8; N]>);
 
-std::thread_local! {
-    /// One byte per thread whose address names the thread (see [`Arena::owner`]); const-initialised and
-    /// without a destructor, so reading its address never allocates, registers or fails.
-    static THREAD: u8 = const { 0 };
-}
-
-/// A token naming the calling thread: the address of its [`THREAD`] byte, distinct for every live thread and
-/// never 0. A thread that has exited may see its token reused by a later one; the arena's owner is the
-/// plugin's main thread, which lives as long as the process.
-fn this_thread() -> usize {
-    THREAD.with(|t| t as *const u8 as usize)
-}
-
 pub struct Arena<const N: usize> {
-    /// The thread the arena serves ([`this_thread`]), 0 until [`Arena::enable`]. Only that thread claims,
-    /// gives back or grows blocks, so `next`, `high` and the region's reuse never pass between threads: every
-    /// other thread (the plugin's API lookup runs on a helper that can outlive its deadline) gets the system
-    /// allocator, and frees an arena block it was handed by leaving it in place.
-    owner: AtomicUsize,
-    /// Offset of the first free byte of `mem`. Written by the owner only.
+    on: AtomicBool,
+    /// Offset of the first free byte of `mem`.
     next: AtomicUsize,
     /// Offset past the furthest byte ever handed out: beyond it `mem` is still the zeroed `.bss`, so a
     /// zeroed block there needs no writing (and touches no page: a 64 KiB receive buffer costs nothing
-    /// until the kernel fills part of it). Written by the owner only.
+    /// until the kernel fills part of it).
     high: AtomicUsize,
     mem: Region<N>,
 }
 
 // SAFETY: `mem` is only written through pointers handed out by `alloc`, and every byte range is handed to
-// one caller at a time: only the owner thread claims ranges, gives them back (the rollback in `dealloc`) and
-// hands them out again, all in its own program order, so a range is reused only after its previous use on
-// that same thread ended. A block the owner passes to another thread goes with whatever synchronisation the
-// passing itself has (a channel, a join), as with any allocator; that thread never returns it for reuse.
+// one caller at a time: ranges are claimed by compare-and-swap on `next`, so two threads never get
+// overlapping ones, and a range is only handed out again after its owner freed it (the rollback in
+// `dealloc`, itself a compare-and-swap from that range's end). Giving bytes back is a `Release` swap and
+// claiming or growing into them an `Acquire` one, so the previous owner's accesses happen before the next
+// owner's: no data race on `mem`, whichever threads they run on.
 unsafe impl<const N: usize> Sync for Arena<N> {}
 
 impl<const N: usize> Arena<N> {
     pub const fn new() -> Self {
         Arena {
-            owner: AtomicUsize::new(0),
+            on: AtomicBool::new(false),
             next: AtomicUsize::new(0),
             high: AtomicUsize::new(0),
             mem: Region(UnsafeCell::new([0; N])),
         }
     }
 
-    /// Serves the calling thread's allocations from now on; other threads keep the system allocator. Only
-    /// for a short-lived process: nothing but the most recent allocation is ever reused. Called once.
+    /// Serves this process's allocations from now on. Only for a short-lived process: nothing but the most
+    /// recent allocation is ever reused.
     pub fn enable(&self) {
-        self.owner.store(this_thread(), Ordering::Relaxed);
+        self.on.store(true, Ordering::Relaxed);
     }
 
     /// Bytes handed out so far.
@@ -87,38 +76,32 @@ impl<const N: usize> Arena<N> {
         p >= self.base() && p < self.base() + N
     }
 
-    /// Whether the calling thread is the one the arena serves (no thread-local read while it is disabled,
-    /// as in every applet but the plugin).
-    fn serves_me(&self) -> bool {
-        let owner = self.owner.load(Ordering::Relaxed);
-        owner != 0 && owner == this_thread()
-    }
-
-    /// Claims `size` bytes aligned to `align` for the owner thread (the caller checked), or `None` when they
-    /// do not fit.
+    /// Claims `size` bytes aligned to `align`, or `None` when they do not fit.
     fn claim(&self, size: usize, align: usize) -> Option<*mut u8> {
         let base = self.base();
-        // `align` is a power of two (Layout's invariant); overflow is checked, and base + N is a real
-        // address, so `end` within it cannot wrap.
-        let start =
-            (base + self.next.load(Ordering::Relaxed)).checked_add(align - 1)? & !(align - 1);
-        let end = start.checked_add(size)?;
-        if end > base + N {
-            return None;
+        let mut cur = self.next.load(Ordering::Relaxed);
+        loop {
+            // `align` is a power of two (Layout's invariant); overflow is checked, and base + N is a real
+            // address, so `end` within it cannot wrap.
+            let start = (base + cur).checked_add(align - 1)? & !(align - 1);
+            let end = start.checked_add(size)?;
+            if end > base + N {
+                return None;
+            }
+            // Acquire: these bytes may be ones another thread gave back (its Release in `dealloc` or
+            // `realloc`); its writes and its `high` must be seen before this caller writes or zeroes them.
+            match self.next.compare_exchange_weak(
+                cur,
+                end - base,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                // SAFETY: `start - base` is within the region (checked above): the pointer stays in `mem`
+                // and keeps its provenance.
+                Ok(_) => return Some(unsafe { self.mem.0.get().cast::<u8>().add(start - base) }),
+                Err(now) => cur = now,
+            }
         }
-        self.next.store(end - base, Ordering::Relaxed);
-        // SAFETY: `start - base` is within the region (checked above), so the pointer stays in `mem` and
-        // keeps its provenance.
-        Some(unsafe { self.mem.0.get().cast::<u8>().add(start - base) })
-    }
-
-    /// Raises the high-water mark to `end` (an offset); returns the mark before.
-    fn raise_high(&self, end: usize) -> usize {
-        let old = self.high.load(Ordering::Relaxed);
-        if end > old {
-            self.high.store(end, Ordering::Relaxed);
-        }
-        old
     }
 }
 
@@ -133,9 +116,10 @@ impl<const N: usize> Default for Arena<N> {
 // `realloc` send a block back to whichever allocator it came from, told apart by address (`owns`).
 unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if self.serves_me() {
+        if self.on.load(Ordering::Relaxed) {
             if let Some(p) = self.claim(layout.size(), layout.align()) {
-                self.raise_high(p as usize - self.base() + layout.size());
+                self.high
+                    .fetch_max(p as usize - self.base() + layout.size(), Ordering::Relaxed);
                 return p;
             }
         }
@@ -144,12 +128,16 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if self.serves_me() {
+        if self.on.load(Ordering::Relaxed) {
             if let Some(p) = self.claim(layout.size(), layout.align()) {
                 let start = p as usize - self.base();
                 // Bytes below the old high-water mark may have been handed out before (and given back):
-                // zero those; the rest is untouched `.bss`.
-                let old = self.raise_high(start + layout.size());
+                // zero those; the rest is untouched `.bss`. A block is only handed out again after its
+                // owner's `alloc` returned (and so raised `high`) and it was freed, and that free's Release
+                // is what `claim` acquired: the raise is seen here.
+                let old = self
+                    .high
+                    .fetch_max(start + layout.size(), Ordering::Relaxed);
                 let dirty = old.saturating_sub(start).min(layout.size());
                 // SAFETY: `p` is `layout.size()` bytes of `mem` claimed for this caller alone.
                 unsafe { std::ptr::write_bytes(p, 0, dirty) };
@@ -166,12 +154,15 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
             unsafe { System.dealloc(ptr, layout) };
             return;
         }
-        // The owner's most recent block is given back; any other block, and any block another thread
-        // frees, stays until exit.
+        // The most recent block is given back; any other stays until exit. Release: the next claimant of
+        // these bytes, on any thread, sees this owner's writes to them as done.
         let start = ptr as usize - self.base();
-        if self.serves_me() && self.next.load(Ordering::Relaxed) == start + layout.size() {
-            self.next.store(start, Ordering::Relaxed);
-        }
+        let _ = self.next.compare_exchange(
+            start + layout.size(),
+            start,
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -180,18 +171,26 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
             return unsafe { System.realloc(ptr, layout, new_size) };
         }
         let start = ptr as usize - self.base();
-        // The owner's most recent block grows or shrinks in place when it fits.
+        // The most recent block grows or shrinks in place when it fits. Growing takes bytes another thread
+        // may have given back (Acquire); shrinking gives bytes back (Release).
         if let Some(end) = start.checked_add(new_size).filter(|&e| e <= N) {
-            if self.serves_me() && self.next.load(Ordering::Relaxed) == start + layout.size() {
-                self.next.store(end, Ordering::Relaxed);
+            if self
+                .next
+                .compare_exchange(
+                    start + layout.size(),
+                    end,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
                 // The owner may write up to `end`: past the old mark the region is no longer zero.
-                self.raise_high(end);
+                self.high.fetch_max(end, Ordering::Relaxed);
                 return ptr;
             }
         }
         // SAFETY: `new_size` with the old alignment is a valid layout (the caller's contract); the copy
-        // covers bytes both blocks own, and the blocks do not overlap (the new one was just claimed, or is
-        // the system's).
+        // covers bytes both blocks own, and the blocks do not overlap (the new one was just claimed).
         unsafe {
             let new = self.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
             if !new.is_null() {
