@@ -176,6 +176,33 @@ write_sbom() {
 		cargo metadata --format-version 1 --no-deps --manifest-path "$REPO/Cargo.toml" | jq -r '.packages[].manifest_path')
 }
 
+# runner_counts LOG (scripts/test, for its script-level tests): "passed failed skipped found" from the test
+# runners' summaries in LOG: cargo's "test result:" lines (ignored tests count as skipped), Python unittest's
+# "Ran N tests" + "OK (skipped=S)" / "FAILED (failures=F, errors=E, skipped=S)", pytest's
+# "== P passed, F failed, S skipped ... in Xs ==". found=0 when LOG has none of them.
+runner_counts() {
+	awk '
+		/^test result: [A-Za-z]+\. [0-9]+ passed; [0-9]+ failed; [0-9]+ ignored/ {
+			p += $4; f += $6; s += $8; n++ }
+		/^Ran [0-9]+ tests? in / { ran = $2; n++ }
+		/^(OK|FAILED)( \(.*\))?$/ && ran != "" {
+			uf = 0; us = 0
+			if (match($0, /failures=[0-9]+/)) uf += substr($0, RSTART + 9, RLENGTH - 9)
+			if (match($0, /errors=[0-9]+/)) uf += substr($0, RSTART + 7, RLENGTH - 7)
+			if (match($0, /skipped=[0-9]+/)) us += substr($0, RSTART + 8, RLENGTH - 8)
+			if (match($0, /expected failures=[0-9]+/)) us += substr($0, RSTART + 18, RLENGTH - 18)
+			p += ran - uf - us; f += uf; s += us; ran = "" }
+		/^=+ .*[0-9]+ (passed|failed|error|errors|skipped).* in [0-9.]+s.* =+$/ {
+			for (i = 1; i <= NF; i++) {
+				w = $(i + 1); sub(/,$/, "", w)
+				if (w == "passed") p += $i
+				else if (w == "failed" || w == "error" || w == "errors") f += $i
+				else if (w == "skipped") s += $i
+			}
+			n++ }
+		END { print p + 0, f + 0, s + 0, n + 0 }' "$1"
+}
+
 # rustup installs into ~/.cargo/bin; a fresh root shell may not have it on PATH yet.
 case ":$PATH:" in
 *":${CARGO_HOME:-$HOME/.cargo}/bin:"*) ;;
