@@ -63,6 +63,11 @@ RELEASE_ENV_REFUSED=(
 	HOST_CFLAGS HOST_CXXFLAGS CROSS_COMPILE 'CRATE_CC_*'
 )
 
+# What release_build itself sets for the C parts (ring's): the caller may have the same (cargo puts
+# .cargo/config.toml's [env] into the environment of the tests it runs, and tests/cri calls scripts/build).
+RELEASE_ENV_OWN=(CC_x86_64_unknown_linux_musl=musl-gcc CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc
+	AR_aarch64_unknown_linux_musl=aarch64-linux-gnu-ar)
+
 # _glob_any NAME PATTERN...: whether NAME matches one of the shell glob patterns.
 _glob_any() {
 	local name=$1 p
@@ -80,6 +85,7 @@ release_env_check() {
 	local name refused=()
 	while IFS= read -r name; do
 		_glob_any "$name" "${RELEASE_ENV_ALLOWED[@]}" && continue
+		case " ${RELEASE_ENV_OWN[*]} " in *" $name=${!name} "*) continue ;; esac
 		_glob_any "$name" "${RELEASE_ENV_REFUSED[@]}" && refused+=("$name")
 	done < <(compgen -e | LC_ALL=C sort)
 	[ "${#refused[@]}" -eq 0 ] || die "the release build refuses ${refused[*]} in the environment: it would \
@@ -128,10 +134,8 @@ release_build() {
 	config="target.$triple.rustflags=[$(IFS=,; echo "${flags[*]}")]"
 	# .cargo/config.toml names the linkers and crt-static; ring's C parts need a C compiler for the target.
 	case $triple in
-	x86_64-unknown-linux-musl) cc=(CC_x86_64_unknown_linux_musl=musl-gcc) ;;
-	aarch64-unknown-linux-musl)
-		cc=(CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc AR_aarch64_unknown_linux_musl=aarch64-linux-gnu-ar)
-		;;
+	x86_64-unknown-linux-musl) cc=("${RELEASE_ENV_OWN[0]}") ;;
+	aarch64-unknown-linux-musl) cc=("${RELEASE_ENV_OWN[@]:1}") ;;
 	esac
 	mapfile -d '' -t env_vars < <(release_env)
 	(

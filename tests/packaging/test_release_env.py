@@ -129,7 +129,8 @@ class TestReleaseEnvironment(unittest.TestCase):
                             ("CARGO_BUILD_TARGET_DIR", str(self.d / "elsewhere")),
                             ("CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS", "-Cdebuginfo=2"),
                             ("CFLAGS", "-O0"),
-                            ("CC_x86_64_unknown_linux_musl", "gcc")]:
+                            ("CC_x86_64_unknown_linux_musl", "gcc"),
+                            ("AR_aarch64_unknown_linux_musl", "ar")]:
             with self.subTest(variable=name):
                 # In a temp target dir: should the build go ahead, the stand-in writes there, not into target/.
                 p = release_build(REPO, self.shim, self.triple, CARGO_TARGET_DIR=str(self.d / "t"), **{name: value})
@@ -140,8 +141,10 @@ class TestReleaseEnvironment(unittest.TestCase):
 
     def test_cargo_gets_the_allow_listed_environment_only(self):
         target_dir = self.d / "t"
+        # The C compiler release_build names itself is no change (cargo test puts the config's [env] there).
         p = release_build(REPO, self.shim, self.triple, CARGO_TARGET_DIR=str(target_dir),
-                          ISTIO_CNI_STRAY_SETTING="1", GOFLAGS="-mod=vendor", RUST_LOG="trace")
+                          ISTIO_CNI_STRAY_SETTING="1", GOFLAGS="-mod=vendor", RUST_LOG="trace",
+                          CC_x86_64_unknown_linux_musl="musl-gcc")
         self.assertEqual(p.returncode, 0, p.stderr)
         env = self.shim.seen_env(self.triple)
         for stray in ("ISTIO_CNI_STRAY_SETTING", "GOFLAGS", "RUST_LOG"):
