@@ -42,14 +42,16 @@ crate_version() {
 # rustc, the build scripts and the C compiler (anything else, e.g. a stray CFLAGS, is left out), and none of them
 # changes the binary's bytes: where things are (homes, target dir, temp dir), the toolchain rustup picks (the
 # binary's --version names it), how cargo talks (terminal, network, registries, CA certificates, proxies),
-# parallelism, and what build.rs reads (ISTIO_CNI_COMMIT, SOURCE_DATE_EPOCH). Patterns are shell globs.
+# parallelism, and what build.rs reads (ISTIO_CNI_COMMIT). Patterns are shell globs. SOURCE_DATE_EPOCH (the SBOM's
+# and the image's date, exported by scripts/release) is left out: nothing in the binary carries a date, and cc-rs
+# tracks the variable, so passing it made ring build again whenever scripts/release followed build-multiarch.
 RELEASE_ENV_ALLOWED=(
 	PATH HOME USER LOGNAME LANG 'LC_*' TERM TMPDIR
 	CARGO_HOME RUSTUP_HOME RUSTUP_TOOLCHAIN RUSTUP_AUTO_INSTALL CARGO_TARGET_DIR CARGO_BUILD_JOBS
 	'CARGO_TERM_*' 'CARGO_NET_*' 'CARGO_HTTP_*' 'CARGO_REGISTRIES_*' CARGO_REGISTRY_DEFAULT
 	SSL_CERT_FILE SSL_CERT_DIR CURL_CA_BUNDLE GIT_SSL_CAINFO
 	http_proxy https_proxy HTTP_PROXY HTTPS_PROXY no_proxy NO_PROXY all_proxy ALL_PROXY
-	ISTIO_CNI_COMMIT SOURCE_DATE_EPOCH
+	ISTIO_CNI_COMMIT
 )
 # What a release refuses, naming the variable: the caller's variables that change what cargo, rustc or the C
 # compiler produce. RUSTFLAGS / CARGO_ENCODED_RUSTFLAGS replace .cargo/config.toml's rustflags (+crt-static)
