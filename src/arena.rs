@@ -7,6 +7,13 @@
 //! gives back only the most recent allocation (a growing buffer stays in place), and everything else is
 //! returned to the system when the process exits. Whatever does not fit, and everything allocated before
 //! `enable` or in another applet (the long-running agent never enables it), goes to the system allocator.
+//!
+//! The plugin is not single-threaded (its API lookup runs on a helper thread that can outlive its deadline),
+//! so bytes can pass from one thread to another through the arena: a block one thread gives back (a free or
+//! an in-place shrink of the most recent block) can be the next block another thread claims or grows into.
+//! Every such hand-over is a compare-and-swap on `next`: the giving one is `Release`, the taking one
+//! `Acquire`, so the giver's writes to those bytes, and its raising of `high`, happen before the taker's
+//! (on x86-64 these are the same instructions as `Relaxed`; see `scripts/test.d/miri`).
 //! The region is `.bss`: it costs no file size, and a page only when first touched.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -34,7 +41,9 @@ pub struct Arena<const N: usize> {
 // SAFETY: `mem` is only written through pointers handed out by `alloc`, and every byte range is handed to
 // one caller at a time: ranges are claimed by compare-and-swap on `next`, so two threads never get
 // overlapping ones, and a range is only handed out again after its owner freed it (the rollback in
-// `dealloc`, itself a compare-and-swap from that range's end).
+// `dealloc`, itself a compare-and-swap from that range's end). Giving bytes back is a `Release` swap and
+// claiming or growing into them an `Acquire` one, so the previous owner's accesses happen before the next
+// owner's: no data race on `mem`, whichever threads they run on.
 unsafe impl<const N: usize> Sync for Arena<N> {}
 
 impl<const N: usize> Arena<N> {
@@ -79,13 +88,17 @@ impl<const N: usize> Arena<N> {
             if end > base + N {
                 return None;
             }
+            // Acquire: these bytes may be ones another thread gave back (its Release in `dealloc` or
+            // `realloc`); its writes and its `high` must be seen before this caller writes or zeroes them.
             match self.next.compare_exchange_weak(
                 cur,
                 end - base,
-                Ordering::Relaxed,
+                Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Some(start as *mut u8),
+                // SAFETY: `start - base` is within the region (checked above): the pointer stays in `mem`
+                // and keeps its provenance.
+                Ok(_) => return Some(unsafe { self.mem.0.get().cast::<u8>().add(start - base) }),
                 Err(now) => cur = now,
             }
         }
@@ -120,7 +133,8 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
                 let start = p as usize - self.base();
                 // Bytes below the old high-water mark may have been handed out before (and given back):
                 // zero those; the rest is untouched `.bss`. A block is only handed out again after its
-                // owner's `alloc` returned (and so raised `high`) and it was freed.
+                // owner's `alloc` returned (and so raised `high`) and it was freed, and that free's Release
+                // is what `claim` acquired: the raise is seen here.
                 let old = self
                     .high
                     .fetch_max(start + layout.size(), Ordering::Relaxed);
@@ -140,12 +154,13 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
             unsafe { System.dealloc(ptr, layout) };
             return;
         }
-        // The most recent block is given back; any other stays until exit.
+        // The most recent block is given back; any other stays until exit. Release: the next claimant of
+        // these bytes, on any thread, sees this owner's writes to them as done.
         let start = ptr as usize - self.base();
         let _ = self.next.compare_exchange(
             start + layout.size(),
             start,
-            Ordering::Relaxed,
+            Ordering::Release,
             Ordering::Relaxed,
         );
     }
@@ -156,14 +171,15 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
             return unsafe { System.realloc(ptr, layout, new_size) };
         }
         let start = ptr as usize - self.base();
-        // The most recent block grows or shrinks in place when it fits.
+        // The most recent block grows or shrinks in place when it fits. Growing takes bytes another thread
+        // may have given back (Acquire); shrinking gives bytes back (Release).
         if let Some(end) = start.checked_add(new_size).filter(|&e| e <= N) {
             if self
                 .next
                 .compare_exchange(
                     start + layout.size(),
                     end,
-                    Ordering::Relaxed,
+                    Ordering::AcqRel,
                     Ordering::Relaxed,
                 )
                 .is_ok()

@@ -16,8 +16,10 @@ one does while 20,000 fresh namespaces are not needed. The API requests, TLS han
 counted over the whole storm from the double's own counters (GET /_double/stats; the harness's admin
 connections are subtracted).
 
-Results: target/bench/scale.json ({"runs": [...]}), scale.md (the table) and scale.svg (matplotlib).
-Run by scripts/bench (as root, with the bench's Python environment); not by hand.
+Results: target/bench/scale.json ({"runs": [...]}, with the date and commit), scale.md (the table) and scale.svg
+(matplotlib: API requests per pod start, ADD p50, API server CPU, agent RSS; date and commit on it).
+Run by scripts/bench (as root, with the bench's Python environment); `--replot SCALE_JSON --out DIR` only
+draws a run's figure again.
 """
 
 import argparse
@@ -611,48 +613,88 @@ def markdown(doc):
 
 
 def picture(doc, path):
+    """scale.svg: what a user of the pod cache gets, per N, with it and without it: API requests per pod start
+    (the headline: 0 with the cache, drawn above the axis and labelled), the pod start's own latency (ADD p50 in
+    a fresh network namespace), the API server's CPU and the agent's memory. The date, commit and command are
+    on the figure."""
     import matplotlib
     matplotlib.use("Agg")
     # Text stays text (a smaller file that diffs), and no timestamp in it.
     matplotlib.rcParams["svg.fonttype"] = "none"
     matplotlib.rcParams["svg.hashsalt"] = "scale"
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
-    top = [0.0, 0.0, 0.0]
-    for cache, style in ((False, "o--"), (True, "s-")):
+    panels = (
+        ("Kubernetes API requests per pod start", "requests", lambda r: r["api_requests_per_pod_start"], "{:.2f}"),
+        ("pod start: ADD latency (p50, fresh netns)", "ms", lambda r: (r.get("add_ms") or {}).get("p50"), "{:.1f}"),
+        ("API server CPU per 1,000 pod starts", "CPU seconds", lambda r: r["double_cpu_s_per_1000_pod_starts"],
+         "{:.2f}"),
+        ("install-cni memory (RSS, median)", "MiB", lambda r: r["agent_rss_kb"]["median"] / 1024, "{:.1f}"),
+    )
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.6))
+    axes = axes.flatten()
+    top = [0.0] * len(panels)
+    # Value labels: the line without the cache above its points, the line with it below (they never overlap).
+    lines = ((False, "o--", "tab:blue", "pod cache off (upstream's behaviour: one API GET per pod start)", 7, "bottom"),
+             (True, "s-", "tab:orange", "pod cache on (the node's agent answers from one watch)", -7, "top"))
+    for cache, style, color, label, dy, va in lines:
         rs = sorted((r for r in doc["runs"] if r["cache"] == cache), key=lambda r: r["nodes"])
         if not rs:
             continue
-        label = "pod cache on" if cache else "pod cache off (upstream's behaviour)"
-        xs = [r["nodes"] for r in rs]
-        for i, ys in enumerate(([r["api_requests_per_pod_start"] for r in rs],
-                                [r["double_cpu_s_per_1000_pod_starts"] for r in rs],
-                                [r["agent_rss_kb"]["median"] / 1024 for r in rs])):
-            axes[i].plot(xs, ys, style, label=label)
+        for i, (_, _, get, fmt) in enumerate(panels):
+            pts = [(r["nodes"], get(r)) for r in rs if get(r) is not None]
+            if not pts:
+                continue
+            xs, ys = zip(*pts)
+            # Markers are not clipped and sit above the axes, so a line at 0 shows in full.
+            axes[i].plot(xs, ys, style, color=color, label=label, clip_on=False, zorder=3)
+            for x, y in pts:
+                axes[i].annotate(fmt.format(y), (x, y), textcoords="offset points", xytext=(0, dy),
+                                 ha="center", va=va, fontsize=8, color=color, annotation_clip=False)
             top[i] = max(top[i], *ys)
-    for ax, t, title, ylabel in zip(axes, top, ("API requests per pod start", "API double CPU per 1,000 pod starts",
-                                                "agent RSS (median)"), ("requests", "CPU seconds", "MiB")):
+    for ax, t, (title, ylabel, _, _) in zip(axes, top, panels):
         ax.set_xscale("log")
-        ax.set_xlabel("node agents (N)")
-        ax.set_title(title)
+        ax.set_xlabel("nodes (N install-cni agents)")
+        ax.set_title(title, fontsize=11)
         ax.set_ylabel(ylabel)
-        ax.set_ylim(0, max(t, 1e-9) * 1.25)
+        t = max(t, 1e-9)
+        # Room below 0 (the cache's line at 0 and its labels stay above the x-axis) and above the top label.
+        ax.set_ylim(-0.2 * t, t * 1.3)
+        ax.axhline(0, color="0.6", linewidth=0.8, zorder=1)
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9)
-    fig.suptitle(f"{doc['runs'][0]['pods'] // doc['runs'][0]['nodes']} pods per node, one HTTPS API double, "
-                 f"N install-cni on {doc['machine']['nproc']} CPUs", fontsize=10)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles, labels, loc="lower left", ncol=1, fontsize=9, frameon=False)
+    r0 = doc["runs"][0]
+    m = doc["machine"]
+    fig.suptitle(f"{r0['pods'] // r0['nodes']} pod starts per node against one HTTPS Kubernetes API server "
+                 f"(tests/kube-double), N agents on {m['nproc']} CPUs", fontsize=11)
+    commit = doc.get("commit") or "unknown commit"
+    fig.text(0.99, 0.005, f"{doc['date']}, commit {commit}: scripts/bench --scale {doc['scale']}"
+             f"{' --quick' if doc.get('quick') else ''}", ha="right", va="bottom", fontsize=7, color="0.35")
+    fig.tight_layout(rect=(0, 0.1, 1, 0.97))
     fig.savefig(path, metadata={"Date": None})
     plt.close(fig)
 
 
+def commit_of(repo):
+    """The checked-out commit (12 hex digits), with '+changes' when the work tree differs; None without git."""
+    try:
+        c = subprocess.run(["git", "-C", repo, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return c + ("+changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--double", required=True)
+    ap.add_argument("--replot", metavar="SCALE_JSON",
+                    help="only draw SCALE_JSON (a run's scale.json) again, into --out/scale.svg")
+    ap.add_argument("--bin")
+    ap.add_argument("--double")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--scale", required=True, help="comma list of node counts")
+    ap.add_argument("--scale", help="comma list of node counts")
     ap.add_argument("--cache", choices=("both", "off", "on"), default="both")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--pods-per-node", type=int, default=20)
@@ -667,6 +709,15 @@ def main():
     ap.add_argument("--calibrate", type=int, default=2000, help="pods created to price a create")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
+    if a.replot:
+        with open(a.replot) as fh:
+            doc = json.load(fh)
+        os.makedirs(a.out, exist_ok=True)
+        picture(doc, os.path.join(a.out, "scale.svg"))
+        log(f"drew {a.out}/scale.svg from {a.replot}")
+        return
+    if not (a.bin and a.double and a.scale):
+        ap.error("--bin, --double and --scale are required (unless --replot)")
     if a.quick:
         a.sample, a.idle, a.settle, a.calibrate = min(a.sample, 20), 2.0, 1.0, 200
     if os.geteuid() != 0:
@@ -719,6 +770,7 @@ def main():
             log(f"kept {work}")
     from report import machine
     doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "scale": a.scale, "quick": a.quick,
+           "commit": commit_of(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")),
            "wall_s": time.time() - t0, "machine": machine(), "pods_per_node": a.pods_per_node,
            "method": {"sample": a.sample, "pool": a.pool, "workers": a.workers, "lag_s": a.lag,
                       "bookmark_interval_s": 60, "idle_window_s": a.idle}, "runs": runs}

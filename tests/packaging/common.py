@@ -32,8 +32,13 @@ def crate_version() -> str:
     return m.group(1)
 
 
+@functools.lru_cache(maxsize=None)
 def release_binary(arch: str) -> Path:
-    return REPO / "target" / TRIPLES[arch] / "release" / "istio-cni-node"
+    """The release binary scripts/build-multiarch made for ARCH: where scripts/lib.sh's release_bin says (the
+    one place that decides; it honours CARGO_TARGET_DIR)."""
+    p = run(["bash", "-c", '. scripts/lib.sh && release_bin "$1"', "release_bin", TRIPLES[arch]], cwd=REPO)
+    assert p.returncode == 0 and p.stdout.strip(), f"release_bin failed: {p.stderr}"
+    return Path(p.stdout.strip())
 
 
 # The design card's runtime crates: the binary's only direct dependencies.

@@ -9,7 +9,7 @@ use crate::chart::{Chart, API_IP, NODE_NAME};
 use crate::containerd::Containerd;
 use crate::cri::{Cri, PodSpec};
 use crate::image;
-use crate::node::{our_binary, PAUSE_IMAGE};
+use crate::node::{our_binary, release_bin, PAUSE_IMAGE};
 use crate::util::{in_netns, repo, run, run_ok, Netns, TempDir};
 use kube_double::{Options, Server};
 use std::path::{Path, PathBuf};
@@ -25,7 +25,8 @@ pub fn our_image_archive() -> (PathBuf, String) {
         return x.clone();
     }
     let bin = our_binary();
-    let want = repo().join("target/x86_64-unknown-linux-musl/release/istio-cni-node");
+    // scripts/image --no-build packages the binary where release_bin says.
+    let want = release_bin();
     let same = match (bin.canonicalize(), want.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,

@@ -29,10 +29,25 @@ pub fn our_binary() -> PathBuf {
         return p.clone();
     }
     run_ok("bash", &[repo().join("scripts/build")]);
-    let p = repo().join("target/x86_64-unknown-linux-musl/release/istio-cni-node");
+    let p = release_bin();
     assert!(p.is_file(), "scripts/build made no {}", p.display());
     *b = Some(p.clone());
     p
+}
+
+/// Where scripts/build puts the x86_64 release binary: scripts/lib.sh's `release_bin` decides (it honours
+/// `CARGO_TARGET_DIR`), so the tests look where the scripts do.
+pub fn release_bin() -> PathBuf {
+    let out = run_ok(
+        "bash",
+        &[
+            "-c",
+            ". \"$1/scripts/lib.sh\" && release_bin x86_64-unknown-linux-musl",
+            "release_bin",
+            repo().to_string_lossy().as_ref(),
+        ],
+    );
+    PathBuf::from(out.trim())
 }
 
 pub struct NodeOptions {
