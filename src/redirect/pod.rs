@@ -6,6 +6,7 @@
 //! Only those keys are read (and validated), so the node's pod cache can keep exactly them
 //! ([`crate::podcache::reduce`]) and a cached pod decides exactly as the API server's object does.
 
+use super::keys::*;
 use crate::error::{Error, Result};
 use crate::json::{Object, Value};
 use std::collections::BTreeMap;
@@ -15,37 +16,31 @@ use std::net::IpAddr;
 pub const PROXY_CONTAINER: &str = "istio-proxy";
 
 /// The labels the decision reads.
-pub const READ_LABELS: [&str; 1] = [super::decide::INJECT_KEY];
+pub const READ_LABELS: [&str; 1] = [INJECT_KEY];
 
 /// The annotations the decision and the redirect configuration read.
-pub const READ_ANNOTATIONS: [&str; 12] = {
-    use super::annotations as a;
-    [
-        super::decide::STATUS_KEY,
-        super::decide::INJECT_KEY,
-        a::INTERCEPTION_MODE,
-        a::INCLUDE_OUTBOUND_IP_RANGES,
-        a::EXCLUDE_OUTBOUND_IP_RANGES,
-        a::EXCLUDE_INBOUND_PORTS,
-        a::INCLUDE_INBOUND_PORTS,
-        a::EXCLUDE_OUTBOUND_PORTS,
-        a::INCLUDE_OUTBOUND_PORTS,
-        a::EXCLUDE_INTERFACES,
-        a::REROUTE_VIRTUAL_INTERFACES,
-        a::KUBEVIRT_INTERFACES,
-    ]
-};
+pub const READ_ANNOTATIONS: [&str; 12] = [
+    STATUS_KEY,
+    INJECT_KEY,
+    INTERCEPTION_MODE,
+    INCLUDE_OUTBOUND_IP_RANGES,
+    EXCLUDE_OUTBOUND_IP_RANGES,
+    EXCLUDE_INBOUND_PORTS,
+    INCLUDE_INBOUND_PORTS,
+    EXCLUDE_OUTBOUND_PORTS,
+    INCLUDE_OUTBOUND_PORTS,
+    EXCLUDE_INTERFACES,
+    REROUTE_VIRTUAL_INTERFACES,
+    KUBEVIRT_INTERFACES,
+];
 
 /// The `istio-proxy` env variables the decision and the redirect configuration read.
-pub const READ_PROXY_ENV: [&str; 4] = {
-    use super::annotations as a;
-    [
-        super::decide::DISABLE_ENVOY,
-        a::DNS_CAPTURE_ENV,
-        a::DUAL_STACK_ENV,
-        a::INVALID_DROP_ENV,
-    ]
-};
+pub const READ_PROXY_ENV: [&str; 4] = [
+    DISABLE_ENVOY,
+    DNS_CAPTURE_ENV,
+    DUAL_STACK_ENV,
+    INVALID_DROP_ENV,
+];
 
 /// Facts about the `istio-proxy` container (a regular container or a native-sidecar init container).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
