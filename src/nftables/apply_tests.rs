@@ -1,5 +1,5 @@
 use super::*;
-use crate::nftables::expr::no_groups;
+use crate::nftables::lower::no_groups;
 
 fn tproxy_batch() -> (Ruleset, encode::Batch) {
     let o = crate::json::parse_object(
