@@ -43,15 +43,11 @@ pub const NFPROTO_NETDEV: u8 = 5;
 pub const NFPROTO_BRIDGE: u8 = 7;
 pub const NFPROTO_IPV6: u8 = 10;
 
-/// Hook numbers of the ip, ip6 and inet families (`NF_INET_*`) and of netdev (`NF_NETDEV_*`).
+/// Hook numbers of the ip, ip6 and inet families (`NF_INET_*`, in [`hook_name`]'s order) and of netdev.
 pub const NF_INET_PRE_ROUTING: u32 = 0;
-pub const NF_INET_LOCAL_IN: u32 = 1;
-pub const NF_INET_FORWARD: u32 = 2;
 pub const NF_INET_LOCAL_OUT: u32 = 3;
-pub const NF_INET_POST_ROUTING: u32 = 4;
 pub const NF_INET_INGRESS: u32 = 5;
 pub const NF_NETDEV_INGRESS: u32 = 0;
-pub const NF_NETDEV_EGRESS: u32 = 1;
 
 /// Verdicts (`NF_*`); x_tables stores a standard target's as `-verdict - 1` (`RETURN` is `NF_REPEAT`'s).
 pub const NF_DROP: i32 = 0;
@@ -89,18 +85,20 @@ pub fn family_name(f: u8) -> &'static str {
     }
 }
 
+/// The name nft gives hook `hooknum` of `family`.
 pub fn hook_name(family: u8, hooknum: u32) -> &'static str {
-    match (family, hooknum) {
-        (NFPROTO_NETDEV, NF_NETDEV_INGRESS) => "ingress",
-        (NFPROTO_NETDEV, NF_NETDEV_EGRESS) => "egress",
-        (_, NF_INET_PRE_ROUTING) => "prerouting",
-        (_, NF_INET_LOCAL_IN) => "input",
-        (_, NF_INET_FORWARD) => "forward",
-        (_, NF_INET_LOCAL_OUT) => "output",
-        (_, NF_INET_POST_ROUTING) => "postrouting",
-        (_, NF_INET_INGRESS) => "ingress",
-        _ => "other",
-    }
+    let names: &[&str] = match family {
+        NFPROTO_NETDEV => &["ingress", "egress"],
+        _ => &[
+            "prerouting",
+            "input",
+            "forward",
+            "output",
+            "postrouting",
+            "ingress",
+        ],
+    };
+    names.get(hooknum as usize).copied().unwrap_or("other")
 }
 
 /// One of our base chains (or, in iptables mode, our nat jumps), where the kernel runs it, and how to
