@@ -7,7 +7,7 @@
 use crate::cni::NetConf;
 use crate::error::{Context, Result};
 use crate::iptables::apply::{self as ipt, Addresses, Plan};
-use crate::iptables::Family;
+use crate::netfilter::Family;
 use crate::redirect::plan::{self, NodeEnv};
 use crate::redirect::{CaptureConfig, Documents, Redirect};
 use std::path::Path;

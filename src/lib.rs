@@ -2,7 +2,8 @@
 //!
 //! Pure logic (no OS effects): [`cni`] (protocol), [`redirect`] (pod decision, annotations, rule text),
 //! [`install::conflist`] and friends, [`kube::request`], [`repair::detect`].
-//! Effects, kept thin: [`netns`], [`iptables`], [`nftables`], [`xtables`], [`kube::transport`], [`fsutil`].
+//! Effects, kept thin: [`netns`], [`iptables`], [`nftables`], [`xtables`] (over one [`netfilter`]
+//! vocabulary), [`kube::transport`], [`fsutil`].
 //! Below the roles: [`pod_rules`] (the sidecar path ADD, CHECK and repair share) over [`backend`], [`httpd`].
 //! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
 
@@ -20,6 +21,7 @@ pub mod json;
 pub mod kube;
 pub mod logging;
 pub mod metrics;
+pub mod netfilter;
 pub mod netlink;
 pub mod netns;
 pub mod nftables;

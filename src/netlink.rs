@@ -11,13 +11,17 @@ use nix::sys::socket::{
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_EXCL: u16 = 0x200;
-const NLM_F_CREATE: u16 = 0x400;
-const NLM_F_DUMP: u16 = 0x300;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
+/// The message header every netlink family shares (`linux/netlink.h`): flags, control types, nesting.
+pub const NLM_F_REQUEST: u16 = 0x1;
+pub const NLM_F_MULTI: u16 = 0x2;
+pub const NLM_F_ACK: u16 = 0x4;
+pub const NLM_F_EXCL: u16 = 0x200;
+pub const NLM_F_DUMP: u16 = 0x300;
+pub const NLM_F_CREATE: u16 = 0x400;
+pub const NLM_F_APPEND: u16 = 0x800;
+pub const NLMSG_ERROR: u16 = 2;
+pub const NLMSG_DONE: u16 = 3;
+pub const NLA_F_NESTED: u16 = 0x8000;
 const RTM_GETADDR: u16 = 22;
 const RTM_NEWADDR: u16 = 20;
 const RTM_NEWROUTE: u16 = 24;
@@ -142,21 +146,19 @@ fn add_address_msg(ip: IpAddr, prefix: u8, ifindex: u32) -> Vec<u8> {
     )
 }
 
+/// `struct fib_rule_hdr` and `struct rtmsg` share one layout: family, three prefix/tos bytes, table, three
+/// bytes that differ (`tail`), 32 bits of flags.
+fn route_body(v6: bool, table: u32, tail: [u8; 3]) -> Vec<u8> {
+    let mut body = vec![family(v6), 0, 0, 0, table.min(255) as u8];
+    body.extend_from_slice(&tail);
+    body.extend_from_slice(&[0; 4]);
+    body
+}
+
 fn rule_msg(v6: bool, mark: u32, table: u32) -> Vec<u8> {
-    let mut body = vec![
-        family(v6),
-        0,
-        0,
-        0,
-        table.min(255) as u8,
-        0,
-        0,
-        FR_ACT_TO_TBL,
-    ];
-    body.extend_from_slice(&0u32.to_ne_bytes());
     message(
         RTM_NEWRULE,
-        &body,
+        &route_body(v6, table, [0, 0, FR_ACT_TO_TBL]),
         &[
             (FRA_PRIORITY, TPROXY_RULE_PREF.to_ne_bytes().to_vec()),
             (FRA_FWMARK, mark.to_ne_bytes().to_vec()),
@@ -166,20 +168,9 @@ fn rule_msg(v6: bool, mark: u32, table: u32) -> Vec<u8> {
 }
 
 fn local_route_msg(v6: bool, table: u32, ifindex: u32) -> Vec<u8> {
-    let mut body = vec![
-        family(v6),
-        0,
-        0,
-        0,
-        table.min(255) as u8,
-        RTPROT_BOOT,
-        RT_SCOPE_HOST,
-        RTN_LOCAL,
-    ];
-    body.extend_from_slice(&0u32.to_ne_bytes());
     message(
         RTM_NEWROUTE,
-        &body,
+        &route_body(v6, table, [RTPROT_BOOT, RT_SCOPE_HOST, RTN_LOCAL]),
         &[
             (RTA_TABLE, table.to_ne_bytes().to_vec()),
             (RTA_OIF, ifindex.to_ne_bytes().to_vec()),

@@ -7,7 +7,8 @@
 mod support;
 
 use istio_cni::iptables::apply::{apply, Addresses, Outcome, Plan};
-use istio_cni::iptables::{backend, tool, Backend, Family};
+use istio_cni::iptables::{backend, tool, Backend};
+use istio_cni::netfilter::Family;
 use support::{conformance_dir, require_root, Netns};
 
 #[test]

@@ -9,10 +9,10 @@
 //! backend, the other x_tables backend, native nf_tables base chains; [`elsewhere`]) and fails naming any
 //! rule there that can take traffic past it.
 
-use super::{exec, foreign, save, state, Backend, Family};
+use super::{exec, foreign, save, state, Backend};
 use crate::error::{Context, Error, Result};
+use crate::netfilter::{bypass, is_builtin, is_our_chain, Family, OurHook, OUR_HOOKS};
 use crate::netns;
-use crate::nftables::foreign::{OurHook, HOOK_OUTPUT, HOOK_PREROUTING, NFPROTO_IPV4, NFPROTO_IPV6};
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -61,29 +61,22 @@ where
         let plan = planner(&crate::netlink::addresses()?)?;
         let plan_us = t.elapsed().as_micros();
         let mut families = Vec::new();
-        let mut bypass = Vec::new();
+        let mut found = Vec::new();
         for (family, doc) in &plan.docs {
             let t = Instant::now();
-            let (outcome, found) = apply_family(backend, *family, doc)?;
-            bypass.extend(found);
+            let (outcome, f) = apply_family(backend, *family, doc)?;
+            found.extend(f);
             families.push((*family, outcome, t.elapsed().as_micros()));
         }
         // A fresh namespace (every family applied by the first restore) skips these reads: ADD stays one
         // restore per family.
         if families.iter().any(|(_, o, _)| *o != Outcome::Applied) {
             let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
-            bypass.extend(elsewhere(backend, &fams)?);
+            found.extend(elsewhere(backend, &fams)?);
         }
-        if !bypass.is_empty() {
-            return Err(Error::Rules(format!(
-                "traffic can bypass the redirection: {}; remove these rules from the pod's network \
-                 namespace, then retry",
-                bypass.join("; ")
-            )));
-        }
+        bypass::refuse(&found, "")?;
         let ipv6 = plan.docs.iter().any(|(f, _)| *f == Family::V6);
-        let v6_docs = plan.docs.iter().any(|(f, _)| *f == Family::V6);
-        crate::netlink::program_pod_routing(plan.ipv6_passthrough && ipv6, plan.tproxy, v6_docs)?;
+        crate::netlink::program_pod_routing(plan.ipv6_passthrough && ipv6, plan.tproxy, ipv6)?;
         Ok(Report {
             ipv6,
             tproxy: plan.tproxy.is_some(),
@@ -104,12 +97,12 @@ fn apply_family(b: Backend, family: Family, doc: &str) -> Result<(Outcome, Vec<S
     let actual = save::parse(&exec::save(b, family)?);
     let has_ours = actual
         .values()
-        .any(|t| t.chains.keys().any(|c| save::is_ours(c)));
+        .any(|t| t.chains.keys().any(|c| is_our_chain(c)));
     if !has_ours {
         return Err(first).context(format!("apply {} redirection rules", family.name()));
     }
     let expected = normalize(b, family, doc)?;
-    let found = foreign::findings(family, &expected, &actual);
+    let found = foreign::findings(b, family, &expected, &actual);
     if state::diff(&expected, &actual).is_empty() {
         return Ok((Outcome::AlreadyInPlace, found));
     }
@@ -151,21 +144,16 @@ pub fn elsewhere(b: Backend, families: &[Family]) -> Result<Vec<String>> {
     if !legacy_is_ours {
         out.extend(crate::xtables::findings(families)?);
     }
-    let hooks = [(HOOK_PREROUTING, "PREROUTING"), (HOOK_OUTPUT, "OUTPUT")].map(|(h, c)| OurHook {
+    let hooks = OUR_HOOKS.map(|(h, c)| OurHook {
         hooknum: h,
         priority: -100,
         label: format!("our iptables nat {c} (priority -100)"),
     });
     let ours_in_nft = |family: u8, table: &str, chain: &str| {
-        let fam = match family {
-            NFPROTO_IPV4 => Family::V4,
-            NFPROTO_IPV6 => Family::V6,
-            _ => return false,
-        };
         !legacy_is_ours
-            && families.contains(&fam)
+            && families.iter().any(|f| f.nfproto() == family)
             && ["raw", "mangle", "nat", "filter", "security"].contains(&table)
-            && save::is_builtin(chain)
+            && is_builtin(chain)
     };
     out.extend(crate::nftables::observe::foreign_only(
         &hooks,
@@ -209,18 +197,11 @@ where
                     .iter()
                     .map(|m| format!("{}: unexpected {m}", family.name())),
             );
-            problems.extend(foreign::findings(*family, &expected, &actual));
+            problems.extend(foreign::findings(backend, *family, &expected, &actual));
         }
         let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
         problems.extend(elsewhere(backend, &fams)?);
         Ok(problems)
     })?;
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Rules(format!(
-            "redirection rules are not as expected: {}",
-            problems.join("; ")
-        )))
-    }
+    bypass::not_as_expected(&problems, "")
 }

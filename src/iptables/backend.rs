@@ -7,8 +7,8 @@
 //! (kube-proxy and the primary CNI have programmed it); with no rules anywhere, nft.
 
 use super::tool;
-use super::Family;
 use crate::error::{Error, Result};
+use crate::netfilter::Family;
 use crate::rundir::RunDir;
 use std::path::Path;
 use std::process::Stdio;
@@ -58,17 +58,22 @@ impl Backend {
         }
     }
 
-    /// The program for `tool` ("restore" or "save") in `family`.
-    pub fn program(self, family: Family, tool: &str) -> String {
+    /// The command for `family` (`iptables-nft`, `ip6tables-legacy`, `iptables`, ...).
+    pub fn command(self, family: Family) -> String {
         let base = match family {
             Family::V4 => "iptables",
             Family::V6 => "ip6tables",
         };
         match self {
-            Backend::Nft => format!("{base}-nft-{tool}"),
-            Backend::Legacy => format!("{base}-legacy-{tool}"),
-            Backend::Plain => format!("{base}-{tool}"),
+            Backend::Nft => format!("{base}-nft"),
+            Backend::Legacy => format!("{base}-legacy"),
+            Backend::Plain => base.to_string(),
         }
+    }
+
+    /// The program for `tool` ("restore" or "save") in `family`.
+    pub fn program(self, family: Family, tool: &str) -> String {
+        format!("{}-{tool}", self.command(family))
     }
 
     /// Legacy iptables serialises on a lock file; nft does not lock.

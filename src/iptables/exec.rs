@@ -1,8 +1,9 @@
 //! Runs iptables tools. Called from a thread that is already inside the target network namespace (see
 //! [`crate::netns`]), so the child inherits that namespace.
 
-use super::{backend, Backend, Family};
+use super::{backend, Backend};
 use crate::error::{Error, IoContext, Result};
+use crate::netfilter::Family;
 use std::io::Write;
 use std::process::{Command, Stdio};
 

@@ -4,12 +4,19 @@
 //! itself is [`super::state::diff`]'s (anything before our jumps). The other x_tables backend and native
 //! nf_tables are read by [`crate::xtables`] and [`crate::nftables::observe::foreign_only`].
 
-use super::save::{is_builtin, is_ours, target, Dump, Table};
+use super::save::{target, Dump, Table};
 use super::state::builtin_rule_is_ours;
-use super::Family;
-use crate::xtables::{first_mover, Chains, Rule, Target, HOOKED};
+use super::Backend;
+use crate::netfilter::{is_builtin, is_our_chain, Family};
+use crate::xtables::{table_findings, Chains, Rule, Target};
 
-fn target_of(spec: &str, t: &Table) -> Target {
+/// What a rule of `chain` in `t` does; ours (our chains, our rules in built-in chains) fall through.
+fn target_of(name: &str, chain: &str, spec: &str, t: &Table, expected: &Dump) -> Target {
+    if is_our_chain(chain)
+        || (is_builtin(chain) && builtin_rule_is_ours(name, chain, spec, expected))
+    {
+        return Target::Fall;
+    }
     match target(spec) {
         None => Target::Fall,
         Some("ACCEPT") => Target::Accept,
@@ -22,45 +29,28 @@ fn target_of(spec: &str, t: &Table) -> Target {
 }
 
 /// One line per hooked chain of raw and mangle whose foreign rules (or the chains they jump to) can move
-/// traffic: the first such rule as `iptables-save` prints it.
-pub fn findings(family: Family, expected: &Dump, actual: &Dump) -> Vec<String> {
+/// traffic, named as `b`'s tool lists them ([`table_findings`]), the rule as `iptables-save` prints it.
+pub fn findings(b: Backend, family: Family, expected: &Dump, actual: &Dump) -> Vec<String> {
     let mut out = Vec::new();
-    for table in ["raw", "mangle"] {
-        let Some(t) = actual.get(table) else {
+    for name in ["raw", "mangle"] {
+        let Some(t) = actual.get(name) else {
             continue;
         };
         let chains: Chains = t
             .chains
             .iter()
-            .map(|(name, specs)| {
+            .map(|(chain, specs)| {
                 let rules = specs
                     .iter()
                     .map(|s| Rule {
                         text: s.clone(),
-                        target: target_of(s, t),
+                        target: target_of(name, chain, s, t, expected),
                     })
                     .collect();
-                (name.clone(), rules)
+                (chain.clone(), rules)
             })
             .collect();
-        let skip = |chain: &str, r: &Rule| {
-            is_ours(chain)
-                || (is_builtin(chain) && builtin_rule_is_ours(table, chain, &r.text, expected))
-        };
-        for start in HOOKED {
-            if let Some((chain, _, r)) = first_mover(&chains, start, &skip) {
-                let from = if chain == start {
-                    String::new()
-                } else {
-                    format!(" (reached from {start})")
-                };
-                out.push(format!(
-                    "{}: -t {table} -A {chain} {}{from} (another program's rule where the kernel looks before our redirect: it can take traffic past it)",
-                    family.name(),
-                    r.text
-                ));
-            }
-        }
+        out.extend(table_findings(&b.command(family), family, name, &chains));
     }
     out
 }
@@ -81,14 +71,14 @@ mod tests {
              -A OUTPUT -j RETURN\nCOMMIT\n",
         );
         assert_eq!(
-            findings(Family::V4, &expected, &actual),
+            findings(Backend::Nft, Family::V4, &expected, &actual),
             vec![
-                "IPv4: -t raw -A MINE -p tcp -j CT --notrack (reached from PREROUTING) (another program's rule where the kernel looks before our redirect: it can take traffic past it)",
-                "IPv4: -t raw -A OUTPUT -j CT --notrack (another program's rule where the kernel looks before our redirect: it can take traffic past it)",
+                "iptables-nft (IPv4) -t raw PREROUTING rule 1 (via chain MINE): -p tcp -j CT --notrack",
+                "iptables-nft (IPv4) -t raw OUTPUT rule 1: -j CT --notrack",
             ]
         );
         // Our own TPROXY mark rules in mangle are ours, not findings.
         let expected = parse("*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m mark --mark 0x539/0xfff -j CONNMARK --save-mark --nfmask 0xfff --ctmask 0xfff\nCOMMIT\n");
-        assert!(findings(Family::V6, &expected, &expected).is_empty());
+        assert!(findings(Backend::Legacy, Family::V6, &expected, &expected).is_empty());
     }
 }

@@ -13,19 +13,3 @@ pub mod state;
 pub mod tool;
 
 pub use backend::Backend;
-
-/// An IP family: which `iptables`/`ip6tables` tool set to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::V4 => "IPv4",
-            Family::V6 => "IPv6",
-        }
-    }
-}

@@ -1,7 +1,6 @@
 //! The node's root as files: resolving a path the way the node's kernel would, reading a binary's
 //! `PT_INTERP`, and deciding how the node's dynamic loader starts it (see [`super::tool`]).
 
-use super::tool::{Launch, Naming};
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
@@ -17,6 +16,31 @@ const HOST_LIB_DIRS: [&str; 9] = [
     "lib",
     "usr/lib",
 ];
+
+/// How a located tool is started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Launch {
+    /// Executed directly (on `PATH`, or a static binary under the host root: `file` is its resolved path).
+    Direct { file: PathBuf },
+    /// The node's dynamic loader runs the node's binary `file`.
+    Loader {
+        loader: PathBuf,
+        file: PathBuf,
+        library_path: String,
+        xtables_libdir: Option<PathBuf>,
+        naming: Naming,
+    },
+}
+
+/// How the node's loader gives the program its `argv[0]`, the tool's name (xtables-*-multi picks its
+/// applet from it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// `--argv0 <name>` (glibc 2.33 and later).
+    Argv0Flag,
+    /// A path ending in the name, from [`super::applet_link`] (older glibc, musl).
+    PrivateLink,
+}
 
 /// Resolves `path` (absolute, as the node sees it) inside `root` the way the node's kernel would: every
 /// symlink is followed, absolute targets restart at `root`, `..` never leaves it. `None` when a component

@@ -2,18 +2,6 @@
 
 use std::collections::BTreeMap;
 
-/// Chains built into the kernel tables; never declared with `-N`, never deleted.
-pub const BUILTIN: [&str; 5] = ["INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"];
-
-pub fn is_builtin(chain: &str) -> bool {
-    BUILTIN.contains(&chain)
-}
-
-/// Our chains are named `ISTIO_*` (upstream's names).
-pub fn is_ours(chain: &str) -> bool {
-    chain.starts_with("ISTIO_")
-}
-
 /// One table's chains, each with its rule specs in order (the text after `-A <chain> `).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Table {

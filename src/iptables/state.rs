@@ -2,12 +2,13 @@
 //! them (pure). Both sides are `iptables-save` dumps: the desired document is normalised by restoring it into
 //! a scratch namespace first, so options come out in the same canonical form (`-m tcp`, hex marks, ...).
 
-use super::save::{is_builtin, is_ours, target, Dump, Table};
+use super::save::{target, Dump, Table};
+use crate::netfilter::{is_builtin, is_our_chain};
 
 /// Is this rule in a built-in chain one of ours? It jumps to an `ISTIO_*` chain, or is one of the desired
 /// rules, or has the shape only our generator writes there (interface RETURNs, the TPROXY marks 1337/1338).
 pub(super) fn builtin_rule_is_ours(table: &str, chain: &str, spec: &str, expected: &Dump) -> bool {
-    if target(spec).is_some_and(is_ours) {
+    if target(spec).is_some_and(is_our_chain) {
         return true;
     }
     if expected
@@ -29,7 +30,7 @@ fn ours(name: &str, t: &Table, expected: &Dump) -> Vec<(String, Vec<String>)> {
     t.chains
         .iter()
         .filter_map(|(chain, rules)| {
-            if is_ours(chain) {
+            if is_our_chain(chain) {
                 Some((chain.clone(), rules.clone()))
             } else if is_builtin(chain) {
                 let mine: Vec<String> = rules
@@ -182,7 +183,7 @@ pub fn converge_document(doc: &str, expected: &Dump, actual: &Dump) -> String {
                 }
             }
         }
-        let existing: Vec<&String> = have.chains.keys().filter(|c| is_ours(c)).collect();
+        let existing: Vec<&String> = have.chains.keys().filter(|c| is_our_chain(c)).collect();
         for c in &existing {
             out.push_str(&format!("-F {c}\n"));
         }

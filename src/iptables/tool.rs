@@ -19,7 +19,7 @@
 
 use super::applet_link;
 use super::node_root::launch_under;
-pub use super::node_root::{elf_interp, node_roots, parent_pid, resolve_under};
+pub use super::node_root::{elf_interp, node_roots, parent_pid, resolve_under, Launch, Naming};
 use super::nss::isolate_nss;
 pub use super::nss::nss_may_block;
 use crate::error::Result;
@@ -35,31 +35,6 @@ pub const CHART_HOST_PROC: &str = "/host/proc";
 
 /// Where to look for the tools under the host root.
 const HOST_PATH: &str = "/usr/local/sbin:/usr/sbin:/sbin:/usr/local/bin:/usr/bin:/bin";
-
-/// How a located tool is started.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Launch {
-    /// Executed directly (on `PATH`, or a static binary under the host root: `file` is its resolved path).
-    Direct { file: PathBuf },
-    /// The node's dynamic loader runs the node's binary `file`.
-    Loader {
-        loader: PathBuf,
-        file: PathBuf,
-        library_path: String,
-        xtables_libdir: Option<PathBuf>,
-        naming: Naming,
-    },
-}
-
-/// How the node's loader gives the program its `argv[0]`, the tool's name (xtables-*-multi picks its
-/// applet from it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Naming {
-    /// `--argv0 <name>` (glibc 2.33 and later).
-    Argv0Flag,
-    /// A path ending in the name, from [`applet_link`] (older glibc, musl).
-    PrivateLink,
-}
 
 /// A located program: its path as the node sees it, the node's root (if not our own), and how to start it.
 #[derive(Debug, Clone)]

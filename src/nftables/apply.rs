@@ -9,6 +9,7 @@ use super::observe::{self, Reader};
 use super::socket::{Failure, Socket};
 use super::state;
 use crate::error::{Context, Error, Result};
+use crate::netfilter::{bypass, FAMILIES};
 use crate::redirect::{CaptureConfig, TproxyRoute};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -145,18 +146,6 @@ fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32, mut replace: bool) -> Resu
     )))
 }
 
-/// What stops us from answering "in place" and that a batch of ours cannot fix, as one error.
-fn refuse(foreign: Vec<String>) -> Result<()> {
-    if foreign.is_empty() {
-        return Ok(());
-    }
-    Err(Error::Rules(format!(
-        "traffic can bypass the redirection (nftables): {}; remove these rules from the pod's network \
-         namespace, then retry",
-        foreign.join("; ")
-    )))
-}
-
 /// Applies `rs` (plus `::6` and TPROXY routing) in the current thread's namespace.
 pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Result<Outcome> {
     let mut s = Socket::open()?;
@@ -171,8 +160,8 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
         let want = state::desired(rs, &resolve_group)?;
         let seen = observe::observe(&mut r, &head, &state::our_hooks(&want))?;
         let mut foreign = seen.foreign;
-        foreign.extend(crate::xtables::findings(&crate::xtables::FAMILIES)?);
-        refuse(foreign)?;
+        foreign.extend(crate::xtables::findings(&FAMILIES)?);
+        bypass::refuse(&foreign, " (nftables)")?;
         let same = state::diff(&want, &seen.ours, &|_, _, _| String::new()).is_empty();
         // "In place" only for a state read in one generation; otherwise the guarded batch decides.
         if same && seen.dormant.is_empty() && observe::genid(&mut s)? == head.genid {
@@ -247,24 +236,13 @@ where
         let rs = super::generate(&planner(&crate::netlink::addresses()?)?)?.ruleset();
         problems_here(&rs)
     })?;
-    report_problems(problems)
+    bypass::not_as_expected(&problems, " (nftables)")
 }
 
 /// CHECK: our tables equal `rs`, none is dormant, and nothing before them can move traffic past them.
 pub fn check(netns_path: &str, rs: Ruleset) -> Result<()> {
     let problems = crate::netns::run_in(netns_path, move || problems_here(&rs))?;
-    report_problems(problems)
-}
-
-fn report_problems(problems: Vec<String>) -> Result<()> {
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Rules(format!(
-            "redirection rules are not as expected (nftables): {}",
-            problems.join("; ")
-        )))
-    }
+    bypass::not_as_expected(&problems, " (nftables)")
 }
 
 /// What CHECK finds in the current thread's namespace against `rs`: our tables as they should be and not
@@ -282,7 +260,7 @@ fn problems_here(rs: &Ruleset) -> Result<Vec<String>> {
         )
     }));
     p.extend(seen.foreign);
-    p.extend(crate::xtables::findings(&crate::xtables::FAMILIES)?);
+    p.extend(crate::xtables::findings(&FAMILIES)?);
     Ok(p)
 }
 

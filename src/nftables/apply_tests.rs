@@ -1,5 +1,5 @@
 use super::*;
-use crate::nftables::expr::no_groups;
+use crate::nftables::lower::no_groups;
 
 fn tproxy_batch() -> (Ruleset, encode::Batch) {
     let o = crate::json::parse_object(
@@ -21,51 +21,22 @@ fn tproxy_batch() -> (Ruleset, encode::Batch) {
 #[test]
 fn a_missing_module_is_named_with_the_rule() {
     let (rs, b) = tproxy_batch();
-    let w = b
-        .what
-        .iter()
-        .find(|w| w.op(&rs).contains("tproxy ip to"))
-        .unwrap();
-    let t = failure_text(
-        &b,
-        &rs,
-        &[Failure {
-            errno: 2,
-            seq: w.seq,
-        }],
-    );
+    let fail = |errno, seq| failure_text(&b, &rs, &[Failure { errno, seq }]);
+    let seq_of = |op: &str| b.what.iter().find(|w| w.op(&rs).contains(op)).unwrap().seq;
+    let t = fail(2, seq_of("tproxy ip to"));
     assert!(
         t.starts_with("nftables run failed: add rule inet istio-proxy-mangle istio-tproxy meta l4proto tcp ip daddr != 127.0.0.1/32 tproxy ip to :15006"),
         "{t}"
     );
     assert!(t.contains("No such file or directory"), "{t}");
     assert!(t.contains("tproxy needs kernel module nft_tproxy"), "{t}");
-    let chain = b
-        .what
-        .iter()
-        .find(|w| w.op(&rs).contains("type nat hook prerouting"))
-        .unwrap();
-    let t = failure_text(
-        &b,
-        &rs,
-        &[Failure {
-            errno: 2,
-            seq: chain.seq,
-        }],
-    );
+    let t = fail(2, seq_of("type nat hook prerouting"));
     assert!(
         t.contains("type nat chain needs kernel module nft_chain_nat"),
         "{t}"
     );
     // Commit-time errors land on the first message: say so.
-    let t = failure_text(
-        &b,
-        &rs,
-        &[Failure {
-            errno: 22,
-            seq: b.what[0].seq,
-        }],
-    );
+    let t = fail(22, b.what[0].seq);
     assert!(
         t.contains("add table inet istio-proxy-nat: Invalid argument"),
         "{t}"

@@ -8,9 +8,12 @@
 //! needs it ([`What::op`]): formatting every rule cost more than encoding it, on every pod's ADD.
 
 use super::encode::*;
-use super::expr::{lower, Expr, GroupResolver};
+use super::expr::Expr;
+use super::lower::{lower, GroupResolver};
 use super::model::{rule_text, Ruleset, Table, TABLES};
 use crate::error::Result;
+use crate::netfilter::{NFPROTO_INET, NFPROTO_UNSPEC};
+use crate::netlink::{NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST};
 
 /// Which operation one message of a batch is.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,9 +3,10 @@
 //! encode → decode round trips.
 
 use super::*;
+use crate::netlink::NLM_F_ACK;
 use crate::nftables::decode;
-use crate::nftables::expr::{lower, no_groups};
 use crate::nftables::generate::generate;
+use crate::nftables::lower::{lower, no_groups};
 use crate::nftables::model::*;
 use crate::redirect::values::IfaceName;
 

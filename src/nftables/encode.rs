@@ -3,23 +3,13 @@
 
 pub use super::batch::{batch, Batch, What};
 use super::expr::{Data, Expr};
+use crate::netfilter::NFPROTO_UNSPEC;
+use crate::netlink::{NLA_F_NESTED, NLM_F_DUMP, NLM_F_REQUEST};
 
-pub const NETLINK_NETFILTER: i32 = 12;
-pub const NLM_F_REQUEST: u16 = 0x1;
-pub const NLM_F_MULTI: u16 = 0x2;
-pub const NLM_F_ACK: u16 = 0x4;
-pub const NLM_F_DUMP: u16 = 0x300;
-pub const NLM_F_CREATE: u16 = 0x400;
-pub const NLM_F_APPEND: u16 = 0x800;
-pub const NLMSG_ERROR: u16 = 2;
-pub const NLMSG_DONE: u16 = 3;
-pub const NLA_F_NESTED: u16 = 0x8000;
 pub const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 pub const NFNL_MSG_BATCH_END: u16 = 0x11;
 pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
 pub const NFNL_BATCH_GENID: u16 = 1;
-pub const NFPROTO_UNSPEC: u8 = 0;
-pub const NFPROTO_INET: u8 = 1;
 
 pub const NFT_MSG_NEWTABLE: u16 = 0;
 pub const NFT_MSG_GETTABLE: u16 = 1;

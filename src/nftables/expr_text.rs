@@ -1,7 +1,14 @@
 //! A readable rendering of kernel expressions, close to `nft --debug=netlink` (data as plain hex bytes), for
-//! CHECK's reports of unexpected rules.
+//! CHECK's reports of unexpected rules and of foreign rules that run before ours.
 
 use super::expr::*;
+use crate::netfilter::{NFPROTO_IPV6, NF_ACCEPT, NF_DROP};
+
+/// A dumped rule, one expression after the other.
+pub fn describe(exprs: &[Expr]) -> String {
+    let v: Vec<String> = exprs.iter().map(|e| e.to_string()).collect();
+    v.join(" ")
+}
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -17,6 +24,22 @@ fn meta_key(k: u32) -> String {
         META_NFPROTO => "nfproto".into(),
         META_L4PROTO => "l4proto".into(),
         k => format!("key{k}"),
+    }
+}
+
+fn cmp_op(op: u32) -> &'static str {
+    match op {
+        CMP_EQ => "eq",
+        CMP_NEQ => "neq",
+        _ => "op",
+    }
+}
+
+fn payload_base(base: u32) -> &'static str {
+    match base {
+        PAYLOAD_NETWORK => "network",
+        PAYLOAD_TRANSPORT => "transport",
+        _ => "other",
     }
 }
 
@@ -37,33 +60,18 @@ impl std::fmt::Display for Expr {
                 write!(f, "[ meta set {} with reg {sreg} ]", meta_key(*key))
             }
             Expr::Cmp { sreg, op, data } => {
-                let o = if *op == CMP_EQ {
-                    "eq"
-                } else if *op == CMP_NEQ {
-                    "neq"
-                } else {
-                    "op"
-                };
-                write!(f, "[ cmp {o} reg {sreg} 0x{} ]", hex(data))
+                write!(f, "[ cmp {} reg {sreg} 0x{} ]", cmp_op(*op), hex(data))
             }
             Expr::Payload {
                 dreg,
                 base,
                 offset,
                 len,
-            } => {
-                let b = if *base == PAYLOAD_NETWORK {
-                    "network"
-                } else if *base == PAYLOAD_TRANSPORT {
-                    "transport"
-                } else {
-                    "other"
-                };
-                write!(
-                    f,
-                    "[ payload load {len}b @ {b} header + {offset} => reg {dreg} ]"
-                )
-            }
+            } => write!(
+                f,
+                "[ payload load {len}b @ {} header + {offset} => reg {dreg} ]",
+                payload_base(*base)
+            ),
             Expr::Bitwise {
                 sreg,
                 dreg,
@@ -93,7 +101,7 @@ impl std::fmt::Display for Expr {
                     NF_DROP => "drop".to_string(),
                     NF_ACCEPT => "accept".to_string(),
                     NFT_JUMP => format!("jump -> {}", chain.as_deref().unwrap_or("?")),
-                    -4 => format!("goto -> {}", chain.as_deref().unwrap_or("?")),
+                    NFT_GOTO => format!("goto -> {}", chain.as_deref().unwrap_or("?")),
                     NFT_RETURN => "return".to_string(),
                     c => format!("verdict {c}"),
                 };
@@ -118,7 +126,7 @@ impl std::fmt::Display for Expr {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::nftables::lower::{lower, no_groups};
     use crate::nftables::model::{Item, Proto};
 
     #[test]

@@ -10,22 +10,14 @@
 //! is reported (unknown means reported). Base chains at other hooks (input, forward, postrouting, egress)
 //! or after ours are not looked at.
 
-use super::expr::{Data, Expr, NFT_JUMP, NFT_RETURN, NF_ACCEPT};
-use super::state::describe;
+use super::expr::{Data, Expr, NFT_BREAK, NFT_CONTINUE, NFT_GOTO, NFT_JUMP, NFT_RETURN};
+use super::expr_text::describe;
+use crate::netfilter::bypass::{self, Effect, Steps};
+use crate::netfilter::{family_name, hook_name, OurHook, NF_ACCEPT, NF_INET_INGRESS, OUR_HOOKS};
+use crate::netfilter::{
+    NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_NETDEV, NF_NETDEV_INGRESS,
+};
 use std::collections::BTreeMap;
-
-pub const NFPROTO_INET: u8 = 1;
-pub const NFPROTO_IPV4: u8 = 2;
-pub const NFPROTO_NETDEV: u8 = 5;
-pub const NFPROTO_IPV6: u8 = 10;
-pub const HOOK_PREROUTING: u32 = 0;
-pub const HOOK_OUTPUT: u32 = 3;
-/// `NF_INET_INGRESS` (inet family) and `NF_NETDEV_INGRESS` (netdev family).
-const HOOK_INET_INGRESS: u32 = 5;
-const HOOK_NETDEV_INGRESS: u32 = 0;
-const NFT_CONTINUE: i32 = -1;
-const NFT_BREAK: i32 = -2;
-const NFT_GOTO: i32 = -4;
 
 /// Expressions (by the name a dump gives them) that only match, count or log.
 const HARMLESS: [&str; 12] = [
@@ -45,14 +37,6 @@ const HARMLESS: [&str; 12] = [
 /// x_tables targets of iptables-nft rules that only log or trace.
 const HARMLESS_TARGETS: [&str; 4] = ["target LOG", "target NFLOG", "target TRACE", "target ULOG"];
 
-/// One of our base chains, where the kernel runs it, and how to name it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OurHook {
-    pub hooknum: u32,
-    pub priority: i32,
-    pub label: String,
-}
-
 /// A base chain outside our tables (of a table that is not dormant).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BaseChain {
@@ -70,39 +54,13 @@ pub type ChainKey = (u8, String, String);
 /// The rules read for foreign chains.
 pub type Rules = BTreeMap<ChainKey, Vec<Vec<Expr>>>;
 
-pub fn family_name(f: u8) -> &'static str {
-    match f {
-        NFPROTO_INET => "inet",
-        NFPROTO_IPV4 => "ip",
-        NFPROTO_IPV6 => "ip6",
-        3 => "arp",
-        NFPROTO_NETDEV => "netdev",
-        7 => "bridge",
-        _ => "?",
-    }
-}
-
-fn hook_name(family: u8, hooknum: u32) -> &'static str {
-    match (family, hooknum) {
-        (NFPROTO_NETDEV, 0) => "ingress",
-        (NFPROTO_NETDEV, 1) => "egress",
-        (_, 0) => "prerouting",
-        (_, 1) => "input",
-        (_, 2) => "forward",
-        (_, 3) => "output",
-        (_, 4) => "postrouting",
-        (_, 5) => "ingress",
-        _ => "other",
-    }
-}
-
 /// Which of our chains `c` runs before (or with), or `None` when it cannot see our traffic first.
 pub fn runs_before(c: &BaseChain, ours: &[OurHook]) -> Option<String> {
     match (c.family, c.hooknum) {
-        (NFPROTO_NETDEV, HOOK_NETDEV_INGRESS) | (NFPROTO_INET, HOOK_INET_INGRESS) => {
+        (NFPROTO_NETDEV, NF_NETDEV_INGRESS) | (NFPROTO_INET, NF_INET_INGRESS) => {
             Some("every IP hook (ingress)".into())
         }
-        (NFPROTO_INET | NFPROTO_IPV4 | NFPROTO_IPV6, h @ (HOOK_PREROUTING | HOOK_OUTPUT)) => {
+        (NFPROTO_INET | NFPROTO_IPV4 | NFPROTO_IPV6, h) if OUR_HOOKS.iter().any(|o| o.0 == h) => {
             let v: Vec<&str> = ours
                 .iter()
                 .filter(|o| o.hooknum == h && c.priority <= o.priority)
@@ -114,10 +72,14 @@ pub fn runs_before(c: &BaseChain, ours: &[OurHook]) -> Option<String> {
     }
 }
 
-enum Effect {
-    None,
-    Jump(String),
-    Moves,
+impl Steps for Vec<Expr> {
+    fn effects(&self) -> impl Iterator<Item = Effect> + '_ {
+        self.iter().map(effect)
+    }
+
+    fn text(&self) -> String {
+        describe(self)
+    }
 }
 
 fn effect(e: &Expr) -> Effect {
@@ -132,18 +94,18 @@ fn effect(e: &Expr) -> Effect {
         | Expr::Immediate {
             data: Data::Value(_),
             ..
-        } => Effect::None,
+        } => Effect::Harmless,
         Expr::Immediate {
             data: Data::Verdict { code, chain },
             ..
         } => match (*code, chain) {
-            (NF_ACCEPT | NFT_CONTINUE | NFT_BREAK | NFT_RETURN, _) => Effect::None,
+            (NF_ACCEPT | NFT_CONTINUE | NFT_BREAK | NFT_RETURN, _) => Effect::Harmless,
             (NFT_JUMP | NFT_GOTO, Some(c)) => Effect::Jump(c.clone()),
             _ => Effect::Moves,
         },
-        Expr::Other(n) if HARMLESS.contains(&n.as_str()) => Effect::None,
+        Expr::Other(n) if HARMLESS.contains(&n.as_str()) => Effect::Harmless,
         Expr::Other(n) if n.starts_with("match ") || HARMLESS_TARGETS.contains(&n.as_str()) => {
-            Effect::None
+            Effect::Harmless
         }
         _ => Effect::Moves,
     }
@@ -152,8 +114,8 @@ fn effect(e: &Expr) -> Effect {
 /// The chains `rules` jump or go to (in their own table).
 pub fn jumps(rules: &[Vec<Expr>]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for e in rules.iter().flatten() {
-        if let Effect::Jump(c) = effect(e) {
+    for e in rules.iter().flat_map(Steps::effects) {
+        if let Effect::Jump(c) = e {
             if !out.contains(&c) {
                 out.push(c);
             }
@@ -162,46 +124,13 @@ pub fn jumps(rules: &[Vec<Expr>]) -> Vec<String> {
     out
 }
 
-/// The first rule reachable from `key` that can move traffic: `(chain it is in, 1-based index, text)`.
-fn first_mover(
-    key: &ChainKey,
-    rules: &Rules,
-    seen: &mut Vec<ChainKey>,
-) -> Option<(ChainKey, usize, String)> {
-    if seen.contains(key) {
-        return None;
-    }
-    seen.push(key.clone());
-    let Some(list) = rules.get(key) else {
-        return Some((key.clone(), 0, "the chain could not be read".into()));
-    };
-    for (i, r) in list.iter().enumerate() {
-        for e in r {
-            match effect(e) {
-                Effect::None => {}
-                Effect::Moves => return Some((key.clone(), i + 1, describe(r))),
-                Effect::Jump(c) => {
-                    let to = (key.0, key.1.clone(), c);
-                    if let Some(found) = first_mover(&to, rules, seen) {
-                        return Some(found);
-                    }
-                }
-            }
-        }
-    }
-    None
-}
-
 /// One line per foreign base chain that runs before ours and holds (or jumps to) a rule that can move
-/// traffic, naming the chain, where it runs, what it runs before and the first such rule.
+/// traffic, naming the chain, where it runs, what it runs before and the first such rule
+/// ([`bypass::finding`]).
 pub fn findings(base: &[BaseChain], rules: &Rules, ours: &[OurHook]) -> Vec<String> {
     let mut out = Vec::new();
     for c in base {
         let Some(before) = runs_before(c, ours) else {
-            continue;
-        };
-        let key = (c.family, c.table.clone(), c.chain.clone());
-        let Some((at, i, text)) = first_mover(&key, rules, &mut Vec::new()) else {
             continue;
         };
         let fam = family_name(c.family);
@@ -210,18 +139,23 @@ pub fn findings(base: &[BaseChain], rules: &Rules, ours: &[OurHook]) -> Vec<Stri
         } else {
             format!(" device {}", c.devices.join(","))
         };
-        let n = rules.get(&key).map_or(0, Vec::len);
-        let via = if at == key {
-            String::new()
-        } else {
-            format!(" (via {fam} {} {})", at.1, at.2)
-        };
-        out.push(format!(
-            "foreign chain {fam} {} {} (hook {}{devices}, priority {}, {n} rules) runs before {before}: rule {i}{via}: {text}",
+        let chain = |name: &str| (c.family, c.table.clone(), name.to_string());
+        let n = rules.get(&chain(&c.chain)).map_or(0, Vec::len);
+        let hooked = format!(
+            "foreign chain {fam} {} {} (hook {}{devices}, priority {}, {n} rules)",
             c.table,
             c.chain,
             hook_name(c.family, c.hooknum),
             c.priority,
+        );
+        let read = |name: &str| rules.get(&chain(name)).map(Vec::as_slice);
+        let via = |name: &str| format!("{fam} {} {name}", c.table);
+        out.extend(bypass::finding(
+            &hooked,
+            Some(&before),
+            &c.chain,
+            &read,
+            &via,
         ));
     }
     out

@@ -1,15 +1,15 @@
 use super::*;
-use crate::nftables::expr::NF_DROP;
+use crate::netfilter::{NF_DROP, NF_INET_LOCAL_OUT, NF_INET_PRE_ROUTING};
 
 fn ours() -> Vec<OurHook> {
     vec![
         OurHook {
-            hooknum: HOOK_PREROUTING,
+            hooknum: NF_INET_PRE_ROUTING,
             priority: -100,
             label: "inet istio-proxy-nat prerouting (priority -100)".into(),
         },
         OurHook {
-            hooknum: HOOK_OUTPUT,
+            hooknum: NF_INET_LOCAL_OUT,
             priority: -100,
             label: "inet istio-proxy-nat output (priority -100)".into(),
         },
@@ -45,18 +45,18 @@ fn key(family: u8, chain: &str) -> ChainKey {
 fn only_chains_at_or_before_ours_at_our_hooks_or_at_ingress_count() {
     let o = ours();
     let before = |c: BaseChain| runs_before(&c, &o);
-    assert!(before(chain(NFPROTO_IPV4, "c", HOOK_OUTPUT, -150)).is_some());
+    assert!(before(chain(NFPROTO_IPV4, "c", NF_INET_LOCAL_OUT, -150)).is_some());
     // Equal priority: the chain registered last runs first, and a dump cannot say which that was.
-    assert!(before(chain(NFPROTO_INET, "c", HOOK_OUTPUT, -100)).is_some());
-    assert!(before(chain(NFPROTO_IPV6, "c", HOOK_PREROUTING, -300)).is_some());
-    assert!(before(chain(NFPROTO_IPV4, "c", HOOK_OUTPUT, -99)).is_none());
+    assert!(before(chain(NFPROTO_INET, "c", NF_INET_LOCAL_OUT, -100)).is_some());
+    assert!(before(chain(NFPROTO_IPV6, "c", NF_INET_PRE_ROUTING, -300)).is_some());
+    assert!(before(chain(NFPROTO_IPV4, "c", NF_INET_LOCAL_OUT, -99)).is_none());
     assert!(before(chain(NFPROTO_IPV4, "c", 1, -300)).is_none(), "input");
     assert!(
         before(chain(NFPROTO_IPV4, "c", 4, -300)).is_none(),
         "postrouting"
     );
     assert!(
-        before(chain(7, "c", HOOK_PREROUTING, -300)).is_none(),
+        before(chain(7, "c", NF_INET_PRE_ROUTING, -300)).is_none(),
         "bridge"
     );
     assert!(
@@ -76,7 +76,7 @@ fn only_chains_at_or_before_ours_at_our_hooks_or_at_ingress_count() {
 #[test]
 fn rules_that_only_match_count_log_or_accept_are_harmless_anything_else_is_named() {
     let o = ours();
-    let c = chain(NFPROTO_IPV4, "c", HOOK_OUTPUT, -300);
+    let c = chain(NFPROTO_IPV4, "c", NF_INET_LOCAL_OUT, -300);
     let harmless = vec![
         vec![Expr::Counter],
         vec![
@@ -122,7 +122,7 @@ fn rules_that_only_match_count_log_or_accept_are_harmless_anything_else_is_named
 #[test]
 fn jumps_are_followed_once_and_named_and_an_unread_chain_is_reported() {
     let o = ours();
-    let c = chain(NFPROTO_INET, "base", HOOK_PREROUTING, -150);
+    let c = chain(NFPROTO_INET, "base", NF_INET_PRE_ROUTING, -150);
     let mut rules = Rules::new();
     rules.insert(
         key(NFPROTO_INET, "base"),

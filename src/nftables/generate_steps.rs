@@ -6,6 +6,7 @@ use super::model::*;
 use crate::redirect::annotations::InterceptionMode;
 use crate::redirect::capture::CaptureConfig;
 use crate::redirect::values::Ports;
+use std::net::IpAddr;
 use Item::{Counter, Return};
 use Proto::{Tcp, Udp};
 use Table::{Mangle, Nat, Raw};
@@ -125,10 +126,7 @@ pub(super) fn dns_rules(tx: &mut Tx, cfg: &CaptureConfig) {
     }
     if all {
         tx.add(Raw, PREROUTING, vec![Counter, Item::Jump(ISTIO_INBOUND)]);
-        let r = vec![port(Udp, true, 53), Counter, Item::SetCtZone(2)];
-        tx.add(Raw, ISTIO_OUTPUT_DNS, r);
-        let r = vec![port(Udp, false, 53), Counter, Item::SetCtZone(1)];
-        tx.add(Raw, ISTIO_INBOUND, r);
+        dns_zones(tx, None);
         return;
     }
     if per_family.iter().any(|(_, s)| !s.is_empty()) {
@@ -139,21 +137,18 @@ pub(super) fn dns_rules(tx: &mut Tx, cfg: &CaptureConfig) {
             continue;
         }
         for s in servers {
-            let r = vec![
-                port(Udp, true, 53),
-                host(false, s.addr, s.to_string()),
-                Counter,
-                Item::SetCtZone(2),
-            ];
-            tx.add(Raw, ISTIO_OUTPUT_DNS, r);
-            let r = vec![
-                port(Udp, false, 53),
-                host(true, s.addr, s.to_string()),
-                Counter,
-                Item::SetCtZone(1),
-            ];
-            tx.add(Raw, ISTIO_INBOUND, r);
+            dns_zones(tx, Some((s.addr, s.to_string())));
         }
+    }
+}
+
+/// DNS to port 53 (of `server` only, when given) into conntrack zone 2, its answers into zone 1.
+fn dns_zones(tx: &mut Tx, server: Option<(IpAddr, String)>) {
+    for (out, chain, zone) in [(true, ISTIO_OUTPUT_DNS, 2), (false, ISTIO_INBOUND, 1)] {
+        let mut r = vec![port(Udp, out, 53)];
+        r.extend(server.clone().map(|(ip, text)| host(!out, ip, text)));
+        r.extend([Counter, Item::SetCtZone(zone)]);
+        tx.add(Raw, chain, r);
     }
 }
 

@@ -1,9 +1,10 @@
 //! Upstream's `native_nftables` mode, programmed directly over `NETLINK_NETFILTER` (spec nftables.md).
 //!
 //! Pure: [`model`] (typed rules), [`mod@generate`] (the same [`crate::redirect::CaptureConfig`] as iptables →
-//! a transaction and its final rule set), [`mod@script`] (the knftables text of the goldens), [`expr`] (rules →
-//! kernel expressions), [`encode`] / [`decode`] (the netlink codec), [`state`] (comparable form, diff),
-//! [`foreign`] (foreign base chains that run before ours and can move traffic past them).
+//! a transaction and its final rule set), [`mod@script`] (the knftables text of the goldens), [`expr`] (kernel
+//! expressions) and [`lower`] (rules → expressions), [`encode`] / [`decode`] (the netlink codec), [`state`]
+//! (comparable form, diff), [`foreign`] (foreign base chains that run before ours, walked with
+//! [`crate::netfilter::bypass`]).
 //! Effects, thin: [`socket`] (one NETLINK_NETFILTER socket), [`observe`] (the bounded read-back), [`apply`]
 //! (ADD and CHECK in the pod netns).
 
@@ -17,6 +18,7 @@ mod expr_text;
 pub mod foreign;
 pub mod generate;
 mod generate_steps;
+pub mod lower;
 pub mod model;
 pub mod observe;
 pub mod script;

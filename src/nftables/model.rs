@@ -3,6 +3,7 @@
 //! kernel expressions of §4.4 ([`super::expr`]). Nothing here is free text: names are constants or
 //! validated values, so neither rendering can carry injected text.
 
+use crate::netfilter::{NF_INET_LOCAL_OUT, NF_INET_PRE_ROUTING};
 use crate::redirect::values::{Group, IfaceName};
 use ipnet::IpNet;
 use std::fmt;
@@ -87,9 +88,6 @@ pub const ISTIO_OUTPUT_DNS: &str = "istio-output-dns";
 pub const ISTIO_DIVERT: &str = "istio-divert";
 pub const ISTIO_TPROXY: &str = "istio-tproxy";
 pub const ISTIO_DROP: &str = "istio-drop";
-
-pub const NF_INET_PRE_ROUTING: u32 = 0;
-pub const NF_INET_LOCAL_OUT: u32 = 3;
 
 /// A base chain's definition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,12 +7,13 @@
 //! ruleset). Runs on a thread inside the pod's namespace.
 
 use super::decode::{self, Msg};
-use super::encode::{self, Attrs, NFPROTO_INET, NFPROTO_UNSPEC, NFT_TABLE_F_DORMANT};
-use super::foreign::{self, BaseChain, OurHook, Rules};
+use super::encode::{self, Attrs, NFT_TABLE_F_DORMANT};
+use super::foreign::{self, BaseChain, Rules};
 use super::model::Table;
 use super::socket::{view, Socket};
 use super::state::{self, ChainState, Tables};
 use crate::error::{Error, Result};
+use crate::netfilter::{OurHook, NFPROTO_INET, NFPROTO_UNSPEC};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// At most this many tables, chains, rules and set elements are read for one decision.

@@ -3,8 +3,9 @@
 //! reply drained, and dumps read to `NLMSG_DONE`.
 
 use super::decode::{self, Msg};
-use super::encode::{Batch, NLMSG_DONE, NLMSG_ERROR};
+use super::encode::Batch;
 use crate::error::{Error, Result};
+use crate::netlink::{NLMSG_DONE, NLMSG_ERROR, NLM_F_MULTI};
 use nix::errno::Errno;
 use nix::sys::socket::{
     bind, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
@@ -152,7 +153,7 @@ impl Socket {
                         done = true;
                     }
                     _ => {
-                        if m.flags & super::encode::NLM_F_MULTI == 0 {
+                        if m.flags & NLM_F_MULTI == 0 {
                             done = true;
                         }
                         f(&m)?;

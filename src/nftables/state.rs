@@ -2,10 +2,12 @@
 //! with their base definitions and rules as kernel expressions, lookups resolved to their sorted elements,
 //! handles and counter values ignored. What runs before our tables is [`super::foreign`]'s.
 
-use super::expr::{lower, Expr, GroupResolver};
-use super::foreign::OurHook;
+use super::expr::Expr;
+use super::expr_text::describe;
+use super::lower::{lower, GroupResolver};
 use super::model::{Ruleset, TABLES};
 use crate::error::Result;
+use crate::netfilter::OurHook;
 use std::collections::BTreeMap;
 
 /// One chain of ours as the kernel holds it.
@@ -74,12 +76,6 @@ pub fn desired(rs: &Ruleset, groups: GroupResolver) -> Result<Tables> {
         out.insert(ts.table.name().to_string(), chains);
     }
     Ok(out)
-}
-
-/// A short rendering of a dumped rule for reports.
-pub fn describe(exprs: &[Expr]) -> String {
-    let v: Vec<String> = exprs.iter().map(|e| e.to_string()).collect();
-    v.join(" ")
 }
 
 /// What differs, one line per problem; empty = equal. `text` renders a desired rule (table, chain, index).

@@ -3,31 +3,13 @@
 //! Every value is parsed into typed data; an invalid value is an [`Error::Annotation`] naming the annotation
 //! key and the value.
 
+use super::keys::*;
 use super::pod::PodInfo;
 use super::values::{
     parse_bool, parse_cidr_list, parse_iface_list, parse_port_list, Cidr, IfaceName, IpRanges,
     Ports,
 };
 use crate::error::{Error, Result};
-
-pub const INTERCEPTION_MODE: &str = "sidecar.istio.io/interceptionMode";
-pub const INCLUDE_OUTBOUND_IP_RANGES: &str = "traffic.sidecar.istio.io/includeOutboundIPRanges";
-pub const EXCLUDE_OUTBOUND_IP_RANGES: &str = "traffic.sidecar.istio.io/excludeOutboundIPRanges";
-pub const EXCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeInboundPorts";
-pub const INCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeInboundPorts";
-pub const EXCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeOutboundPorts";
-pub const INCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeOutboundPorts";
-pub const EXCLUDE_INTERFACES: &str = "traffic.sidecar.istio.io/excludeInterfaces";
-pub const REROUTE_VIRTUAL_INTERFACES: &str = "istio.io/reroute-virtual-interfaces";
-/// Deprecated spelling of [`REROUTE_VIRTUAL_INTERFACES`], read only when that key is absent.
-pub const KUBEVIRT_INTERFACES: &str = "traffic.sidecar.istio.io/kubevirtInterfaces";
-
-/// The `istio-proxy` env variable that captures DNS.
-pub const DNS_CAPTURE_ENV: &str = "ISTIO_META_DNS_CAPTURE";
-/// The `istio-proxy` env variable that changes how IPv6 is detected.
-pub const DUAL_STACK_ENV: &str = "ISTIO_DUAL_STACK";
-/// The `istio-proxy` env variable that drops conntrack-INVALID packets.
-pub const INVALID_DROP_ENV: &str = "INVALID_DROP";
 
 /// Ports the injector's health/metrics endpoints use; never captured inbound.
 pub const ALWAYS_EXCLUDED_INBOUND: [u16; 3] = [15020, 15021, 15090];

@@ -4,7 +4,7 @@
 //! `capture_json.rs`).
 
 use super::annotations::{InterceptionMode, Redirect};
-use super::values::{parse_group_list, unmap, Cidr, Group, IfaceName, IpRanges, IpText, Ports};
+use super::values::{split_list, unmap, Cidr, Group, IfaceName, IpRanges, IpText, Ports};
 use crate::error::{Error, Result};
 use std::net::IpAddr;
 
@@ -44,11 +44,11 @@ impl OwnerGroups {
     pub fn parse(include: &str, exclude: &str) -> Result<OwnerGroups, String> {
         if include == "*" {
             Ok(OwnerGroups::AllExcept(
-                parse_group_list(exclude).map_err(|r| format!("exclude list: {r}"))?,
+                split_list(exclude, Group::parse).map_err(|r| format!("exclude list: {r}"))?,
             ))
         } else {
             Ok(OwnerGroups::Only(
-                parse_group_list(include).map_err(|r| format!("include list: {r}"))?,
+                split_list(include, Group::parse).map_err(|r| format!("include list: {r}"))?,
             ))
         }
     }

@@ -5,10 +5,7 @@
 
 use super::annotations::InterceptionMode;
 use super::capture::{parse_loopback_cidr, CaptureConfig, OwnerGroups};
-use super::values::{
-    parse_id_list, parse_iface_list_lenient, parse_port, parse_port_list_lenient, Cidr, IpRanges,
-    IpText, Ports,
-};
+use super::values::{parse_id, parse_port, split_list, Cidr, IfaceName, IpRanges, IpText, Ports};
 use crate::error::{Error, Result};
 use crate::json::{self, Object};
 
@@ -73,9 +70,8 @@ impl CaptureConfig {
             v.parse::<u32>()
                 .map_err(|_| bad(k, format!("{v} is out of range")))
         };
-        let ports = |k: &str| -> Result<Vec<u16>> {
-            parse_port_list_lenient(&s(k)?).map_err(|r| bad(k, r))
-        };
+        let ports =
+            |k: &str| -> Result<Vec<u16>> { split_list(&s(k)?, parse_port).map_err(|r| bad(k, r)) };
         let servers = |k: &str, v6: bool| -> Result<Vec<IpText>> {
             json::opt_string_list(o, k, WHAT)?
                 .unwrap_or_default()
@@ -105,9 +101,9 @@ impl CaptureConfig {
         };
         let inbound_ports_include = match s("inbound_ports_include")?.as_str() {
             "*" => Ports::All,
-            v => Ports::List(
-                parse_port_list_lenient(v).map_err(|r| bad("inbound_ports_include", r))?,
-            ),
+            v => {
+                Ports::List(split_list(v, parse_port).map_err(|r| bad("inbound_ports_include", r))?)
+            }
         };
         let outbound_ip_ranges_include = match s("outbound_ip_ranges_include")?.as_str() {
             "*" => IpRanges::All,
@@ -125,8 +121,8 @@ impl CaptureConfig {
             proxy_port: port("proxy_port")?,
             inbound_capture_port: port("inbound_capture_port")?,
             inbound_tunnel_port: port("inbound_tunnel_port")?,
-            proxy_uids: parse_id_list(&s("proxy_uid")?).map_err(|r| bad("proxy_uid", r))?,
-            proxy_gids: parse_id_list(&s("proxy_gid")?).map_err(|r| bad("proxy_gid", r))?,
+            proxy_uids: split_list(&s("proxy_uid")?, parse_id).map_err(|r| bad("proxy_uid", r))?,
+            proxy_gids: split_list(&s("proxy_gid")?, parse_id).map_err(|r| bad("proxy_gid", r))?,
             mode,
             tproxy_mark: number("inbound_tproxy_mark")?,
             tproxy_route_table: number("inbound_tproxy_route_table")?,
@@ -141,9 +137,12 @@ impl CaptureConfig {
             outbound_ports_exclude: ports("outbound_ports_exclude")?,
             outbound_ip_ranges_include,
             outbound_ip_ranges_exclude: cidrs("outbound_ip_ranges_exclude", &exclude)?,
-            reroute_virtual_interfaces: parse_iface_list_lenient(&s("reroute_virtual_interfaces")?)
-                .map_err(|r| bad("reroute_virtual_interfaces", r))?,
-            exclude_interfaces: parse_iface_list_lenient(&s("exclude_interfaces")?)
+            reroute_virtual_interfaces: split_list(
+                &s("reroute_virtual_interfaces")?,
+                IfaceName::parse,
+            )
+            .map_err(|r| bad("reroute_virtual_interfaces", r))?,
+            exclude_interfaces: split_list(&s("exclude_interfaces")?, IfaceName::parse)
                 .map_err(|r| bad("exclude_interfaces", r))?,
             redirect_dns: b("redirect_dns")?,
             drop_invalid: b("drop_invalid")?,

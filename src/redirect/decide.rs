@@ -2,17 +2,12 @@
 //! first match wins. The shortcuts that need no pod object (own agent, not a pod, excluded namespace) are in
 //! `plugin::add::shortcut`.
 
+use super::keys::{DISABLE_ENVOY, INJECT_KEY, STATUS_KEY};
 use super::pod::PodInfo;
 use super::values::parse_bool;
 
 /// The legacy init container that programs iptables itself.
 pub const ISTIO_INIT: &str = "istio-init";
-/// Label (preferred when present) or annotation that can opt a pod out.
-pub const INJECT_KEY: &str = "sidecar.istio.io/inject";
-/// The `istio-proxy` env variable that turns the proxy (and so the redirection) off.
-pub const DISABLE_ENVOY: &str = "DISABLE_ENVOY";
-/// Annotation the injector writes; its presence (any value) means "injected".
-pub const STATUS_KEY: &str = "sidecar.istio.io/status";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {

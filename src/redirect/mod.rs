@@ -1,4 +1,4 @@
-//! Sidecar redirection, pure (no OS effects): pod facts ([`pod`]) → decision ([`decide`]) → redirect
+//! Sidecar redirection, pure (no OS effects): pod facts ([`pod`], read for the [`keys`]) → decision ([`decide`]) → redirect
 //! configuration from annotations ([`annotations`]) → istio-iptables configuration ([`capture`]) → rules
 //! and their `iptables-restore` text ([`rules`], [`restore`]). [`plan`] composes that chain once, for
 //! every caller:
@@ -15,6 +15,7 @@ mod builder;
 pub mod capture;
 mod capture_json;
 pub mod decide;
+pub mod keys;
 pub mod plan;
 pub mod pod;
 pub mod restore;

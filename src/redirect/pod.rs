@@ -6,6 +6,7 @@
 //! Only those keys are read (and validated), so the node's pod cache can keep exactly them
 //! ([`crate::podcache::reduce`]) and a cached pod decides exactly as the API server's object does.
 
+use super::keys::*;
 use crate::error::{Error, Result};
 use crate::json::{Object, Value};
 use std::collections::BTreeMap;
@@ -15,37 +16,31 @@ use std::net::IpAddr;
 pub const PROXY_CONTAINER: &str = "istio-proxy";
 
 /// The labels the decision reads.
-pub const READ_LABELS: [&str; 1] = [super::decide::INJECT_KEY];
+pub const READ_LABELS: [&str; 1] = [INJECT_KEY];
 
 /// The annotations the decision and the redirect configuration read.
-pub const READ_ANNOTATIONS: [&str; 12] = {
-    use super::annotations as a;
-    [
-        super::decide::STATUS_KEY,
-        super::decide::INJECT_KEY,
-        a::INTERCEPTION_MODE,
-        a::INCLUDE_OUTBOUND_IP_RANGES,
-        a::EXCLUDE_OUTBOUND_IP_RANGES,
-        a::EXCLUDE_INBOUND_PORTS,
-        a::INCLUDE_INBOUND_PORTS,
-        a::EXCLUDE_OUTBOUND_PORTS,
-        a::INCLUDE_OUTBOUND_PORTS,
-        a::EXCLUDE_INTERFACES,
-        a::REROUTE_VIRTUAL_INTERFACES,
-        a::KUBEVIRT_INTERFACES,
-    ]
-};
+pub const READ_ANNOTATIONS: [&str; 12] = [
+    STATUS_KEY,
+    INJECT_KEY,
+    INTERCEPTION_MODE,
+    INCLUDE_OUTBOUND_IP_RANGES,
+    EXCLUDE_OUTBOUND_IP_RANGES,
+    EXCLUDE_INBOUND_PORTS,
+    INCLUDE_INBOUND_PORTS,
+    EXCLUDE_OUTBOUND_PORTS,
+    INCLUDE_OUTBOUND_PORTS,
+    EXCLUDE_INTERFACES,
+    REROUTE_VIRTUAL_INTERFACES,
+    KUBEVIRT_INTERFACES,
+];
 
 /// The `istio-proxy` env variables the decision and the redirect configuration read.
-pub const READ_PROXY_ENV: [&str; 4] = {
-    use super::annotations as a;
-    [
-        super::decide::DISABLE_ENVOY,
-        a::DNS_CAPTURE_ENV,
-        a::DUAL_STACK_ENV,
-        a::INVALID_DROP_ENV,
-    ]
-};
+pub const READ_PROXY_ENV: [&str; 4] = [
+    DISABLE_ENVOY,
+    DNS_CAPTURE_ENV,
+    DUAL_STACK_ENV,
+    INVALID_DROP_ENV,
+];
 
 /// Facts about the `istio-proxy` container (a regular container or a native-sidecar init container).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -95,6 +90,23 @@ fn opt_arr<'a>(o: &'a Object, key: &str, field: &str) -> Result<&'a [Value]> {
         Some(Value::Array(a)) => Ok(a.as_slice()),
         Some(_) => Err(bad(field, "a list")),
     }
+}
+
+/// Calls `f` with each element of the list `key` (`field`), which must be an object, and its field name.
+fn each_object(
+    o: &Object,
+    key: &str,
+    field: &str,
+    mut f: impl FnMut(&str, &Object) -> Result<()>,
+) -> Result<()> {
+    for (i, v) in opt_arr(o, key, field)?.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        match v {
+            Value::Object(x) => f(&at, x)?,
+            _ => return Err(bad(&at, "an object")),
+        }
+    }
+    Ok(())
 }
 
 fn opt_str<'a>(o: &'a Object, key: &str, field: &str) -> Result<Option<&'a str>> {
@@ -163,43 +175,31 @@ impl PodInfo {
         };
         let spec = opt_obj(pod, "spec", "spec")?.unwrap_or(&empty);
         for (list, out_is_init) in [("initContainers", true), ("containers", false)] {
-            for (i, c) in opt_arr(spec, list, &format!("spec.{list}"))?
-                .iter()
-                .enumerate()
-            {
-                let field = format!("spec.{list}[{i}]");
-                let c = match c {
-                    Value::Object(c) => c,
-                    _ => return Err(bad(&field, "an object")),
-                };
+            each_object(spec, list, &format!("spec.{list}"), |field, c| {
                 let name = opt_str(c, "name", &format!("{field}.name"))?
                     .ok_or_else(|| Error::Decode(format!("pod: field {field}.name is missing")))?
                     .to_string();
                 if name == PROXY_CONTAINER {
                     let proxy = info.proxy.get_or_insert_with(ProxyContainer::default);
-                    read_proxy(c, &field, proxy)?;
+                    read_proxy(c, field, proxy)?;
                 }
                 if out_is_init {
                     info.init_containers.push(name);
                 } else {
                     info.containers.push(name);
                 }
-            }
+                Ok(())
+            })?;
         }
         if let Some(status) = opt_obj(pod, "status", "status")? {
-            for (i, p) in opt_arr(status, "podIPs", "status.podIPs")?
-                .iter()
-                .enumerate()
-            {
-                let field = format!("status.podIPs[{i}]");
-                let p = match p {
-                    Value::Object(p) => p,
-                    _ => return Err(bad(&field, "an object")),
-                };
-                if let Some(ip) = opt_str(p, "ip", &format!("{field}.ip"))? {
-                    push_ip(&mut info.pod_ips, ip, &format!("{field}.ip"))?;
-                }
-            }
+            each_object(status, "podIPs", "status.podIPs", |field, p| match opt_str(
+                p,
+                "ip",
+                &format!("{field}.ip"),
+            )? {
+                Some(ip) => push_ip(&mut info.pod_ips, ip, &format!("{field}.ip")),
+                None => Ok(()),
+            })?;
             if let Some(ip) = opt_str(status, "podIP", "status.podIP")? {
                 if !ip.is_empty() {
                     push_ip(&mut info.pod_ips, ip, "status.podIP")?;
@@ -229,23 +229,15 @@ fn push_ip(ips: &mut Vec<IpAddr>, s: &str, field: &str) -> Result<()> {
 }
 
 fn read_proxy(c: &Object, field: &str, proxy: &mut ProxyContainer) -> Result<()> {
-    for (i, e) in opt_arr(c, "env", &format!("{field}.env"))?
-        .iter()
-        .enumerate()
-    {
-        let ef = format!("{field}.env[{i}]");
-        let e = match e {
-            Value::Object(e) => e,
-            _ => return Err(bad(&ef, "an object")),
-        };
+    each_object(c, "env", &format!("{field}.env"), |ef, e| {
         let name = opt_str(e, "name", &format!("{ef}.name"))?
             .ok_or_else(|| Error::Decode(format!("pod: field {ef}.name is missing")))?;
-        if !READ_PROXY_ENV.contains(&name) {
-            continue;
+        if READ_PROXY_ENV.contains(&name) {
+            let value = opt_str(e, "value", &format!("{ef}.value"))?.unwrap_or_default();
+            proxy.env.insert(name.to_string(), value.to_string());
         }
-        let value = opt_str(e, "value", &format!("{ef}.value"))?.unwrap_or_default();
-        proxy.env.insert(name.to_string(), value.to_string());
-    }
+        Ok(())
+    })?;
     let args = opt_arr(c, "args", &format!("{field}.args"))?;
     let arg = |i: usize| -> Result<Option<&str>> {
         match args.get(i) {

@@ -3,6 +3,7 @@
 //! non-builtin chain in the order of its first rule, then undeclared jump targets), the rules exactly as
 //! built, then `COMMIT`.
 
+use crate::netfilter::is_builtin;
 use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -72,17 +73,8 @@ impl Rule {
     }
 }
 
-/// Chains (and targets) iptables provides; never declared with `-N`.
-pub const BUILTIN: &[&str] = &[
-    "INPUT",
-    "OUTPUT",
-    "FORWARD",
-    "PREROUTING",
-    "POSTROUTING",
-    "ACCEPT",
-    "RETURN",
-    "DROP",
-];
+/// Targets iptables provides; never declared with `-N` (nor are the built-in chains).
+const STANDARD_TARGETS: [&str; 3] = ["ACCEPT", "RETURN", "DROP"];
 
 /// The `iptables-restore --noflush` input for one family's rules.
 pub fn restore_text(rules: &[Rule]) -> String {
@@ -103,7 +95,10 @@ pub fn restore_text(rules: &[Rule]) -> String {
             }
         }
         out.push_str(&format!("* {table}\n"));
-        for chain in declared.iter().filter(|c| !BUILTIN.contains(c)) {
+        for chain in declared
+            .iter()
+            .filter(|c| !is_builtin(c) && !STANDARD_TARGETS.contains(c))
+        {
             out.push_str(&format!("-N {chain}\n"));
         }
         for r in in_table {

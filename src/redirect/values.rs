@@ -42,12 +42,10 @@ pub fn parse_port_list(s: &str) -> Result<Vec<u16>, String> {
     Ok(out)
 }
 
-/// A port list as istio-iptables' configuration spells it (`config.Split`: empty elements are skipped).
-pub fn parse_port_list_lenient(s: &str) -> Result<Vec<u16>, String> {
-    s.split(',')
-        .filter(|p| !p.is_empty())
-        .map(parse_port)
-        .collect()
+/// A comma list as istio-iptables' configuration spells it (`config.Split`: empty elements are skipped,
+/// none is trimmed), each element read by `parse`.
+pub fn split_list<T>(s: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    s.split(',').filter(|x| !x.is_empty()).map(parse).collect()
 }
 
 /// Which ports an inbound include captures.
@@ -212,14 +210,6 @@ pub fn parse_iface_list(s: &str) -> Result<Vec<IfaceName>, String> {
     s.split(',').map(|n| IfaceName::parse(n.trim())).collect()
 }
 
-/// An interface list as istio-iptables' configuration spells it (empty elements skipped, no trimming).
-pub fn parse_iface_list_lenient(s: &str) -> Result<Vec<IfaceName>, String> {
-    s.split(',')
-        .filter(|n| !n.is_empty())
-        .map(IfaceName::parse)
-        .collect()
-}
-
 /// A group for `-m owner --gid-owner`: a numeric id or a POSIX-ish group name (letters, digits, `_`, `.`,
 /// `-`, not starting with `-`, at most 32 bytes, an optional trailing `$`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,26 +238,13 @@ impl fmt::Display for Group {
     }
 }
 
-/// A group list (`config.Split`: empty elements skipped).
-pub fn parse_group_list(s: &str) -> Result<Vec<Group>, String> {
-    s.split(',')
-        .filter(|g| !g.is_empty())
-        .map(Group::parse)
-        .collect()
-}
-
-/// A comma list of numeric owner ids (uid/gid), empty elements skipped.
-pub fn parse_id_list(s: &str) -> Result<Vec<u32>, String> {
-    s.split(',')
-        .filter(|x| !x.is_empty())
-        .map(|x| {
-            if !x.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("{x:?} is not a numeric id"));
-            }
-            x.parse::<u32>()
-                .map_err(|_| format!("id {x} is out of range"))
-        })
-        .collect()
+/// A numeric owner id (uid/gid).
+pub fn parse_id(x: &str) -> Result<u32, String> {
+    if !x.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{x:?} is not a numeric id"));
+    }
+    x.parse::<u32>()
+        .map_err(|_| format!("id {x} is out of range"))
 }
 
 #[cfg(test)]
@@ -296,7 +273,7 @@ mod tests {
             assert!(parse_port_list(bad).is_err(), "{bad}");
         }
         assert_eq!(
-            parse_port_list_lenient("6000,7000,").unwrap(),
+            split_list("6000,7000,", parse_port).unwrap(),
             vec![6000, 7000]
         );
     }
@@ -358,12 +335,12 @@ mod tests {
 
     #[test]
     fn groups_and_ids() {
-        assert_eq!(parse_group_list("java,202").unwrap().len(), 2);
-        assert!(parse_group_list("java ftp").is_err());
-        assert!(parse_group_list("-j").is_err());
-        assert!(parse_group_list("a\nb").is_err());
-        assert_eq!(parse_id_list("3,4").unwrap(), vec![3, 4]);
-        assert!(parse_id_list("root").is_err());
-        assert!(parse_id_list("4294967296").is_err());
+        assert_eq!(split_list("java,202", Group::parse).unwrap().len(), 2);
+        assert!(split_list("java ftp", Group::parse).is_err());
+        assert!(split_list("-j", Group::parse).is_err());
+        assert!(split_list("a\nb", Group::parse).is_err());
+        assert_eq!(split_list("3,4", parse_id).unwrap(), vec![3, 4]);
+        assert!(split_list("root", parse_id).is_err());
+        assert!(split_list("4294967296", parse_id).is_err());
     }
 }

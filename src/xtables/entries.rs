@@ -9,6 +9,7 @@
 
 use super::{Chains, Rule, Target};
 use crate::error::{Error, Result};
+use crate::netfilter::{BUILTIN_CHAINS, NF_ACCEPT, NF_DROP, NF_QUEUE, NF_REPEAT};
 use std::collections::BTreeMap;
 
 /// Where the fields we read sit in an entry.
@@ -37,9 +38,6 @@ pub const INFO_LEN: usize = 84;
 pub const ENTRIES_HEADER: usize = 40;
 /// `xt_entry_match` / `xt_entry_target` header: size (u16), name[29], revision.
 const EXT_HEADER: usize = 32;
-
-/// The built-in chains by hook number.
-pub const BUILTIN: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
 
 /// `ipt_getinfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,10 +151,10 @@ fn target(r: &Raw, starts: &BTreeMap<usize, String>) -> Result<Target> {
         });
     }
     Ok(match v.checked_neg().map(|n| n - 1) {
-        Some(0) => Target::Drop,
-        Some(1) => Target::Accept,
-        Some(3) => Target::Queue,
-        Some(4) => Target::Return,
+        Some(NF_DROP) => Target::Drop,
+        Some(NF_ACCEPT) => Target::Accept,
+        Some(NF_QUEUE) => Target::Queue,
+        Some(NF_REPEAT) => Target::Return,
         _ => Target::Ext(format!("verdict {v}")),
     })
 }
@@ -165,7 +163,7 @@ fn target(r: &Raw, starts: &BTreeMap<usize, String>) -> Result<Target> {
 pub fn chains(l: Layout, info: &Info, blob: &[u8]) -> Result<Chains> {
     let raws = raw_entries(l, blob)?;
     let mut starts: BTreeMap<usize, String> = BTreeMap::new();
-    for (h, name) in BUILTIN.iter().enumerate() {
+    for (h, name) in BUILTIN_CHAINS.iter().enumerate() {
         if info.valid_hooks & (1 << h) != 0 {
             starts.insert(info.hook_entry[h] as usize, name.to_string());
         }

@@ -78,8 +78,12 @@ fn chains_rules_targets_and_jumps_in_both_layouts() {
         assert_eq!(targets("OUTPUT"), vec![Target::Ext("CT".into())]);
         assert_eq!(targets("MINE"), vec![Target::Accept]);
         assert_eq!(c["MINE"][0].text, "target ACCEPT (matches tcp)");
-        let found =
-            crate::xtables::table_findings(crate::iptables::Family::V4, "raw", &c, &|_, _| false);
+        let found = crate::xtables::table_findings(
+            "legacy iptables",
+            crate::netfilter::Family::V4,
+            "raw",
+            &c,
+        );
         assert_eq!(
             found,
             vec!["legacy iptables (IPv4) -t raw OUTPUT rule 1: target CT"]
@@ -124,4 +128,24 @@ fn malformed_input_is_an_error_not_a_panic() {
         let c = chains(l, &odd, &blob).unwrap();
         assert!(!c.contains_key("OUTPUT"));
     }
+}
+
+/// Fail closed, as for nf_tables chains: a hooked chain that jumps to a chain whose rules were not read
+/// is a finding (the walk cannot know that chain harmless), and a hooked chain the table does not have
+/// runs nothing.
+#[test]
+fn a_jump_to_an_unread_chain_is_a_finding() {
+    let rule = |target| Rule {
+        text: "r".into(),
+        target,
+    };
+    let mut c = Chains::new();
+    c.insert(
+        "OUTPUT".into(),
+        vec![rule(Target::Accept), rule(Target::Jump("GONE".into()))],
+    );
+    assert_eq!(
+        crate::xtables::table_findings("legacy iptables", crate::netfilter::Family::V4, "raw", &c),
+        vec!["legacy iptables (IPv4) -t raw OUTPUT rule 0 (via chain GONE): the chain could not be read"]
+    );
 }

@@ -5,8 +5,9 @@
 //! redirect. A rule there that can move traffic (notrack, a NAT binding, a mark, a drop, ...) is reported
 //! by CHECK and stops a re-ADD from answering "already in place".
 //!
-//! Pure: [`entries`] (the getsockopt table format), the target classification and [`first_mover`], which
-//! the iptables backend also applies to its own `iptables-save` dump. Effect: [`findings`] reads the table
+//! Pure: [`entries`] (the getsockopt table format), what a target can do (a rule's [`Steps`] for the
+//! walk in [`bypass`]) and [`table_findings`], which the iptables backend also applies to its own
+//! `iptables-save` dump. Effect: [`findings`] reads the table
 //! names from `/proc/thread-self/net/ip{,6}_tables_names` (only tables that exist: asking for another one
 //! would instantiate it) and each table with two getsockopt calls ([`sockopt`]).
 
@@ -14,7 +15,8 @@ pub mod entries;
 mod sockopt;
 
 use crate::error::{IoContext, Result};
-use crate::iptables::Family;
+use crate::netfilter::bypass::{self, Effect, Steps};
+use crate::netfilter::{is_our_chain, Family, OUR_HOOKS};
 use std::collections::BTreeMap;
 
 /// What a rule does with a packet, as far as our redirect is concerned.
@@ -58,63 +60,23 @@ pub type Chains = BTreeMap<String, Vec<Rule>>;
 
 /// Tables whose prerouting/output hooks run before or with our redirect.
 pub const BEFORE_OURS: [&str; 3] = ["raw", "mangle", "nat"];
-/// Their built-in chains at those hooks.
-pub const HOOKED: [&str; 2] = ["PREROUTING", "OUTPUT"];
-/// Both families (nftables mode's inet tables redirect both).
-pub const FAMILIES: [Family; 2] = [Family::V4, Family::V6];
 /// Targets that only log or trace: harmless. `ACCEPT` and `RETURN` only end this table's traversal; the
 /// kernel's next hook (ours) still runs.
 const HARMLESS: [&str; 4] = ["LOG", "NFLOG", "TRACE", "ULOG"];
 
-enum Effect {
-    None,
-    Follow(String),
-    Moves,
-}
-
-fn effect(t: &Target) -> Effect {
-    match t {
-        Target::Fall | Target::Accept | Target::Return => Effect::None,
-        Target::Jump(c) => Effect::Follow(c.clone()),
-        Target::Ext(n) if HARMLESS.contains(&n.as_str()) => Effect::None,
-        Target::Drop | Target::Queue | Target::Ext(_) => Effect::Moves,
+impl Steps for Rule {
+    fn effects(&self) -> impl Iterator<Item = Effect> + '_ {
+        std::iter::once(match &self.target {
+            Target::Fall | Target::Accept | Target::Return => Effect::Harmless,
+            Target::Jump(c) => Effect::Jump(c.clone()),
+            Target::Ext(n) if HARMLESS.contains(&n.as_str()) => Effect::Harmless,
+            Target::Drop | Target::Queue | Target::Ext(_) => Effect::Moves,
+        })
     }
-}
 
-/// The first rule reachable from chain `start` (following jumps, each chain once) that can move traffic,
-/// leaving out the rules `skip` names: `(chain, 1-based index, rule)`.
-pub fn first_mover<'a>(
-    chains: &'a Chains,
-    start: &str,
-    skip: &dyn Fn(&str, &Rule) -> bool,
-) -> Option<(String, usize, &'a Rule)> {
-    fn walk<'a>(
-        chains: &'a Chains,
-        chain: &str,
-        skip: &dyn Fn(&str, &Rule) -> bool,
-        seen: &mut Vec<String>,
-    ) -> Option<(String, usize, &'a Rule)> {
-        if seen.iter().any(|c| c == chain) {
-            return None;
-        }
-        seen.push(chain.to_string());
-        for (i, r) in chains.get(chain)?.iter().enumerate() {
-            if skip(chain, r) {
-                continue;
-            }
-            match effect(&r.target) {
-                Effect::None => {}
-                Effect::Moves => return Some((chain.to_string(), i + 1, r)),
-                Effect::Follow(c) => {
-                    if let Some(found) = walk(chains, &c, skip, seen) {
-                        return Some(found);
-                    }
-                }
-            }
-        }
-        None
+    fn text(&self) -> String {
+        self.text.clone()
     }
-    walk(chains, start, skip, &mut Vec::new())
 }
 
 /// The legacy tables instantiated in the current thread's namespace, for `family`, with their chains.
@@ -151,36 +113,25 @@ pub fn findings(families: &[Family]) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for &family in families {
         for (table, chains) in read(family)? {
-            if !BEFORE_OURS.contains(&table.as_str()) {
-                continue;
+            if BEFORE_OURS.contains(&table.as_str()) {
+                out.extend(table_findings("legacy iptables", family, &table, &chains));
             }
-            out.extend(table_findings(family, &table, &chains, &|_, _| false));
         }
     }
     Ok(out)
 }
 
-/// [`findings`] for one table already read, with the rules `skip` names left out.
-pub fn table_findings(
-    family: Family,
-    table: &str,
-    chains: &Chains,
-    skip: &dyn Fn(&str, &Rule) -> bool,
-) -> Vec<String> {
-    HOOKED
+/// [`findings`] for one table already read, named as `tool` lists it: `{tool} ({family}) -t {table}
+/// {chain} rule {i}[ (via chain {c})]: {rule}` ([`bypass::finding`]). A hooked chain the table does not
+/// have runs nothing.
+pub fn table_findings(tool: &str, family: Family, table: &str, chains: &Chains) -> Vec<String> {
+    let rules = |c: &str| chains.get(c).map(Vec::as_slice);
+    OUR_HOOKS
         .iter()
-        .filter_map(|start| {
-            let (chain, i, r) = first_mover(chains, start, skip)?;
-            let via = if chain == *start {
-                String::new()
-            } else {
-                format!(" (via chain {chain})")
-            };
-            Some(format!(
-                "legacy iptables ({}) -t {table} {start} rule {i}{via}: {}",
-                family.name(),
-                r.text
-            ))
+        .filter(|(_, start)| chains.contains_key(*start))
+        .filter_map(|(_, start)| {
+            let hooked = format!("{tool} ({}) -t {table} {start}", family.name());
+            bypass::finding(&hooked, None, start, &rules, &|c| format!("chain {c}"))
         })
         .collect()
 }
@@ -190,5 +141,5 @@ pub fn table_findings(
 pub fn holds_istio_chains(family: Family) -> Result<bool> {
     Ok(read(family)?
         .iter()
-        .any(|(_, c)| c.keys().any(|k| k.starts_with("ISTIO_"))))
+        .any(|(_, c)| c.keys().any(|k| is_our_chain(k))))
 }

@@ -4,7 +4,8 @@
 
 use crate::support::{conformance_dir, require_root, words, Netns};
 use istio_cni::iptables::apply::{self, Addresses, Outcome, Plan, Report};
-use istio_cni::iptables::{Backend, Family};
+use istio_cni::iptables::Backend;
+use istio_cni::netfilter::Family;
 
 fn doc(rel: &str) -> String {
     let p = conformance_dir().join(rel);

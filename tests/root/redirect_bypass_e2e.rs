@@ -35,7 +35,7 @@ fn bypasses(node: &Node, ours: &str) -> Vec<Bypass<'static>> {
             what: "raw CT --notrack in our own backend",
             setup: vec![format!("{mine} -t raw -A OUTPUT -j CT --notrack")],
             inbound: false,
-            names: cmds(&["IPv4: -t raw -A OUTPUT -j CT --notrack"]),
+            names: vec![format!("{mine} (IPv4) -t raw OUTPUT rule 1: -j CT --notrack")],
             undo: vec![format!("{mine} -t raw -F OUTPUT")],
         },
         Bypass {

@@ -1,0 +1,121 @@
+//! What the kernel runs before our redirect that can take traffic past it, walked one way for both rule
+//! types (pure). A rule is a sequence of steps: an nf_tables rule's expressions, an x_tables rule's one
+//! target. A step cannot move traffic (a match, a counter, a log, `accept` or `return`: they end at most
+//! this chain, and the kernel's next hook, ours, still runs), or jumps to another chain of the same table,
+//! or can move traffic (NAT set up first, notrack, a mark, a drop, a queue, a rewrite; anything unknown).
+//! The walk follows jumps, each chain once, and stops at the first rule that can move traffic. A chain it
+//! reaches whose rules were not read counts as one (fail closed): what it holds cannot be known harmless.
+//! [`finding`] is the one text every reader reports such a rule in; [`refuse`] and [`not_as_expected`]
+//! are the errors re-ADD and CHECK give.
+
+use crate::error::{Error, Result};
+
+/// What one step of a rule can do to a packet our redirect should catch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    Harmless,
+    /// Jump or goto a chain of the same table.
+    Jump(String),
+    Moves,
+}
+
+/// A rule as the walk sees it.
+pub trait Steps {
+    /// Its steps in order.
+    fn effects(&self) -> impl Iterator<Item = Effect> + '_;
+    /// How a finding names it.
+    fn text(&self) -> String;
+}
+
+/// The first rule that can move traffic: the chain it is in, its 1-based index there (0: the chain could
+/// not be read) and its text.
+struct Mover {
+    chain: String,
+    index: usize,
+    text: String,
+}
+
+/// A table's rules by chain name, `None` for a chain whose rules were not read.
+pub type Lookup<'a, 'r, R> = &'a dyn Fn(&str) -> Option<&'r [R]>;
+
+/// The first rule reachable from chain `start` (following jumps, each chain once) that can move traffic.
+fn first_mover<R: Steps>(start: &str, rules: Lookup<R>) -> Option<Mover> {
+    fn walk<R: Steps>(chain: &str, rules: Lookup<R>, seen: &mut Vec<String>) -> Option<Mover> {
+        if seen.iter().any(|c| c == chain) {
+            return None;
+        }
+        seen.push(chain.to_string());
+        let at = |index, text| {
+            Some(Mover {
+                chain: chain.to_string(),
+                index,
+                text,
+            })
+        };
+        let Some(list) = rules(chain) else {
+            return at(0, "the chain could not be read".into());
+        };
+        for (i, r) in list.iter().enumerate() {
+            for e in r.effects() {
+                match e {
+                    Effect::Harmless => {}
+                    Effect::Moves => return at(i + 1, r.text()),
+                    Effect::Jump(c) => {
+                        if let Some(m) = walk(&c, rules, seen) {
+                            return Some(m);
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+    walk(start, rules, &mut Vec::new())
+}
+
+/// The one text of a hooked chain from which a rule that can move traffic is reached:
+/// `{hooked}[ runs before {before}:] rule {index}[ (via {chain})]: {text}`, the chain named by `via` when
+/// the rule is not in `start` itself. `None` when nothing reachable can move traffic.
+pub fn finding<R: Steps>(
+    hooked: &str,
+    before: Option<&str>,
+    start: &str,
+    rules: Lookup<R>,
+    via: &dyn Fn(&str) -> String,
+) -> Option<String> {
+    let m = first_mover(start, rules)?;
+    let before = before.map_or(String::new(), |b| format!(" runs before {b}:"));
+    let via = if m.chain == start {
+        String::new()
+    } else {
+        format!(" (via {})", via(&m.chain))
+    };
+    Some(format!(
+        "{hooked}{before} rule {}{via}: {}",
+        m.index, m.text
+    ))
+}
+
+/// Re-ADD's answer to `found` (none: go on). `backend` follows "redirection" in the text (e.g.
+/// " (nftables)").
+pub fn refuse(found: &[String], backend: &str) -> Result<()> {
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Rules(format!(
+        "traffic can bypass the redirection{backend}: {}; remove these rules from the pod's network \
+         namespace, then retry",
+        found.join("; ")
+    )))
+}
+
+/// CHECK's answer to `problems` (none: the rules are as expected).
+pub fn not_as_expected(problems: &[String], backend: &str) -> Result<()> {
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Rules(format!(
+        "redirection rules are not as expected{backend}: {}",
+        problems.join("; ")
+    )))
+}
