@@ -10,10 +10,8 @@ import json
 import os
 import subprocess
 
-
-def _bench():
-    import sys
-    return sys.modules["__main__"]
+from common import CNI_DIR, PATH_ENV, BenchError, log
+from double import pod_object
 
 
 def _annotate(path, inclusive, limit):
@@ -34,14 +32,13 @@ def _annotate(path, inclusive, limit):
 
 
 def profile(b, exe):
-    m = _bench()
     d = os.path.join(b.work, "bin-profile")
     os.makedirs(d)
     os.symlink(os.path.abspath(exe), os.path.join(d, "istio-cni"))
     plugin = os.path.join(d, "istio-cni")
-    (nsname, prev), = b.make_pods(1, False)
+    (nsname, prev), = b.pods.make(1, False)
     ips = [ip["address"].split("/")[0] for ip in prev["ips"]]
-    b.double.add_pods([m.pod_object("prof-redirect", ips=ips), m.pod_object("prof-plain", sidecar=False)])
+    b.double.add_pods([pod_object("prof-redirect", ips=ips), pod_object("prof-plain", sidecar=False)])
     cases = [
         ("VERSION", "VERSION", None, None, {"cniVersion": "1.0.0"}),
         ("ADD excluded namespace", "ADD", nsname, "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=x", None),
@@ -52,8 +49,8 @@ def profile(b, exe):
     for label, cmd, ns, args, stdin_obj in cases:
         conf = stdin_obj or b.conf("nft", prev)
         stdin = b.write(f"stdin/profile-{len(out)}.json", json.dumps(conf))
-        env = {"PATH": m.PATH_ENV, "CNI_COMMAND": cmd, "CNI_CONTAINERID": "prof", "CNI_IFNAME": "eth0",
-               "CNI_NETNS": f"/run/netns/{ns}" if ns else "dummy", "CNI_PATH": f"{d}:{m.CNI_DIR}"}
+        env = {"PATH": PATH_ENV, "CNI_COMMAND": cmd, "CNI_CONTAINERID": "prof", "CNI_IFNAME": "eth0",
+               "CNI_NETNS": f"/run/netns/{ns}" if ns else "dummy", "CNI_PATH": f"{d}:{CNI_DIR}"}
         if args:
             env["CNI_ARGS"] = "IgnoreUnknown=1;" + args
         cg = os.path.join(b.a.out, f"callgrind.{len(out)}.out")
@@ -61,11 +58,11 @@ def profile(b, exe):
             r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", "--trace-children=no",
                                 plugin], stdin=si, capture_output=True, text=True, env=env)
         if r.returncode != 0:
-            raise m.BenchError(f"profile {label}: exit {r.returncode}: {r.stdout[:800]} {r.stderr[-1500:]}")
+            raise BenchError(f"profile {label}: exit {r.returncode}: {r.stdout[:800]} {r.stderr[-1500:]}")
         total, incl = _annotate(cg, True, 25)
         _, self_ = _annotate(cg, False, 15)
         out.append({"case": label, "total": total, "inclusive_top": incl, "self_top": self_, "callgrind_file": cg})
-        m.log(f"    profiled {label}: {total}")
+        log(f"    profiled {label}: {total}")
     return out
 
 

@@ -15,35 +15,25 @@ import json
 import os
 import re
 import resource
-import signal
 import socket
 import threading
 import time
 
-NODE = "bench-node"
-
-
-def _bench():
-    import sys
-    return sys.modules["__main__"]
+import common
+from agents import PRIMARY
+from common import PATH_ENV, BenchError, atomic_write, fmt, free_port, http_get, log, median, pct, spawn
+from common import tail
+from double import NODE, pod_object, repair_pod
 
 
 class Agent:
     def __init__(self, b, name, node):
-        m = _bench()
-        import agents
         self.b = b
         d = os.path.join(b.work, name)
-        self.conf, self.bin, self.run, self.sa = (os.path.join(d, x) for x in ("conf", "bin", "run", "sa"))
-        for x in (self.conf, self.bin, self.run, self.sa):
-            os.makedirs(x)
-        import shutil
-        shutil.copy(b.double.ca, os.path.join(self.sa, "ca.crt"))
-        with open(os.path.join(self.sa, "token"), "w") as f:
-            f.write(b.double.token)
-        agents._atomic_write(os.path.join(self.conf, "10-bench.conflist"), json.dumps(agents.PRIMARY, indent=2))
-        self.health, self.metrics = agents._free_port(), agents._free_port()
-        env = {"PATH": m.PATH_ENV, "MOUNTED_CNI_NET_DIR": self.conf, "CNI_NET_DIR": "/etc/cni/net.d",
+        self.conf, self.bin, self.run, self.sa = b.double.node_dirs(d)
+        atomic_write(os.path.join(self.conf, "10-bench.conflist"), json.dumps(PRIMARY, indent=2))
+        self.health, self.metrics = free_port(), free_port()
+        env = {"PATH": PATH_ENV, "MOUNTED_CNI_NET_DIR": self.conf, "CNI_NET_DIR": "/etc/cni/net.d",
                "CNI_AGENT_RUN_DIR": self.run, "CNI_BIN_DIR": self.bin, "SECONDARY_BIN_DIR": "",
                "SERVICE_ACCOUNT_DIR": self.sa, "KUBERNETES_SERVICE_HOST": b.double.host,
                "KUBERNETES_SERVICE_PORT": b.double.port, "NODE_NAME": node, "REPAIR_ENABLED": "false",
@@ -51,12 +41,11 @@ class Agent:
                "FORCE_IPTABLES_BINARY": "iptables-nft", "EXCLUDE_NAMESPACES": "kube-system", "LOG_LEVEL": "warn"}
         self.log = os.path.join(b.work, "logs", f"{name}.log")
         exe = os.path.join(b.bins["ours"], "install-cni")
-        self.pid = m.spawn([exe], env, None, os.devnull, self.log, exe=exe)
+        self.pid = spawn([exe], env, None, os.devnull, self.log, exe=exe)
         self.wait(lambda: self.pods() is not None, 30, "its cache to sync")
 
     def text(self):
-        import agents
-        st, body = agents._http_get(self.metrics, "/metrics", timeout=2)
+        st, body = http_get(self.metrics, "/metrics", timeout=2)
         return body if st == 200 else ""
 
     def value(self, series):
@@ -77,41 +66,27 @@ class Agent:
         return out
 
     def wait(self, ok, secs, what):
-        m = _bench()
         deadline = time.time() + secs
         while time.time() < deadline:
             if ok():
                 return
             if os.waitpid(self.pid, os.WNOHANG)[0] == self.pid:
-                raise m.BenchError(f"install-cni (pod cache) exited; see {self.log}:\n{m.Bench.tail(self.log)}")
+                raise BenchError(f"install-cni (pod cache) exited; see {self.log}:\n{tail(self.log)}")
             time.sleep(0.02)
-        raise m.BenchError(f"install-cni (pod cache): no {what} within {secs} s:\n{m.Bench.tail(self.log)}")
+        raise BenchError(f"install-cni (pod cache): no {what} within {secs} s:\n{tail(self.log)}")
 
     def status_kb(self, key):
-        import agents
-        return agents._status_kb(self.pid, key)
+        return common.status_kb(self.pid, key)
 
     def stop(self):
-        try:
-            os.kill(self.pid, signal.SIGTERM)
-            for _ in range(100):
-                if os.waitpid(self.pid, os.WNOHANG)[0] == self.pid:
-                    return
-                time.sleep(0.05)
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+        common.stop(self.pid)
 
 
 def start(b):
     b.cache = Agent(b, "cache-agent", NODE)
     b.run_dirs["cache"] = b.cache.run
     # A run dir whose socket nobody listens on: the agent was SIGKILLed and left it.
-    d = os.path.join(b.work, "run-stale")
-    os.makedirs(d)
-    import shutil
-    shutil.copy(b.double.kubeconfig, os.path.join(d, "istio-cni-kubeconfig"))
+    d = b.double.run_dir(os.path.join(b.work, "run-stale"))
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(os.path.join(d, "pod-cache.sock"))
     s.close()
@@ -159,14 +134,12 @@ def api_requests(b, cases):
 
 
 def memory(b, n=1000):
-    import agents
-    m = _bench()
     node = "rss-node"
     a = Agent(b, "rss-agent", node)
     try:
         time.sleep(1.0)
         rss0, hwm0 = a.status_kb("VmRSS:"), a.status_kb("VmHWM:")
-        pods = [agents._repair_pod(100000 + i, node, False) for i in range(n)]
+        pods = [repair_pod(100000 + i, node, False) for i in range(n)]
         for p in pods:
             p["metadata"]["name"] = f"rss-{p['metadata']['name']}"
         b.double.add_pods(pods)
@@ -175,15 +148,13 @@ def memory(b, n=1000):
         rss1, hwm1 = a.status_kb("VmRSS:"), a.status_kb("VmHWM:")
     finally:
         a.stop()
-    m.log(f"    pod cache memory: VmRSS {rss0} KiB with 0 pods, {rss1} KiB with {n} (+{rss1 - rss0} KiB); "
-          f"VmHWM {hwm0} → {hwm1} KiB")
+    log(f"    pod cache memory: VmRSS {rss0} KiB with 0 pods, {rss1} KiB with {n} (+{rss1 - rss0} KiB); "
+        f"VmHWM {hwm0} → {hwm1} KiB")
     return {"pods": n, "vmrss_kb_empty": rss0, "vmrss_kb_full": rss1, "vmrss_kb_added": rss1 - rss0,
             "vmhwm_kb_empty": hwm0, "vmhwm_kb_full": hwm1}
 
 
 def hostile(b, clients=1000, secs=5.0):
-    import agents
-    m = _bench()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < clients + 200:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, clients + 512), hard))
@@ -240,7 +211,7 @@ def hostile(b, clients=1000, secs=5.0):
             time.sleep(0.05)
 
     # A pod the probes look up, in the cache before the load starts.
-    b.double.add_pods([_bench().pod_object("hostile-probe")])
+    b.double.add_pods([pod_object("hostile-probe")])
     wait_synced(b)
     probe_req = b'{"v":1,"namespace":"default","name":"hostile-probe","uid":""}\n'
 
@@ -265,7 +236,7 @@ def hostile(b, clients=1000, secs=5.0):
     t_end = time.time() + secs
     while time.time() < t_end:
         t0 = time.perf_counter_ns()
-        st, _ = agents._http_get(a.health, "/readyz", timeout=2)
+        st, _ = http_get(a.health, "/readyz", timeout=2)
         t1 = time.perf_counter_ns()
         if st is None:
             failed += 1
@@ -286,16 +257,16 @@ def hostile(b, clients=1000, secs=5.0):
                 pass
     del silent
     lat.sort()
-    m.log(f"    /readyz under {clients} hostile socket clients: median {m.median(lat):.2f} ms, max {lat[-1]:.2f} ms, "
-          f"{failed} unanswered; lookups {hits}/{asked} served; VmHWM {hwm0} → {hwm1} KiB")
-    return {"clients": clients, "seconds": secs, "readyz_n": len(lat), "readyz_median_ms": m.median(lat),
-            "readyz_p99_ms": m.pct(lat, 99), "readyz_max_ms": lat[-1], "readyz_unanswered": failed,
+    log(f"    /readyz under {clients} hostile socket clients: median {median(lat):.2f} ms, max {lat[-1]:.2f} ms, "
+        f"{failed} unanswered; lookups {hits}/{asked} served; VmHWM {hwm0} → {hwm1} KiB")
+    return {"clients": clients, "seconds": secs, "readyz_n": len(lat), "readyz_median_ms": median(lat),
+            "readyz_p99_ms": pct(lat, 99), "readyz_max_ms": lat[-1], "readyz_unanswered": failed,
             "lookups_asked": asked, "lookups_served": hits,
             "vmhwm_kb_before": hwm0, "vmhwm_kb_after": hwm1}
 
 
 def markdown(d):
-    f = _bench().fmt
+    f = fmt
     out = ["| API requests per 1,000 pod starts (the pod's GET; a CHECK's not counted) | pod GETs |", "|---|---:|"]
     for c in d["requests"]["cases"]:
         out.append(f"| {c['case']} ({c['adds']} ADDs) | {f(c['per_1000'], 1)} |")

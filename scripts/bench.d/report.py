@@ -1,27 +1,13 @@
-"""scripts/bench: statistics and the report (Markdown and JSON document). Imported by bench.py."""
+"""scripts/bench: the report (Markdown and JSON document): per-case statistics, where ADD's time goes (from the
+plugin's own log), the sections of the other modules. Imported by bench.py."""
 
-import math
 import os
-import time
+import re
 
 import agents
 import cgprofile as cg_profile
 import podcache
-
-
-def pct(sorted_vals, p):
-    if not sorted_vals:
-        return None
-    k = max(0, math.ceil(p / 100.0 * len(sorted_vals)) - 1)
-    return sorted_vals[k]
-
-
-def median(vals):
-    s = sorted(vals)
-    n = len(s)
-    if n == 0:
-        return None
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+from common import fmt, machine, median, pct
 
 
 def summarize(samples):
@@ -35,25 +21,36 @@ def summarize(samples):
     }
 
 
-def machine():
-    cpu = "unknown"
-    try:
-        for l in open("/proc/cpuinfo"):
-            if l.startswith("model name"):
-                cpu = l.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": os.uname().release, "loadavg_at_end": os.getloadavg(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-
-
-def fmt(v, d=2):
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{d}f}"
-    return str(v)
+def breakdown(b):
+    """Medians of the plugin's logged pod-lookup / rule-build / restore times (ours only)."""
+    res = {}
+    pat_lookup = re.compile(r"pod lookup ([0-9.]+) ms")
+    pat_built = re.compile(r"rules built in ([0-9.]+) ms")
+    pat_step = re.compile(r"(IPv4|IPv6|ipv4|ipv6|v4|v6)\s+\w+ in ([0-9.]+) ms")
+    pat_nft = re.compile(r"nftables\): rules built in [0-9.]+ ms, \w+ in ([0-9.]+) ms")
+    for c in b.cases:
+        if c["impl"] != "ours" or not c["name"].startswith("add-"):
+            continue
+        try:
+            lines = open(b.err_log(c)).read().splitlines()
+        except OSError:
+            continue
+        lk, bl, st = [], [], {}
+        for l in lines:
+            m = pat_lookup.search(l)
+            if m:
+                lk.append(float(m.group(1)))
+            m = pat_built.search(l)
+            if m:
+                bl.append(float(m.group(1)))
+            for fam, v in pat_step.findall(l):
+                st.setdefault(fam, []).append(float(v))
+            for v in pat_nft.findall(l):
+                st.setdefault("nftables_apply", []).append(float(v))
+        if lk or bl:
+            res[c["name"]] = {"pod_lookup_ms": median(lk), "rules_built_ms": median(bl),
+                              **{f"restore_{k}_ms": median(v) for k, v in st.items()}}
+    return res
 
 
 def report(b, a, extra):
@@ -89,7 +86,7 @@ def report(b, a, extra):
     doc = {"machine": m, "binary": {"path": a.bin, "size_bytes": os.path.getsize(a.bin)},
            "peer": {"path": a.peer, "size_bytes": os.path.getsize(a.peer)} if a.peer else None,
            "runs": a.runs, "warmup": a.warmup, "wiring": a.wiring, "cases": rows,
-           "concurrent": b.burst_results, "breakdown": b.breakdown(), "notes": b.notes, **extra}
+           "concurrent": b.burst_results, "breakdown": breakdown(b), "notes": b.notes, **extra}
     return doc
 
 
