@@ -5,7 +5,7 @@
 //! stops). The newest live agent owns the installation (our conf entry, the plugin binary, the
 //! kubeconfig): it alone writes them. An older agent is *superseded*: it writes nothing (no fight over a
 //! kubeconfig with another token or an entry with other settings), reports not ready, and keeps everything
-//! at SIGTERM; when the newer agent is gone (stopped, crashed, SIGKILLed) it takes the node back at once.
+//! at SIGTERM; when the newer agent is gone (stopped, crashed, SIGKILLed) it takes the node back.
 //!
 //! **Why locks.** Each agent holds a write lock (an open file description lock, `F_OFD_SETLK`) on its own
 //! slot of the file: slot `g` is bytes `[g * SLOT, (g + 1) * SLOT)`, `g` the agent's generation. The
@@ -32,9 +32,12 @@
 //! so whichever tries last finds no other slot), and it holds it until it exits: an agent starting
 //! meanwhile waits for that agent's cleanup to finish instead of installing under it.
 //!
-//! **Waiting for the newer agent to go** ([`Lease::wait_until_newest`]) is a blocking lock request on its
-//! slot from a helper thread: granted when its process ends. No polling; a backstop look every
-//! [`BACKSTOP`] covers a file replaced by hand (every agent then joins the file at the path again).
+//! **Waiting for the newer agent to go** ([`Lease::wait_until_newest`]) looks again every [`LOOK_EVERY`]:
+//! a few system calls while superseded, which lasts until the DaemonSet controller deletes the old pod
+//! (seconds). Meanwhile the node keeps what the newer agent left (a SIGKILL removes nothing), so the only
+//! thing that waits up to [`LOOK_EVERY`] is our answer to a primary rewritten in exactly that moment. A
+//! helper thread blocked on the newer agent's lock would notice at once, for 4 KiB more binary, a thread,
+//! a pipe and a second open file description; not worth it here.
 
 use super::{identity, FileId, RunDir};
 use crate::error::{IoContext, Result};
@@ -42,15 +45,15 @@ use nix::fcntl::{fcntl, FcntlArg};
 use nix::libc;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Bytes per slot: an agent's lock, and its name.
 pub const SLOT: i64 = 128;
-/// How often a superseded agent looks again while its helper thread waits.
-pub const BACKSTOP: Duration = Duration::from_secs(5);
+/// How often a superseded agent looks whether the newer agent is still there.
+pub const LOOK_EVERY: Duration = Duration::from_millis(200);
 /// Free slots a joiner tries (other joiners taking each first) before it gives up.
 const ATTEMPTS: usize = 64;
 
@@ -73,8 +76,6 @@ pub struct Lease {
     name: String,
     /// Holds the whole file: the last agent out, deciding ([`Lease::at_stop`]).
     whole: bool,
-    /// The helper thread waiting for the newer agent: its generation and the pipe it closes when done.
-    waiter: Option<(i64, Option<OwnedFd>)>,
 }
 
 /// What holds a lock that conflicts with the one asked about.
@@ -202,7 +203,6 @@ impl Lease {
                 gen,
                 name: name.to_string(),
                 whole: false,
-                waiter: None,
             });
         }
         Err(crate::Error::other(format!(
@@ -261,62 +261,20 @@ impl Lease {
     /// Waits until no newer agent is alive (true: this agent owns the node now) or `stop` is readable
     /// (false).
     pub fn wait_until_newest(&mut self, stop: Option<BorrowedFd<'_>>) -> Result<bool> {
-        loop {
-            let Some(p) = self.newer() else {
-                return Ok(true);
-            };
-            if self.waiter.as_ref().map(|w| w.0) != Some(p.gen) {
-                let done = self.spawn_waiter(p.gen);
-                if let Err(e) = &done {
-                    log::warn!("waiting for the newer agent by looking every {BACKSTOP:?}: {e}");
-                }
-                self.waiter = Some((p.gen, done.ok()));
-            }
-            let done = self.waiter.as_ref().and_then(|w| w.1.as_ref());
+        let every =
+            PollTimeout::try_from(LOOK_EVERY.as_millis() as u32).unwrap_or(PollTimeout::MAX);
+        while self.newer().is_some() {
             let mut fds: Vec<PollFd> = stop
                 .into_iter()
-                .chain(done.map(|d| d.as_fd()))
                 .map(|f| PollFd::new(f, PollFlags::POLLIN))
                 .collect();
-            let t = PollTimeout::try_from(BACKSTOP.as_millis() as u32).unwrap_or(PollTimeout::MAX);
-            match poll(&mut fds, t) {
+            match poll(&mut fds, every) {
+                Ok(n) if n > 0 => return Ok(false),
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err(crate::Error::io("poll", e.into())),
             }
-            let fired: Vec<bool> = fds
-                .iter()
-                .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
-                .collect();
-            if stop.is_some() && fired[0] {
-                return Ok(false);
-            }
-            if fired.get(usize::from(stop.is_some())) == Some(&true) {
-                // The wait ended: the agent is gone (looked at next), or the request failed.
-                if let Some(w) = self.waiter.as_mut() {
-                    w.1 = None;
-                }
-            }
         }
-    }
-
-    /// A thread that asks for a read lock on generation `gen`'s slot, granted when that agent's process
-    /// ends, and then closes the returned pipe's other end. It locks through a descriptor of its own (a
-    /// second open file description), so its lock is never merged with ours.
-    fn spawn_waiter(&self, gen: i64) -> Result<OwnedFd> {
-        let probe =
-            File::open(&self.path).io_context(|| format!("open {}", self.path.display()))?;
-        let (done, tell) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| crate::Error::io("pipe", e.into()))?;
-        std::thread::Builder::new()
-            .name("lease-wait".into())
-            .spawn(move || {
-                let _ = set(&probe, true, libc::F_RDLCK, slot(gen), SLOT);
-                // Closing the probe drops that lock, then the pipe says so.
-                drop(probe);
-                drop(tell);
-            })
-            .io_context(|| "spawn the lease waiter".to_string())?;
-        Ok(done)
+        Ok(true)
     }
 
     /// At stop: another live agent that keeps the node (this one then keeps everything), or `None`: this

@@ -2,6 +2,7 @@
 //! process are two open file descriptions, as two agents are.
 
 use super::*;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 fn dir() -> PathBuf {

@@ -296,7 +296,7 @@ fn send_line(run: &Path, msg: &str) -> bool {
 }
 
 /// (3) The newer agent is SIGKILLed (nothing cleaned up) while the old one runs: the old one takes the node
-/// back at once (it waits on the newer agent's lock, no polling), without a moment without our entry;
+/// back (it looks at the newer agent's lock every 200 ms), without a moment without our entry;
 /// it writes its own kubeconfig and entry again, is ready, answers a primary that drops our entry, and
 /// binds the relay socket the dead agent left.
 #[test]
