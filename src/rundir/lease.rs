@@ -148,16 +148,31 @@ fn highest(f: &File, from: i64) -> std::io::Result<Option<i64>> {
     Ok(Some(top))
 }
 
+/// Opens (or creates) the file, which must be this user's alone: any lock anyone holds in it counts as a
+/// live agent, so a process that could open it could make every agent defer to it.
 fn open(path: &Path) -> Result<File> {
-    std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         // Never truncated: the live agents' names are in it.
         .truncate(false)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-        .io_context(|| format!("open {}", path.display()))
+        .io_context(|| format!("open {}", path.display()))?;
+    let m = f
+        .metadata()
+        .io_context(|| format!("stat {}", path.display()))?;
+    if m.uid() != nix::unistd::geteuid().as_raw() || m.mode() & 0o077 != 0 {
+        return Err(crate::Error::config(format!(
+            "{} is not this user's alone (owner uid {}, mode {:o})",
+            path.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        )));
+    }
+    Ok(f)
 }
 
 fn id_of(f: &File) -> Option<FileId> {

@@ -142,3 +142,25 @@ fn uninstall_removes_the_file_only_when_no_agent_holds_it() {
     assert!(!RunDir::new(&d).lease().exists());
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_file_others_can_open_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir();
+    let path = RunDir::new(&d).lease();
+    std::fs::write(&path, b"").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = Lease::join(&d, "pod a").err().expect("refused").to_string();
+    assert!(
+        e.contains("is not this user's alone") && e.contains("mode 644"),
+        "{e}"
+    );
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink(d.join("elsewhere"), &path).unwrap();
+    assert!(
+        Lease::join(&d, "pod a").is_err(),
+        "a symlink is not followed"
+    );
+    assert!(!d.join("elsewhere").exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
