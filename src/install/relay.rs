@@ -170,7 +170,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bound_again_only_after_two_looks_at_a_missing_file_and_never_over_another() {
+    fn bound_again_after_two_looks_at_a_missing_file_and_over_another_only_when_nobody_listens() {
         let ours = (1, 10);
         let asked = || -> bool { panic!("our own socket: nobody to ask") };
         let mut f = SocketFile::new(PathBuf::from("/run/x/log.sock"), ours);
