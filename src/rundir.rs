@@ -8,6 +8,7 @@
 //! | `log.sock` | installer binds it (`install::relay`) | plugin sends its log records (`logging`) |
 //! | `iptables-backend` | installer; the plugin on its first ADD when absent | plugin, repair agent |
 //! | `pod-cache.sock` | installer binds it (`podcache::server`, unless `POD_CACHE_ENABLED=false`) | plugin asks it for the pod (`podcache::client`) |
+//! | `agents.lock` | every running installer holds a lock in it ([`lease`]) | the installers: which one owns the node's installation |
 //!
 //! A record for another backend (nftables) belongs here too, as one more name beside `iptables-backend`.
 //!
@@ -15,10 +16,13 @@
 //! overlapping a reinstall): the newer one binds its sockets and writes its records over the older one's.
 //! Every process records the identity (device and inode) of each file it binds or writes here
 //! ([`claim`]); a running agent's cleanup removes a file only while it is still the one it claimed
-//! ([`remove_own`]), so an older agent stopping never takes away what a newer one put there.
+//! ([`remove_own`]), so an older agent stopping never takes away what a newer one put there. Which agent
+//! owns the node's installation, and whether another one still runs when one stops, is [`lease`]'s.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+pub mod lease;
 
 /// The run dir when none is configured.
 pub const DEFAULT: &str = "/var/run/istio-cni";
@@ -36,6 +40,8 @@ impl RunDir {
     pub const IPTABLES_BACKEND: &'static str = "iptables-backend";
     /// The node's pod cache (unix stream socket, root only).
     pub const POD_CACHE_SOCKET: &'static str = "pod-cache.sock";
+    /// The installers' lease: which one owns the node's installation ([`lease`]).
+    pub const LEASE: &'static str = "agents.lock";
     /// What uninstall removes besides the kubeconfig: the sockets and the backend record (a later install
     /// records it afresh).
     pub const RECORDS: [&'static str; 3] = [
@@ -70,6 +76,9 @@ impl RunDir {
     }
     pub fn pod_cache_socket(&self) -> PathBuf {
         self.0.join(Self::POD_CACHE_SOCKET)
+    }
+    pub fn lease(&self) -> PathBuf {
+        self.0.join(Self::LEASE)
     }
 }
 

@@ -112,6 +112,29 @@ pub fn preflight(inst: &Installer) -> Result<()> {
     Ok(())
 }
 
+/// Joins the node's agents as the newest ([`crate::rundir::lease`]): from now on this agent owns the
+/// node's installation, and an older one still running writes nothing. Without a lease (a file system
+/// without open file description locks) the agent runs as before, alone in its own view.
+fn join(inst: &mut Installer) {
+    let s = &inst.settings;
+    let name = match s.handover.pod_name.as_str() {
+        "" => format!("pid {}", std::process::id()),
+        pod => format!("pod {pod}"),
+    };
+    match crate::rundir::lease::Lease::join(&s.run_dir, &name) {
+        Ok(l) => {
+            log::info!(
+                "joined the node's agents as generation {}: this agent owns the node's installation",
+                l.generation()
+            );
+            inst.lease = Some(l);
+        }
+        Err(e) => {
+            log::warn!("no lease, an older agent still running will not defer to this one: {e}")
+        }
+    }
+}
+
 /// Installs and keeps the installation until a signal (or, `--once`, one pass); cleans up.
 pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
     let mut inst = Installer::new(settings, self_exe()?);
@@ -137,6 +160,9 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
         inst.settings.run_dir.display(),
         inst.settings.bin_dir.display()
     );
+    if !inst.settings.once {
+        join(&mut inst);
+    }
     inst.sweep_conf_temps()?;
     if inst.settings.native_nftables {
         // The plugin programs nf_tables over netlink: no host binary, so no iptables backend to probe.
@@ -189,7 +215,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
             };
             // Replacement (a rolling update, a restart) or uninstall: read our DaemonSet first.
             let started = std::time::Instant::now();
-            let d = super::handover_lookup::decide_at_stop(&inst.settings);
+            let d = super::handover_lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
             log::info!(
                 "{sig}: {d} [decided in {} ms]",
                 started.elapsed().as_millis()
@@ -217,7 +243,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
                 log::info!("error exit for a restart: configuration, binary and kubeconfig kept");
             } else if !inst.settings.once {
                 let started = std::time::Instant::now();
-                let d = super::handover_lookup::decide_at_stop(&inst.settings);
+                let d = super::handover_lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
                 log::info!(
                     "error exit: {d} [decided in {} ms]",
                     started.elapsed().as_millis()

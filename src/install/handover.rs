@@ -8,8 +8,13 @@
 //! created before the next agent is ready is still redirected by the plugin (it needs no agent), or fails
 //! closed once the old pod's token is rejected; removing them would let it start unredirected.
 //!
+//! The rows are asked in order: the run dir's lease first (no API call, and before the `disabled` setting:
+//! an agent stopping while another one runs never removes what that one maintains), the API last.
+//!
 //! | facts | verdict | rule |
 //! |---|---|---|
+//! | a newer agent runs on this node (a `maxSurge` roll: it owns the installation now) | **keep** | `superseded` |
+//! | another agent still runs here (an older one takes the node back, or one stopping at the same time decides) | **keep** | `handed-over` |
 //! | safe upgrade turned off | cleanup | `disabled` |
 //! | no DaemonSet to look for (no namespace, no credentials, our pod has no DaemonSet owner) | cleanup | `not-a-daemonset-pod` |
 //! | DaemonSet not found | cleanup | `daemonset-gone` |
@@ -61,6 +66,10 @@ impl Lookup {
 /// What the lookups established.
 #[derive(Debug, Clone)]
 pub enum Facts {
+    /// Another live agent on this node (the run dir's lease, [`crate::rundir::lease`]): only the last agent
+    /// out decides by the other rows, so a stopping agent never removes what a running one maintains.
+    /// `newer`: it started after us and owns the installation.
+    Peer { newer: bool, who: String },
     /// The operator turned safe upgrade off (the setting as written, e.g. `DISABLE_SAFE_UPGRADE=true`).
     Disabled(String),
     /// There is no DaemonSet to look for; says why.
@@ -88,6 +97,8 @@ pub enum Verdict {
 /// The rule of the table that decided (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {
+    Superseded,
+    HandedOver,
     Disabled,
     NotADaemonSetPod,
     DaemonSetGone,
@@ -102,6 +113,8 @@ pub enum Rule {
 impl Rule {
     pub fn name(self) -> &'static str {
         match self {
+            Rule::Superseded => "superseded",
+            Rule::HandedOver => "handed-over",
             Rule::Disabled => "disabled",
             Rule::NotADaemonSetPod => "not-a-daemonset-pod",
             Rule::DaemonSetGone => "daemonset-gone",
@@ -183,6 +196,20 @@ fn unauthorized(e: &str) -> Decision {
 /// Decides from `facts`; `istio_owned` is `ISTIO_OWNED_CNI_CONFIG` (the default when there is no answer).
 pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
     let (daemonset, ds, node_name, node) = match facts {
+        Facts::Peer { newer: true, who } => {
+            return Decision::new(
+                Verdict::Keep,
+                Rule::Superseded,
+                format!("a newer agent ({who}) runs on this node and owns its installation"),
+            )
+        }
+        Facts::Peer { newer: false, who } => {
+            return Decision::new(
+                Verdict::Keep,
+                Rule::HandedOver,
+                format!("another agent ({who}) still runs on this node and keeps its installation"),
+            )
+        }
         Facts::Disabled(setting) => {
             return Decision::new(
                 Verdict::Cleanup,

@@ -8,6 +8,7 @@ use super::handover::{self, Decision, Facts, Lookup};
 use super::options::Settings;
 use crate::json::{self, Object, Value};
 use crate::kube::{Backoff, Client, Config, Timeouts};
+use crate::rundir::lease::Lease;
 use std::time::{Duration, Instant};
 
 /// The lookups' deadline; the decision is made within [`BUDGET`] + [`GRACE`] of the signal.
@@ -23,9 +24,17 @@ const MIN_ATTEMPT: Duration = Duration::from_millis(50);
 /// Upstream's DaemonSet name, the fallback when our own pod cannot be read.
 pub const DEFAULT_DAEMONSET: &str = "istio-cni-node";
 
-/// Looks up what the decision needs and decides (logging nothing: the caller logs the decision).
-pub fn decide_at_stop(s: &Settings) -> Decision {
-    handover::decide(&facts(s), s.istio_owned)
+/// Looks up what the decision needs and decides (logging nothing: the caller logs the decision): first
+/// whether another agent runs on this node (`lease`, [`Lease::at_stop`]: no API call then), then the API.
+pub fn decide_at_stop(s: &Settings, lease: Option<&mut Lease>) -> Decision {
+    let facts = match lease.and_then(Lease::at_stop) {
+        Some(p) => Facts::Peer {
+            newer: p.newer,
+            who: p.who,
+        },
+        None => facts(s),
+    };
+    handover::decide(&facts, s.istio_owned)
 }
 
 /// What the API says, within [`BUDGET`] + [`GRACE`].

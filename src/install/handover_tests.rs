@@ -240,3 +240,26 @@ fn disabled_or_not_a_daemonset_pod_cleans_up_at_once() {
     );
     assert!(d.to_string().ends_with("(rule not-a-daemonset-pod)"));
 }
+
+#[test]
+fn another_live_agent_on_the_node_keeps_whatever_the_settings() {
+    let who = "pod istio-system/istio-cni-node-bbbbb, generation 2";
+    for (newer, rule, name) in [
+        (true, Rule::Superseded, "superseded"),
+        (false, Rule::HandedOver, "handed-over"),
+    ] {
+        let (d, owned) = both(&Facts::Peer {
+            newer,
+            who: who.into(),
+        });
+        assert_eq!((d.verdict, d.rule), (Verdict::Keep, rule));
+        assert_eq!(owned, d, "ISTIO_OWNED_CNI_CONFIG changes nothing");
+        let line = d.to_string();
+        assert!(
+            line.starts_with("leaving the istio-cni entry")
+                && line.contains(who)
+                && line.ends_with(&format!("(rule {name})")),
+            "{line}"
+        );
+    }
+}

@@ -9,6 +9,7 @@ use super::kubeconfig::{self, KubeconfigInputs};
 use super::select::{self, shown, Choice, Listing};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::fsutil;
+use crate::rundir::lease::{self, Lease};
 use crate::rundir::RunDir;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -36,6 +37,8 @@ pub struct Installer {
     pub installed: Option<OsString>,
     /// Bin dirs holding our binary.
     pub bin_dirs: Vec<PathBuf>,
+    /// This agent's place among the node's agents (none for `--once` and `--uninstall`).
+    pub lease: Option<Lease>,
 }
 
 impl Installer {
@@ -47,6 +50,7 @@ impl Installer {
             configured,
             installed: None,
             bin_dirs: Vec::new(),
+            lease: None,
         }
     }
 
@@ -389,8 +393,11 @@ impl Installer {
             },
         }
         // A running agent removes only the run-dir files it put there (crate::rundir): a newer agent
-        // sharing the dir keeps its own. `--uninstall` put nothing there and removes them all.
-        let remove_record = |p: &Path| crate::rundir::remove_record(p, s.uninstall);
+        // sharing the dir keeps its own. `--uninstall` put nothing there and removes them all, and so does
+        // the last agent out (it holds the whole lease: every other agent is gone or keeping, and writes
+        // nothing more), or an uninstall during a roll would leave the other agent's kubeconfig behind.
+        let alone = inst.lease.as_ref().is_some_and(Lease::alone);
+        let remove_record = |p: &Path| crate::rundir::remove_record(p, s.uninstall || alone);
         note(remove_record(&inst.kubeconfig_path()).map(|n| format!("kubeconfig {n}")));
         let dirs = if inst.bin_dirs.is_empty() {
             super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref())
@@ -410,6 +417,11 @@ impl Installer {
         // The sockets and the iptables backend record (a later install records it afresh).
         for f in crate::rundir::RunDir::RECORDS {
             note(remove_record(&s.run_dir.join(f)));
+        }
+        match &inst.lease {
+            Some(l) => note(l.remove()),
+            None if s.uninstall => note(lease::remove_unheld(&s.run_dir)),
+            None => {}
         }
         match first_err {
             Some(e) => Err(e),

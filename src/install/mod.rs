@@ -6,7 +6,8 @@
 //! link chains and the directories to watch for them; its `chains_of` reads the file system).
 //! Effects: [`binaries`], [`installer`] (the steps), [`watch`] (inotify), [`run`] (the loop), [`server`]
 //! (health and metrics), [`relay`] (plugin log relay), [`podwatch`] (the node's pod watch, pod cache and
-//! repair agent), [`cleanup`], [`cli`] (the run: signals, servers, the loop).
+//! repair agent), [`cleanup`], [`supersede`] (an older agent yielding to a newer one), [`cli`] (the run:
+//! signals, servers, the loop).
 //!
 //! The composition root of the DaemonSet: like upstream's `install-cni`, it runs the repair agent in-process
 //! (`REPAIR_ENABLED`), so it takes the agent's settings ([`crate::repair::options`]) and starts
@@ -38,6 +39,7 @@ pub mod run;
 pub mod select;
 pub mod selectors;
 pub mod server;
+pub mod supersede;
 pub mod watch;
 
 /// The settings module's former name, for code not yet switched to [`options`].

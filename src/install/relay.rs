@@ -6,7 +6,8 @@
 //!
 //! The socket file is watched every [`RECHECK`], as the pod cache's is: bound again when it has been
 //! missing at two checks in a row (someone removed it: an older agent's cleanup, by hand), left alone when
-//! another process bound it (a newer agent).
+//! another live process bound it (a newer agent), and bound again when nobody listens on it any more (that
+//! agent is gone: SIGKILLed, crashed, or stopped leaving its files for the next one).
 
 use crate::error::{IoContext, Result};
 use crate::rundir::{self, FileId};
@@ -89,8 +90,9 @@ impl SocketFile {
         }
     }
 
-    /// Pure: what to do, given what is at the path now.
-    fn look(&mut self, now: Option<FileId>) -> Look {
+    /// Pure: what to do, given what is at the path now and (asked only for another's) whether a process
+    /// listens on it.
+    fn look(&mut self, now: Option<FileId>, listened: impl FnOnce() -> bool) -> Look {
         match now {
             None if !self.missing => {
                 self.missing = true;
@@ -99,6 +101,9 @@ impl SocketFile {
             None => Look::Bind,
             Some(id) => {
                 self.missing = false;
+                if id != self.ours && !listened() {
+                    return Look::Bind;
+                }
                 if id != self.ours && !self.replaced {
                     self.replaced = true;
                     return Look::Replaced;
@@ -115,7 +120,15 @@ fn relay(mut sock: UnixDatagram, mut file: SocketFile) {
     loop {
         if Instant::now() >= next_check {
             next_check = Instant::now() + RECHECK;
-            match file.look(rundir::identity(&file.path)) {
+            let path = file.path.clone();
+            // Only a refused connection says nobody listens (not, say, running out of descriptors).
+            let listened = move || {
+                UnixDatagram::unbound()
+                    .and_then(|s| s.connect(&path))
+                    .map_or_else(|e| e.kind() != ErrorKind::ConnectionRefused, |()| true)
+            };
+            let now = rundir::identity(&file.path);
+            match file.look(now, listened) {
                 Look::Keep => {}
                 Look::Replaced => log::warn!(
                     "log relay: {} now belongs to another process; plugin logs go there",
@@ -123,10 +136,11 @@ fn relay(mut sock: UnixDatagram, mut file: SocketFile) {
                 ),
                 Look::Bind => match bind(&file.path) {
                     Ok((s, id)) => {
-                        log::warn!(
-                            "log relay: {} was removed; bound it again",
-                            file.path.display()
-                        );
+                        let why = match now {
+                            None => "was removed",
+                            Some(_) => "was left by an agent that is gone",
+                        };
+                        log::warn!("log relay: {} {why}; bound it again", file.path.display());
                         sock = s;
                         file = SocketFile::new(file.path, id);
                     }
@@ -156,21 +170,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bound_again_only_after_two_looks_at_a_missing_file_and_never_over_another() {
+    fn bound_again_after_two_looks_at_a_missing_file_and_over_another_only_when_nobody_listens() {
         let ours = (1, 10);
+        let asked = || -> bool { panic!("our own socket: nobody to ask") };
         let mut f = SocketFile::new(PathBuf::from("/run/x/log.sock"), ours);
-        assert_eq!(f.look(Some(ours)), Look::Keep);
-        assert_eq!(f.look(None), Look::Keep, "our own cleanup, about to exit");
+        assert_eq!(f.look(Some(ours), asked), Look::Keep);
         assert_eq!(
-            f.look(Some(ours)),
+            f.look(None, asked),
+            Look::Keep,
+            "our own cleanup, about to exit"
+        );
+        assert_eq!(
+            f.look(Some(ours), asked),
             Look::Keep,
             "back: the count starts over"
         );
-        assert_eq!(f.look(None), Look::Keep);
-        assert_eq!(f.look(None), Look::Bind);
+        assert_eq!(f.look(None, asked), Look::Keep);
+        assert_eq!(f.look(None, asked), Look::Bind);
         let mut f = SocketFile::new(PathBuf::from("/run/x/log.sock"), ours);
-        assert_eq!(f.look(Some((1, 11))), Look::Replaced);
-        assert_eq!(f.look(Some((1, 11))), Look::Keep, "said once");
+        assert_eq!(f.look(Some((1, 11)), || true), Look::Replaced);
+        assert_eq!(f.look(Some((1, 11)), || true), Look::Keep, "said once");
+        // That agent is gone (its file is left, nobody listens): bound again.
+        assert_eq!(f.look(Some((1, 11)), || false), Look::Bind);
     }
 
     #[test]

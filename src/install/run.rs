@@ -127,6 +127,11 @@ pub fn run_loop(
         if super::watch::stop_pending(stop) {
             return Ok(End::Stopped);
         }
+        match super::supersede::yield_to_newer(inst, watcher, state, stop)? {
+            Some(true) => dirty = all_dirty(),
+            Some(false) => return Ok(End::Stopped),
+            None => {}
+        }
         if dirty.bin || first {
             if let Err(e) = inst.install_binaries() {
                 state.count(InstallResult::CopyBinariesFailure);
@@ -226,6 +231,9 @@ pub fn run_loop(
                 }
                 continue;
             }
+        }
+        if inst.lease.as_mut().is_some_and(|l| l.newer().is_some()) {
+            continue;
         }
         log::info!("installing the CNI configuration: {reason}");
         match inst.write_config() {

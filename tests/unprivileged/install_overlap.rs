@@ -1,12 +1,15 @@
 //! Two agents on one node at once (a `maxSurge` roll, an uninstall overlapping a reinstall): the newer one
-//! binds its sockets and writes its records into the shared run dir while the older one still runs. When
-//! the older one stops and its rule says clean up, it must take away only what is still its own: the newer
-//! agent's log and pod-cache sockets, kubeconfig and backend record stay (never deleted, watched with
+//! binds its sockets and writes its records into the shared run dir while the older one still runs. With
+//! the run dir's lease the older agent keeps everything at SIGTERM (`install_supersede`); without one (an
+//! agent of a version before it, a file system without open file description locks: here a directory in
+//! the lease's place) its rule may say clean up, and it must take away only what is still its own: the
+//! newer agent's log and pod-cache sockets, kubeconfig and backend record stay (never deleted, watched with
 //! inotify), and its log relay keeps relaying plugin lines. A socket removed anyway is bound again.
 
 use crate::support::install::cluster::*;
 use crate::support::*;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use std::fs;
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::Path;
 
@@ -42,6 +45,7 @@ fn send_line(run: &Path, msg: &str) -> bool {
 #[test]
 fn an_old_agent_stopping_leaves_the_new_agents_sockets_and_records() {
     let c = Cluster::new("overlap");
+    fs::create_dir_all(c.run.join("agents.lock")).unwrap();
     let common = [
         ("DISABLE_SAFE_UPGRADE", "true"),
         ("FORCE_IPTABLES_BINARY", "iptables-nft"),
@@ -50,6 +54,7 @@ fn an_old_agent_stopping_leaves_the_new_agents_sockets_and_records() {
     c.wait_ready(&a);
     let of_a = ids(&c.run);
     assert!(of_a.iter().all(Option::is_some), "{of_a:?}\n{}", a.stderr());
+    assert!(a.stderr().contains("no lease"), "{}", a.stderr());
 
     // The new agent, on its own ports, up before the old one stops.
     let (health, metrics) = (free_port(), free_port());

@@ -22,6 +22,7 @@ mod install_overlap;
 mod install_process;
 mod install_select_process;
 mod install_settings;
+mod install_supersede;
 mod kube_api;
 mod kube_client;
 mod kube_lookup_deadline;
