@@ -45,7 +45,8 @@ fn served() -> (Cache, PathBuf) {
         s.list_begun();
         s.apply(pod("a", "u1"));
         s.list_done();
-        s.set_live(true);
+        s.watch_open();
+        s.caught_up();
     });
     let path = temp_dir().join("pod-cache.sock");
     serve(cache.clone(), path.clone()).unwrap();
@@ -217,7 +218,10 @@ fn before_the_first_list_nothing_is_served() {
     let cache = Cache::new().unwrap();
     let path = temp_dir().join("pod-cache.sock");
     serve(cache.clone(), path.clone()).unwrap();
-    cache.update(|s| s.set_live(true));
+    cache.update(|s| {
+        s.watch_open();
+        s.caught_up();
+    });
     assert_eq!(
         client::lookup(&path, &req("a", "u1")).unwrap_err(),
         Miss::Agent(Answer::NotSynced)

@@ -190,6 +190,49 @@ fn a_pod_recreated_under_its_name_gets_the_new_pods_decision() {
     assert_eq!(pod_gets(&node.srv), Vec::<String>::new());
 }
 
+/// The red team's P1: a StatefulSet's `web-0`, cached without a sidecar, is deleted and recreated with one
+/// while the agent has no watch open; the re-opened watch answers at once but the server holds back what it
+/// missed. The runtime passes no `K8S_POD_UID`: the ADD must not take the old pod from the cache.
+#[test]
+fn a_pod_recreated_in_a_watch_gap_starts_redirected_without_a_uid() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(66);
+    let agent = Agent::start(&node.srv, &node.dir.join("run"), NODE, &[]);
+    let old_uid = node.add_plain_pod("web-0");
+    agent.wait_synced();
+    agent.wait_pods(1);
+    // The watch ends and every re-watch is closed at once for now: a gap, in which web-0 is recreated.
+    node.srv.set_fault(Fault::WatchClose, None);
+    node.srv.end_watches();
+    node.srv.delete_pod("default", "web-0").unwrap();
+    let mut web = node.bare_pod("web-0", 6);
+    assert_ne!(web.uid, old_uid);
+    web.uid = String::new();
+    // The next watch answers at once; its events wait until the fault is cleared.
+    node.srv.set_fault(Fault::WatchHold, None);
+    poll_until("a held watch", Duration::from_secs(60), || {
+        node.srv.stats().watches_held >= 1
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    node.srv.clear_requests();
+    let out = web.add();
+    out.assert_success();
+    let rules = web.save("iptables-nft-save");
+    assert!(
+        rules.contains("-A ISTIO_OUTPUT"),
+        "web-0 started unredirected:\n{out}\n{rules}\n{}",
+        agent.log()
+    );
+    assert!(
+        out.stderr.contains("(api: cache miss: not_synced)"),
+        "{out}"
+    );
+    assert_eq!(pod_gets(&node.srv), vec!["web-0".to_string()]);
+    node.srv.clear_fault();
+}
+
 #[test]
 fn a_killed_agents_socket_sends_the_next_add_to_the_api_server() {
     if !require_root() {

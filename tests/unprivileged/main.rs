@@ -22,6 +22,7 @@ mod kube_api;
 mod kube_client;
 mod kube_lookup_deadline;
 mod podcache_agent;
+mod podcache_catch_up;
 mod repair_oneshot;
 mod repair_rss;
 mod repair_watch;
