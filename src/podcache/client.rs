@@ -1,12 +1,13 @@
 //! The plugin's side: one lookup over the agent's socket, bounded at every step so that an absent, dead,
 //! busy or hung agent costs ADD at most [`FIRST_REPLY`] (a refused or missing socket: one failed
 //! `connect`, microseconds) before the API lookup. Never blocks: the socket is non-blocking and every
-//! read waits in poll(2) with what is left of its bound.
+//! read waits in poll(2) with what is left of its bound. A hit is checked to be the pod asked for
+//! ([`is_the_pod_asked_for`]) before it is used.
 
 use super::proto::{self, Reply, Request};
 use super::server::UNSEEN_WAIT;
 use super::Miss;
-use crate::json::Object;
+use crate::json::{self, Object};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
@@ -88,6 +89,15 @@ impl Lines {
     }
 }
 
+/// Whether `pod` is the pod `req` asked for: its namespace and name, and its UID when the request has one.
+pub fn is_the_pod_asked_for(pod: &Object, req: &Request) -> bool {
+    let meta = json::obj_of(pod, "metadata");
+    let field = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
+    field("namespace") == req.namespace
+        && field("name") == req.name
+        && (req.uid.is_empty() || field("uid") == req.uid)
+}
+
 /// Asks the agent listening on `socket` for the pod; the reduced pod object, or why not.
 pub fn lookup(socket: &Path, req: &Request) -> Result<Object, Miss> {
     let mut sock = connect(socket)?;
@@ -108,8 +118,94 @@ pub fn lookup(socket: &Path, req: &Request) -> Result<Object, Miss> {
         reply = decode(lines.next(Instant::now() + FINAL_REPLY)?)?;
     }
     match reply {
-        Reply::Hit(pod) => Ok(pod),
+        Reply::Hit(pod) if is_the_pod_asked_for(&pod, req) => Ok(pod),
+        Reply::Hit(pod) => {
+            let meta = json::obj_of(&pod, "metadata");
+            let field = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
+            log::warn!(
+                "pod cache: asked for {}/{} (uid {:?}), the agent answered {}/{} (uid {:?}); reading the pod from the API server",
+                req.namespace,
+                req.name,
+                req.uid,
+                field("namespace"),
+                field("name"),
+                field("uid")
+            );
+            Err(Miss::BadReply)
+        }
         Reply::Miss(a) => Err(Miss::Agent(a)),
         Reply::Wait => Err(Miss::BadReply),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    fn req(ns: &str, name: &str, uid: &str) -> Request {
+        Request {
+            namespace: ns.into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
+    fn pod(ns: &str, name: &str, uid: &str) -> String {
+        format!(r#"{{"metadata":{{"namespace":"{ns}","name":"{name}","uid":"{uid}"}}}}"#)
+    }
+
+    /// A fake agent on a fresh socket that answers the next request with `line`.
+    fn forging(line: Vec<u8>) -> (std::path::PathBuf, std::thread::JoinHandle<()>) {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "podcache-client-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pod-cache.sock");
+        let l = UnixListener::bind(&path).unwrap();
+        let h = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut b = [0u8; 1024];
+            let _ = s.read(&mut b);
+            s.write_all(&line).unwrap();
+        });
+        (path, h)
+    }
+
+    #[test]
+    fn a_hit_for_another_pod_than_the_one_asked_for_is_a_miss() {
+        let asked = req("shop", "web-0", "u-new");
+        let by_name = req("shop", "web-0", "");
+        for (what, answered, r, ok) in [
+            ("the pod", pod("shop", "web-0", "u-new"), &asked, true),
+            ("by name", pod("shop", "web-0", "u-old"), &by_name, true),
+            ("another UID", pod("shop", "web-0", "u-old"), &asked, false),
+            ("another name", pod("shop", "web-1", "u-new"), &asked, false),
+            (
+                "another namespace",
+                pod("bank", "web-0", "u-new"),
+                &asked,
+                false,
+            ),
+            (
+                "another name, by name",
+                pod("shop", "web-1", "u-1"),
+                &by_name,
+                false,
+            ),
+            ("no metadata", "{}".to_string(), &by_name, false),
+        ] {
+            let (path, h) = forging(proto::hit_line(&answered));
+            let got = lookup(&path, r);
+            h.join().unwrap();
+            match got {
+                Ok(p) => assert!(ok, "{what}: used {p:?}"),
+                Err(m) => assert!(!ok && m == Miss::BadReply, "{what}: {m:?}"),
+            }
+        }
     }
 }
