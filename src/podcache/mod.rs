@@ -84,10 +84,9 @@ pub enum Miss {
     Refused,
     /// The agent's listen backlog is full.
     Busy,
-    /// No reply within the bound ([`client::FIRST_REPLY`], then [`client::FINAL_REPLY`]).
+    /// No reply within the bound ([`client::Bounds`]).
     Timeout,
-    /// A reply we could not read (another protocol version, garbage, closed early), or a hit for another
-    /// pod than the one asked for.
+    /// A reply we could not read (another protocol version, garbage, closed early).
     BadReply,
     /// Any other socket error (permissions, ...).
     SocketError,

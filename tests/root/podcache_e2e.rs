@@ -93,9 +93,15 @@ fn pod_starts_read_no_pod_from_the_api_server_while_the_agent_runs() {
     let _ = std::fs::remove_file(&sock);
     let spy = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     spy.set_nonblocking(true).unwrap();
+    // A lookup deadline of 30 s (each GET attempt up to 7.5 s, not the node's 2 s and 500 ms): on a loaded
+    // machine a GET slower than 500 ms is retried, and a pod would be read twice.
     let direct: Vec<Pod> = pods(&node, "direct", SEQUENTIAL + CONCURRENT)
         .into_iter()
-        .map(Pod::without_pod_cache)
+        .map(|p| {
+            let mut p = Pod::without_pod_cache(p);
+            p.set_lookup_timeout(30);
+            p
+        })
         .collect();
     node.srv.clear_requests();
     start_all(&direct);
