@@ -1,9 +1,11 @@
 //! The node's pod LIST + WATCH loop: a paginated LIST, then WATCH with bookmarks from the list's
 //! resourceVersion; 410 → relist; otherwise re-watch; every restart paced by backoff 800 ms … 30 s with
 //! jitter. It feeds a [`PodSink`]: the standalone repair agent's ([`super::controller::RepairSink`]), or in
-//! `install-cni` the pod cache and the repair worker together (`install::podwatch`). Each (re)start is timed
-//! for `/metrics` ([`crate::kube::watch_timing`], as the `pods` watch). Nothing here panics on API input; API
-//! failures are logged and retried.
+//! `install-cni` the pod cache and the repair worker together (`install::podwatch`). A sink that needs to
+//! know when a watch has caught up with the server (the pod cache) gets a streaming watch-list at every
+//! (re)start instead, or, from a server without one, a probe after each watch opens
+//! ([`super::catch_up`]). Each (re)start is timed for `/metrics` ([`crate::kube::watch_timing`], as the
+//! `pods` watch). Nothing here panics on API input; API failures are logged and retried.
 
 use super::catch_up::{self, Pending, Step};
 use super::pace::{held_note, random, LogLimit, Pace, LOG_WINDOW};
@@ -208,14 +210,17 @@ fn watch_once(
                 "a BOOKMARK came before the end of the initial events (sendInitialEvents ignored)";
             return (Ended::NoWatchList(why.into()), delivered);
         }
+        // A watch-list's initial events are its list, not changes: a server that ends every watch right
+        // after them still gets the growing backoff.
+        let change = !(listing && pending == Pending::InitialEnd);
         match ev.kind {
             EventKind::Bookmark => {}
             EventKind::Deleted => {
-                delivered = true;
+                delivered |= change;
                 sink.gone(&ev.object);
             }
             EventKind::Added | EventKind::Modified => {
-                delivered = true;
+                delivered |= change;
                 sink.pod(ev.object);
             }
         }
