@@ -16,6 +16,7 @@ struct NodeSink {
     cache: Option<Cache>,
     repair: Option<RepairSink>,
     synced_logged: bool,
+    caught_up_logged: bool,
 }
 
 impl PodSink for NodeSink {
@@ -68,16 +69,33 @@ impl PodSink for NodeSink {
 
     fn watch_up(&mut self, restart: bool) {
         if let Some(c) = &self.cache {
-            c.update(|s| s.set_live(true));
+            // Not live yet: what the watch missed may still be on its way (`caught_up`).
+            c.update(|s| s.watch_open());
             if restart {
                 crate::podcache::metrics::watch_restarted();
             }
         }
     }
 
+    fn wants_catch_up(&self) -> bool {
+        self.cache.is_some()
+    }
+
+    fn caught_up(&mut self) {
+        if let Some(c) = &self.cache {
+            c.update(|s| s.caught_up());
+            if !self.caught_up_logged {
+                self.caught_up_logged = true;
+                log::info!(
+                    "pod cache: caught up with the API server; answering lookups by name too"
+                );
+            }
+        }
+    }
+
     fn watch_down(&mut self) {
         if let Some(c) = &self.cache {
-            c.update(|s| s.set_live(false));
+            c.update(|s| s.watch_closed());
         }
     }
 }
@@ -155,6 +173,7 @@ pub fn start(s: &Settings) {
         cache,
         repair,
         synced_logged: false,
+        caught_up_logged: false,
     };
     log::info!(
         "pod watch: fieldSelector {:?} labelSelector {:?} (pod cache {}, repair {})",

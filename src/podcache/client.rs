@@ -1,12 +1,15 @@
-//! The plugin's side: one lookup over the agent's socket, bounded at every step so that an absent, dead,
-//! busy or hung agent costs ADD at most [`FIRST_REPLY`] (a refused or missing socket: one failed
-//! `connect`, microseconds) before the API lookup. Never blocks: the socket is non-blocking and every
-//! read waits in poll(2) with what is left of its bound.
+//! The plugin's side: one lookup over the agent's socket, bounded at every step. An absent or dead
+//! agent costs ADD one failed `connect` (a missing socket file, or one nobody listens on: microseconds);
+//! a connected agent gets [`Bounds::of`] its socket file's heartbeat: a long, still bounded wait when the
+//! agent showed a sign of life within [`HEARTBEAT_FRESH`] (a loaded node delays its answer, it does not
+//! lose it), a short one otherwise (a stopped or hung agent is told apart fast). Never blocks: the socket
+//! is non-blocking and every read waits in poll(2) with what is left of its bound. A hit is checked to be
+//! the pod asked for ([`is_the_pod_asked_for`]) before it is used.
 
 use super::proto::{self, Reply, Request};
-use super::server::UNSEEN_WAIT;
+use super::server::{HEARTBEAT, UNSEEN_WAIT};
 use super::Miss;
-use crate::json::Object;
+use crate::json::{self, Object};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
@@ -14,14 +17,50 @@ use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-/// The agent's first line (the answer, or `wait`) must come within this time of the request. The agent
-/// answers in tens of microseconds; the bound only tells a live agent from a stopped or hung one, and
-/// is wide enough for an agent thread that the scheduler let wait behind a burst of pod starts.
-pub const FIRST_REPLY: Duration = Duration::from_millis(50);
-/// After `wait`: the agent answers when the pod's event arrives, or at [`UNSEEN_WAIT`].
-pub const FINAL_REPLY: Duration = Duration::from_millis(UNSEEN_WAIT.as_millis() as u64 + 100);
+/// An agent whose socket file was touched this recently is alive: its server thread touches the file
+/// every [`HEARTBEAT`] (2 s) and answers in tens of microseconds when it gets the CPU. 2.5 heartbeats: a
+/// heartbeat or two late on a loaded node still counts.
+pub const HEARTBEAT_FRESH: Duration = Duration::from_millis(HEARTBEAT.as_millis() as u64 * 5 / 2);
+/// The first reply line (the answer, or `wait`) from an alive agent: on a 2-vCPU node at load 20 and
+/// more, with a storm of plugins and builds competing for the CPU, the agent's thread waits its turn
+/// for 100–250 ms (BENCHMARKS.md, pod cache under load); this is several times that, and still far
+/// below what a pod start costs.
+pub const FIRST_REPLY: Duration = Duration::from_millis(1000);
+/// The first reply from an agent with no recent sign of life (a stopped or hung process keeps its
+/// socket's backlog accepting): a live one answers well within it on an idle node.
+pub const FIRST_REPLY_UNPROVEN: Duration = Duration::from_millis(50);
+
+/// How long a lookup waits for the agent's lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// For the first line (the answer, or `wait`).
+    pub first: Duration,
+    /// For the answer after `wait`: the agent answers when the pod's event arrives, or at [`UNSEEN_WAIT`].
+    pub last: Duration,
+}
+
+impl Bounds {
+    /// The bounds for an agent whose socket file was last modified at `heartbeat`, at `now`: long when
+    /// that is within [`HEARTBEAT_FRESH`] (and not more than a second ahead: a clock stepped back makes
+    /// no stale file fresh), short otherwise.
+    pub fn of(heartbeat: Option<SystemTime>, now: SystemTime) -> Bounds {
+        let alive = heartbeat.is_some_and(|t| match now.duration_since(t) {
+            Ok(age) => age <= HEARTBEAT_FRESH,
+            Err(ahead) => ahead.duration() <= Duration::from_secs(1),
+        });
+        let first = if alive {
+            FIRST_REPLY
+        } else {
+            FIRST_REPLY_UNPROVEN
+        };
+        Bounds {
+            first,
+            last: UNSEEN_WAIT + first.max(Duration::from_millis(100)),
+        }
+    }
+}
 
 fn connect(path: &Path) -> Result<UnixStream, Miss> {
     let fd = socket::socket(
@@ -63,15 +102,17 @@ impl Lines {
             if self.buf.len() > proto::MAX_REPLY {
                 return Err(Miss::BadReply);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Miss::Timeout);
-            }
+            // Read before looking at the clock: a reply that arrived while this process waited for the
+            // CPU past its deadline is still taken.
             let mut chunk = [0u8; 16 * 1024];
             match self.sock.read(&mut chunk) {
                 Ok(0) => return Err(Miss::BadReply),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(Miss::Timeout);
+                    }
                     // Rounded up, so the wake-up is at or after the deadline.
                     let wait = PollTimeout::try_from(left + Duration::from_millis(1))
                         .unwrap_or(PollTimeout::MAX);
@@ -88,9 +129,22 @@ impl Lines {
     }
 }
 
+/// Whether `pod` is the pod `req` asked for: its namespace and name, and its UID when the request has one.
+pub fn is_the_pod_asked_for(pod: &Object, req: &Request) -> bool {
+    let meta = json::obj_of(pod, "metadata");
+    let field = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
+    field("namespace") == req.namespace
+        && field("name") == req.name
+        && (req.uid.is_empty() || field("uid") == req.uid)
+}
+
 /// Asks the agent listening on `socket` for the pod; the reduced pod object, or why not.
 pub fn lookup(socket: &Path, req: &Request) -> Result<Object, Miss> {
+    let heartbeat = std::fs::symlink_metadata(socket)
+        .and_then(|m| m.modified())
+        .ok();
     let mut sock = connect(socket)?;
+    let bounds = Bounds::of(heartbeat, SystemTime::now());
     // A fresh socket's buffer takes the small request at once.
     match sock.write(proto::encode_request(req).as_bytes()) {
         Ok(_) => {}
@@ -103,13 +157,133 @@ pub fn lookup(socket: &Path, req: &Request) -> Result<Object, Miss> {
         buf: Vec::new(),
     };
     let decode = |l: Vec<u8>| proto::decode_reply(&l).map_err(|_| Miss::BadReply);
-    let mut reply = decode(lines.next(Instant::now() + FIRST_REPLY)?)?;
+    let mut reply = decode(lines.next(Instant::now() + bounds.first)?)?;
     if matches!(reply, Reply::Wait) {
-        reply = decode(lines.next(Instant::now() + FINAL_REPLY)?)?;
+        reply = decode(lines.next(Instant::now() + bounds.last)?)?;
     }
     match reply {
-        Reply::Hit(pod) => Ok(pod),
+        Reply::Hit(pod) if is_the_pod_asked_for(&pod, req) => Ok(pod),
+        Reply::Hit(pod) => {
+            let meta = json::obj_of(&pod, "metadata");
+            let field = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
+            log::warn!(
+                "pod cache: asked for {}/{} (uid {:?}), the agent answered {}/{} (uid {:?}); reading the pod from the API server",
+                req.namespace,
+                req.name,
+                req.uid,
+                field("namespace"),
+                field("name"),
+                field("uid")
+            );
+            Err(Miss::BadReply)
+        }
         Reply::Miss(a) => Err(Miss::Agent(a)),
         Reply::Wait => Err(Miss::BadReply),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    fn req(ns: &str, name: &str, uid: &str) -> Request {
+        Request {
+            namespace: ns.into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
+    fn pod(ns: &str, name: &str, uid: &str) -> String {
+        format!(r#"{{"metadata":{{"namespace":"{ns}","name":"{name}","uid":"{uid}"}}}}"#)
+    }
+
+    /// A fake agent on a fresh socket that answers the next request with `line`.
+    fn forging(line: Vec<u8>) -> (std::path::PathBuf, std::thread::JoinHandle<()>) {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "podcache-client-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pod-cache.sock");
+        let l = UnixListener::bind(&path).unwrap();
+        let h = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut b = [0u8; 1024];
+            let _ = s.read(&mut b);
+            s.write_all(&line).unwrap();
+        });
+        (path, h)
+    }
+
+    #[test]
+    fn a_hit_for_another_pod_than_the_one_asked_for_is_a_miss() {
+        let asked = req("shop", "web-0", "u-new");
+        let by_name = req("shop", "web-0", "");
+        for (what, answered, r, ok) in [
+            ("the pod", pod("shop", "web-0", "u-new"), &asked, true),
+            ("by name", pod("shop", "web-0", "u-old"), &by_name, true),
+            ("another UID", pod("shop", "web-0", "u-old"), &asked, false),
+            ("another name", pod("shop", "web-1", "u-new"), &asked, false),
+            (
+                "another namespace",
+                pod("bank", "web-0", "u-new"),
+                &asked,
+                false,
+            ),
+            (
+                "another name, by name",
+                pod("shop", "web-1", "u-1"),
+                &by_name,
+                false,
+            ),
+            ("no metadata", "{}".to_string(), &by_name, false),
+        ] {
+            let (path, h) = forging(proto::hit_line(&answered));
+            let got = lookup(&path, r);
+            h.join().unwrap();
+            match got {
+                Ok(p) => assert!(ok, "{what}: used {p:?}"),
+                Err(m) => assert!(!ok && m == Miss::BadReply, "{what}: {m:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_alive_agent_gets_the_long_bound_and_a_silent_one_the_short() {
+        let now = SystemTime::now();
+        let at = |secs: i64| {
+            if secs >= 0 {
+                now - Duration::from_secs(secs as u64)
+            } else {
+                now + Duration::from_secs((-secs) as u64)
+            }
+        };
+        let long = Bounds {
+            first: FIRST_REPLY,
+            last: UNSEEN_WAIT + FIRST_REPLY,
+        };
+        let short = Bounds {
+            first: FIRST_REPLY_UNPROVEN,
+            last: UNSEEN_WAIT + Duration::from_millis(100),
+        };
+        assert_eq!(Bounds::of(Some(at(0)), now), long);
+        assert_eq!(Bounds::of(Some(now - HEARTBEAT_FRESH), now), long);
+        // A heartbeat or two missed: alive still; longer: stopped or hung.
+        assert_eq!(Bounds::of(Some(at(4)), now), long);
+        assert_eq!(Bounds::of(Some(at(6)), now), short);
+        assert_eq!(Bounds::of(Some(at(3600)), now), short);
+        assert_eq!(Bounds::of(None, now), short);
+        // A file from the future (the clock stepped back): only a second's slack.
+        assert_eq!(
+            Bounds::of(Some(now + Duration::from_millis(500)), now),
+            long
+        );
+        assert_eq!(Bounds::of(Some(at(-60)), now), short);
+        assert!(long.first > short.first && long.last > short.last);
     }
 }

@@ -7,10 +7,13 @@
 //!
 //! Safety rules (fail closed is unchanged):
 //! - a hit needs a completed list and the pod's UID equal to `K8S_POD_UID`; without a UID from the runtime,
-//!   name and namespace are enough only while the watch is live;
+//!   name and namespace are enough only while the watch is open *and has caught up* with the server
+//!   ([`crate::repair::catch_up`]): a re-opened watch's head arrives before what it missed, and until
+//!   then the cache may hold the previous pod of that name;
 //! - a pod the cache has not seen (or seen with another UID) is waited for briefly
-//!   ([`server::UNSEEN_WAIT`]) while the watch is live, then answered `unknown` / `uid_mismatch`, and the
+//!   ([`server::UNSEEN_WAIT`]) while a watch is open, then answered `unknown` / `uid_mismatch`, and the
 //!   plugin reads it from the API server: the cache never decides "no sidecar" for a pod it has not seen;
+//! - the plugin uses a hit only if it is the pod it asked for (namespace, name, and UID when it has one);
 //! - the cached form is the reduced pod object, so a hit runs exactly the decision code an API GET runs.
 //!
 //! The request/reply protocol is in [`proto`]; the counters on the installer's `/metrics` in [`metrics`].
@@ -81,7 +84,7 @@ pub enum Miss {
     Refused,
     /// The agent's listen backlog is full.
     Busy,
-    /// No reply within the bound ([`client::FIRST_REPLY`], then [`client::FINAL_REPLY`]).
+    /// No reply within the bound ([`client::Bounds`]).
     Timeout,
     /// A reply we could not read (another protocol version, garbage, closed early).
     BadReply,

@@ -35,8 +35,12 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(1);
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(1);
 /// Connections open at once; a new one beyond this closes the oldest.
 pub const MAX_CONNS: usize = 512;
-/// How often the server checks that its socket file is still there (and binds it again if not).
-const RECHECK: Duration = Duration::from_secs(2);
+/// How often the server touches its socket file (its mtime: the plugin's sign that this agent is alive,
+/// [`super::client::Bounds`]).
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How often the server checks that its socket file is still there (and binds it again if not); the
+/// heartbeat goes with it.
+const RECHECK: Duration = HEARTBEAT;
 /// Connections accepted per turn of the loop: a client connecting in a tight loop cannot keep the server
 /// accepting instead of answering the connections it has.
 const ACCEPT_BATCH: usize = 32;
@@ -252,6 +256,23 @@ impl SocketFile {
         }
     }
 
+    /// Sets the file's times to now: this agent's server thread is alive. Only on the file this agent
+    /// bound (another agent's file carries that agent's heartbeat).
+    fn heartbeat(&self) {
+        use nix::sys::stat::{utimensat, UtimensatFlags};
+        use nix::sys::time::TimeSpec;
+        let now = TimeSpec::UTIME_NOW;
+        if let Err(e) = utimensat(
+            None,
+            &self.path,
+            &now,
+            &now,
+            UtimensatFlags::NoFollowSymlink,
+        ) {
+            log::debug!("pod cache: heartbeat on {}: {e}", self.path.display());
+        }
+    }
+
     /// A new listener when the file had to be bound again.
     fn check(&mut self) -> Option<UnixListener> {
         match identity(&self.path) {
@@ -268,9 +289,13 @@ impl SocketFile {
                 }
                 Err(e) => log::warn!("pod cache: {e}"),
             },
-            Some(id) => {
+            Some(id) if Some(id) == self.ours => {
                 self.missing = false;
-                if Some(id) != self.ours && !self.replaced_logged {
+                self.heartbeat();
+            }
+            Some(_) => {
+                self.missing = false;
+                if !self.replaced_logged {
                     self.replaced_logged = true;
                     log::warn!(
                         "pod cache: {} now belongs to another process; this agent no longer gets lookups",

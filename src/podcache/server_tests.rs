@@ -1,5 +1,5 @@
 use super::*;
-use crate::podcache::client::{self, FIRST_REPLY};
+use crate::podcache::client::{self, FIRST_REPLY, FIRST_REPLY_UNPROVEN};
 use crate::podcache::reduce::Reduced;
 use crate::podcache::Miss;
 use std::io::{Read, Write};
@@ -45,7 +45,8 @@ fn served() -> (Cache, PathBuf) {
         s.list_begun();
         s.apply(pod("a", "u1"));
         s.list_done();
-        s.set_live(true);
+        s.watch_open();
+        s.caught_up();
     });
     let path = temp_dir().join("pod-cache.sock");
     serve(cache.clone(), path.clone()).unwrap();
@@ -122,15 +123,56 @@ fn no_agent_a_dead_agent_and_a_hung_one() {
         client::lookup(&path, &req("a", "u1")).unwrap_err(),
         Miss::Refused
     );
-    // A listener that never answers: the first-reply bound.
+    // A listener that never answers (a stopped or hung agent): the first-reply bound, the short one once
+    // its socket file shows no sign of life, the long one while it does.
     std::fs::remove_file(&path).unwrap();
     let _hung = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    for (stale, bound) in [(true, FIRST_REPLY_UNPROVEN), (false, FIRST_REPLY)] {
+        if stale {
+            set_mtime_ago(&path, Duration::from_secs(60));
+        } else {
+            set_mtime_ago(&path, Duration::ZERO);
+        }
+        let t = Instant::now();
+        assert_eq!(
+            client::lookup(&path, &req("a", "u1")).unwrap_err(),
+            Miss::Timeout
+        );
+        assert!(t.elapsed() >= bound, "{:?} < {bound:?}", t.elapsed());
+    }
+}
+
+/// Sets `path`'s times to `ago` before now.
+fn set_mtime_ago(path: &Path, ago: Duration) {
+    use nix::sys::stat::{utimensat, UtimensatFlags};
+    use nix::sys::time::TimeSpec;
+    let t = std::time::SystemTime::now() - ago;
+    let since = t.duration_since(std::time::UNIX_EPOCH).unwrap();
+    let ts = TimeSpec::from_duration(since);
+    utimensat(None, path, &ts, &ts, UtimensatFlags::NoFollowSymlink).unwrap();
+}
+
+fn mtime_age(path: &Path) -> Duration {
+    let m = std::fs::symlink_metadata(path).unwrap().modified().unwrap();
+    std::time::SystemTime::now()
+        .duration_since(m)
+        .unwrap_or(Duration::ZERO)
+}
+
+#[test]
+fn the_server_keeps_its_socket_files_heartbeat_fresh() {
+    let (_cache, path) = served();
+    set_mtime_ago(&path, Duration::from_secs(600));
+    assert!(mtime_age(&path) >= Duration::from_secs(599));
     let t = Instant::now();
+    while mtime_age(&path) > client::HEARTBEAT_FRESH {
+        assert!(t.elapsed() < HEARTBEAT * 10, "the heartbeat stopped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(
-        client::lookup(&path, &req("a", "u1")).unwrap_err(),
-        Miss::Timeout
+        uid_of(&client::lookup(&path, &req("a", "u1")).unwrap()),
+        "u1"
     );
-    assert!(t.elapsed() >= FIRST_REPLY);
 }
 
 #[test]
@@ -217,7 +259,10 @@ fn before_the_first_list_nothing_is_served() {
     let cache = Cache::new().unwrap();
     let path = temp_dir().join("pod-cache.sock");
     serve(cache.clone(), path.clone()).unwrap();
-    cache.update(|s| s.set_live(true));
+    cache.update(|s| {
+        s.watch_open();
+        s.caught_up();
+    });
     assert_eq!(
         client::lookup(&path, &req("a", "u1")).unwrap_err(),
         Miss::Agent(Answer::NotSynced)

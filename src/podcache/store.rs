@@ -32,7 +32,11 @@ pub struct Store {
     pods: HashMap<String, Entry>,
     /// A list completed (ever): the store holds the node's pods.
     listed: bool,
-    /// The watch is open (since the last list or re-watch) and has not failed since.
+    /// A watch is open (its head arrived) and has not ended since: a pod not seen yet is worth waiting for.
+    watching: bool,
+    /// The open watch has caught up with the server ([`crate::repair::catch_up`]): it delivered every
+    /// change up to a consistent read made after it was requested. Only then do name and namespace alone
+    /// get an answer.
     live: bool,
     /// The keys seen by the list in progress (a relist drops the pods it did not see).
     listing: Option<HashSet<String>>,
@@ -108,12 +112,22 @@ impl Store {
         self.listed = true;
     }
 
-    /// The watch opened (`true`) or failed (`false`; a list that fails also ends liveness).
-    pub fn set_live(&mut self, live: bool) {
-        self.live = live;
-        if !live {
-            self.listing = None;
-        }
+    /// A watch opened (its head arrived). What it missed may still be on its way: not live yet.
+    pub fn watch_open(&mut self) {
+        self.watching = true;
+    }
+
+    /// The open watch has caught up with the server: lookups by name are answered from now on.
+    pub fn caught_up(&mut self) {
+        self.live = self.watching;
+    }
+
+    /// The list or watch ended (failed, expired, or closed): neither waiting nor answering by name until
+    /// the next watch has caught up.
+    pub fn watch_closed(&mut self) {
+        self.watching = false;
+        self.live = false;
+        self.listing = None;
     }
 
     /// The answer to `req`; `may_wait` while the wait for an unseen pod is not over.
@@ -123,10 +137,11 @@ impl Store {
         }
         let by_name = req.uid.is_empty();
         if by_name && !self.live {
-            // Name and namespace alone are trusted only from a live watch.
+            // Name and namespace alone are trusted only from a watch that has caught up: before that, the
+            // cache may hold the previous pod of that name (recreated while no watch was open).
             return Lookup::Answer(Answer::NotSynced);
         }
-        let wait = may_wait && self.live;
+        let wait = may_wait && self.watching;
         match self.pods.get(&key(&req.namespace, &req.name)) {
             Some(e) if by_name || *e.uid == *req.uid => match &e.reply {
                 Some(line) => Lookup::Hit(line.clone()),
@@ -175,10 +190,16 @@ mod tests {
         }
     }
 
+    /// A watch opened and caught up.
+    fn live(s: &mut Store) {
+        s.watch_open();
+        s.caught_up();
+    }
+
     #[test]
     fn nothing_is_served_before_the_first_list_completes() {
         let mut s = Store::default();
-        s.set_live(true);
+        live(&mut s);
         s.list_begun();
         s.apply(pod("a", "u1", "1"));
         assert_eq!(ask(&s, "a", "u1", true), Lookup::Answer(Answer::NotSynced));
@@ -192,7 +213,7 @@ mod tests {
         s.list_begun();
         s.apply(pod("a", "u1", "1"));
         s.list_done();
-        s.set_live(true);
+        live(&mut s);
         // Matching UID, or no UID from a live watch: hit.
         hit_of(&ask(&s, "a", "u1", true));
         hit_of(&ask(&s, "a", "", true));
@@ -214,13 +235,36 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_answers_by_name_only_once_caught_up() {
+        let mut s = Store::default();
+        s.list_begun();
+        s.apply(pod("a", "u1", "1"));
+        s.list_done();
+        // Open, not caught up: UIDs are served and unseen ones waited for; a name alone is not answered.
+        s.watch_open();
+        assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
+        hit_of(&ask(&s, "a", "u1", true));
+        assert_eq!(ask(&s, "a", "u2", true), Lookup::Wait);
+        s.caught_up();
+        hit_of(&ask(&s, "a", "", true));
+        // Closed and reopened: not live again until the new watch has caught up.
+        s.watch_closed();
+        s.watch_open();
+        assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
+        // A catch-up reported with no watch open counts for nothing.
+        s.watch_closed();
+        s.caught_up();
+        assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
+    }
+
+    #[test]
     fn through_an_outage_only_uid_matches_are_served_and_nothing_waits() {
         let mut s = Store::default();
         s.list_begun();
         s.apply(pod("a", "u1", "1"));
         s.list_done();
-        s.set_live(true);
-        s.set_live(false);
+        live(&mut s);
+        s.watch_closed();
         hit_of(&ask(&s, "a", "u1", true));
         assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
         assert_eq!(
@@ -238,7 +282,7 @@ mod tests {
             s.apply(pod(n, &format!("u-{n}"), "1"));
         }
         s.list_done();
-        s.set_live(true);
+        live(&mut s);
         assert_eq!(s.len(), 3);
         // A DELETED of an older UID leaves the current pod alone.
         s.delete("ns", "a", "u-old");

@@ -1,10 +1,13 @@
 //! The node's pod LIST + WATCH loop: a paginated LIST, then WATCH with bookmarks from the list's
 //! resourceVersion; 410 → relist; otherwise re-watch; every restart paced by backoff 800 ms … 30 s with
 //! jitter. It feeds a [`PodSink`]: the standalone repair agent's ([`super::controller::RepairSink`]), or in
-//! `install-cni` the pod cache and the repair worker together (`install::podwatch`). Each (re)start is timed
-//! for `/metrics` ([`crate::kube::watch_timing`], as the `pods` watch). Nothing here panics on API input; API
-//! failures are logged and retried.
+//! `install-cni` the pod cache and the repair worker together (`install::podwatch`). A sink that needs to
+//! know when a watch has caught up with the server (the pod cache) gets a streaming watch-list at every
+//! (re)start instead, or, from a server without one, a probe after each watch opens
+//! ([`super::catch_up`]). Each (re)start is timed for `/metrics` ([`crate::kube::watch_timing`], as the
+//! `pods` watch). Nothing here panics on API input; API failures are logged and retried.
 
+use super::catch_up::{self, Pending, Step};
 use super::pace::{held_note, random, LogLimit, Pace, LOG_WINDOW};
 use crate::error::Result;
 use crate::json::Object;
@@ -29,10 +32,19 @@ pub trait PodSink {
     fn gone(&mut self, pod: &Object);
     /// The list is complete: these are all the pods that exist.
     fn list_done(&mut self);
-    /// A watch opened; `restart` when it is not the first one.
+    /// A watch opened (its response head arrived); `restart` when it is not the first one. What it missed
+    /// may still be on its way: see [`PodSink::caught_up`].
     fn watch_up(&mut self, _restart: bool) {}
-    /// The list or watch ended (failed, expired, or closed by the server): until the next `watch_up`, events
-    /// may be missed.
+    /// Whether the sink needs [`PodSink::caught_up`] (the pod cache, for lookups by name): the loop then
+    /// streams a watch-list at every (re)start, or probes after each watch opens ([`catch_up`]).
+    fn wants_catch_up(&self) -> bool {
+        false
+    }
+    /// The open watch has delivered every change up to a consistent read made after it was requested:
+    /// from now until [`PodSink::watch_down`], the sink is as current as the watch.
+    fn caught_up(&mut self) {}
+    /// The list or watch ended (failed, expired, or closed by the server): until the next watch has caught
+    /// up, events may be missed.
     fn watch_down(&mut self) {}
 }
 
@@ -104,55 +116,124 @@ enum Ended {
     Gone(crate::error::Error),
     /// Anything else: re-watch from the last RV.
     Failed(crate::error::Error),
+    /// The server does not serve the streaming watch-list (refused it, or ignored `sendInitialEvents`):
+    /// list and watch from now on.
+    NoWatchList(String),
 }
 
-/// Opens one watch from `rv` and forwards its events; returns how it ended and whether it delivered any
-/// change (and advances `rv`).
+/// How a watch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// The streaming watch-list: its initial events are the list, its end BOOKMARK the proof of catch-up.
+    WatchList,
+    /// From `rv` (a LIST's, or the last event's); caught up, if the sink wants it, at an event or BOOKMARK
+    /// at or past a probe's resourceVersion ([`catch_up`]).
+    From,
+}
+
+/// The resourceVersion of a consistent read made now: a LIST of one pod, no selector, no
+/// resourceVersion (one key read on the server, whatever the cluster's size).
+fn probe(client: &Client) -> Result<String> {
+    let p = ListParams {
+        limit: Some(1),
+        ..ListParams::default()
+    };
+    Ok(client.list_pods(&p)?.resource_version)
+}
+
+/// Opens one watch (`start`; from `rv` unless a watch-list) and forwards its events; returns how it ended
+/// and whether it delivered any change (and advances `rv`). With `catch_up`, tells the sink when the watch
+/// has caught up with the server ([`catch_up`]).
 fn watch_once(
     client: &Client,
     sel: &Selection,
     sink: &mut dyn PodSink,
     rv: &mut String,
+    start: Start,
     restart: bool,
     timing: &mut Timing,
 ) -> (Ended, bool) {
+    let listing = start == Start::WatchList;
     let params = WatchParams {
         label_selector: sel.label.clone(),
         field_selector: Some(sel.field.clone()),
-        resource_version: Some(rv.clone()).filter(|r| !r.is_empty()),
+        resource_version: Some(rv.clone()).filter(|r| !r.is_empty() && !listing),
         allow_bookmarks: true,
+        send_initial_events: listing,
         timeout_seconds: Some(watch_timeout()),
         ..WatchParams::default()
     };
     let mut stream = match client.watch_pods(&params) {
         Ok(s) => s,
+        Err(e) if listing && catch_up::refuses_watch_list(&e) => {
+            return (Ended::NoWatchList(e.to_string()), false)
+        }
         Err(e) if e.is_gone() => return (Ended::Gone(e), false),
         Err(e) => return (Ended::Failed(e), false),
     };
     timing.answered();
     sink.watch_up(restart);
+    let mut pending = if listing {
+        sink.list_begun();
+        Pending::InitialEnd
+    } else if sink.wants_catch_up() {
+        // Read after the head arrived: every change the gap hid is at or below this.
+        match probe(client) {
+            Ok(r) => catch_up::after_probe(&r, stream.resource_version()),
+            Err(e) => {
+                log::warn!(
+                    "{}: catch-up probe failed, not answering by name until the next watch: {e}",
+                    sel.what
+                );
+                Pending::Never
+            }
+        }
+    } else {
+        Pending::Nothing
+    };
+    if pending == Pending::Nothing && sink.wants_catch_up() {
+        sink.caught_up();
+    }
     let mut failure = None;
     let mut delivered = false;
     for ev in &mut stream {
-        match ev {
-            Ok(ev) => match ev.kind {
-                EventKind::Bookmark => {}
-                EventKind::Deleted => {
-                    delivered = true;
-                    sink.gone(&ev.object);
-                }
-                EventKind::Added | EventKind::Modified => {
-                    delivered = true;
-                    sink.pod(ev.object);
-                }
-            },
+        let ev = match ev {
+            Ok(ev) => ev,
             Err(e) => {
                 failure = Some(e);
                 break;
             }
+        };
+        let step = catch_up::step(pending, &ev);
+        if step == Step::NoWatchList {
+            let why =
+                "a BOOKMARK came before the end of the initial events (sendInitialEvents ignored)";
+            return (Ended::NoWatchList(why.into()), delivered);
+        }
+        // A watch-list's initial events are its list, not changes: a server that ends every watch right
+        // after them still gets the growing backoff.
+        let change = !(listing && pending == Pending::InitialEnd);
+        match ev.kind {
+            EventKind::Bookmark => {}
+            EventKind::Deleted => {
+                delivered |= change;
+                sink.gone(&ev.object);
+            }
+            EventKind::Added | EventKind::Modified => {
+                delivered |= change;
+                sink.pod(ev.object);
+            }
+        }
+        if step == Step::CaughtUp {
+            pending = Pending::Nothing;
+            if listing {
+                sink.list_done();
+                timing.listed();
+            }
+            sink.caught_up();
         }
     }
-    if let Some(r) = stream.resource_version() {
+    if let Some(r) = stream.resource_version().filter(|_| !listing) {
         *rv = r.to_string();
     }
     let ended = match failure {
@@ -168,17 +249,22 @@ fn watch_once(
 /// only after a watch that delivered changes or stayed up [`super::pace::HEALTHY_WATCH`]; so a server
 /// that ends every watch at once sees a few requests per minute, not thousands. Lines that would repeat on every restart are
 /// written at most once per [`LOG_WINDOW`] each.
+///
+/// A sink that [`PodSink::wants_catch_up`] (the pod cache) gets a streaming watch-list at every (re)start
+/// instead, as long as the server serves one ([`catch_up`]): the list and the proof in one request.
 pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
     let what = sel.what;
     let mut pace = Pace::default();
     let mut logs = LogLimit::new(LOG_WINDOW);
     let mut rv: Option<String> = None;
     let mut watched = false;
+    let mut watch_list = sink.wants_catch_up();
     loop {
         let began = Instant::now();
         let mut timing = Timing::start(WATCH_NAME);
-        let mut at = match rv.take() {
-            Some(r) => r,
+        let (start, mut at) = match rv.take() {
+            _ if watch_list => (Start::WatchList, String::new()),
+            Some(r) => (Start::From, r),
             None => match list_all(client, sel, sink, &mut timing) {
                 Ok(r) => {
                     if let Some(n) = logs.allow("listed", Instant::now()) {
@@ -187,7 +273,7 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
                             held_note(n, LOG_WINDOW)
                         );
                     }
-                    r
+                    (Start::From, r)
                 }
                 Err(e) => {
                     sink.watch_down();
@@ -203,19 +289,28 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
                 }
             },
         };
-        let (ended, delivered) = watch_once(client, sel, sink, &mut at, watched, &mut timing);
+        let (ended, delivered) =
+            watch_once(client, sel, sink, &mut at, start, watched, &mut timing);
         watched = true;
         let d = pace.next(began.elapsed(), delivered, random());
         let now = Instant::now();
+        if start == Start::WatchList {
+            at = "a new watch-list".into();
+        }
+        // Whatever ended, events may be missed until the next watch has caught up.
+        sink.watch_down();
         match ended {
+            Ended::NoWatchList(why) => {
+                log::info!("{what}: the API server does not stream the initial list ({why}); listing and watching instead");
+                watch_list = false;
+                // No wait: the list goes ahead at once.
+                continue;
+            }
             Ended::Closed => {
-                // Not live until the next watch answers: events in the gap are unseen.
-                sink.watch_down();
                 log::debug!("{what}: watch closed by the server; re-watching from {at} in {d:.1?}");
-                rv = Some(at);
+                rv = Some(at).filter(|_| start == Start::From);
             }
             Ended::Gone(e) => {
-                sink.watch_down();
                 if let Some(n) = logs.allow("gone", now) {
                     log::info!(
                         "{what}: watch expired ({e}); relisting in {d:.1?}{}",
@@ -224,14 +319,13 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
                 }
             }
             Ended::Failed(e) => {
-                sink.watch_down();
                 if let Some(n) = logs.allow("watch-failed", now) {
                     log::warn!(
                         "{what}: watch pods failed (re-watch from {at} in {d:.1?}): {e}{}",
                         held_note(n, LOG_WINDOW)
                     );
                 }
-                rv = Some(at);
+                rv = Some(at).filter(|_| start == Start::From);
             }
         }
         std::thread::sleep(d);

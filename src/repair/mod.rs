@@ -5,6 +5,7 @@
 //! LIST + WATCH loop is [`listwatch`]).
 
 pub mod action;
+pub mod catch_up;
 pub mod controller;
 pub mod detect;
 pub mod flags;

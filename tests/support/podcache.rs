@@ -76,10 +76,17 @@ impl Agent {
 
     /// Waits until the cache holds the node's pods (its first list is done) and the watch is open.
     pub fn wait_synced(&self) {
-        poll_until("the pod cache to sync", Duration::from_secs(30), || {
-            self.log().contains("pod cache: synced")
-                && self.metric("istio_cni_pod_cache_pods").is_some()
-        });
+        let t = std::time::Instant::now();
+        while !(self.log().contains("pod cache: synced")
+            && self.metric("istio_cni_pod_cache_pods").is_some())
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "timed out waiting for the pod cache to sync:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
         // The watch opens right after the list.
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -29,6 +29,7 @@ mod kube_lookup_deadline;
 mod monitoring_dashboard;
 mod monitoring_rules;
 mod podcache_agent;
+mod podcache_catch_up;
 mod repair_oneshot;
 mod repair_rss;
 mod repair_watch;

@@ -108,6 +108,8 @@ pub(crate) fn admin(shared: &Shared, req: &HttpRequest) -> Reply {
                 "retry-after" => Fault::RetryAfter(num("seconds").unwrap_or(1) as u32),
                 "watch-close" => Fault::WatchClose,
                 "watch-gone" => Fault::WatchGone,
+                "watch-hold" => Fault::WatchHold,
+                "watch-hold-gone" => Fault::WatchHoldGone,
                 other => return fail(400, &format!("unknown fault {other:?}")),
             };
             let times = num("times").map(|t| t as u32);

@@ -102,6 +102,18 @@ pub(crate) fn handle(shared: &Shared, req: HttpRequest, conn: &mut Conn) -> Next
     } else {
         At::Request
     };
+    // A server without the streaming watch-list refuses it before anything else (faults included).
+    if at == At::Watch {
+        if let Some(why) = crate::watch::watch_list_refusal(shared, &req) {
+            rec.status = 422;
+            shared.lock().requests.push(rec);
+            return send(
+                conn,
+                &Reply::new(422, status_body(422, "Invalid", &why)),
+                true,
+            );
+        }
+    }
     let fault = shared.take_fault(at);
     if let Some(Fault::Delay(d)) = &fault {
         std::thread::sleep(*d);
@@ -126,13 +138,19 @@ pub(crate) fn handle(shared: &Shared, req: HttpRequest, conn: &mut Conn) -> Next
             shared.lock().requests.push(rec);
             return crate::watch::injected(conn, f == Fault::WatchGone);
         }
-        _ => {
+        other => {
+            let hold = match other {
+                Some(Fault::WatchHold) => Some(crate::watch::Hold::Events),
+                Some(Fault::WatchHoldGone) => Some(crate::watch::Hold::ThenGone),
+                _ => None,
+            };
             if !crate::objects::authorized(shared, rec.authorization.as_deref()) {
                 fail(401, "Unauthorized")
             } else if is_watch(&req) {
-                rec.status = 200;
+                let (next, status) = crate::watch::watch(shared, &req, conn, hold);
+                rec.status = status;
                 shared.lock().requests.push(rec);
-                return crate::watch::watch(shared, &req, conn);
+                return next;
             } else {
                 route(shared, &req)
             }

@@ -93,6 +93,13 @@ pub enum Fault {
     WatchClose,
     /// Watch requests only: answer 200 with one `ERROR` event 410 `Expired`, then end the stream.
     WatchGone,
+    /// Watch requests only: answer 200 (the response head goes out at once), then hold the watch's events
+    /// (its initial or resumed ones, and every later one) until the fault is cleared or replaced: an API
+    /// server slow to replay what a re-opened watch missed.
+    WatchHold,
+    /// Watch requests only: answer 200 (the head at once), send nothing until the fault is cleared or
+    /// replaced, then one `ERROR` event 410 `Expired` and the end of the stream.
+    WatchHoldGone,
 }
 
 /// Where a fault is taken: a new connection, a watch request, any other API request.
@@ -107,7 +114,9 @@ impl Fault {
     fn applies(&self, at: At) -> bool {
         match self {
             Fault::Hang | Fault::WrongCert => at == At::Connection,
-            Fault::WatchClose | Fault::WatchGone => at == At::Watch,
+            Fault::WatchClose | Fault::WatchGone | Fault::WatchHold | Fault::WatchHoldGone => {
+                at == At::Watch
+            }
             _ => at != At::Connection,
         }
     }
@@ -150,6 +159,10 @@ pub(crate) struct State {
     pub requests: Vec<RecordedRequest>,
     /// The open watches.
     pub watches: watch::Hub,
+    /// Whether watches may ask for the streaming watch-list (`sendInitialEvents=true`); `false` answers
+    /// them 422 as an API server without the `WatchList` feature does (Kubernetes 1.27–1.31 and 1.33 by
+    /// default).
+    pub watch_list: bool,
 }
 
 pub(crate) struct Shared {
@@ -159,6 +172,8 @@ pub(crate) struct Shared {
     /// Ends the accept loop.
     pub stopped: tokio::sync::Notify,
     pub counters: serve::Counters,
+    /// Watches holding their events right now ([`Fault::WatchHold`], [`Fault::WatchHoldGone`]).
+    pub held: std::sync::atomic::AtomicU64,
     pub bookmark_interval: Duration,
     pub good: tls::Pki,
     pub wrong: tls::Pki,
@@ -246,11 +261,13 @@ impl Server {
                 fault_epoch: 0,
                 requests: Vec::new(),
                 watches: watch::Hub::default(),
+                watch_list: true,
             }),
             changed: serve::Changed::default(),
             stop: AtomicBool::new(false),
             stopped: tokio::sync::Notify::new(),
             counters: serve::Counters::default(),
+            held: std::sync::atomic::AtomicU64::new(0),
             bookmark_interval: opts.bookmark_interval,
             good,
             wrong,
@@ -333,7 +350,7 @@ impl Server {
     }
 
     /// Injects `fault` for the next `times` requests (connections for `Hang`/`WrongCert`, watch
-    /// requests for `WatchClose`/`WatchGone`), or until cleared when `None`.
+    /// requests for the `Watch*` faults), or until cleared when `None`.
     pub fn set_fault(&self, fault: Fault, times: Option<u32>) {
         let mut st = self.shared.lock();
         st.fault = Some(FaultRule {
@@ -372,6 +389,18 @@ impl Server {
     /// Events received through `POST .../events`.
     pub fn events(&self) -> Vec<Object> {
         self.shared.lock().store.events.clone()
+    }
+
+    /// Ends every open watch normally, as an API server does at a watch's timeout: the client re-watches
+    /// from the last resource version it saw.
+    pub fn end_watches(&self) {
+        self.shared.lock().watches.end_all();
+    }
+
+    /// Whether watches may ask for the streaming watch-list (default `true`); `false` answers them 422
+    /// `Invalid`, as an API server without the `WatchList` feature (1.33's default) does.
+    pub fn set_watch_list(&self, supported: bool) {
+        self.shared.lock().watch_list = supported;
     }
 
     /// Ends every open watch with an ERROR 410 and makes all resource versions seen so far expired.

@@ -133,6 +133,8 @@ pub struct Stats {
     pub others: u64,
     /// Watches streaming right now, and ever opened.
     pub watches_open: u64,
+    /// Watches holding their events right now (`Fault::WatchHold`, `Fault::WatchHoldGone`).
+    pub watches_held: u64,
     pub watches_opened: u64,
     /// Selector evaluations the watch hub made to hand out changes (with the node index, about one per
     /// change per watcher of that node; without, one per change per watcher).
@@ -179,6 +181,7 @@ pub(crate) fn stats(shared: &Shared) -> Stats {
         watches: n(&c.kinds[2]),
         others: n(&c.kinds[3]),
         watches_open: open,
+        watches_held: shared.held.load(Ordering::SeqCst),
         watches_opened: opened,
         watch_checks: checks,
         cpu_seconds: process_cpu_seconds(),
@@ -204,6 +207,7 @@ pub(crate) fn stats_json(s: &Stats) -> miniserde::json::Object {
         ("tls_handshakes", s.tls_handshakes),
         ("admin_connections", s.admin_connections),
         ("watches_open", s.watches_open),
+        ("watches_held", s.watches_held),
         ("watches_opened", s.watches_opened),
         ("watch_checks", s.watch_checks),
     ] {

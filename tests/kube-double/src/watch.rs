@@ -9,6 +9,7 @@
 //! not a thousand threads each re-scanning every change.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use miniserde::json::{self, Object, Value};
@@ -84,6 +85,19 @@ pub(crate) struct Stream {
     id: u64,
     rx: UnboundedReceiver<Item>,
     deadline: Option<Instant>,
+    /// Held ([`crate::Fault::WatchHold`]): nothing is written until the fault epoch moves past this one.
+    hold: Option<u64>,
+    /// The initial events of a held watch (written once the hold ends).
+    pending: Vec<u8>,
+}
+
+/// What a held watch does ([`crate::Fault::WatchHold`], [`crate::Fault::WatchHoldGone`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Its events, once the hold ends.
+    Events,
+    /// One ERROR 410, once the hold ends.
+    ThenGone,
 }
 
 struct Watcher {
@@ -143,6 +157,17 @@ impl Hub {
         self.watchers.insert(id, w);
         self.opened += 1;
         id
+    }
+
+    /// Ends every open watch normally (an API server's watch timeout).
+    pub fn end_all(&mut self) {
+        for w in self.watchers.values() {
+            let _ = w.tx.send(Item::End(Vec::new()));
+        }
+        let ids: Vec<u64> = self.watchers.keys().copied().collect();
+        for id in ids {
+            self.remove(id);
+        }
     }
 
     pub fn remove(&mut self, id: u64) {
@@ -222,12 +247,36 @@ impl Hub {
     }
 }
 
+/// Rejects a streaming watch-list request as an API server does: without the `WatchList` feature, or
+/// without the parameters it requires.
+pub(crate) fn watch_list_refusal(shared: &Shared, req: &HttpRequest) -> Option<String> {
+    req.param("sendInitialEvents")?;
+    let why = if !shared.lock().watch_list {
+        "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+    } else if req.param("resourceVersionMatch").as_deref() != Some("NotOlderThan") {
+        "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+    } else if req.param("allowWatchBookmarks").as_deref() != Some("true") {
+        "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"
+    } else {
+        return None;
+    };
+    Some(format!("ListOptions.meta.k8s.io \"\" is invalid: {why}"))
+}
+
 /// Opens a watch (the request handler's part): writes the response head and the initial events into `conn`
-/// and registers the watcher, all under one lock, so no change falls between the two.
-pub(crate) fn watch(shared: &Shared, req: &HttpRequest, conn: &mut Conn) -> Next {
+/// and registers the watcher, all under one lock, so no change falls between the two. A held watch
+/// (`hold`) gets only the head now; its initial events wait in its [`Stream`]. Returns the status it
+/// answered, for the request log. (A watch-list request the server refuses never gets here:
+/// [`watch_list_refusal`].)
+pub(crate) fn watch(
+    shared: &Shared,
+    req: &HttpRequest,
+    conn: &mut Conn,
+    hold: Option<Hold>,
+) -> (Next, u16) {
     let sel = match selector(req) {
         Ok(s) => s,
-        Err(r) => return send(conn, &r, true),
+        Err(r) => return (send(conn, &r, true), r.code),
     };
     let ns = watch_namespace(&req.path);
     let bookmarks = req
@@ -245,18 +294,33 @@ pub(crate) fn watch(shared: &Shared, req: &HttpRequest, conn: &mut Conn) -> Next
         .unwrap_or(0);
     let w = conn.get_mut();
     if http::start_chunked(w).is_err() {
-        return Next::Close;
+        return (Next::Close, 200);
     }
     let mut out: Vec<u8> = Vec::new();
     let mut guard = shared.lock();
     let st = &mut *guard;
+    if hold == Some(Hold::ThenGone) {
+        let (tx, rx) = unbounded_channel();
+        let _ = tx.send(Item::End(event_line(
+            "ERROR",
+            status_obj(410, "Expired", "injected fault: too old resource version"),
+        )));
+        let s = Stream {
+            id: 0,
+            rx,
+            deadline,
+            hold: Some(st.fault_epoch),
+            pending: Vec::new(),
+        };
+        return (Next::Stream(s), 200);
+    }
     let in_ns = |o: &Object| ns.is_none() || ns.as_deref() == Some(key_of(o).0.as_str());
     if start_rv != 0 && start_rv < st.store.compacted_below {
         let line = gone_line(start_rv, st.store.rv);
         drop(guard);
         let _ = http::write_chunk(w, &line);
         let _ = http::end_chunked(w);
-        return Next::Close;
+        return (Next::Close, 200);
     }
     if start_rv == 0 || watch_list {
         for pod in st.store.pods.values() {
@@ -287,14 +351,27 @@ pub(crate) fn watch(shared: &Shared, req: &HttpRequest, conn: &mut Conn) -> Next
         next_bookmark: Instant::now() + every,
         tx,
     });
+    let held = hold.map(|_| st.fault_epoch);
     drop(guard);
     // The dispatcher may be asleep until a later bookmark than this watch's first one.
     shared.changed.notify_all();
-    if http::write_chunk(w, &out).is_err() {
-        shared.lock().watches.remove(id);
-        return Next::Close;
-    }
-    Next::Stream(Stream { id, rx, deadline })
+    let pending = if held.is_some() {
+        out
+    } else {
+        if http::write_chunk(w, &out).is_err() {
+            shared.lock().watches.remove(id);
+            return (Next::Close, 200);
+        }
+        Vec::new()
+    };
+    let s = Stream {
+        id,
+        rx,
+        deadline,
+        hold: held,
+        pending,
+    };
+    (Next::Stream(s), 200)
 }
 
 /// The connection task's part of a watch: writes what the hub hands out until the watch's timeout, a 410,
@@ -307,6 +384,23 @@ where
     let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
     let deadline = tokio::time::Instant::from_std(s.deadline.unwrap_or(far));
     let mut scratch = [0u8; 512];
+    if let Some(epoch) = s.hold {
+        // The head is out; the events wait (queued in `rx` meanwhile) until the fault is cleared.
+        shared.held.fetch_add(1, Ordering::SeqCst);
+        while !shared.stop.load(Ordering::SeqCst) && shared.lock().fault_epoch == epoch {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        shared.held.fetch_sub(1, Ordering::SeqCst);
+    }
+    let pending = std::mem::take(&mut s.pending);
+    if !pending.is_empty() {
+        let mut out = Vec::new();
+        let _ = http::write_chunk(&mut out, &pending);
+        if wr.write_all(&out).await.is_err() || wr.flush().await.is_err() {
+            shared.lock().watches.remove(s.id);
+            return;
+        }
+    }
     loop {
         let (data, last) = tokio::select! {
             item = s.rx.recv() => match item {
