@@ -169,6 +169,7 @@ fn readme_vars(applet: &str) -> std::collections::BTreeSet<String> {
         "READ_ANNOTATIONS",
         "RENAME_EXCHANGE",
         "SO_ORIGINAL_DST",
+        "F_OFD_GETLK",
         "DELETE",
         "SYS_ADMIN",
         "SYS_PTRACE",
