@@ -7,6 +7,7 @@
 //! Below the roles: [`pod_rules`] (the sidecar path ADD, CHECK and repair share) over [`backend`], [`httpd`].
 //! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
 
+pub mod addrecord;
 pub mod applet;
 pub mod arena;
 pub mod backend;

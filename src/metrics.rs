@@ -1,6 +1,8 @@
-//! Prometheus text exposition (format 0.0.4), the few pieces the servers' `/metrics` share: the HELP and
-//! TYPE header, a sample line with escaped label values, and a fixed-bucket histogram whose counts are
-//! atomics (observed from any thread, rendered without a lock).
+//! Prometheus text exposition (format 0.0.4), the one formatter every `/metrics` goes through: the HELP and
+//! TYPE header, a sample line with escaped label values, a fixed-bucket histogram whose counts are atomics
+//! (observed from any thread, rendered without a lock), and [`Family`]: a metric with fixed label names whose
+//! series (label values from fixed sets) are known in advance, one cell (a counter, or a histogram) each. A
+//! process's `/metrics` is the list of its parts' renderers ([`Part`]), composed once by its root.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,6 +119,162 @@ impl Default for Histogram {
     }
 }
 
+/// What a `/metrics` part writes: its families, in order.
+pub type Part = fn(&mut String);
+
+/// The exposition of `parts`, in order.
+pub fn exposition(parts: &[Part]) -> String {
+    let mut out = String::new();
+    for part in parts {
+        part(&mut out);
+    }
+    out
+}
+
+/// The content type of the text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// One series' value: a counter, or a histogram.
+pub trait Cell: Sync {
+    /// No value yet (nothing counted or observed).
+    fn is_zero(&self) -> bool;
+    /// Its sample lines for `labels`.
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]);
+}
+
+impl Cell for AtomicU64 {
+    fn is_zero(&self) -> bool {
+        self.load(Ordering::Relaxed) == 0
+    }
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+        sample(out, name, labels, self.load(Ordering::Relaxed) as f64);
+    }
+}
+
+impl Cell for Histogram {
+    fn is_zero(&self) -> bool {
+        self.count() == 0
+    }
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+        self.render(out, name, labels);
+    }
+}
+
+/// A metric with `L` fixed label names and `N` series known in advance, one [`Cell`] each. A series is
+/// rendered once it has a value, or from the start when it is marked to ([`Family::show`]); the header
+/// only with a series. An empty label value leaves the label out.
+pub struct Family<C, const L: usize, const N: usize> {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    /// Label names, in the order they are written (sorted, as Prometheus' clients write them).
+    labels: [&'static str; L],
+    /// Each series' label values, in the order the series are written.
+    series: [[&'static str; L]; N],
+    cells: [C; N],
+    /// Series shown at zero (bit `i`: series `i`).
+    shown: AtomicU64,
+}
+
+/// Counters (`AtomicU64` cells).
+pub type Counters<const L: usize, const N: usize> = Family<AtomicU64, L, N>;
+
+impl<C: Cell, const L: usize, const N: usize> Family<C, L, N> {
+    /// `shown`: the series rendered at zero from the start (bit `i`: series `i`).
+    pub const fn new(
+        name: &'static str,
+        kind: &'static str,
+        help: &'static str,
+        labels: [&'static str; L],
+        series: [[&'static str; L]; N],
+        cells: [C; N],
+        shown: u64,
+    ) -> Self {
+        assert!(N <= 64, "at most 64 series");
+        Family {
+            name,
+            kind,
+            help,
+            labels,
+            series,
+            cells,
+            shown: AtomicU64::new(shown),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The cell of the series with these label values (`None`: not a series of this family).
+    pub fn cell(&self, values: [&str; L]) -> Option<&C> {
+        let i = self.series.iter().position(|s| *s == values)?;
+        Some(&self.cells[i])
+    }
+
+    /// Shows the series `pick` selects from now on, at zero until they have a value.
+    pub fn show(&self, pick: impl Fn(&[&str; L]) -> bool) {
+        for (i, s) in self.series.iter().enumerate() {
+            if pick(s) {
+                self.shown.fetch_or(1 << i, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The header and every series that has a value or is shown ("" for none).
+    pub fn render(&self, out: &mut String) {
+        let shown = self.shown.load(Ordering::Relaxed);
+        let mut first = true;
+        for (i, (values, cell)) in self.series.iter().zip(&self.cells).enumerate() {
+            if shown & (1 << i) == 0 && cell.is_zero() {
+                continue;
+            }
+            if std::mem::take(&mut first) {
+                header(out, self.name, self.kind, self.help);
+            }
+            let labels: Vec<(&str, &str)> = self
+                .labels
+                .iter()
+                .zip(values)
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (*k, *v))
+                .collect();
+            cell.write(out, self.name, &labels);
+        }
+    }
+}
+
+impl<const L: usize, const N: usize> Counters<L, N> {
+    /// Counts one for the series with these label values; values of no series are not counted.
+    pub fn inc(&self, values: [&str; L]) {
+        if let Some(c) = self.cell(values) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn get(&self, values: [&str; L]) -> u64 {
+        self.cell(values).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+}
+
+/// Every pair of an `outer` and an `inner` value, `outer` varying slowest; each pair in label order, the
+/// `outer` value first when `outer_first` (for [`Family::new`]'s series).
+pub const fn grid<const A: usize, const B: usize, const N: usize>(
+    outer: [&'static str; A],
+    inner: [&'static str; B],
+    outer_first: bool,
+) -> [[&'static str; 2]; N] {
+    assert!(A * B == N);
+    let mut out = [["", ""]; N];
+    let mut i = 0;
+    while i < N {
+        let (o, n) = (outer[i / B], inner[i % B]);
+        out[i] = if outer_first { [o, n] } else { [n, o] };
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +319,32 @@ mod tests {
         );
         assert!(out.contains("d_seconds_count{k=\"v\"} 5\n"), "{out}");
         assert!(out.contains("d_seconds_sum{k=\"v\"} 20.00605\n"), "{out}");
+    }
+
+    #[test]
+    fn a_family_shows_series_with_a_value_or_marked_and_leaves_empty_labels_out() {
+        static F: Counters<2, 3> = Family::new(
+            "f_total",
+            "counter",
+            "F.",
+            ["reason", "source"],
+            [["", "cache"], ["a", "api"], ["b", "api"]],
+            [const { AtomicU64::new(0) }; 3],
+            0,
+        );
+        let mut out = String::new();
+        F.render(&mut out);
+        assert_eq!(out, "");
+        F.inc(["b", "api"]);
+        F.inc(["x", "api"]);
+        F.show(|s| s[1] == "cache");
+        F.render(&mut out);
+        assert_eq!(
+            out,
+            "# HELP f_total F.\n# TYPE f_total counter\nf_total{source=\"cache\"} 0\nf_total{reason=\"b\",source=\"api\"} 1\n"
+        );
+        assert_eq!((F.get(["b", "api"]), F.get(["x", "api"])), (1, 0));
+        let g: [[&str; 2]; 4] = grid(["t1", "t2"], ["r1", "r2"], false);
+        assert_eq!(g, [["r1", "t1"], ["r2", "t1"], ["r1", "t2"], ["r2", "t2"]]);
     }
 }

@@ -2,7 +2,7 @@
 //! log record (`{"level":..,"msg":..}`, or a plain UTF-8 line); we log it under the `cni-plugin` scope
 //! ([`crate::logging::relayed`]: its level filter, text `istio-cni: msg` or a JSON line), so `kubectl
 //! logs` on the DaemonSet pod shows every plugin decision. The plugin's ADD records
-//! ([`crate::plugin::record`]) arrive on the same socket and feed [`super::plugin_metrics`] instead.
+//! ([`crate::addrecord`]) arrive on the same socket and feed [`super::plugin_metrics`] instead.
 //!
 //! The socket file is watched every [`RECHECK`], as the pod cache's is: bound again when it has been
 //! missing at two checks in a row (someone removed it: an older agent's cleanup, by hand), left alone when

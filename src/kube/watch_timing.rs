@@ -63,13 +63,12 @@ impl Timing {
     }
 }
 
-/// The two gauges for every watch that answered so far ("" before any).
-pub fn render() -> String {
+/// The two gauges for every watch that answered so far (nothing before any).
+pub fn render(out: &mut String) {
     let m = match LATEST.lock() {
         Ok(g) => g.clone(),
         Err(p) => p.into_inner().clone(),
     };
-    let mut out = String::new();
     for (metric, help, pick) in [
         (
             FIRST_RESPONSE,
@@ -87,12 +86,11 @@ pub fn render() -> String {
         if series.is_empty() {
             continue;
         }
-        crate::metrics::header(&mut out, metric, "gauge", help);
+        crate::metrics::header(out, metric, "gauge", help);
         for (k, d) in series {
-            crate::metrics::sample(&mut out, metric, &[("watch", k)], d.as_secs_f64());
+            crate::metrics::sample(out, metric, &[("watch", k)], d.as_secs_f64());
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -104,7 +102,7 @@ mod tests {
         let mut t = Timing::start("test-watch");
         t.answered();
         t.listed();
-        let text = render();
+        let text = crate::metrics::exposition(&[render]);
         assert!(
             text.contains("istio_cni_kube_watch_first_response_seconds{watch=\"test-watch\"} "),
             "{text}"

@@ -162,7 +162,7 @@ pub fn attach_relay(run_dir: &str) {
     }
 }
 
-/// Sends one structured record (not a log line, e.g. [`crate::plugin::record`]) to the relay socket, if
+/// Sends one structured record (not a log line, e.g. [`crate::addrecord`]) to the relay socket, if
 /// [`attach_relay`] found one. Non-blocking; a full or absent installer drops it.
 pub fn relay_record(data: &[u8]) {
     if let Some(sock) = RELAY.get() {

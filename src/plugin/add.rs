@@ -9,13 +9,14 @@ use crate::podcache::{self, Miss, Source};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::record::{AddRecord, Backend, Lookup, Outcome};
+use crate::addrecord::{AddRecord, Backend, Outcome};
 use crate::redirect::plan::shortcut;
 
-/// What an ADD did, for the record the plugin relays ([`super::record`]).
+/// What an ADD did, for the record the plugin relays ([`crate::addrecord`]).
 #[derive(Debug, Default)]
 pub struct Report {
-    pub lookup: Option<Lookup>,
+    /// Where the pod object came from (`None`: not read).
+    pub source: Option<Source>,
     pub redirected: bool,
 }
 
@@ -31,14 +32,14 @@ impl Report {
         let (backend, outcome) = match (ok, self.redirected) {
             (true, true) => (configured, Outcome::Redirected),
             (true, false) => (Backend::None, Outcome::Skipped),
-            (false, _) if self.lookup.is_some() => (configured, Outcome::Failed),
+            (false, _) if self.source.is_some() => (configured, Outcome::Failed),
             (false, _) => (Backend::None, Outcome::Failed),
         };
         AddRecord {
             seconds: took.as_secs_f64(),
             backend,
             outcome,
-            lookup: self.lookup,
+            source: self.source,
         }
     }
 }
@@ -60,7 +61,7 @@ fn pod_lookup(
         };
         match podcache::client::lookup(&conf.run_dir().pod_cache_socket(), &req) {
             Ok(pod) => {
-                report.lookup = Some(Lookup::Cache);
+                report.source = Some(Source::Cache);
                 return Ok((pod, t.elapsed(), Source::Cache));
             }
             Err(m) => m,
@@ -69,7 +70,7 @@ fn pod_lookup(
         Miss::Disabled
     };
     // Counted as an API lookup even when the GET fails.
-    report.lookup = Some(Lookup::Api(miss.name()));
+    report.source = Some(Source::Api(miss));
     let path = conf.kubeconfig_path();
     let client = kube::Client::from_kubeconfig(Path::new(&path))
         .with_context(|| format!("create the kubernetes client from {path}"))?;

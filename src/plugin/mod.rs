@@ -4,7 +4,6 @@
 pub mod add;
 pub mod cli;
 pub mod explain;
-pub mod record;
 
 use crate::cni::{self, result, version, Command};
 use crate::error::{Error, Result};

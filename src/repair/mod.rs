@@ -152,7 +152,7 @@ fn standalone(
     }
     let failed = run(client, opts, rt)?;
     // One-shot mode: the counters are the pass's summary, for scripts and tests.
-    crate::applet::print_out(name, &metrics::render(), 0);
+    crate::applet::print_out(name, &crate::metrics::exposition(&[metrics::render]), 0);
     Ok(failed)
 }
 
