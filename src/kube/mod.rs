@@ -8,10 +8,13 @@
 //! - [`watch`]: watch event decoding and the [`WatchStream`] iterator.
 //! - [`client`]: the [`Client`] the roles use; [`retry`]: [`get_pod_with_retry`] and [`Backoff`].
 //! - [`scheduling`]: would the DaemonSet controller run a template's pod on a node (pure).
+//! - [`podwatch`]: the node's pod LIST + WATCH loop (paced, relist bookkeeping, catch-up proof) feeding a
+//!   [`podwatch::PodSink`]: the pod cache, the repair agent, or both.
 //! - [`watch_timing`]: how long each watch took to answer and to deliver its initial state (`/metrics`).
 
 pub mod client;
 pub mod config;
+pub mod podwatch;
 pub mod request;
 pub mod retry;
 pub mod scheduling;

@@ -1,0 +1,227 @@
+//! What the node's pod watch feeds ([`PodSink`]), the one fan-out to several sinks ([`Fanout`]), and the
+//! relist bookkeeping ([`Tracked`]): the loop knows which pods exist, so after a relist it tells its sinks
+//! which ones vanished (deleted while no watch was open) as if their DELETED events had come. Pure.
+
+use crate::json::{self, Object};
+use std::collections::HashMap;
+
+/// A pod's key in every sink: `namespace/name`.
+pub fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// A pod object's key and UID (empty when missing).
+fn identity(pod: &Object) -> (String, &str) {
+    let meta = json::obj_of(pod, "metadata");
+    let field = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
+    (key(field("namespace"), field("name")), field("uid"))
+}
+
+/// What the list/watch loop feeds: the pod cache ([`crate::podcache`]), the repair worker
+/// (`repair::controller::RepairSink`), or both through a [`Fanout`].
+pub trait PodSink {
+    /// A pod from a list page or an ADDED/MODIFIED event.
+    fn pod(&mut self, pod: Object);
+    /// The pod `key` with `uid` is gone: a DELETED event (its UID, possibly empty), or a relist that no
+    /// longer lists it.
+    fn gone(&mut self, key: &str, uid: &str);
+    /// A list is complete: the sink holds every pod that exists (those that vanished were [`PodSink::gone`]).
+    fn list_done(&mut self) {}
+    /// A watch opened (its response head arrived); `restart` when it is not the first one. What it missed
+    /// may still be on its way: see [`PodSink::caught_up`].
+    fn watch_up(&mut self, _restart: bool) {}
+    /// Whether the sink needs [`PodSink::caught_up`] (the pod cache, for lookups by name): the loop then
+    /// streams a watch-list at every (re)start, or probes after each watch opens ([`super::catch_up`]).
+    fn wants_catch_up(&self) -> bool {
+        false
+    }
+    /// The open watch has delivered every change up to a consistent read made after it was requested:
+    /// from now until [`PodSink::watch_down`], the sink is as current as the watch.
+    fn caught_up(&mut self) {}
+    /// The list or watch ended (failed, expired, or closed by the server): until the next watch has caught
+    /// up, events may be missed.
+    fn watch_down(&mut self) {}
+}
+
+/// One watch feeding several sinks: each gets every call, in order.
+pub struct Fanout(pub Vec<Box<dyn PodSink + Send>>);
+
+impl PodSink for Fanout {
+    fn pod(&mut self, pod: Object) {
+        if let Some((last, rest)) = self.0.split_last_mut() {
+            for s in rest {
+                s.pod(pod.clone());
+            }
+            last.pod(pod);
+        }
+    }
+    fn gone(&mut self, key: &str, uid: &str) {
+        self.0.iter_mut().for_each(|s| s.gone(key, uid));
+    }
+    fn list_done(&mut self) {
+        self.0.iter_mut().for_each(|s| s.list_done());
+    }
+    fn watch_up(&mut self, restart: bool) {
+        self.0.iter_mut().for_each(|s| s.watch_up(restart));
+    }
+    fn wants_catch_up(&self) -> bool {
+        self.0.iter().any(|s| s.wants_catch_up())
+    }
+    fn caught_up(&mut self) {
+        self.0.iter_mut().for_each(|s| s.caught_up());
+    }
+    fn watch_down(&mut self) {
+        self.0.iter_mut().for_each(|s| s.watch_down());
+    }
+}
+
+/// A sink as the loop feeds it: with the pods that exist as far as the watch has told (each one's UID and
+/// the list that last saw it), so that a relist can say which ones vanished.
+pub struct Tracked<'a> {
+    pub sink: &'a mut dyn PodSink,
+    known: HashMap<String, (Box<str>, u32)>,
+    /// The number of the list in progress, or of the last one.
+    list: u32,
+}
+
+impl<'a> Tracked<'a> {
+    pub fn new(sink: &'a mut dyn PodSink) -> Tracked<'a> {
+        Tracked {
+            sink,
+            known: HashMap::new(),
+            list: 0,
+        }
+    }
+
+    /// A (re)list starts.
+    pub fn list_begun(&mut self) {
+        self.list = self.list.wrapping_add(1);
+    }
+
+    pub fn pod(&mut self, pod: Object) {
+        let (key, uid) = identity(&pod);
+        self.known.insert(key, (uid.into(), self.list));
+        self.sink.pod(pod);
+    }
+
+    /// A DELETED event: forgotten only if it is the pod known under that name (an empty UID matches any).
+    pub fn gone(&mut self, pod: &Object) {
+        let (key, uid) = identity(pod);
+        if self
+            .known
+            .get(&key)
+            .is_some_and(|(u, _)| uid.is_empty() || **u == *uid)
+        {
+            self.known.remove(&key);
+        }
+        self.sink.gone(&key, uid);
+    }
+
+    /// The list is complete: every pod it did not see is gone.
+    pub fn list_done(&mut self) {
+        let list = self.list;
+        let vanished: Vec<String> = (self.known.iter())
+            .filter(|(_, (_, seen))| *seen != list)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in vanished {
+            if let Some((uid, _)) = self.known.remove(&k) {
+                self.sink.gone(&k, &uid);
+            }
+        }
+        self.sink.list_done();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Records every call as a line (sorted when taken: a relist's vanished pods come in no order).
+    #[derive(Default, Clone)]
+    struct Calls(Arc<Mutex<Vec<String>>>);
+
+    impl Calls {
+        fn take(&self) -> Vec<String> {
+            let mut v = std::mem::take(&mut *self.0.lock().unwrap());
+            v.sort();
+            v
+        }
+    }
+
+    impl PodSink for Calls {
+        fn pod(&mut self, pod: Object) {
+            let (k, uid) = identity(&pod);
+            self.0.lock().unwrap().push(format!("pod {k} {uid}"));
+        }
+        fn gone(&mut self, key: &str, uid: &str) {
+            self.0.lock().unwrap().push(format!("gone {key} {uid}"));
+        }
+        fn list_done(&mut self) {
+            self.0.lock().unwrap().push("listed".into());
+        }
+    }
+
+    fn pod(name: &str, uid: &str) -> Object {
+        crate::json::parse_object(
+            &format!(r#"{{"metadata":{{"namespace":"ns","name":"{name}","uid":"{uid}"}}}}"#),
+            "pod",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_relist_reports_the_pods_it_did_not_see_as_gone() {
+        let calls = Calls::default();
+        let mut sink = calls.clone();
+        let mut t = Tracked::new(&mut sink);
+        t.list_begun();
+        for (n, u) in [("a", "ua"), ("b", "ub"), ("c", "uc")] {
+            t.pod(pod(n, u));
+        }
+        t.list_done();
+        assert_eq!(calls.take().len(), 4);
+        // Between lists: a DELETED of another UID leaves the known pod; one of it forgets it.
+        t.gone(&pod("a", "u-old"));
+        t.gone(&pod("c", "uc"));
+        t.pod(pod("d", "ud"));
+        calls.take();
+        // The relist sees only b: a and d vanished (c was already gone), with the UIDs they had.
+        t.list_begun();
+        t.pod(pod("b", "ub"));
+        t.list_done();
+        assert_eq!(
+            calls.take(),
+            ["gone ns/a ua", "gone ns/d ud", "listed", "pod ns/b ub"]
+        );
+        // A relist cut short counts for nothing: the next complete one decides.
+        t.list_begun();
+        t.list_begun();
+        t.list_done();
+        assert_eq!(calls.take(), ["gone ns/b ub", "listed"]);
+    }
+
+    #[test]
+    fn a_fanout_feeds_every_sink_and_wants_what_any_wants() {
+        struct Wants;
+        impl PodSink for Wants {
+            fn pod(&mut self, _: Object) {}
+            fn gone(&mut self, _: &str, _: &str) {}
+            fn wants_catch_up(&self) -> bool {
+                true
+            }
+        }
+        let (one, two) = (Calls::default(), Calls::default());
+        let mut f = Fanout(vec![Box::new(one.clone()), Box::new(two.clone())]);
+        assert!(!f.wants_catch_up());
+        f.pod(pod("a", "ua"));
+        f.gone("ns/a", "ua");
+        f.list_done();
+        for c in [one, two] {
+            assert_eq!(c.take(), ["gone ns/a ua", "listed", "pod ns/a ua"]);
+        }
+        f.0.push(Box::new(Wants));
+        assert!(f.wants_catch_up());
+    }
+}
