@@ -33,7 +33,7 @@ pub fn start(s: &Settings) {
     if !s.pod_cache && !s.repair.enabled {
         return;
     }
-    let node = s.watch_node.clone();
+    let node = s.node_name.clone();
     let cache_on = s.pod_cache && !node.is_empty();
     if s.pod_cache && node.is_empty() {
         log::warn!(
