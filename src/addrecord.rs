@@ -26,11 +26,13 @@ pub enum Backend {
 
 impl Backend {
     pub const ALL: [Backend; 3] = [Backend::Iptables, Backend::Nftables, Backend::None];
-    /// The `backend` label values, in [`Backend::ALL`]'s order.
-    pub const NAMES: [&'static str; 3] = ["iptables", "nftables", "none"];
 
     pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
+        match self {
+            Backend::Iptables => "iptables",
+            Backend::Nftables => "nftables",
+            Backend::None => "none",
+        }
     }
 }
 
@@ -47,11 +49,13 @@ pub enum Outcome {
 
 impl Outcome {
     pub const ALL: [Outcome; 3] = [Outcome::Redirected, Outcome::Skipped, Outcome::Failed];
-    /// The `result` label values, in [`Outcome::ALL`]'s order.
-    pub const NAMES: [&'static str; 3] = ["redirected", "skipped", "failed"];
 
     pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
+        match self {
+            Outcome::Redirected => "redirected",
+            Outcome::Skipped => "skipped",
+            Outcome::Failed => "failed",
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! Prometheus text exposition (format 0.0.4), the one formatter every `/metrics` goes through: the HELP and
 //! TYPE header, a sample line with escaped label values, a fixed-bucket histogram whose counts are atomics
 //! (observed from any thread, rendered without a lock), and [`Family`]: a metric with fixed label names whose
-//! series (label values from fixed sets) are known in advance, one cell (a counter, or a histogram) each. A
-//! process's `/metrics` is the list of its parts' renderers ([`Part`]), composed once by its root.
+//! series (label values from fixed sets) are known in advance, one cell (a counter, or a histogram) each in
+//! [`Cells`]. A process's `/metrics` is its parts' renderers, called in order by its root.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,23 +119,50 @@ impl Default for Histogram {
     }
 }
 
-/// What a `/metrics` part writes: its families, in order.
-pub type Part = fn(&mut String);
-
-/// The exposition of `parts`, in order.
-pub fn exposition(parts: &[Part]) -> String {
+/// What `render` writes (a process's `/metrics` is its root's list of renderers, called in order).
+pub fn text(render: impl FnOnce(&mut String)) -> String {
     let mut out = String::new();
-    for part in parts {
-        part(&mut out);
-    }
+    render(&mut out);
     out
 }
 
 /// The content type of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// A metric whose series are known in advance: fixed label names, each series' label values from fixed
+/// sets. Its values live in [`Cells`], apart, so that they start in zeroed memory.
+pub struct Family {
+    pub name: &'static str,
+    pub help: &'static str,
+    /// Label names (at most 4), in the order they are written (sorted, as Prometheus' clients write them).
+    pub labels: &'static [&'static str],
+    /// Series `i`'s value of label `l` (an empty one leaves the label out), for every series of its
+    /// [`Cells`], in the order the series are written.
+    pub value: fn(i: usize, l: usize) -> &'static str,
+}
+
+impl Family {
+    /// Writes series `i` of `cell`, its labels those with a value.
+    fn write(&self, i: usize, cell: &impl Cell, out: &mut String) {
+        let mut labels = [("", ""); 4];
+        let mut n = 0;
+        for (l, k) in self.labels.iter().enumerate().take(labels.len()) {
+            labels[n] = (k, (self.value)(i, l));
+            n += usize::from(!labels[n].1.is_empty());
+        }
+        cell.write(out, self.name, &labels[..n]);
+    }
+
+    /// Which of the first `n` series has these label values (in `labels`' order).
+    fn find(&self, n: usize, values: &[&str]) -> Option<usize> {
+        (0..n).find(|&i| (values.iter().enumerate()).all(|(l, v)| (self.value)(i, l) == *v))
+    }
+}
+
 /// One series' value: a counter, or a histogram.
 pub trait Cell: Sync {
+    /// The TYPE of a family of these.
+    const KIND: &'static str;
     /// No value yet (nothing counted or observed).
     fn is_zero(&self) -> bool;
     /// Its sample lines for `labels`.
@@ -143,6 +170,7 @@ pub trait Cell: Sync {
 }
 
 impl Cell for AtomicU64 {
+    const KIND: &'static str = "counter";
     fn is_zero(&self) -> bool {
         self.load(Ordering::Relaxed) == 0
     }
@@ -152,6 +180,7 @@ impl Cell for AtomicU64 {
 }
 
 impl Cell for Histogram {
+    const KIND: &'static str = "histogram";
     fn is_zero(&self) -> bool {
         self.count() == 0
     }
@@ -160,119 +189,68 @@ impl Cell for Histogram {
     }
 }
 
-/// A metric with `L` fixed label names and `N` series known in advance, one [`Cell`] each. A series is
-/// rendered once it has a value, or from the start when it is marked to ([`Family::show`]); the header
-/// only with a series. An empty label value leaves the label out.
-pub struct Family<C, const L: usize, const N: usize> {
-    name: &'static str,
-    kind: &'static str,
-    help: &'static str,
-    /// Label names, in the order they are written (sorted, as Prometheus' clients write them).
-    labels: [&'static str; L],
-    /// Each series' label values, in the order the series are written.
-    series: [[&'static str; L]; N],
+/// The values of a [`Family`]'s `N` series, one [`Cell`] each, and which series are shown before they
+/// have a value. A series with a value is always shown; the header only with a series.
+pub struct Cells<C, const N: usize> {
     cells: [C; N],
     /// Series shown at zero (bit `i`: series `i`).
     shown: AtomicU64,
 }
 
-/// Counters (`AtomicU64` cells).
-pub type Counters<const L: usize, const N: usize> = Family<AtomicU64, L, N>;
+/// The counter vector: one atomic per series.
+pub type Counters<const N: usize> = Cells<AtomicU64, N>;
 
-impl<C: Cell, const L: usize, const N: usize> Family<C, L, N> {
-    /// `shown`: the series rendered at zero from the start (bit `i`: series `i`).
-    pub const fn new(
-        name: &'static str,
-        kind: &'static str,
-        help: &'static str,
-        labels: [&'static str; L],
-        series: [[&'static str; L]; N],
-        cells: [C; N],
-        shown: u64,
-    ) -> Self {
+impl<C: Cell, const N: usize> Cells<C, N> {
+    /// `shown`: the series shown from the start (bit `i`: series `i`).
+    pub const fn new(cells: [C; N], shown: u64) -> Self {
         assert!(N <= 64, "at most 64 series");
-        Family {
-            name,
-            kind,
-            help,
-            labels,
-            series,
+        Cells {
             cells,
             shown: AtomicU64::new(shown),
         }
     }
 
-    pub fn name(&self) -> &'static str {
-        self.name
+    /// The cell of `f`'s series with these label values (`None`: no series of `f`).
+    pub fn cell(&self, f: &Family, values: &[&str]) -> Option<&C> {
+        Some(&self.cells[f.find(N, values)?])
     }
 
-    /// The cell of the series with these label values (`None`: not a series of this family).
-    pub fn cell(&self, values: [&str; L]) -> Option<&C> {
-        let i = self.series.iter().position(|s| *s == values)?;
-        Some(&self.cells[i])
+    /// Shows the series `series` selects (bit `i`: series `i`) from now on, at zero until counted.
+    pub fn show(&self, series: u64) {
+        self.shown.fetch_or(series, Ordering::Relaxed);
     }
 
-    /// Shows the series `pick` selects from now on, at zero until they have a value.
-    pub fn show(&self, pick: impl Fn(&[&str; L]) -> bool) {
-        for (i, s) in self.series.iter().enumerate() {
-            if pick(s) {
-                self.shown.fetch_or(1 << i, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// The header and every series that has a value or is shown ("" for none).
-    pub fn render(&self, out: &mut String) {
-        let shown = self.shown.load(Ordering::Relaxed);
-        let mut first = true;
-        for (i, (values, cell)) in self.series.iter().zip(&self.cells).enumerate() {
-            if shown & (1 << i) == 0 && cell.is_zero() {
-                continue;
-            }
-            if std::mem::take(&mut first) {
-                header(out, self.name, self.kind, self.help);
-            }
-            let labels: Vec<(&str, &str)> = self
-                .labels
-                .iter()
-                .zip(values)
-                .filter(|(_, v)| !v.is_empty())
-                .map(|(k, v)| (*k, *v))
-                .collect();
-            cell.write(out, self.name, &labels);
-        }
+    /// `f`'s header and every series that has a value or is shown (nothing for none).
+    pub fn render(&self, f: &Family, out: &mut String) {
+        render(f, &self.cells, self.shown.load(Ordering::Relaxed), out);
     }
 }
 
-impl<const L: usize, const N: usize> Counters<L, N> {
-    /// Counts one for the series with these label values; values of no series are not counted.
-    pub fn inc(&self, values: [&str; L]) {
-        if let Some(c) = self.cell(values) {
+fn render<C: Cell>(f: &Family, cells: &[C], shown: u64, out: &mut String) {
+    let mut first = true;
+    for (i, cell) in cells.iter().enumerate() {
+        if shown & (1 << i) == 0 && cell.is_zero() {
+            continue;
+        }
+        if std::mem::take(&mut first) {
+            header(out, f.name, C::KIND, f.help);
+        }
+        f.write(i, cell, out);
+    }
+}
+
+impl<const N: usize> Counters<N> {
+    /// Counts one for `f`'s series with these label values; values of no series are not counted.
+    pub fn inc(&self, f: &Family, values: &[&str]) {
+        if let Some(c) = self.cell(f, values) {
             c.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    pub fn get(&self, values: [&str; L]) -> u64 {
-        self.cell(values).map_or(0, |c| c.load(Ordering::Relaxed))
+    pub fn get(&self, f: &Family, values: &[&str]) -> u64 {
+        self.cell(f, values)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
     }
-}
-
-/// Every pair of an `outer` and an `inner` value, `outer` varying slowest; each pair in label order, the
-/// `outer` value first when `outer_first` (for [`Family::new`]'s series).
-pub const fn grid<const A: usize, const B: usize, const N: usize>(
-    outer: [&'static str; A],
-    inner: [&'static str; B],
-    outer_first: bool,
-) -> [[&'static str; 2]; N] {
-    assert!(A * B == N);
-    let mut out = [["", ""]; N];
-    let mut i = 0;
-    while i < N {
-        let (o, n) = (outer[i / B], inner[i % B]);
-        out[i] = if outer_first { [o, n] } else { [n, o] };
-        i += 1;
-    }
-    out
 }
 
 #[cfg(test)]
@@ -323,28 +301,29 @@ mod tests {
 
     #[test]
     fn a_family_shows_series_with_a_value_or_marked_and_leaves_empty_labels_out() {
-        static F: Counters<2, 3> = Family::new(
-            "f_total",
-            "counter",
-            "F.",
-            ["reason", "source"],
-            [["", "cache"], ["a", "api"], ["b", "api"]],
-            [const { AtomicU64::new(0) }; 3],
-            0,
-        );
+        static F: Family = Family {
+            name: "f_total",
+            help: "F.",
+            labels: &["reason", "source"],
+            value: |i, l| match (i, l) {
+                (0, 0) => "",
+                (0, _) => "cache",
+                (_, 0) => ["a", "b"][i - 1],
+                _ => "api",
+            },
+        };
+        static C: Counters<3> = Cells::new([const { AtomicU64::new(0) }; 3], 0);
         let mut out = String::new();
-        F.render(&mut out);
+        C.render(&F, &mut out);
         assert_eq!(out, "");
-        F.inc(["b", "api"]);
-        F.inc(["x", "api"]);
-        F.show(|s| s[1] == "cache");
-        F.render(&mut out);
+        C.inc(&F, &["b", "api"]);
+        C.inc(&F, &["x", "api"]);
+        C.show(1);
+        C.render(&F, &mut out);
         assert_eq!(
             out,
             "# HELP f_total F.\n# TYPE f_total counter\nf_total{source=\"cache\"} 0\nf_total{reason=\"b\",source=\"api\"} 1\n"
         );
-        assert_eq!((F.get(["b", "api"]), F.get(["x", "api"])), (1, 0));
-        let g: [[&str; 2]; 4] = grid(["t1", "t2"], ["r1", "r2"], false);
-        assert_eq!(g, [["r1", "t1"], ["r2", "t1"], ["r1", "t2"], ["r2", "t2"]]);
+        assert_eq!((C.get(&F, &["b", "api"]), C.get(&F, &["x", "api"])), (1, 0));
     }
 }

@@ -86,10 +86,10 @@ pub fn start(s: &Settings) {
         on(cache),
         on(repair)
     );
-    let mut sink = Fanout(sinks);
+    let sinks = Fanout::new(sinks);
     let spawned = std::thread::Builder::new()
         .name("pod-watch".into())
-        .spawn(move || podwatch::watch_forever(&client, &sel, &mut sink));
+        .spawn(move || podwatch::watch_forever(&client, &sel, sinks));
     if let Err(e) = spawned {
         log::error!("pod watch not started: {e}");
     }

@@ -10,7 +10,7 @@
 
 use crate::error::Result;
 use crate::httpd;
-use crate::metrics::{self, Counters, Family};
+use crate::metrics::{self, Cells, Counters, Family};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -26,30 +26,35 @@ pub enum InstallResult {
 }
 
 impl InstallResult {
-    /// The `result` label values, in declaration order.
-    const NAMES: [&'static str; 4] = [
-        "SUCCESS",
-        "COPY_BINARIES_FAILURE",
-        "CREATE_KUBECONFIG_FAILURE",
-        "CREATE_CNI_CONFIG_FAILURE",
-    ];
-
+    /// Upstream's label value.
     fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
+        match self {
+            InstallResult::Success => "SUCCESS",
+            InstallResult::CopyBinariesFailure => "COPY_BINARIES_FAILURE",
+            InstallResult::CreateKubeconfigFailure => "CREATE_KUBECONFIG_FAILURE",
+            InstallResult::CreateCniConfigFailure => "CREATE_CNI_CONFIG_FAILURE",
+        }
     }
 }
 
-pub const STARTUP_READY: &str = "istio_cni_startup_ready_seconds";
+/// `istio_cni_installs_total{result}`, in [`InstallResult`]'s order.
+static INSTALLS: Family = Family {
+    name: "istio_cni_installs_total",
+    help: "Total number of CNI plugin installs by the installer, by result.",
+    labels: &["result"],
+    value: |i, _| {
+        use InstallResult::*;
+        [
+            Success,
+            CopyBinariesFailure,
+            CreateKubeconfigFailure,
+            CreateCniConfigFailure,
+        ][i]
+            .name()
+    },
+};
 
-/// The rest of install-cni's `/metrics`, after [`State`]'s own series: the in-process repair agent's
-/// counters (nothing when it never acted), the pod cache's (nothing when it is off), the watches' start-up
-/// timings, the plugin's ADDs.
-const PARTS: [metrics::Part; 4] = [
-    crate::repair::metrics::render,
-    crate::podcache::metrics::render,
-    crate::kube::watch_timing::render,
-    super::plugin_metrics::render,
-];
+pub const STARTUP_READY: &str = "istio_cni_startup_ready_seconds";
 
 /// Shared installer state read by the HTTP responders.
 pub struct State {
@@ -58,7 +63,7 @@ pub struct State {
     /// The loop ended asking for a container restart (a watched directory showing its deleted self).
     restart: AtomicBool,
     /// `istio_cni_installs_total{result}`: `SUCCESS` from the start, as upstream, the others once counted.
-    installs: Counters<1, 4>,
+    installs: Counters<4>,
     /// Process start → first ready (`istio_cni_startup_ready_seconds`).
     first_ready: OnceLock<Duration>,
 }
@@ -69,15 +74,7 @@ impl Default for State {
             ready: AtomicBool::new(false),
             unhealthy: AtomicBool::new(false),
             restart: AtomicBool::new(false),
-            installs: Family::new(
-                "istio_cni_installs_total",
-                "counter",
-                "Total number of CNI plugin installs by the installer, by result.",
-                ["result"],
-                InstallResult::NAMES.map(|n| [n]),
-                [const { AtomicU64::new(0) }; 4],
-                1,
-            ),
+            installs: Cells::new([const { AtomicU64::new(0) }; 4], 1),
             first_ready: OnceLock::new(),
         }
     }
@@ -116,17 +113,23 @@ impl State {
         !self.unhealthy.load(Ordering::SeqCst)
     }
     pub fn count(&self, r: InstallResult) {
-        self.installs.inc([r.name()]);
+        self.installs.inc(&INSTALLS, &[r.name()]);
     }
     pub fn installs(&self, r: InstallResult) -> u64 {
-        self.installs.get([r.name()])
+        self.installs.get(&INSTALLS, &[r.name()])
     }
 
-    /// install-cni's whole `/metrics`: its own series ([`State::render`]), then [`PARTS`].
+    /// install-cni's whole `/metrics`: its own series, then the in-process repair agent's counters
+    /// (nothing when it never acted), the pod cache's (nothing when it is off), the watches' start-up
+    /// timings, the plugin's ADDs.
     pub fn metrics_text(&self) -> String {
-        let mut s = String::new();
-        self.render(&mut s);
-        s + &metrics::exposition(&PARTS)
+        metrics::text(|s| {
+            self.render(s);
+            crate::repair::metrics::render(s);
+            crate::podcache::metrics::render(s);
+            crate::kube::watch_timing::render(s);
+            super::plugin_metrics::render(s);
+        })
     }
 
     /// The installer's own series: readiness, installs, start-up.
@@ -139,7 +142,7 @@ impl State {
             "Whether this istio-cni-node has the CNI plugin installed and valid (1) or not (0).",
         );
         metrics::sample(out, ready, &[], u8::from(self.ready()).into());
-        self.installs.render(out);
+        self.installs.render(&INSTALLS, out);
         if let Some(d) = self.startup() {
             metrics::header(
                 out,

@@ -102,7 +102,7 @@ mod tests {
         let mut t = Timing::start("test-watch");
         t.answered();
         t.listed();
-        let text = crate::metrics::exposition(&[render]);
+        let text = crate::metrics::text(render);
         assert!(
             text.contains("istio_cni_kube_watch_first_response_seconds{watch=\"test-watch\"} "),
             "{text}"

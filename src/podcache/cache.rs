@@ -53,11 +53,15 @@ impl Cache {
     pub fn update<R>(&self, f: impl FnOnce(&mut Store) -> R) -> R {
         let mut s = self.lock();
         let r = f(&mut s);
+        self.changed(s);
+        r
+    }
+
+    fn changed(&self, s: MutexGuard<'_, Store>) {
         metrics::set_pods(s.len());
         drop(s);
         // Non-blocking: a full socket buffer already holds a wake-up.
         let _ = (&self.inner.wake_tx).write(&[1]);
-        r
     }
 
     pub fn lookup(&self, req: &Request, may_wait: bool) -> Lookup {
@@ -86,8 +90,8 @@ impl Cache {
 /// The node's pod watch fills the cache: each pod reduced outside the lock (the server never waits for
 /// the reduction), lookups by name answered only once the watch has caught up.
 impl PodSink for Cache {
-    fn pod(&mut self, pod: Object) {
-        let r = reduce::reduce(&pod);
+    fn pod(&mut self, pod: &Object) {
+        let r = reduce::reduce(pod);
         self.update(|s| s.apply(r));
     }
 

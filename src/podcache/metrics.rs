@@ -4,41 +4,32 @@
 //! after the first). Nothing is rendered until the cache runs.
 
 use super::Answer;
-use crate::metrics::{header, sample, Counters, Family};
+use crate::metrics::{header, sample, Cells, Counters, Family};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static RUNNING: AtomicBool = AtomicBool::new(false);
-static LOOKUPS: Counters<1, 6> = Family::new(
-    "istio_cni_pod_cache_lookups_total",
-    "counter",
-    "Pod lookups the node's pod cache answered, by result.",
-    ["result"],
-    {
-        let mut s = [[""]; 6];
-        let mut i = 0;
-        while i < 6 {
-            s[i] = [Answer::ALL[i].name()];
-            i += 1;
-        }
-        s
-    },
-    [const { AtomicU64::new(0) }; 6],
-    u64::MAX,
-);
+static LOOKUPS: Family = Family {
+    name: "istio_cni_pod_cache_lookups_total",
+    help: "Pod lookups the node's pod cache answered, by result.",
+    labels: &["result"],
+    value: |i, _| Answer::ALL[i].name(),
+};
+static COUNTS: Counters<6> = Cells::new([const { AtomicU64::new(0) }; 6], 0);
 static PODS: AtomicU64 = AtomicU64::new(0);
 static RESTARTS: AtomicU64 = AtomicU64::new(0);
 
-/// The cache is serving: its series appear.
+/// The cache is serving: its series appear, every answer's from the start.
 pub fn started() {
     RUNNING.store(true, Ordering::Relaxed);
+    COUNTS.show(u64::MAX);
 }
 
 pub fn lookup(a: Answer) {
-    LOOKUPS.inc([a.name()]);
+    COUNTS.inc(&LOOKUPS, &[a.name()]);
 }
 
 pub fn lookups(a: Answer) -> u64 {
-    LOOKUPS.get([a.name()])
+    COUNTS.get(&LOOKUPS, &[a.name()])
 }
 
 pub fn set_pods(n: usize) {
@@ -54,7 +45,7 @@ pub fn render(out: &mut String) {
     if !RUNNING.load(Ordering::Relaxed) {
         return;
     }
-    LOOKUPS.render(out);
+    COUNTS.render(&LOOKUPS, out);
     for (name, kind, help, n) in [
         (
             "istio_cni_pod_cache_pods",
@@ -85,7 +76,7 @@ mod tests {
         lookup(Answer::UidMismatch);
         assert_eq!(lookups(Answer::UidMismatch), before + 1);
         set_pods(3);
-        let t = crate::metrics::exposition(&[render]);
+        let t = crate::metrics::text(render);
         for a in Answer::ALL {
             assert!(
                 t.contains(&format!(

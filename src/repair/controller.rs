@@ -29,15 +29,15 @@ pub enum Msg {
     Gone(String),
 }
 
-/// Reduces a pod object to a message (the object is dropped unless repair needs it).
-pub fn message(det: &Detector, pod: Object) -> Msg {
-    let facts = det.facts(&pod);
-    let terminating = json::obj_of(&pod, "metadata")
+/// Reduces a pod object to a message (the object is kept only if repair needs it).
+pub fn message(det: &Detector, pod: &Object) -> Msg {
+    let facts = det.facts(pod);
+    let terminating = json::obj_of(pod, "metadata")
         .is_some_and(|m| !matches!(m.get("deletionTimestamp"), None | Some(json::Value::Null)));
     let keep = det.opts.repair_pods && facts.selected && needs_repair(&facts, &det.opts);
     Msg::Pod {
         facts,
-        pod: keep.then_some(pod),
+        pod: keep.then(|| pod.clone()),
         terminating,
     }
 }
@@ -48,7 +48,7 @@ pub struct RepairSink {
 }
 
 impl PodSink for RepairSink {
-    fn pod(&mut self, pod: Object) {
+    fn pod(&mut self, pod: &Object) {
         let _ = self.tx.send(message(&self.det, pod));
     }
     fn gone(&mut self, key: &str, _uid: &str) {

@@ -3,38 +3,35 @@
 
 use crate::error::Result;
 use crate::httpd;
-use crate::metrics::{self, grid, Counters, Family};
+use crate::metrics::{self, Cells, Counters, Family};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 
 pub const NAME: &str = "istio_cni_repair_pods_repaired_total";
 
-static REPAIRED: Counters<2, 9> = Family::new(
-    NAME,
-    "counter",
-    "Total number of pods repaired by repair controller",
-    ["result", "type"],
-    grid(
-        ["label", "delete", "repair"],
-        ["success", "skip", "fail"],
-        false,
-    ),
-    [const { AtomicU64::new(0) }; 9],
-    0,
-);
+static REPAIRED: Family = Family {
+    name: NAME,
+    help: "Total number of pods repaired by repair controller",
+    labels: &["result", "type"],
+    value: |i, l| match l {
+        0 => ["success", "skip", "fail"][i % 3],
+        _ => ["label", "delete", "repair"][i / 3],
+    },
+};
+static COUNTS: Counters<9> = Cells::new([const { AtomicU64::new(0) }; 9], 0);
 
 /// Counts one outcome; `kind` ∈ label/delete/repair, `result` ∈ success/skip/fail.
 pub fn inc(kind: &str, result: &str) {
-    REPAIRED.inc([result, kind]);
+    COUNTS.inc(&REPAIRED, &[result, kind]);
 }
 
 pub fn get(kind: &str, result: &str) -> u64 {
-    REPAIRED.get([result, kind])
+    COUNTS.get(&REPAIRED, &[result, kind])
 }
 
 /// The series seen so far (nothing before the first increment).
 pub fn render(out: &mut String) {
-    REPAIRED.render(out);
+    COUNTS.render(&REPAIRED, out);
 }
 
 /// Serves the standalone agent's `GET /metrics` on `port` ([`httpd::serve`]: dual-stack, every connection
@@ -44,7 +41,10 @@ pub fn serve(port: u16) -> Result<SocketAddr> {
         "/metrics" => (
             200,
             metrics::CONTENT_TYPE,
-            metrics::exposition(&[render, crate::kube::watch_timing::render]),
+            metrics::text(|s| {
+                render(s);
+                crate::kube::watch_timing::render(s);
+            }),
         ),
         _ => (404, "text/plain", "Not Found\n".into()),
     })
@@ -57,7 +57,7 @@ mod tests {
 
     #[test]
     fn series_appear_after_first_increment_and_are_served() {
-        let text = || metrics::exposition(&[render]);
+        let text = || metrics::text(render);
         assert!(!text().contains("type=\"bogus\""));
         inc("bogus", "success");
         inc("label", "skip");

@@ -16,7 +16,7 @@ pub mod request;
 pub mod selector;
 
 use crate::error::{Context, Result};
-use crate::kube::podwatch::{self, Selection};
+use crate::kube::podwatch::{self, Fanout, Selection};
 use crate::kube::Client;
 use crate::settings::{self, EmptyEnv, Env, Named};
 use std::path::PathBuf;
@@ -150,7 +150,7 @@ fn standalone(
     }
     let failed = run(client, opts, rt)?;
     // One-shot mode: the counters are the pass's summary, for scripts and tests.
-    crate::applet::print_out(name, &crate::metrics::exposition(&[metrics::render]), 0);
+    crate::applet::print_out(name, &crate::metrics::text(metrics::render), 0);
     Ok(failed)
 }
 
@@ -202,17 +202,17 @@ pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> 
     let (tx, rx) = std::sync::mpsc::channel();
     let mut worker = controller::Worker::default();
     let sel = selection(&opts);
-    let mut sink = controller::RepairSink { det, tx };
+    let mut sink = Fanout::new(vec![Box::new(controller::RepairSink { det, tx })]);
     if !rt.run_as_daemon {
         let mut timing = crate::kube::watch_timing::Timing::start(podwatch::WATCH_NAME);
-        podwatch::list_once(&client, &sel, &mut sink, &mut timing).context("repair: list pods")?;
+        podwatch::list_all(&client, &sel, &mut sink, &mut timing).context("repair: list pods")?;
         drop(sink);
         worker.run(&rx, &actor);
         return Ok(worker.failed);
     }
     std::thread::Builder::new()
         .name("repair-watch".into())
-        .spawn(move || podwatch::watch_forever(&client, &sel, &mut sink))
+        .spawn(move || podwatch::watch_forever(&client, &sel, sink))
         .map_err(|e| crate::Error::io("repair: spawn the watcher", e))?;
     worker.run(&rx, &actor);
     Err(crate::Error::other("repair: the pod watcher stopped"))

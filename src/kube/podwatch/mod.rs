@@ -1,8 +1,8 @@
 //! The node's pod LIST + WATCH loop, below the roles that use it: a paginated LIST, then WATCH with
 //! bookmarks from the list's resourceVersion; 410 → relist; otherwise re-watch; every restart paced by
-//! backoff 800 ms … 30 s with jitter ([`pace`]). It feeds a [`PodSink`]: the standalone repair agent's, or
-//! in `install-cni` the pod cache and the repair worker together through one [`Fanout`]. The loop keeps the
-//! relist bookkeeping for its sink ([`sink::Tracked`]): after a relist the sink hears which pods vanished.
+//! backoff 800 ms … 30 s with jitter ([`pace`]). It feeds [`PodSink`]s through one [`Fanout`]: the
+//! standalone repair agent's, or in `install-cni` the pod cache and the repair worker together; the fan-out
+//! keeps the relist bookkeeping, so after a relist every sink hears which pods vanished.
 //! A sink that needs to know when a watch has caught up with the server (the pod cache) gets a streaming
 //! watch-list at every (re)start instead, or, from a server without one, a probe after each watch opens
 //! ([`catch_up`]). Each (re)start is timed for `/metrics` ([`crate::kube::watch_timing`], as the `pods`
@@ -17,7 +17,6 @@ use crate::kube::watch_timing::Timing;
 use crate::kube::{ApiErrorExt, Client, EventKind, ListParams, WatchParams};
 use catch_up::{Pending, Step};
 use pace::{held_note, random, LogLimit, Pace, LOG_WINDOW};
-use sink::Tracked;
 pub use sink::{key, Fanout, PodSink};
 use std::time::{Duration, Instant};
 
@@ -35,23 +34,12 @@ pub struct Selection {
     pub what: &'static str,
 }
 
-/// Lists every selected pod page by page into `sink` once, with no watch (the standalone agent's one-shot
-/// pass). Returns the list's RV.
-pub fn list_once(
-    client: &Client,
-    sel: &Selection,
-    sink: &mut dyn PodSink,
-    timing: &mut Timing,
-) -> Result<String> {
-    list_all(client, sel, &mut Tracked::new(sink), timing)
-}
-
 /// Lists every selected pod page by page into `sink`. Returns the list's RV. `timing` learns when the first
 /// page arrived and when the last one was handled.
-fn list_all(
+pub fn list_all(
     client: &Client,
     sel: &Selection,
-    sink: &mut Tracked<'_>,
+    sink: &mut Fanout,
     timing: &mut Timing,
 ) -> Result<String> {
     let mut params = ListParams {
@@ -65,7 +53,7 @@ fn list_all(
         let page = client.list_pods(&params)?;
         timing.answered();
         for pod in page.items {
-            sink.pod(pod);
+            sink.pod(&pod);
         }
         match page.continue_token {
             Some(c) => params.continue_token = Some(c),
@@ -126,7 +114,7 @@ fn probe(client: &Client) -> Result<String> {
 fn watch_once(
     client: &Client,
     sel: &Selection,
-    tracked: &mut Tracked<'_>,
+    sinks: &mut Fanout,
     rv: &mut String,
     start: Start,
     restart: bool,
@@ -151,11 +139,11 @@ fn watch_once(
         Err(e) => return (Ended::Failed(e), false),
     };
     timing.answered();
-    tracked.sink.watch_up(restart);
+    sinks.watch_up(restart);
     let mut pending = if listing {
-        tracked.list_begun();
+        sinks.list_begun();
         Pending::InitialEnd
-    } else if tracked.sink.wants_catch_up() {
+    } else if sinks.wants_catch_up() {
         // Read after the head arrived: every change the gap hid is at or below this.
         match probe(client) {
             Ok(r) => catch_up::after_probe(&r, stream.resource_version()),
@@ -170,8 +158,8 @@ fn watch_once(
     } else {
         Pending::Nothing
     };
-    if pending == Pending::Nothing && tracked.sink.wants_catch_up() {
-        tracked.sink.caught_up();
+    if pending == Pending::Nothing && sinks.wants_catch_up() {
+        sinks.caught_up();
     }
     let mut failure = None;
     let mut delivered = false;
@@ -196,20 +184,20 @@ fn watch_once(
             EventKind::Bookmark => {}
             EventKind::Deleted => {
                 delivered |= change;
-                tracked.gone(&ev.object);
+                sinks.gone(&ev.object);
             }
             EventKind::Added | EventKind::Modified => {
                 delivered |= change;
-                tracked.pod(ev.object);
+                sinks.pod(&ev.object);
             }
         }
         if step == Step::CaughtUp {
             pending = Pending::Nothing;
             if listing {
-                tracked.list_done();
+                sinks.list_done();
                 timing.listed();
             }
-            tracked.sink.caught_up();
+            sinks.caught_up();
         }
     }
     if let Some(r) = stream.resource_version().filter(|_| !listing) {
@@ -231,21 +219,20 @@ fn watch_once(
 ///
 /// A sink that [`PodSink::wants_catch_up`] (the pod cache) gets a streaming watch-list at every (re)start
 /// instead, as long as the server serves one ([`catch_up`]): the list and the proof in one request.
-pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
+pub fn watch_forever(client: &Client, sel: &Selection, mut sinks: Fanout) {
     let what = sel.what;
-    let mut tracked = Tracked::new(sink);
     let mut pace = Pace::default();
     let mut logs = LogLimit::new(LOG_WINDOW);
     let mut rv: Option<String> = None;
     let mut watched = false;
-    let mut watch_list = tracked.sink.wants_catch_up();
+    let mut watch_list = sinks.wants_catch_up();
     loop {
         let began = Instant::now();
         let mut timing = Timing::start(WATCH_NAME);
         let (start, mut at) = match rv.take() {
             _ if watch_list => (Start::WatchList, String::new()),
             Some(r) => (Start::From, r),
-            None => match list_all(client, sel, &mut tracked, &mut timing) {
+            None => match list_all(client, sel, &mut sinks, &mut timing) {
                 Ok(r) => {
                     if let Some(n) = logs.allow("listed", Instant::now()) {
                         log::info!(
@@ -256,7 +243,7 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
                     (Start::From, r)
                 }
                 Err(e) => {
-                    tracked.sink.watch_down();
+                    sinks.watch_down();
                     let d = pace.next(Duration::ZERO, false, random());
                     if let Some(n) = logs.allow("list-failed", Instant::now()) {
                         log::warn!(
@@ -272,7 +259,7 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
         let (ended, delivered) = watch_once(
             client,
             sel,
-            &mut tracked,
+            &mut sinks,
             &mut at,
             start,
             watched,
@@ -285,7 +272,7 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
             at = "a new watch-list".into();
         }
         // Whatever ended, events may be missed until the next watch has caught up.
-        tracked.sink.watch_down();
+        sinks.watch_down();
         match ended {
             Ended::NoWatchList(why) => {
                 log::info!("{what}: the API server does not stream the initial list ({why}); listing and watching instead");

@@ -1,6 +1,6 @@
-//! What the node's pod watch feeds ([`PodSink`]), the one fan-out to several sinks ([`Fanout`]), and the
-//! relist bookkeeping ([`Tracked`]): the loop knows which pods exist, so after a relist it tells its sinks
-//! which ones vanished (deleted while no watch was open) as if their DELETED events had come. Pure.
+//! What the node's pod watch feeds ([`PodSink`]), and the one fan-out to its sinks ([`Fanout`]) with the
+//! relist bookkeeping: the loop knows which pods exist, so after a relist it tells its sinks which ones
+//! vanished (deleted while no watch was open) as if their DELETED events had come. Pure.
 
 use crate::json::{self, Object};
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ fn identity(pod: &Object) -> (String, &str) {
 /// (`repair::controller::RepairSink`), or both through a [`Fanout`].
 pub trait PodSink {
     /// A pod from a list page or an ADDED/MODIFIED event.
-    fn pod(&mut self, pod: Object);
+    fn pod(&mut self, pod: &Object);
     /// The pod `key` with `uid` is gone: a DELETED event (its UID, possibly empty), or a relist that no
     /// longer lists it.
     fn gone(&mut self, key: &str, uid: &str);
@@ -43,53 +43,28 @@ pub trait PodSink {
     fn watch_down(&mut self) {}
 }
 
-/// One watch feeding several sinks: each gets every call, in order.
-pub struct Fanout(pub Vec<Box<dyn PodSink + Send>>);
-
-impl PodSink for Fanout {
-    fn pod(&mut self, pod: Object) {
-        if let Some((last, rest)) = self.0.split_last_mut() {
-            for s in rest {
-                s.pod(pod.clone());
-            }
-            last.pod(pod);
-        }
-    }
-    fn gone(&mut self, key: &str, uid: &str) {
-        self.0.iter_mut().for_each(|s| s.gone(key, uid));
-    }
-    fn list_done(&mut self) {
-        self.0.iter_mut().for_each(|s| s.list_done());
-    }
-    fn watch_up(&mut self, restart: bool) {
-        self.0.iter_mut().for_each(|s| s.watch_up(restart));
-    }
-    fn wants_catch_up(&self) -> bool {
-        self.0.iter().any(|s| s.wants_catch_up())
-    }
-    fn caught_up(&mut self) {
-        self.0.iter_mut().for_each(|s| s.caught_up());
-    }
-    fn watch_down(&mut self) {
-        self.0.iter_mut().for_each(|s| s.watch_down());
-    }
-}
-
-/// A sink as the loop feeds it: with the pods that exist as far as the watch has told (each one's UID and
-/// the list that last saw it), so that a relist can say which ones vanished.
-pub struct Tracked<'a> {
-    pub sink: &'a mut dyn PodSink,
+/// The sinks one watch feeds, each every call in order, and the relist bookkeeping for them: the pods that
+/// exist as far as the watch has told (each one's UID and the list that last saw it), so that a relist
+/// tells the sinks which ones vanished.
+pub struct Fanout {
+    sinks: Vec<Box<dyn PodSink + Send>>,
     known: HashMap<String, (Box<str>, u32)>,
     /// The number of the list in progress, or of the last one.
     list: u32,
 }
 
-impl<'a> Tracked<'a> {
-    pub fn new(sink: &'a mut dyn PodSink) -> Tracked<'a> {
-        Tracked {
-            sink,
+impl Fanout {
+    pub fn new(sinks: Vec<Box<dyn PodSink + Send>>) -> Fanout {
+        Fanout {
+            sinks,
             known: HashMap::new(),
             list: 0,
+        }
+    }
+
+    fn each(&mut self, f: impl Fn(&mut dyn PodSink)) {
+        for s in &mut self.sinks {
+            f(s.as_mut());
         }
     }
 
@@ -98,38 +73,51 @@ impl<'a> Tracked<'a> {
         self.list = self.list.wrapping_add(1);
     }
 
-    pub fn pod(&mut self, pod: Object) {
-        let (key, uid) = identity(&pod);
+    pub fn pod(&mut self, pod: &Object) {
+        let (key, uid) = identity(pod);
         self.known.insert(key, (uid.into(), self.list));
-        self.sink.pod(pod);
+        self.each(|s| s.pod(pod));
     }
 
     /// A DELETED event: forgotten only if it is the pod known under that name (an empty UID matches any).
     pub fn gone(&mut self, pod: &Object) {
         let (key, uid) = identity(pod);
-        if self
-            .known
-            .get(&key)
-            .is_some_and(|(u, _)| uid.is_empty() || **u == *uid)
-        {
+        if (self.known.get(&key)).is_some_and(|(u, _)| uid.is_empty() || **u == *uid) {
             self.known.remove(&key);
         }
-        self.sink.gone(&key, uid);
+        self.each(|s| s.gone(&key, uid));
     }
 
     /// The list is complete: every pod it did not see is gone.
     pub fn list_done(&mut self) {
-        let list = self.list;
-        let vanished: Vec<String> = (self.known.iter())
-            .filter(|(_, (_, seen))| *seen != list)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in vanished {
-            if let Some((uid, _)) = self.known.remove(&k) {
-                self.sink.gone(&k, &uid);
+        let mut vanished = Vec::new();
+        self.known.retain(|k, (uid, seen)| {
+            let keep = *seen == self.list;
+            if !keep {
+                vanished.push((k.clone(), std::mem::take(uid)));
             }
+            keep
+        });
+        for (k, uid) in vanished {
+            self.each(|s| s.gone(&k, &uid));
         }
-        self.sink.list_done();
+        self.each(|s| s.list_done());
+    }
+
+    pub fn watch_up(&mut self, restart: bool) {
+        self.each(|s| s.watch_up(restart));
+    }
+
+    pub fn wants_catch_up(&self) -> bool {
+        self.sinks.iter().any(|s| s.wants_catch_up())
+    }
+
+    pub fn caught_up(&mut self) {
+        self.each(|s| s.caught_up());
+    }
+
+    pub fn watch_down(&mut self) {
+        self.each(|s| s.watch_down());
     }
 }
 
@@ -151,8 +139,8 @@ mod tests {
     }
 
     impl PodSink for Calls {
-        fn pod(&mut self, pod: Object) {
-            let (k, uid) = identity(&pod);
+        fn pod(&mut self, pod: &Object) {
+            let (k, uid) = identity(pod);
             self.0.lock().unwrap().push(format!("pod {k} {uid}"));
         }
         fn gone(&mut self, key: &str, uid: &str) {
@@ -172,24 +160,23 @@ mod tests {
     }
 
     #[test]
-    fn a_relist_reports_the_pods_it_did_not_see_as_gone() {
-        let calls = Calls::default();
-        let mut sink = calls.clone();
-        let mut t = Tracked::new(&mut sink);
+    fn a_relist_reports_the_pods_it_did_not_see_as_gone_to_every_sink() {
+        let (calls, other) = (Calls::default(), Calls::default());
+        let mut t = Fanout::new(vec![Box::new(calls.clone()), Box::new(other.clone())]);
         t.list_begun();
         for (n, u) in [("a", "ua"), ("b", "ub"), ("c", "uc")] {
-            t.pod(pod(n, u));
+            t.pod(&pod(n, u));
         }
         t.list_done();
         assert_eq!(calls.take().len(), 4);
         // Between lists: a DELETED of another UID leaves the known pod; one of it forgets it.
         t.gone(&pod("a", "u-old"));
         t.gone(&pod("c", "uc"));
-        t.pod(pod("d", "ud"));
+        t.pod(&pod("d", "ud"));
         calls.take();
         // The relist sees only b: a and d vanished (c was already gone), with the UIDs they had.
         t.list_begun();
-        t.pod(pod("b", "ub"));
+        t.pod(&pod("b", "ub"));
         t.list_done();
         assert_eq!(
             calls.take(),
@@ -200,28 +187,21 @@ mod tests {
         t.list_begun();
         t.list_done();
         assert_eq!(calls.take(), ["gone ns/b ub", "listed"]);
+        // The other sink got every call too.
+        assert_eq!(other.take().len(), 4 + 3 + 4 + 2);
     }
 
     #[test]
-    fn a_fanout_feeds_every_sink_and_wants_what_any_wants() {
+    fn a_fanout_wants_the_catch_up_proof_if_any_sink_does() {
         struct Wants;
         impl PodSink for Wants {
-            fn pod(&mut self, _: Object) {}
+            fn pod(&mut self, _: &Object) {}
             fn gone(&mut self, _: &str, _: &str) {}
             fn wants_catch_up(&self) -> bool {
                 true
             }
         }
-        let (one, two) = (Calls::default(), Calls::default());
-        let mut f = Fanout(vec![Box::new(one.clone()), Box::new(two.clone())]);
-        assert!(!f.wants_catch_up());
-        f.pod(pod("a", "ua"));
-        f.gone("ns/a", "ua");
-        f.list_done();
-        for c in [one, two] {
-            assert_eq!(c.take(), ["gone ns/a ua", "listed", "pod ns/a ua"]);
-        }
-        f.0.push(Box::new(Wants));
-        assert!(f.wants_catch_up());
+        assert!(!Fanout::new(vec![Box::new(Calls::default())]).wants_catch_up());
+        assert!(Fanout::new(vec![Box::new(Calls::default()), Box::new(Wants)]).wants_catch_up());
     }
 }
