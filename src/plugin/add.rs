@@ -18,6 +18,8 @@ pub struct Report {
     /// Where the pod object came from (`None`: not read).
     pub source: Option<Source>,
     pub redirected: bool,
+    /// The ADD's decision line, logged with its record ([`crate::logging::log_with_record`]).
+    pub line: Option<String>,
 }
 
 impl Report {
@@ -103,7 +105,7 @@ pub fn add(
         args.pod_namespace, args.pod_name, env.container_id
     );
     if let Some(s) = shortcut(conf, &args) {
-        log::info!("{who}: no redirection: {}", s.reason());
+        report.line = Some(format!("{who}: no redirection: {}", s.reason()));
         return Ok(output);
     }
     let (pod, lookup, source) = pod_lookup(conf, &args, report).with_context(|| {
@@ -115,10 +117,10 @@ pub fn add(
     let msg = pod_rules::program_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("pod {}/{}", args.pod_namespace, args.pod_name))?;
     report.redirected = msg.redirected;
-    log::info!(
+    report.line = Some(format!(
         "{who}: {msg}; pod lookup {:.1} ms ({source})",
         lookup.as_secs_f64() * 1000.0
-    );
+    ));
     Ok(output)
 }
 
