@@ -3,16 +3,16 @@
 //! liveness probe restarts us), `/readyz` (200 when installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
 //! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`), ours
 //! (`istio_cni_startup_ready_seconds`), and what the repair agent, the watches
-//! ([`crate::kube::watch_timing`]) and the plugin's records ([`super::plugin_metrics`]) add.
+//! ([`crate::kube::podwatch::timing`]) and the plugin's records ([`super::plugin_metrics`]) add.
 //! The responder is deliberately small: GET only, the request head bounded to 8 KiB and due within 2 s of
 //! accept, `Connection: close`; [`crate::httpd`] multiplexes the connections so none can hold up another,
 //! and listens dual-stack.
 
 use crate::error::Result;
 use crate::httpd;
-use crate::metrics::{self, Cells, Counters, Family};
+use crate::metrics::{self, Counters, Family};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -57,27 +57,16 @@ static INSTALLS: Family = Family {
 pub const STARTUP_READY: &str = "istio_cni_startup_ready_seconds";
 
 /// Shared installer state read by the HTTP responders.
+#[derive(Default)]
 pub struct State {
     ready: AtomicBool,
     unhealthy: AtomicBool,
     /// The loop ended asking for a container restart (a watched directory showing its deleted self).
     restart: AtomicBool,
-    /// `istio_cni_installs_total{result}`: `SUCCESS` from the start, as upstream, the others once counted.
+    /// `istio_cni_installs_total{result}`: `SUCCESS` always, as upstream, the others once counted.
     installs: Counters<4>,
     /// Process start → first ready (`istio_cni_startup_ready_seconds`).
     first_ready: OnceLock<Duration>,
-}
-
-impl Default for State {
-    fn default() -> Self {
-        State {
-            ready: AtomicBool::new(false),
-            unhealthy: AtomicBool::new(false),
-            restart: AtomicBool::new(false),
-            installs: Cells::new([const { AtomicU64::new(0) }; 4], 1),
-            first_ready: OnceLock::new(),
-        }
-    }
 }
 
 impl State {
@@ -115,9 +104,6 @@ impl State {
     pub fn count(&self, r: InstallResult) {
         self.installs.inc(&INSTALLS, &[r.name()]);
     }
-    pub fn installs(&self, r: InstallResult) -> u64 {
-        self.installs.get(&INSTALLS, &[r.name()])
-    }
 
     /// install-cni's whole `/metrics`: its own series, then the in-process repair agent's counters
     /// (nothing when it never acted), the pod cache's (nothing when it is off), the watches' start-up
@@ -127,7 +113,7 @@ impl State {
             self.render(s);
             crate::repair::metrics::render(s);
             crate::podcache::metrics::render(s);
-            crate::kube::watch_timing::render(s);
+            crate::kube::podwatch::timing::render(s);
             super::plugin_metrics::render(s);
         })
     }
@@ -142,6 +128,7 @@ impl State {
             "Whether this istio-cni-node has the CNI plugin installed and valid (1) or not (0).",
         );
         metrics::sample(out, ready, &[], u8::from(self.ready()).into());
+        self.installs.show(1);
         self.installs.render(&INSTALLS, out);
         if let Some(d) = self.startup() {
             metrics::header(

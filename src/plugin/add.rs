@@ -13,8 +13,11 @@ use crate::addrecord::{AddRecord, Backend, Outcome};
 use crate::redirect::plan::shortcut;
 
 /// What an ADD did, for the record the plugin relays ([`crate::addrecord`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Report {
+    started: Instant,
+    /// The configured backend (the one a failed ADD was due to program) is nftables.
+    nftables: bool,
     /// Where the pod object came from (`None`: not read).
     pub source: Option<Source>,
     pub redirected: bool,
@@ -23,10 +26,20 @@ pub struct Report {
 }
 
 impl Report {
-    /// The record of an ADD that took `took` and succeeded (`ok`) or not; `nftables` is the configured
-    /// backend (the one a failed ADD was due to program).
-    pub fn record(&self, took: Duration, ok: bool, nftables: bool) -> AddRecord {
-        let configured = if nftables {
+    /// An ADD starting now.
+    pub fn new(nftables: bool) -> Report {
+        Report {
+            started: Instant::now(),
+            nftables,
+            source: None,
+            redirected: false,
+            line: None,
+        }
+    }
+
+    /// The record of this ADD, ending now, succeeded (`ok`) or not.
+    pub fn record(&self, ok: bool) -> AddRecord {
+        let configured = if self.nftables {
             Backend::Nftables
         } else {
             Backend::Iptables
@@ -38,7 +51,7 @@ impl Report {
             (false, _) => (Backend::None, Outcome::Failed),
         };
         AddRecord {
-            seconds: took.as_secs_f64(),
+            seconds: self.started.elapsed().as_secs_f64(),
             backend,
             outcome,
             source: self.source,
@@ -139,7 +152,7 @@ pub fn check(
     if shortcut(conf, &args).is_some() {
         return Ok(());
     }
-    let (pod, _, _) = pod_lookup(conf, &args, &mut Report::default())?;
+    let (pod, _, _) = pod_lookup(conf, &args, &mut Report::new(conf.native_nftables))?;
     pod_rules::check_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("CHECK pod {}/{}", args.pod_namespace, args.pod_name))
 }

@@ -49,13 +49,6 @@ pub fn run_cni(cmd: &str) -> i32 {
     out.code
 }
 
-/// An ADD that ran: what it did, since when, and whether the configuration asked for nftables.
-struct AddRun {
-    report: add::Report,
-    started: std::time::Instant,
-    nftables: bool,
-}
-
 /// The whole protocol, with the environment and stdin passed in (tests call this directly).
 pub fn handle(cmd: &str, env: &dyn Fn(&str) -> Option<String>, stdin: Result<String>) -> Outcome {
     // Kept for an error reply, which carries the configuration's version when it can be read; parsed only
@@ -66,7 +59,7 @@ pub fn handle(cmd: &str, env: &dyn Fn(&str) -> Option<String>, stdin: Result<Str
     // An ADD's last line (its decision, or its error) goes with its record: after the work, before the
     // reply, in one datagram the installer may never read.
     let line = match &out {
-        Ok(_) => ran.as_mut().and_then(|r| r.report.line.take()),
+        Ok(_) => ran.as_mut().and_then(|r| r.line.take()),
         Err(e) => Some(format!("{cmd}: {e}")),
     };
     let level = if out.is_ok() {
@@ -76,10 +69,7 @@ pub fn handle(cmd: &str, env: &dyn Fn(&str) -> Option<String>, stdin: Result<Str
     };
     match (ran, line) {
         (Some(r), line) => {
-            let record = r
-                .report
-                .record(r.started.elapsed(), out.is_ok(), r.nftables);
-            logging::log_with_record(level, line.as_deref(), record.encode());
+            logging::log_with_record(level, line.as_deref(), r.record(out.is_ok()).encode())
         }
         (None, Some(line)) => log::log!(level, "{line}"),
         (None, None) => {}
@@ -104,7 +94,7 @@ fn dispatch(
     cmd: &str,
     env: &dyn Fn(&str) -> Option<String>,
     stdin: Result<String>,
-    ran: &mut Option<AddRun>,
+    ran: &mut Option<add::Report>,
 ) -> Result<String> {
     let command = Command::parse(cmd)?;
     if command == Command::Version {
@@ -126,12 +116,8 @@ fn dispatch(
     logging::attach_relay(&conf.cni_agent_run_dir);
     match command {
         Command::Add => {
-            let r = ran.insert(AddRun {
-                report: add::Report::default(),
-                started: std::time::Instant::now(),
-                nftables: conf.native_nftables,
-            });
-            add::add(&conf, &cmd_env, env, &mut r.report)
+            let report = ran.insert(add::Report::new(conf.native_nftables));
+            add::add(&conf, &cmd_env, env, report)
         }
         Command::Check => {
             if !version::at_least(&conf.cni_version, "0.4.0") {

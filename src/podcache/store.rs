@@ -57,10 +57,6 @@ impl Store {
         self.listed
     }
 
-    pub fn live(&self) -> bool {
-        self.live
-    }
-
     /// A pod from a list page or an ADDED/MODIFIED event. A pod in a terminal phase is dropped: no
     /// sandbox is set up for it again.
     pub fn apply(&mut self, r: Reduced) {

@@ -204,7 +204,7 @@ pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> 
     let sel = selection(&opts);
     let mut sink = Fanout::new(vec![Box::new(controller::RepairSink { det, tx })]);
     if !rt.run_as_daemon {
-        let mut timing = crate::kube::watch_timing::Timing::start(podwatch::WATCH_NAME);
+        let mut timing = podwatch::timing::Timing::start();
         podwatch::list_all(&client, &sel, &mut sink, &mut timing).context("repair: list pods")?;
         drop(sink);
         worker.run(&rx, &actor);

@@ -5,26 +5,23 @@
 //! keeps the relist bookkeeping, so after a relist every sink hears which pods vanished.
 //! A sink that needs to know when a watch has caught up with the server (the pod cache) gets a streaming
 //! watch-list at every (re)start instead, or, from a server without one, a probe after each watch opens
-//! ([`catch_up`]). Each (re)start is timed for `/metrics` ([`crate::kube::watch_timing`], as the `pods`
-//! watch). Nothing here panics on API input; API failures are logged and retried.
+//! ([`catch_up`]). Each (re)start is timed for `/metrics` ([`timing`], as the `pods` watch). Nothing here panics on API input; API failures are logged and retried.
 
 pub mod catch_up;
 pub mod pace;
 pub mod sink;
+pub mod timing;
 
 use crate::error::Result;
-use crate::kube::watch_timing::Timing;
 use crate::kube::{ApiErrorExt, Client, EventKind, ListParams, WatchParams};
 use catch_up::{Pending, Step};
 use pace::{held_note, random, LogLimit, Pace, LOG_WINDOW};
 pub use sink::{key, Fanout, PodSink};
 use std::time::{Duration, Instant};
+use timing::Timing;
 
 /// Page size of the LIST: small pages keep the agent's memory flat however many pods the node runs.
 pub const PAGE: u32 = 10;
-
-/// The name of this watch on `/metrics` ([`crate::kube::watch_timing`]).
-pub const WATCH_NAME: &str = "pods";
 
 /// Which pods the loop lists and watches (server-side selectors), and the name its log lines carry.
 #[derive(Debug, Clone)]
@@ -228,7 +225,7 @@ pub fn watch_forever(client: &Client, sel: &Selection, mut sinks: Fanout) {
     let mut watch_list = sinks.wants_catch_up();
     loop {
         let began = Instant::now();
-        let mut timing = Timing::start(WATCH_NAME);
+        let mut timing = Timing::start();
         let (start, mut at) = match rv.take() {
             _ if watch_list => (Start::WatchList, String::new()),
             Some(r) => (Start::From, r),

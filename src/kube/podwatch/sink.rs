@@ -126,9 +126,10 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
-    /// Records every call as a line (sorted when taken: a relist's vanished pods come in no order).
+    /// Records every call as a line (sorted when taken: a relist's vanished pods come in no order); wants
+    /// the catch-up proof when its flag says so.
     #[derive(Default, Clone)]
-    struct Calls(Arc<Mutex<Vec<String>>>);
+    struct Calls(Arc<Mutex<Vec<String>>>, bool);
 
     impl Calls {
         fn take(&self) -> Vec<String> {
@@ -148,6 +149,9 @@ mod tests {
         }
         fn list_done(&mut self) {
             self.0.lock().unwrap().push("listed".into());
+        }
+        fn wants_catch_up(&self) -> bool {
+            self.1
         }
     }
 
@@ -193,15 +197,8 @@ mod tests {
 
     #[test]
     fn a_fanout_wants_the_catch_up_proof_if_any_sink_does() {
-        struct Wants;
-        impl PodSink for Wants {
-            fn pod(&mut self, _: &Object) {}
-            fn gone(&mut self, _: &str, _: &str) {}
-            fn wants_catch_up(&self) -> bool {
-                true
-            }
-        }
-        assert!(!Fanout::new(vec![Box::new(Calls::default())]).wants_catch_up());
-        assert!(Fanout::new(vec![Box::new(Calls::default()), Box::new(Wants)]).wants_catch_up());
+        let sink = |wants| Box::new(Calls(Default::default(), wants));
+        assert!(!Fanout::new(vec![sink(false)]).wants_catch_up());
+        assert!(Fanout::new(vec![sink(false), sink(true)]).wants_catch_up());
     }
 }
