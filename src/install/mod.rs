@@ -26,6 +26,7 @@ pub mod handover;
 pub mod handover_lookup;
 pub mod installer;
 pub mod kubeconfig;
+pub mod layout;
 pub mod legacy;
 pub mod libcni;
 pub mod links;
@@ -41,6 +42,7 @@ pub mod selectors;
 pub mod server;
 pub mod supersede;
 pub mod watch;
+pub mod write;
 
 use crate::settings::process_env;
 
