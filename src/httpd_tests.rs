@@ -1,4 +1,5 @@
 use super::*;
+use std::net::TcpStream;
 
 #[test]
 fn heads_complete_at_the_blank_line() {

@@ -4,7 +4,8 @@
 //! [`install::conflist`] and friends, [`kube::request`], [`repair::detect`].
 //! Effects, kept thin: [`netns`], [`iptables`], [`nftables`], [`xtables`] (over one [`netfilter`]
 //! vocabulary), [`kube::transport`], [`fsutil`].
-//! Below the roles: [`pod_rules`] (the sidecar path ADD, CHECK and repair share) over [`backend`], [`httpd`].
+//! Below the roles: [`pod_rules`] (the sidecar path ADD, CHECK and repair share) over [`backend`], [`httpd`]
+//! and [`podcache`] over one connection server ([`serve`]).
 //! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
 
 pub mod applet;
@@ -31,6 +32,7 @@ pub mod podcache;
 pub mod redirect;
 pub mod repair;
 pub mod rundir;
+pub mod serve;
 pub mod settings;
 pub mod validation;
 pub mod xtables;

@@ -4,114 +4,42 @@
 //! logs` on the DaemonSet pod shows every plugin decision. The plugin's ADD records
 //! ([`crate::plugin::record`]) arrive on the same socket and feed [`super::plugin_metrics`] instead.
 //!
-//! The socket file is watched every [`RECHECK`], as the pod cache's is: bound again when it has been
-//! missing at two checks in a row (someone removed it: an older agent's cleanup, by hand), left alone when
-//! another live process bound it (a newer agent), and bound again when nobody listens on it any more (that
-//! agent is gone: SIGKILLed, crashed, or stopped leaving its files for the next one).
+//! The socket file is kept up as the pod cache's is ([`crate::serve::socket_file`]): bound again when it
+//! is removed, or left behind by a newer agent that is gone; left alone while that agent runs.
 
 use crate::error::{IoContext, Result};
 use crate::rundir::{self, FileId};
+use crate::serve::socket_file::{self, SocketFile, RECHECK};
+use nix::sys::socket::SockType;
 use std::io::ErrorKind;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Largest datagram we read; longer ones are truncated by the kernel.
 pub const MAX_LINE: usize = 64 * 1024;
-/// How often the relay checks that its socket file is still there.
-pub const RECHECK: Duration = Duration::from_secs(2);
 
 /// Binds the socket (replacing a stale one) and relays on a background thread. Returns the socket path.
 pub fn start(run_dir: &Path) -> Result<PathBuf> {
     let path = rundir::RunDir::new(run_dir).log_socket();
     let (sock, id) = bind(&path)?;
-    let watched = path.clone();
+    let file = SocketFile::new(path.clone(), "log relay", SockType::Datagram, id);
     std::thread::Builder::new()
         .name("log-relay".into())
-        .spawn(move || relay(sock, SocketFile::new(watched, id)))
+        .spawn(move || relay(sock, file))
         .io_context(|| "spawn log relay thread".to_string())?;
     Ok(path)
 }
 
-/// Binds `path`: under a temporary name, restricted to 0600 (any local plugin process may send; the
-/// socket lives in a root-only dir), then renamed over `path`, so it never exists with a wider mode and
-/// a stale socket is replaced in one step. The socket is claimed as this process's ([`rundir::claim_id`]).
+/// Binds `path` ([`socket_file::bind`]: 0600, replacing a stale socket in one step, claimed as this
+/// process's); any local plugin process may send, the socket lives in a root-only dir.
 pub fn bind(path: &Path) -> Result<(UnixDatagram, FileId)> {
-    let tmp = crate::fsutil::temp_path_for(path);
-    let _ = std::fs::remove_file(&tmp);
-    let sock = UnixDatagram::bind(&tmp).io_context(|| format!("bind {}", tmp.display()))?;
-    let placed =
-        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .and_then(|()| {
-                rundir::identity(&tmp).ok_or_else(|| std::io::Error::from(ErrorKind::NotFound))
-            })
-            .and_then(|id| std::fs::rename(&tmp, path).map(|()| id));
-    let id = match placed {
-        Ok(id) => id,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(crate::Error::io(format!("install {}", path.display()), e));
-        }
-    };
-    rundir::claim_id(path, id);
-    // recv wakes up at least this often, so the file is checked on a quiet node too.
+    let (fd, id) = socket_file::bind(path, SockType::Datagram)?;
+    let sock = UnixDatagram::from(fd);
+    // recv wakes up at least this often, so the file is looked at on a quiet node too.
     sock.set_read_timeout(Some(RECHECK))
         .io_context(|| format!("read timeout on {}", path.display()))?;
     Ok((sock, id))
-}
-
-/// What a look at the socket file asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Look {
-    /// Nothing to do.
-    Keep,
-    /// Missing at two checks in a row: bind it again.
-    Bind,
-    /// Another process bound it (logged once).
-    Replaced,
-}
-
-/// The socket file this relay bound. Two checks before binding again, because this process's own cleanup
-/// removes it just before exiting.
-struct SocketFile {
-    path: PathBuf,
-    ours: FileId,
-    missing: bool,
-    replaced: bool,
-}
-
-impl SocketFile {
-    fn new(path: PathBuf, ours: FileId) -> SocketFile {
-        SocketFile {
-            path,
-            ours,
-            missing: false,
-            replaced: false,
-        }
-    }
-
-    /// Pure: what to do, given what is at the path now and (asked only for another's) whether a process
-    /// listens on it.
-    fn look(&mut self, now: Option<FileId>, listened: impl FnOnce() -> bool) -> Look {
-        match now {
-            None if !self.missing => {
-                self.missing = true;
-                Look::Keep
-            }
-            None => Look::Bind,
-            Some(id) => {
-                self.missing = false;
-                if id != self.ours && !listened() {
-                    return Look::Bind;
-                }
-                if id != self.ours && !self.replaced {
-                    self.replaced = true;
-                    return Look::Replaced;
-                }
-                Look::Keep
-            }
-        }
-    }
 }
 
 fn relay(mut sock: UnixDatagram, mut file: SocketFile) {
@@ -120,32 +48,11 @@ fn relay(mut sock: UnixDatagram, mut file: SocketFile) {
     loop {
         if Instant::now() >= next_check {
             next_check = Instant::now() + RECHECK;
-            let path = file.path.clone();
-            // Only a refused connection says nobody listens (not, say, running out of descriptors).
-            let listened = move || {
-                UnixDatagram::unbound()
-                    .and_then(|s| s.connect(&path))
-                    .map_or_else(|e| e.kind() != ErrorKind::ConnectionRefused, |()| true)
-            };
-            let now = rundir::identity(&file.path);
-            match file.look(now, listened) {
-                Look::Keep => {}
-                Look::Replaced => log::warn!(
-                    "log relay: {} now belongs to another process; plugin logs go there",
-                    file.path.display()
-                ),
-                Look::Bind => match bind(&file.path) {
-                    Ok((s, id)) => {
-                        let why = match now {
-                            None => "was removed",
-                            Some(_) => "was left by an agent that is gone",
-                        };
-                        log::warn!("log relay: {} {why}; bound it again", file.path.display());
-                        sock = s;
-                        file = SocketFile::new(file.path, id);
-                    }
-                    Err(e) => log::warn!("log relay: {e}"),
-                },
+            if let Some(fd) = file.tend(false) {
+                sock = fd.into();
+                if let Err(e) = sock.set_read_timeout(Some(RECHECK)) {
+                    log::warn!("log relay: read timeout: {e}");
+                }
             }
         }
         match sock.recv(&mut buf) {
@@ -168,31 +75,6 @@ fn relay(mut sock: UnixDatagram, mut file: SocketFile) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bound_again_after_two_looks_at_a_missing_file_and_over_another_only_when_nobody_listens() {
-        let ours = (1, 10);
-        let asked = || -> bool { panic!("our own socket: nobody to ask") };
-        let mut f = SocketFile::new(PathBuf::from("/run/x/log.sock"), ours);
-        assert_eq!(f.look(Some(ours), asked), Look::Keep);
-        assert_eq!(
-            f.look(None, asked),
-            Look::Keep,
-            "our own cleanup, about to exit"
-        );
-        assert_eq!(
-            f.look(Some(ours), asked),
-            Look::Keep,
-            "back: the count starts over"
-        );
-        assert_eq!(f.look(None, asked), Look::Keep);
-        assert_eq!(f.look(None, asked), Look::Bind);
-        let mut f = SocketFile::new(PathBuf::from("/run/x/log.sock"), ours);
-        assert_eq!(f.look(Some((1, 11)), || true), Look::Replaced);
-        assert_eq!(f.look(Some((1, 11)), || true), Look::Keep, "said once");
-        // That agent is gone (its file is left, nobody listens): bound again.
-        assert_eq!(f.look(Some((1, 11)), || false), Look::Bind);
-    }
 
     #[test]
     fn a_removed_socket_is_bound_again_and_relays() {

@@ -5,7 +5,7 @@ use super::metrics;
 use super::proto::Request;
 use super::store::{Lookup, Store};
 use crate::error::{IoContext, Result};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -65,17 +65,9 @@ impl Cache {
     pub fn read<R>(&self, f: impl FnOnce(&Store) -> R) -> R {
         f(&self.lock())
     }
-}
 
-impl Cache {
-    /// What the server polls to learn that the store changed.
+    /// What the server polls (and reads empty) to learn that the store changed.
     pub(super) fn wake_fd(&self) -> BorrowedFd<'_> {
         self.inner.wake_rx.as_fd()
-    }
-
-    /// Consumes the pending wake-ups.
-    pub(super) fn drain_wake(&self) {
-        let mut sink = [0u8; 256];
-        while matches!((&self.inner.wake_rx).read(&mut sink), Ok(n) if n > 0) {}
     }
 }

@@ -2,8 +2,12 @@ use super::*;
 use crate::podcache::client::{self, FIRST_REPLY, FIRST_REPLY_UNPROVEN};
 use crate::podcache::reduce::Reduced;
 use crate::podcache::Miss;
+use crate::serve::socket_file::RECHECK;
 use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 fn temp_dir() -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -203,7 +207,7 @@ fn hostile_clients_get_bad_request_or_are_dropped_and_others_are_served() {
     // Many connections, some sending a byte at a time, some silent, some never reading: a real lookup
     // still gets its answer.
     let mut idle = Vec::new();
-    for i in 0..(MAX_CONNS + 100) {
+    for i in 0..(LIMITS.max_conns + 100) {
         let mut c = UnixStream::connect(&path).unwrap();
         if i % 3 == 0 {
             let _ = c.write_all(b"{");
@@ -217,7 +221,7 @@ fn hostile_clients_get_bad_request_or_are_dropped_and_others_are_served() {
     slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let t = Instant::now();
     let mut n = 0;
-    while t.elapsed() < REQUEST_DEADLINE + Duration::from_millis(500) {
+    while t.elapsed() < LIMITS.read + Duration::from_millis(500) {
         if slow.write_all(b" ").is_err() {
             break;
         }
@@ -246,6 +250,29 @@ fn a_removed_socket_is_bound_again() {
     let t = Instant::now();
     while !path.exists() {
         assert!(t.elapsed() < RECHECK * 4, "socket not bound again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        uid_of(&client::lookup(&path, &req("a", "u1")).unwrap()),
+        "u1"
+    );
+}
+
+/// A newer agent bound the socket over ours and was killed: its file is left, nobody listens on it; this
+/// server binds it again.
+#[test]
+fn a_socket_left_by_a_dead_agent_is_bound_again() {
+    let (_cache, path) = served();
+    let other = path.with_file_name("newer.sock");
+    drop(std::os::unix::net::UnixListener::bind(&other).unwrap());
+    std::fs::rename(&other, &path).unwrap();
+    let theirs = crate::rundir::identity(&path);
+    let t = Instant::now();
+    while crate::rundir::identity(&path) == theirs {
+        assert!(
+            t.elapsed() < RECHECK * 10,
+            "the dead agent's socket not bound again"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(

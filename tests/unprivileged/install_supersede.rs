@@ -295,10 +295,22 @@ fn send_line(run: &Path, msg: &str) -> bool {
     s.send_to(line.as_bytes(), run.join("log.sock")).is_ok()
 }
 
+/// Whether an agent answers on the pod-cache socket (the pod, or that it does not hold it).
+fn pod_cache_answers(run: &Path) -> bool {
+    use istio_cni::podcache::{client, proto::Request, Miss};
+    let req = Request {
+        namespace: NS.into(),
+        name: "istio-cni-node-aaaaa".into(),
+        uid: String::new(),
+    };
+    let got = client::lookup(&run.join("pod-cache.sock"), &req);
+    matches!(got, Ok(_) | Err(Miss::Agent(_)))
+}
+
 /// (3) The newer agent is SIGKILLed (nothing cleaned up) while the old one runs: the old one takes the node
 /// back (it looks at the newer agent's lock every 200 ms), without a moment without our entry;
 /// it writes its own kubeconfig and entry again, is ready, answers a primary that drops our entry, and
-/// binds the relay socket the dead agent left.
+/// binds the relay and pod-cache sockets the dead agent left.
 #[test]
 fn the_old_agent_takes_the_node_back_when_the_newer_one_is_killed() {
     let c = Cluster::new("supersede-kill");
@@ -351,6 +363,11 @@ fn the_old_agent_takes_the_node_back_when_the_newer_one_is_killed() {
     poll_until("the line in the old agent's log", LONG, || {
         a.log().contains("a-line-after-the-take-back")
     });
+    poll_until(
+        "the pod cache bound again over the dead agent's socket",
+        LONG,
+        || pod_cache_answers(&c.run),
+    );
     let (_, log_a) = c.stop(a.proc);
     c.assert_decision(&log_a, "replacement", true);
 }

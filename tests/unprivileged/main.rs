@@ -34,3 +34,4 @@ mod repair_oneshot;
 mod repair_rss;
 mod repair_watch;
 mod repair_watch_pace;
+mod serve_rules;
