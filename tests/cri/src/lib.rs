@@ -7,6 +7,8 @@
 pub mod chart;
 pub mod chart_agent;
 pub mod chart_node;
+pub mod chart_pods;
+pub mod churn;
 #[path = "../../support/cmd.rs"]
 mod cmd;
 pub mod containerd;
