@@ -15,4 +15,5 @@ pub mod containerd;
 pub mod cri;
 pub mod image;
 pub mod node;
+pub mod soak;
 pub mod util;
