@@ -131,6 +131,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     }
 
     fn spawn(&self) {
+        // Being swept (the soak interrupted): starting containerd again would outlive the sweep.
+        while crate::util::STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_secs(1));
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -20,6 +20,7 @@ pub mod report;
 pub mod rng;
 pub mod samples;
 pub mod summary;
+pub mod sweep;
 
 use crate::chart::Chart;
 use crate::chart_agent::Agent;
