@@ -68,6 +68,10 @@ pub struct Soak {
     pub samples: Mutex<Vec<samples::Sample>>,
     /// Leak scans taken before each reboot (a reboot clears what the runtime left).
     pub scans: Mutex<Vec<leaks::Scan>>,
+    /// The machine's 1-minute load average, sampled with the agent: (ms, load).
+    pub loads: Mutex<Vec<(f64, f64)>>,
+    /// What ran where: the date the soak started (UTC), the commit, the machine's CPUs.
+    pub provenance: samples::Provenance,
 }
 
 /// A lock that a panicking holder did not poison for the others.
@@ -182,6 +186,8 @@ pub async fn run(opts: Options) -> i32 {
         churn: Control::new(churn_opts.in_flight),
         samples: Mutex::new(Vec::new()),
         scans: Mutex::new(Vec::new()),
+        loads: Mutex::new(Vec::new()),
+        provenance: samples::Provenance::now(),
         opts,
     });
     if let Err(e) = lifecycle::wait_ready(&soak, &first).await {

@@ -36,12 +36,61 @@ fn read(pid: u32) -> Option<(u64, u64)> {
     Some((rss, fds))
 }
 
+/// What ran where (the report's header: a soak's numbers depend on the machine's load).
+#[derive(Debug, Clone)]
+pub struct Provenance {
+    /// `date -u` at the start.
+    pub date: String,
+    /// `git describe --always --dirty` of the repository.
+    pub commit: String,
+    pub cpus: usize,
+}
+
+impl Provenance {
+    pub fn now() -> Provenance {
+        let out = |prog: &str, args: &[&str]| {
+            let o = crate::util::run(prog, args);
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let repo = crate::util::repo().to_string_lossy().into_owned();
+        Provenance {
+            date: out("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+            commit: out(
+                "git",
+                &[
+                    "-C",
+                    &repo,
+                    "describe",
+                    "--always",
+                    "--dirty",
+                    "--abbrev=12",
+                ],
+            ),
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        }
+    }
+}
+
+/// The 1-minute load average (`/proc/loadavg`).
+pub fn load1() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Samples until aborted.
 pub async fn sample(soak: Arc<Soak>) {
     let mut born: std::collections::HashMap<String, f64> = Default::default();
     let mut tick = tokio::time::interval(EVERY);
     loop {
         tick.tick().await;
+        if let Some(l) = load1() {
+            let t = soak.ms(std::time::Instant::now());
+            super::lock(&soak.loads).push((t, l));
+        }
         let a = soak.agent();
         let Some(pid) = soak.node.agent_pid(&a).await else {
             continue;

@@ -50,6 +50,15 @@ impl Report {
             o.seed,
             self.chaos_secs
         );
+        let loads: Vec<f64> = lock(&soak.loads).iter().map(|l| l.1).collect();
+        let p = &soak.provenance;
+        println!(
+            "machine: {} CPUs, 1-min load average min/med/max {}; started {}, commit {}",
+            p.cpus,
+            stats(&loads),
+            p.date,
+            p.commit
+        );
         println!(
             "pods: {} started: {} redirected at once, {} redirected after their sandbox failed and was \
              retried, {} STARTED UNREDIRECTED, {} unchecked; {} never started",
@@ -244,7 +253,13 @@ pub fn write_json(soak: &Soak, r: &Report, pods: &[PodEnd]) -> PathBuf {
         .map(|s| json!({"t_ms": s.t_ms.round(), "agent": s.agent, "age_ms": s.age_ms.round(), "rss_kb": s.rss_kb, "fds": s.fds}))
         .collect();
     let g = |g: &Growth| json!({"samples": g.samples, "first_third_median": g.first, "last_third_median": g.last, "verdict": g.verdict});
+    let p = &soak.provenance;
+    let loads: Vec<_> = lock(&soak.loads)
+        .iter()
+        .map(|(t, l)| json!({"t_ms": t.round(), "load1": l}))
+        .collect();
     let doc = json!({
+        "date": p.date, "commit": p.commit, "machine": {"cpus": p.cpus, "loadavg_1m": loads},
         "seed": o.seed, "layout": o.layout.name(), "seconds": o.seconds, "chaos_seconds": r.chaos_secs,
         "kinds": o.kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
         "agent_env": soak.env, "higher_name": o.higher_name, "in_flight": o.in_flight,
