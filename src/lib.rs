@@ -8,6 +8,7 @@
 //! and [`podcache`] over one connection server ([`serve`]).
 //! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
 
+pub mod addrecord;
 pub mod applet;
 pub mod arena;
 pub mod backend;

@@ -1,6 +1,8 @@
-//! Prometheus text exposition (format 0.0.4), the few pieces the servers' `/metrics` share: the HELP and
-//! TYPE header, a sample line with escaped label values, and a fixed-bucket histogram whose counts are
-//! atomics (observed from any thread, rendered without a lock).
+//! Prometheus text exposition (format 0.0.4), the one formatter every `/metrics` goes through: the HELP and
+//! TYPE header, a sample line with escaped label values, a fixed-bucket histogram whose counts are atomics
+//! (observed from any thread, rendered without a lock), and [`Family`]: a metric with fixed label names whose
+//! series (label values from fixed sets) are known in advance, one cell (a counter, or a histogram) each in
+//! [`Cells`]. A process's `/metrics` is its parts' renderers, called in order by its root.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,6 +119,141 @@ impl Default for Histogram {
     }
 }
 
+/// What `render` writes (a process's `/metrics` is its root's list of renderers, called in order).
+pub fn text(render: impl FnOnce(&mut String)) -> String {
+    let mut out = String::new();
+    render(&mut out);
+    out
+}
+
+/// The content type of the text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A metric whose series are known in advance: fixed label names, each series' label values from fixed
+/// sets. Its values live in [`Cells`], apart, so that they start in zeroed memory.
+pub struct Family {
+    pub name: &'static str,
+    pub help: &'static str,
+    /// Label names (at most 4), in the order they are written (sorted, as Prometheus' clients write them).
+    pub labels: &'static [&'static str],
+    /// Series `i`'s value of label `l` (an empty one leaves the label out), for every series of its
+    /// [`Cells`], in the order the series are written.
+    pub value: fn(i: usize, l: usize) -> &'static str,
+}
+
+impl Family {
+    /// Writes series `i` of `cell`, its labels those with a value.
+    fn write(&self, i: usize, cell: &impl Cell, out: &mut String) {
+        let mut labels = [("", ""); 4];
+        let mut n = 0;
+        for (l, k) in self.labels.iter().enumerate().take(labels.len()) {
+            labels[n] = (k, (self.value)(i, l));
+            n += usize::from(!labels[n].1.is_empty());
+        }
+        cell.write(out, self.name, &labels[..n]);
+    }
+
+    /// Which of the first `n` series has these label values (in `labels`' order).
+    fn find(&self, n: usize, values: &[&str]) -> Option<usize> {
+        (0..n).find(|&i| (values.iter().enumerate()).all(|(l, v)| (self.value)(i, l) == *v))
+    }
+}
+
+/// One series' value: a counter, or a histogram.
+pub trait Cell: Sync {
+    /// The TYPE of a family of these.
+    const KIND: &'static str;
+    /// No value yet (nothing counted or observed).
+    fn is_zero(&self) -> bool;
+    /// Its sample lines for `labels`.
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]);
+}
+
+impl Cell for AtomicU64 {
+    const KIND: &'static str = "counter";
+    fn is_zero(&self) -> bool {
+        self.load(Ordering::Relaxed) == 0
+    }
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+        sample(out, name, labels, self.load(Ordering::Relaxed) as f64);
+    }
+}
+
+impl Cell for Histogram {
+    const KIND: &'static str = "histogram";
+    fn is_zero(&self) -> bool {
+        self.count() == 0
+    }
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+        self.render(out, name, labels);
+    }
+}
+
+/// The values of a [`Family`]'s `N` series, one [`Cell`] each, and which series are shown before they
+/// have a value. A series with a value is always shown; the header only with a series.
+pub struct Cells<C, const N: usize> {
+    cells: [C; N],
+    /// Series shown at zero (bit `i`: series `i`).
+    shown: AtomicU64,
+}
+
+/// The counter vector: one atomic per series.
+pub type Counters<const N: usize> = Cells<AtomicU64, N>;
+
+impl<C: Cell, const N: usize> Cells<C, N> {
+    /// `shown`: the series shown from the start (bit `i`: series `i`).
+    pub const fn new(cells: [C; N], shown: u64) -> Self {
+        assert!(N <= 64, "at most 64 series");
+        Cells {
+            cells,
+            shown: AtomicU64::new(shown),
+        }
+    }
+
+    /// The cell of `f`'s series with these label values (`None`: no series of `f`).
+    pub fn cell(&self, f: &Family, values: &[&str]) -> Option<&C> {
+        Some(&self.cells[f.find(N, values)?])
+    }
+
+    /// Shows the series `series` selects (bit `i`: series `i`) from now on, at zero until counted.
+    pub fn show(&self, series: u64) {
+        self.shown.fetch_or(series, Ordering::Relaxed);
+    }
+
+    /// `f`'s header and every series that has a value or is shown (nothing for none).
+    pub fn render(&self, f: &Family, out: &mut String) {
+        render(f, &self.cells, self.shown.load(Ordering::Relaxed), out);
+    }
+}
+
+fn render<C: Cell>(f: &Family, cells: &[C], shown: u64, out: &mut String) {
+    let mut first = true;
+    for (i, cell) in cells.iter().enumerate() {
+        if shown & (1 << i) == 0 && cell.is_zero() {
+            continue;
+        }
+        if std::mem::take(&mut first) {
+            header(out, f.name, C::KIND, f.help);
+        }
+        f.write(i, cell, out);
+    }
+}
+
+impl<const N: usize> Default for Counters<N> {
+    fn default() -> Self {
+        Cells::new([const { AtomicU64::new(0) }; N], 0)
+    }
+}
+
+impl<const N: usize> Counters<N> {
+    /// Counts one for `f`'s series with these label values; values of no series are not counted.
+    pub fn inc(&self, f: &Family, values: &[&str]) {
+        if let Some(c) = self.cell(f, values) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +298,32 @@ mod tests {
         );
         assert!(out.contains("d_seconds_count{k=\"v\"} 5\n"), "{out}");
         assert!(out.contains("d_seconds_sum{k=\"v\"} 20.00605\n"), "{out}");
+    }
+
+    #[test]
+    fn a_family_shows_series_with_a_value_or_marked_and_leaves_empty_labels_out() {
+        static F: Family = Family {
+            name: "f_total",
+            help: "F.",
+            labels: &["reason", "source"],
+            value: |i, l| match (i, l) {
+                (0, 0) => "",
+                (0, _) => "cache",
+                (_, 0) => ["a", "b"][i - 1],
+                _ => "api",
+            },
+        };
+        static C: Counters<3> = Cells::new([const { AtomicU64::new(0) }; 3], 0);
+        let mut out = String::new();
+        C.render(&F, &mut out);
+        assert_eq!(out, "");
+        C.inc(&F, &["b", "api"]);
+        C.inc(&F, &["x", "api"]);
+        C.show(1);
+        C.render(&F, &mut out);
+        assert_eq!(
+            out,
+            "# HELP f_total F.\n# TYPE f_total counter\nf_total{source=\"cache\"} 0\nf_total{reason=\"b\",source=\"api\"} 1\n"
+        );
     }
 }

@@ -188,6 +188,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
         )?;
         let h = server::serve(inst.settings.health_port, state.clone(), Endpoints::Health)?;
         log::info!("metrics on {m}/metrics, health on {h}/healthz and /readyz");
+        super::plugin_metrics::expect(inst.settings.native_nftables, inst.settings.pod_cache);
         let sock = relay::start(&inst.settings.run_dir)?;
         log::info!("relaying plugin logs from {}", sock.display());
         super::podwatch::start(&inst.settings);

@@ -18,7 +18,7 @@ use argh::FromArgs;
             \x20 REPAIR_ENABLED [default: true]: the repair agent runs in this process with\n\
             \x20   the REPAIR_* settings of istio-cni-repair --help (REPAIR_NODE_NAME, ...)\n\
             \x20 POD_CACHE_ENABLED [default: true]: serve this node's pods to the plugin\n\
-            \x20 NODE_NAME, KUBERNETES_NODE_NAME: this node, after REPAIR_NODE_NAME\n\
+            \x20 NODE_NAME, else KUBERNETES_NODE_NAME, else REPAIR_NODE_NAME: this node\n\
             \x20 POD_NAME: this pod, whose DaemonSet the SIGTERM decision reads\n\
             \x20 KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT,\n\
             \x20   KUBERNETES_SERVICE_PROTOCOL [default: https]: the plugin's API server\n\

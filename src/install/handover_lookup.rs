@@ -68,7 +68,7 @@ pub fn facts(s: &Settings) -> Facts {
     let ask = Ask {
         ns: s.pod_namespace.clone(),
         pod: h.pod_name.clone(),
-        node: h.node_name.clone(),
+        node: s.node_name.clone(),
     };
     let deadline = Instant::now() + BUDGET;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -89,7 +89,7 @@ pub fn facts(s: &Settings) -> Facts {
                 "no answer within {:.0} s",
                 (BUDGET + GRACE).as_secs_f64()
             )),
-            node_name: h.node_name.clone(),
+            node_name: s.node_name.clone(),
             node: None,
         })
 }

@@ -3,9 +3,9 @@
 
 use super::check::{self, CheckCtx, Outcome};
 use super::cleanup;
-use super::config::Settings;
 use super::conflist::{self, PluginEntry};
 use super::kubeconfig::{self, KubeconfigInputs};
+use super::options::Settings;
 use super::select::{self, shown, Choice, Listing};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::fsutil;

@@ -1,6 +1,6 @@
 //! The `install-cni` applet: puts the plugin on the node and keeps it there, takes it away cleanly.
 //!
-//! Entry: [`main`]; command line: [`flags`]; settings: [`options`] (also reachable as `config`).
+//! Entry: [`main`]; command line: [`flags`]; settings: [`options`].
 //! Pure: [`select`] (primary choice), [`libcni`] (libcni's validity rules), [`conflist`] (merge/remove, byte-exact
 //! output), [`check`] (validity of the installed state), [`kubeconfig`] (rendering), [`links`] (the candidates'
 //! link chains and the directories to watch for them; its `chains_of` reads the file system).
@@ -41,9 +41,6 @@ pub mod selectors;
 pub mod server;
 pub mod supersede;
 pub mod watch;
-
-/// The settings module's former name, for code not yet switched to [`options`].
-pub use options as config;
 
 use crate::settings::process_env;
 

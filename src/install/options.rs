@@ -48,6 +48,8 @@ pub struct Settings {
     pub k8s_protocol: String,
     pub k8s_host: String,
     pub k8s_port: String,
+    /// This node ([`node_name`]): the pod watch's, the in-process repair agent's and the SIGTERM
+    /// decision's; "" = none known.
     pub node_name: String,
     pub bin_dir: PathBuf,
     pub secondary_bin_dir: Option<PathBuf>,
@@ -63,8 +65,6 @@ pub struct Settings {
     pub handover: Handover,
     /// POD_CACHE_ENABLED (default true): serve this node's pods to the plugin from one watch.
     pub pod_cache: bool,
-    /// The node whose pods the installer watches ([`watch_node`]); "" = none known.
-    pub watch_node: String,
 }
 
 /// Settings of the SIGTERM decision ([`super::handover`]).
@@ -72,8 +72,6 @@ pub struct Settings {
 pub struct Handover {
     /// POD_NAME (the chart's `fieldRef`): our pod, whose `ownerReferences` name our DaemonSet.
     pub pod_name: String,
-    /// NODE_NAME, else KUBERNETES_NODE_NAME, else REPAIR_NODE_NAME (our pod's `spec.nodeName` wins).
-    pub node_name: String,
     /// `Some("DISABLE_SAFE_UPGRADE=true")` (or upstream's ambient-mode name) when turned off: always clean up.
     pub disabled_by: Option<String>,
 }
@@ -151,7 +149,7 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         k8s_protocol: env("KUBERNETES_SERVICE_PROTOCOL").unwrap_or_default(),
         k8s_host: env("KUBERNETES_SERVICE_HOST").unwrap_or_default(),
         k8s_port: env("KUBERNETES_SERVICE_PORT").unwrap_or_default(),
-        node_name: node_name(env),
+        node_name: String::new(),
         // The plugin's entry.
         exclude_namespaces: (!exclude.is_empty()).then_some(exclude),
         pod_namespace: r.text(&f.pod_namespace, "POD_NAMESPACE", ""),
@@ -188,14 +186,27 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         repair: crate::repair::options::from_installer_env(env)?,
         handover: handover(f, &r, env)?,
         pod_cache: r.bool(&None, "POD_CACHE_ENABLED", true)?,
-        watch_node: String::new(),
     };
-    settings.watch_node = watch_node(&settings.repair.node_name, env);
+    settings.node_name = node_name(&settings.repair.node_name, env);
+    settings.repair.node_name.clone_from(&settings.node_name);
     Ok(settings)
 }
 
+/// The one rule for this node's name: NODE_NAME, else KUBERNETES_NODE_NAME, else the repair agent's
+/// REPAIR_NODE_NAME (or its 1.9 name); trimmed. The charts set them from the pod's `spec.nodeName`. Never
+/// the host name, which in the DaemonSet's pod is the pod's name.
+fn node_name(repair_node: &str, env: Env<'_>) -> String {
+    [env("NODE_NAME"), env("KUBERNETES_NODE_NAME")]
+        .into_iter()
+        .flatten()
+        .chain([repair_node.to_string()])
+        .map(|n| n.trim().to_string())
+        .find(|n| !n.is_empty())
+        .unwrap_or_default()
+}
+
 /// DISABLE_SAFE_UPGRADE (flag `--disable-safe-upgrade`), else upstream's ambient-mode
-/// AMBIENT_DISABLE_SAFE_UPGRADE; POD_NAME; the node's name.
+/// AMBIENT_DISABLE_SAFE_UPGRADE; POD_NAME.
 fn handover(f: &Flags, r: &Named<'_>, env: Env<'_>) -> Result<Handover> {
     let ours = r.find(&f.disable_safe_upgrade, "DISABLE_SAFE_UPGRADE");
     let off = |var: &str, found: Option<crate::settings::Found>| -> Result<Option<String>> {
@@ -210,31 +221,10 @@ fn handover(f: &Flags, r: &Named<'_>, env: Env<'_>) -> Result<Handover> {
             r.find(&None, "AMBIENT_DISABLE_SAFE_UPGRADE"),
         )?
     };
-    let node_name = ["NODE_NAME", "KUBERNETES_NODE_NAME", "REPAIR_NODE_NAME"]
-        .iter()
-        .find_map(|v| env(v).filter(|n| !n.trim().is_empty()))
-        .unwrap_or_default();
     Ok(Handover {
         pod_name: env("POD_NAME").unwrap_or_default().trim().to_string(),
-        node_name: node_name.trim().to_string(),
         disabled_by,
     })
-}
-
-/// The node of the installer's pod watch: the repair agent's (`REPAIR_NODE_NAME`), else `NODE_NAME`, else
-/// `KUBERNETES_NODE_NAME`; the chart sets the first two from `spec.nodeName`. Never the host name, which in
-/// the DaemonSet's pod is the pod's name.
-fn watch_node(repair_node: &str, env: Env<'_>) -> String {
-    [
-        Some(repair_node.to_string()),
-        env("NODE_NAME"),
-        env("KUBERNETES_NODE_NAME"),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|n| n.trim().to_string())
-    .find(|n| !n.is_empty())
-    .unwrap_or_default()
 }
 
 const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -283,16 +273,6 @@ fn conf_files(f: &Flags, r: &Named<'_>) -> Result<ConfFiles> {
         istio_owned: istio_owned && chained,
         owned_name,
     })
-}
-
-/// KUBERNETES_NODE_NAME, else the host name (upstream's `os.Hostname()`).
-fn node_name(env: Env<'_>) -> String {
-    match env("KUBERNETES_NODE_NAME").filter(|s| !s.is_empty()) {
-        Some(n) => n,
-        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_default(),
-    }
 }
 
 /// Where the plugin binary is installed.

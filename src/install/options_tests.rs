@@ -370,17 +370,30 @@ fn safe_upgrade_setting_and_handover_names() {
         assert!(e.to_string().contains(var), "{e}");
     }
     // Our pod and node, as the chart's fieldRefs give them (NODE_NAME first, as upstream's chart sets it).
-    let h = off(&[
+    // One rule for the node: the SIGTERM decision's is the pod watch's and the repair agent's.
+    let node = |pairs: &[(&str, &str)]| {
+        let s = resolve_with(&Flags::default(), pairs).unwrap();
+        assert_eq!(s.repair.node_name, s.node_name);
+        s.node_name
+    };
+    let pairs = [
         ("POD_NAME", "istio-cni-node-abcde"),
         ("REPAIR_NODE_NAME", "r"),
         ("KUBERNETES_NODE_NAME", "k"),
         ("NODE_NAME", "n"),
-    ]);
+    ];
+    let h = off(&pairs);
     assert_eq!(
-        (h.pod_name.as_str(), h.node_name.as_str()),
+        (h.pod_name.as_str(), node(&pairs).as_str()),
         ("istio-cni-node-abcde", "n")
     );
-    assert_eq!(off(&[("REPAIR_NODE_NAME", "r")]).node_name, "r");
+    assert_eq!(node(&pairs[1..3]), "k");
+    assert_eq!(node(&[("REPAIR_NODE_NAME", "r")]), "r");
+    assert_eq!(
+        node(&[("NODE_NAME", " "), ("REPAIR_NODE-NAME", "r19")]),
+        "r19"
+    );
+    assert_eq!(node(&[]), "");
 }
 
 /// Differential round 3, item 1: ENABLE_AMBIENT_DETECTION_RETRY goes into the entry as given.

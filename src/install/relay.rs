@@ -2,7 +2,11 @@
 //! log record (`{"level":..,"msg":..}`, or a plain UTF-8 line); we log it under the `cni-plugin` scope
 //! ([`crate::logging::relayed`]: its level filter, text `istio-cni: msg` or a JSON line), so `kubectl
 //! logs` on the DaemonSet pod shows every plugin decision. The plugin's ADD records
-//! ([`crate::plugin::record`]) arrive on the same socket and feed [`super::plugin_metrics`] instead.
+//! ([`crate::addrecord`], each carrying its ADD's last line) arrive on the same socket and feed
+//! [`super::plugin_metrics`]. The socket is drained by a thread that does nothing else (its queue holds
+//! `net.unix.max_dgram_qlen` datagrams, 10 by default, and a plugin waits while it is full): records are
+//! counted there, lines handed to a second thread that logs them (a write to stderr may block), at most
+//! [`BACKLOG`] bytes of them waiting.
 //!
 //! The socket file is kept up as the pod cache's is ([`crate::serve::socket_file`]): bound again when it
 //! is removed, or left behind by a newer agent that is gone; left alone while that agent runs.
@@ -14,20 +18,64 @@ use nix::sys::socket::SockType;
 use std::io::ErrorKind;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// Largest datagram we read; longer ones are truncated by the kernel.
 pub const MAX_LINE: usize = 64 * 1024;
+/// Bytes of lines taken off the socket and not logged yet, at most; beyond, a line is dropped.
+pub const BACKLOG: usize = 1 << 20;
 
-/// Binds the socket (replacing a stale one) and relays on a background thread. Returns the socket path.
+/// Lines taken off the socket, not logged yet, and their bytes.
+#[derive(Default)]
+struct Backlog {
+    lines: Mutex<(Vec<Box<[u8]>>, usize)>,
+    added: Condvar,
+}
+
+impl Backlog {
+    /// Adds `line` unless that would make the backlog more than [`BACKLOG`] bytes.
+    fn add(&self, line: &[u8]) {
+        let mut b = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        if b.1 + line.len() <= BACKLOG {
+            b.0.push(line.into());
+            b.1 += line.len();
+            self.added.notify_one();
+        }
+    }
+
+    /// Logs the lines as they come, forever.
+    fn log(&self) {
+        let mut b = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let (lines, _) = std::mem::take(&mut *b);
+            drop(b);
+            for line in lines {
+                crate::logging::relayed(&line);
+            }
+            b = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+            while b.0.is_empty() {
+                b = self.added.wait(b).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+}
+
+/// Binds the socket (replacing a stale one) and relays on two background threads. Returns the socket path.
 pub fn start(run_dir: &Path) -> Result<PathBuf> {
     let path = rundir::RunDir::new(run_dir).log_socket();
     let (sock, id) = bind(&path)?;
     let file = SocketFile::new(path.clone(), "log relay", SockType::Datagram, id);
-    std::thread::Builder::new()
-        .name("log-relay".into())
-        .spawn(move || relay(sock, file))
-        .io_context(|| "spawn log relay thread".to_string())?;
+    let backlog = Arc::new(Backlog::default());
+    let out = backlog.clone();
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(f)
+            .io_context(|| format!("spawn the {name} thread"))
+    };
+    spawn("log-relay-out", Box::new(move || out.log()))?;
+    spawn("log-relay", Box::new(move || relay(sock, file, &backlog)))?;
     Ok(path)
 }
 
@@ -42,7 +90,7 @@ pub fn bind(path: &Path) -> Result<(UnixDatagram, FileId)> {
     Ok((sock, id))
 }
 
-fn relay(mut sock: UnixDatagram, mut file: SocketFile) {
+fn relay(mut sock: UnixDatagram, mut file: SocketFile, lines: &Backlog) {
     let mut buf = vec![0u8; MAX_LINE];
     let mut next_check = Instant::now() + RECHECK;
     loop {
@@ -56,9 +104,9 @@ fn relay(mut sock: UnixDatagram, mut file: SocketFile) {
             }
         }
         match sock.recv(&mut buf) {
-            // A plugin's ADD record feeds /metrics; anything else is a log line.
+            // A plugin's ADD record feeds /metrics; a log line (alone or in a record) is logged.
             Ok(n) if super::plugin_metrics::take(&buf[..n]) => {}
-            Ok(n) => crate::logging::relayed(&buf[..n]),
+            Ok(n) => lines.add(&buf[..n]),
             Err(e)
                 if matches!(
                     e.kind(),

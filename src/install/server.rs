@@ -3,15 +3,16 @@
 //! liveness probe restarts us), `/readyz` (200 when installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
 //! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`), ours
 //! (`istio_cni_startup_ready_seconds`), and what the repair agent, the watches
-//! ([`crate::kube::watch_timing`]) and the plugin's records ([`super::plugin_metrics`]) add.
+//! ([`crate::kube::podwatch::timing`]) and the plugin's records ([`super::plugin_metrics`]) add.
 //! The responder is deliberately small: GET only, the request head bounded to 8 KiB and due within 2 s of
 //! accept, `Connection: close`; [`crate::httpd`] multiplexes the connections so none can hold up another,
 //! and listens dual-stack.
 
 use crate::error::Result;
 use crate::httpd;
+use crate::metrics::{self, Counters, Family};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -24,29 +25,46 @@ pub enum InstallResult {
     CreateCniConfigFailure,
 }
 
-const RESULTS: [(InstallResult, &str); 4] = [
-    (InstallResult::Success, "SUCCESS"),
-    (InstallResult::CopyBinariesFailure, "COPY_BINARIES_FAILURE"),
-    (
-        InstallResult::CreateKubeconfigFailure,
-        "CREATE_KUBECONFIG_FAILURE",
-    ),
-    (
-        InstallResult::CreateCniConfigFailure,
-        "CREATE_CNI_CONFIG_FAILURE",
-    ),
-];
+impl InstallResult {
+    /// Upstream's label value.
+    fn name(self) -> &'static str {
+        match self {
+            InstallResult::Success => "SUCCESS",
+            InstallResult::CopyBinariesFailure => "COPY_BINARIES_FAILURE",
+            InstallResult::CreateKubeconfigFailure => "CREATE_KUBECONFIG_FAILURE",
+            InstallResult::CreateCniConfigFailure => "CREATE_CNI_CONFIG_FAILURE",
+        }
+    }
+}
+
+/// `istio_cni_installs_total{result}`, in [`InstallResult`]'s order.
+static INSTALLS: Family = Family {
+    name: "istio_cni_installs_total",
+    help: "Total number of CNI plugin installs by the installer, by result.",
+    labels: &["result"],
+    value: |i, _| {
+        use InstallResult::*;
+        [
+            Success,
+            CopyBinariesFailure,
+            CreateKubeconfigFailure,
+            CreateCniConfigFailure,
+        ][i]
+            .name()
+    },
+};
 
 pub const STARTUP_READY: &str = "istio_cni_startup_ready_seconds";
 
 /// Shared installer state read by the HTTP responders.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct State {
     ready: AtomicBool,
     unhealthy: AtomicBool,
     /// The loop ended asking for a container restart (a watched directory showing its deleted self).
     restart: AtomicBool,
-    installs: [AtomicU64; 4],
+    /// `istio_cni_installs_total{result}`: `SUCCESS` always, as upstream, the others once counted.
+    installs: Counters<4>,
     /// Process start → first ready (`istio_cni_startup_ready_seconds`).
     first_ready: OnceLock<Duration>,
 }
@@ -84,47 +102,43 @@ impl State {
         !self.unhealthy.load(Ordering::SeqCst)
     }
     pub fn count(&self, r: InstallResult) {
-        if let Some(i) = RESULTS.iter().position(|(x, _)| *x == r) {
-            self.installs[i].fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    pub fn installs(&self, r: InstallResult) -> u64 {
-        RESULTS
-            .iter()
-            .position(|(x, _)| *x == r)
-            .map(|i| self.installs[i].load(Ordering::Relaxed))
-            .unwrap_or(0)
+        self.installs.inc(&INSTALLS, &[r.name()]);
     }
 
-    /// The Prometheus exposition text.
+    /// install-cni's whole `/metrics`: its own series, then the in-process repair agent's counters
+    /// (nothing when it never acted), the pod cache's (nothing when it is off), the watches' start-up
+    /// timings, the plugin's ADDs.
     pub fn metrics_text(&self) -> String {
-        let mut s = String::new();
-        s.push_str("# HELP istio_cni_install_ready Whether this istio-cni-node has the CNI plugin installed and valid (1) or not (0).\n");
-        s.push_str("# TYPE istio_cni_install_ready gauge\n");
-        s.push_str(&format!(
-            "istio_cni_install_ready {}\n",
-            u8::from(self.ready())
-        ));
-        s.push_str("# HELP istio_cni_installs_total Total number of CNI plugin installs by the installer, by result.\n");
-        s.push_str("# TYPE istio_cni_installs_total counter\n");
-        for (i, (_, label)) in RESULTS.iter().enumerate() {
-            let n = self.installs[i].load(Ordering::Relaxed);
-            if n > 0 || i == 0 {
-                s.push_str(&format!(
-                    "istio_cni_installs_total{{result=\"{label}\"}} {n}\n"
-                ));
-            }
-        }
+        metrics::text(|s| {
+            self.render(s);
+            crate::repair::metrics::render(s);
+            crate::podcache::metrics::render(s);
+            crate::kube::podwatch::timing::render(s);
+            super::plugin_metrics::render(s);
+        })
+    }
+
+    /// The installer's own series: readiness, installs, start-up.
+    fn render(&self, out: &mut String) {
+        let ready = "istio_cni_install_ready";
+        metrics::header(
+            out,
+            ready,
+            "gauge",
+            "Whether this istio-cni-node has the CNI plugin installed and valid (1) or not (0).",
+        );
+        metrics::sample(out, ready, &[], u8::from(self.ready()).into());
+        self.installs.show(1);
+        self.installs.render(&INSTALLS, out);
         if let Some(d) = self.startup() {
-            crate::metrics::header(
-                &mut s,
+            metrics::header(
+                out,
                 STARTUP_READY,
                 "gauge",
                 "Seconds from the start of this istio-cni-node process to its first ready.",
             );
-            crate::metrics::sample(&mut s, STARTUP_READY, &[], d.as_secs_f64());
+            metrics::sample(out, STARTUP_READY, &[], d.as_secs_f64());
         }
-        s
     }
 }
 
@@ -152,17 +166,7 @@ pub fn respond(state: &State, which: Endpoints, path: &str) -> httpd::Reply {
                 (503, "text/plain", "Service Unavailable\n".into())
             }
         }
-        (Endpoints::Metrics, "/metrics") => (
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            // The in-process repair agent's counters ("" when it never acted), the pod cache's ("" when
-            // it is off), the watches' start-up timings, the plugin's ADDs.
-            state.metrics_text()
-                + &crate::repair::metrics::render()
-                + &crate::podcache::metrics::render()
-                + &crate::kube::watch_timing::render()
-                + &super::plugin_metrics::render(),
-        ),
+        (Endpoints::Metrics, "/metrics") => (200, metrics::CONTENT_TYPE, state.metrics_text()),
         _ => (404, "text/plain", "Not Found\n".into()),
     }
 }

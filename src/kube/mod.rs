@@ -8,10 +8,12 @@
 //! - [`watch`]: watch event decoding and the [`WatchStream`] iterator.
 //! - [`client`]: the [`Client`] the roles use; [`retry`]: [`get_pod_with_retry`] and [`Backoff`].
 //! - [`scheduling`]: would the DaemonSet controller run a template's pod on a node (pure).
-//! - [`watch_timing`]: how long each watch took to answer and to deliver its initial state (`/metrics`).
+//! - [`podwatch`]: the node's pod LIST + WATCH loop (paced, relist bookkeeping, catch-up proof, its timings
+//!   on `/metrics`) feeding [`podwatch::PodSink`]s: the pod cache, the repair agent, or both.
 
 pub mod client;
 pub mod config;
+pub mod podwatch;
 pub mod request;
 pub mod retry;
 pub mod scheduling;
@@ -19,7 +21,6 @@ pub mod status;
 pub mod token;
 pub mod transport;
 pub mod watch;
-pub mod watch_timing;
 pub(crate) mod yaml;
 
 pub use client::{Client, PodList};

@@ -6,8 +6,10 @@
 //! [`levels`]) per scope — `default`, `install`, `repair` and `cni-plugin` (the plugin's relayed lines).
 //!
 //! The plugin sends each of its records to the installer's relay socket as one JSON datagram
-//! `{"level":"info","msg":"..."}` (the fields upstream's plugin sends to its UDS log server); the installer
-//! re-logs it under the `cni-plugin` scope ([`relayed`]).
+//! `{"level":"info","msg":"..."}` (the fields upstream's plugin sends to its UDS log server), an ADD's
+//! last line in the datagram of the ADD's record ([`log_with_record`]); the installer re-logs it under the
+//! `cni-plugin` scope ([`relayed`]). A full socket queue (a burst of plugins: the kernel queues
+//! `net.unix.max_dgram_qlen` datagrams, 10 by default) is waited out, at most [`FULL_WAIT`] per process.
 
 pub mod levels;
 pub mod line;
@@ -15,15 +17,24 @@ pub mod line;
 pub use levels::{nearest_level, Scopes};
 use log::{Level, LevelFilter};
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 /// Log target of relayed plugin lines in the installer (the `cni-plugin` scope).
 pub const PLUGIN_TARGET: &str = "cni-plugin";
 
 /// The relay socket, once [`attach_relay`] found one.
 static RELAY: OnceLock<UnixDatagram> = OnceLock::new();
+/// The line being logged goes to the relay with a record ([`log_with_record`]), not on its own.
+static HELD: AtomicBool = AtomicBool::new(false);
+/// How long this process waited in all for room in the relay socket's queue, in microseconds.
+static WAITED_US: AtomicU64 = AtomicU64::new(0);
+/// The longest a process waits in all for room in a full relay queue: a relay that drains makes room
+/// within milliseconds even on a loaded node, one that stopped reading costs each ADD at most this.
+pub const FULL_WAIT: Duration = Duration::from_millis(200);
 
 /// Per-scope levels and the line format of a process.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,14 +70,8 @@ impl Config {
 
 fn write_record(buf: &mut dyn Write, r: &log::Record<'_>, json: bool) -> std::io::Result<()> {
     let msg = r.args().to_string();
-    if let Some(sock) = RELAY.get() {
-        // Non-blocking: a full or absent installer drops the line, it never delays ADD.
-        let mut d = String::from("{\"level\":");
-        crate::json::write_string(&mut d, line::level_name(r.level()));
-        d.push_str(",\"msg\":");
-        crate::json::write_string(&mut d, &msg);
-        d.push('}');
-        let _ = sock.send(d.as_bytes());
+    if let (Some(sock), false) = (RELAY.get(), HELD.load(Ordering::Relaxed)) {
+        send(sock, datagram("{".into(), r.level(), &msg).as_bytes());
     }
     let now = SystemTime::now();
     let text = if json {
@@ -162,11 +167,50 @@ pub fn attach_relay(run_dir: &str) {
     }
 }
 
-/// Sends one structured record (not a log line, e.g. [`crate::plugin::record`]) to the relay socket, if
-/// [`attach_relay`] found one. Non-blocking; a full or absent installer drops it.
-pub fn relay_record(data: &[u8]) {
+/// `head` (`{`, or a JSON object without its closing brace and with a comma) with the fields of a relayed
+/// line: `"level":..,"msg":..}`.
+fn datagram(mut head: String, level: Level, msg: &str) -> String {
+    head.push_str("\"level\":");
+    crate::json::write_string(&mut head, line::level_name(level));
+    head.push_str(",\"msg\":");
+    crate::json::write_string(&mut head, msg);
+    head.push('}');
+    head
+}
+
+/// Logs `line` (the plugin's scope) and sends it to the relay socket, if [`attach_relay`] found one, in
+/// one datagram with `record` (a JSON object: an ADD's record), so that both arrive or neither. Without a
+/// line, or one below the level, the record goes alone.
+pub fn log_with_record(level: Level, line: Option<&str>, mut record: String) {
+    let line = line.filter(|_| log::log_enabled!(target: PLUGIN_TARGET, level));
+    if let Some(l) = line {
+        HELD.store(true, Ordering::Relaxed);
+        log::log!(target: PLUGIN_TARGET, level, "{l}");
+        HELD.store(false, Ordering::Relaxed);
+        record.pop();
+        record = datagram(record + ",", level, l);
+    }
     if let Some(sock) = RELAY.get() {
-        let _ = sock.send(data);
+        send(sock, record.as_bytes());
+    }
+}
+
+/// Sends one datagram without blocking; while the queue is full, waits for room, at most [`FULL_WAIT`]
+/// for the whole process. An absent installer, or one not draining, loses the datagram, never the ADD.
+fn send(sock: &UnixDatagram, d: &[u8]) {
+    use nix::poll::{poll, PollFd, PollFlags};
+    while let Err(e) = sock.send(d) {
+        let waited = Duration::from_micros(WAITED_US.load(Ordering::Relaxed));
+        let left = FULL_WAIT.saturating_sub(waited).as_millis() as u16;
+        if e.kind() != std::io::ErrorKind::WouldBlock || left == 0 {
+            return;
+        }
+        let t = Instant::now();
+        let room = poll(&mut [PollFd::new(sock.as_fd(), PollFlags::POLLOUT)], left);
+        WAITED_US.fetch_add(t.elapsed().as_micros() as u64 + 1, Ordering::Relaxed);
+        if !matches!(room, Ok(n) if n > 0) {
+            return;
+        }
     }
 }
 
@@ -276,6 +320,26 @@ mod tests {
             crate::json::parse_object(&json, "line").unwrap();
             assert!(!msg.chars().any(|c| c.is_control() && c != '\t'), "{what}");
         }
+    }
+
+    /// An ADD's one datagram: its record's fields first, as before (an older installer, which reads only
+    /// those, still counts it), then the line's.
+    #[test]
+    fn a_record_and_its_line_in_one_datagram() {
+        let record = r#"{"record":"add","seconds":0.002931,"backend":"none","result":"skipped"}"#;
+        let d = super::datagram(record.replace('}', ","), Level::Info, "ADD a/b: \"x\"");
+        assert_eq!(
+            d,
+            r#"{"record":"add","seconds":0.002931,"backend":"none","result":"skipped","level":"info","msg":"ADD a/b: \"x\""}"#
+        );
+        assert_eq!(
+            super::parse_relayed(d.as_bytes()),
+            (Level::Info, "ADD a/b: \"x\"".to_string())
+        );
+        assert_eq!(
+            super::datagram("{".into(), Level::Warn, "w"),
+            r#"{"level":"warn","msg":"w"}"#
+        );
     }
 
     #[test]

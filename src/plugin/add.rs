@@ -9,21 +9,37 @@ use crate::podcache::{self, Miss, Source};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::record::{AddRecord, Backend, Lookup, Outcome};
+use crate::addrecord::{AddRecord, Backend, Outcome};
 use crate::redirect::plan::shortcut;
 
-/// What an ADD did, for the record the plugin relays ([`super::record`]).
-#[derive(Debug, Default)]
+/// What an ADD did, for the record the plugin relays ([`crate::addrecord`]).
+#[derive(Debug)]
 pub struct Report {
-    pub lookup: Option<Lookup>,
+    started: Instant,
+    /// The configured backend (the one a failed ADD was due to program) is nftables.
+    nftables: bool,
+    /// Where the pod object came from (`None`: not read).
+    pub source: Option<Source>,
     pub redirected: bool,
+    /// The ADD's decision line, logged with its record ([`crate::logging::log_with_record`]).
+    pub line: Option<String>,
 }
 
 impl Report {
-    /// The record of an ADD that took `took` and succeeded (`ok`) or not; `nftables` is the configured
-    /// backend (the one a failed ADD was due to program).
-    pub fn record(&self, took: Duration, ok: bool, nftables: bool) -> AddRecord {
-        let configured = if nftables {
+    /// An ADD starting now.
+    pub fn new(nftables: bool) -> Report {
+        Report {
+            started: Instant::now(),
+            nftables,
+            source: None,
+            redirected: false,
+            line: None,
+        }
+    }
+
+    /// The record of this ADD, ending now, succeeded (`ok`) or not.
+    pub fn record(&self, ok: bool) -> AddRecord {
+        let configured = if self.nftables {
             Backend::Nftables
         } else {
             Backend::Iptables
@@ -31,14 +47,14 @@ impl Report {
         let (backend, outcome) = match (ok, self.redirected) {
             (true, true) => (configured, Outcome::Redirected),
             (true, false) => (Backend::None, Outcome::Skipped),
-            (false, _) if self.lookup.is_some() => (configured, Outcome::Failed),
+            (false, _) if self.source.is_some() => (configured, Outcome::Failed),
             (false, _) => (Backend::None, Outcome::Failed),
         };
         AddRecord {
-            seconds: took.as_secs_f64(),
+            seconds: self.started.elapsed().as_secs_f64(),
             backend,
             outcome,
-            lookup: self.lookup,
+            source: self.source,
         }
     }
 }
@@ -60,7 +76,7 @@ fn pod_lookup(
         };
         match podcache::client::lookup(&conf.run_dir().pod_cache_socket(), &req) {
             Ok(pod) => {
-                report.lookup = Some(Lookup::Cache);
+                report.source = Some(Source::Cache);
                 return Ok((pod, t.elapsed(), Source::Cache));
             }
             Err(m) => m,
@@ -69,7 +85,7 @@ fn pod_lookup(
         Miss::Disabled
     };
     // Counted as an API lookup even when the GET fails.
-    report.lookup = Some(Lookup::Api(miss.name()));
+    report.source = Some(Source::Api(miss));
     let path = conf.kubeconfig_path();
     let client = kube::Client::from_kubeconfig(Path::new(&path))
         .with_context(|| format!("create the kubernetes client from {path}"))?;
@@ -102,7 +118,7 @@ pub fn add(
         args.pod_namespace, args.pod_name, env.container_id
     );
     if let Some(s) = shortcut(conf, &args) {
-        log::info!("{who}: no redirection: {}", s.reason());
+        report.line = Some(format!("{who}: no redirection: {}", s.reason()));
         return Ok(output);
     }
     let (pod, lookup, source) = pod_lookup(conf, &args, report).with_context(|| {
@@ -114,10 +130,10 @@ pub fn add(
     let msg = pod_rules::program_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("pod {}/{}", args.pod_namespace, args.pod_name))?;
     report.redirected = msg.redirected;
-    log::info!(
+    report.line = Some(format!(
         "{who}: {msg}; pod lookup {:.1} ms ({source})",
         lookup.as_secs_f64() * 1000.0
-    );
+    ));
     Ok(output)
 }
 
@@ -136,7 +152,7 @@ pub fn check(
     if shortcut(conf, &args).is_some() {
         return Ok(());
     }
-    let (pod, _, _) = pod_lookup(conf, &args, &mut Report::default())?;
+    let (pod, _, _) = pod_lookup(conf, &args, &mut Report::new(conf.native_nftables))?;
     pod_rules::check_pod(&pod, &env.netns, conf, node_env)
         .with_context(|| format!("CHECK pod {}/{}", args.pod_namespace, args.pod_name))
 }

@@ -4,11 +4,11 @@
 pub mod add;
 pub mod cli;
 pub mod explain;
-pub mod record;
 
 use crate::cni::{self, result, version, Command};
 use crate::error::{Error, Result};
 use crate::logging;
+use log::Level;
 use std::io::Read;
 
 /// What one invocation produced: stdout text (may be empty) and the exit code.
@@ -54,10 +54,29 @@ pub fn handle(cmd: &str, env: &dyn Fn(&str) -> Option<String>, stdin: Result<Str
     // Kept for an error reply, which carries the configuration's version when it can be read; parsed only
     // then, so a successful ADD parses its configuration once.
     let raw = stdin.as_ref().ok().cloned();
-    match dispatch(cmd, env, stdin) {
+    let mut ran = None;
+    let out = dispatch(cmd, env, stdin, &mut ran);
+    // An ADD's last line (its decision, or its error) goes with its record: after the work, before the
+    // reply, in one datagram the installer may never read.
+    let line = match &out {
+        Ok(_) => ran.as_mut().and_then(|r| r.line.take()),
+        Err(e) => Some(format!("{cmd}: {e}")),
+    };
+    let level = if out.is_ok() {
+        Level::Info
+    } else {
+        Level::Error
+    };
+    match (ran, line) {
+        (Some(r), line) => {
+            logging::log_with_record(level, line.as_deref(), r.record(out.is_ok()).encode())
+        }
+        (None, Some(line)) => log::log!(level, "{line}"),
+        (None, None) => {}
+    }
+    match out {
         Ok(stdout) => Outcome { stdout, code: 0 },
         Err(e) => {
-            log::error!("{cmd}: {e}");
             let conf_version = raw
                 .and_then(|s| crate::json::parse_object(&s, "stdin").ok())
                 .and_then(|o| crate::json::str_of(&o, "cniVersion").map(str::to_string))
@@ -75,6 +94,7 @@ fn dispatch(
     cmd: &str,
     env: &dyn Fn(&str) -> Option<String>,
     stdin: Result<String>,
+    ran: &mut Option<add::Report>,
 ) -> Result<String> {
     let command = Command::parse(cmd)?;
     if command == Command::Version {
@@ -96,17 +116,8 @@ fn dispatch(
     logging::attach_relay(&conf.cni_agent_run_dir);
     match command {
         Command::Add => {
-            let started = std::time::Instant::now();
-            let mut report = add::Report::default();
-            let out = add::add(&conf, &cmd_env, env, &mut report);
-            // After the work, before the reply: a non-blocking send the installer may never read.
-            logging::relay_record(
-                report
-                    .record(started.elapsed(), out.is_ok(), conf.native_nftables)
-                    .encode()
-                    .as_bytes(),
-            );
-            out
+            let report = ran.insert(add::Report::new(conf.native_nftables));
+            add::add(&conf, &cmd_env, env, report)
         }
         Command::Check => {
             if !version::at_least(&conf.cni_version, "0.4.0") {

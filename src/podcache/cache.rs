@@ -1,10 +1,13 @@
-//! The cache the node's pod watch fills and the socket server reads: the [`Store`] behind a lock, and a
-//! wake-up (a socket pair) so the server's poll loop answers lookups waiting for a pod as soon as it lands.
+//! The cache the node's pod watch fills (it is the watch's [`PodSink`]) and the socket server reads: the
+//! [`Store`] behind a lock, and a wake-up (a socket pair) so the server's poll loop answers lookups waiting
+//! for a pod as soon as it lands.
 
-use super::metrics;
 use super::proto::Request;
 use super::store::{Lookup, Store};
+use super::{metrics, reduce};
 use crate::error::{IoContext, Result};
+use crate::json::Object;
+use crate::kube::podwatch::PodSink;
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
@@ -50,11 +53,15 @@ impl Cache {
     pub fn update<R>(&self, f: impl FnOnce(&mut Store) -> R) -> R {
         let mut s = self.lock();
         let r = f(&mut s);
+        self.changed(s);
+        r
+    }
+
+    fn changed(&self, s: MutexGuard<'_, Store>) {
         metrics::set_pods(s.len());
         drop(s);
         // Non-blocking: a full socket buffer already holds a wake-up.
         let _ = (&self.inner.wake_tx).write(&[1]);
-        r
     }
 
     pub fn lookup(&self, req: &Request, may_wait: bool) -> Lookup {
@@ -69,5 +76,51 @@ impl Cache {
     /// What the server polls (and reads empty) to learn that the store changed.
     pub(super) fn wake_fd(&self) -> BorrowedFd<'_> {
         self.inner.wake_rx.as_fd()
+    }
+}
+
+/// The node's pod watch fills the cache: each pod reduced outside the lock (the server never waits for
+/// the reduction), lookups by name answered only once the watch has caught up.
+impl PodSink for Cache {
+    fn pod(&mut self, pod: &Object) {
+        let r = reduce::reduce(pod);
+        self.update(|s| s.apply(r));
+    }
+
+    fn gone(&mut self, key: &str, uid: &str) {
+        self.update(|s| s.delete(key, uid));
+    }
+
+    fn list_done(&mut self) {
+        let (first, n) = self.update(|s| {
+            let first = !s.listed();
+            s.list_done();
+            (first, s.len())
+        });
+        if first {
+            log::info!("pod cache: synced, {n} pods of this node");
+        }
+    }
+
+    fn watch_up(&mut self, restart: bool) {
+        // Not live yet: what the watch missed may still be on its way (`caught_up`).
+        self.update(|s| s.watch_open());
+        if restart {
+            metrics::watch_restarted();
+        }
+    }
+
+    fn wants_catch_up(&self) -> bool {
+        true
+    }
+
+    fn caught_up(&mut self) {
+        if self.update(|s| s.caught_up()) {
+            log::info!("pod cache: caught up with the API server; answering lookups by name too");
+        }
+    }
+
+    fn watch_down(&mut self) {
+        self.update(|s| s.watch_closed());
     }
 }

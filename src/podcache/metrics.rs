@@ -4,28 +4,28 @@
 //! after the first). Nothing is rendered until the cache runs.
 
 use super::Answer;
+use crate::metrics::{header, sample, Cells, Counters, Family};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static RUNNING: AtomicBool = AtomicBool::new(false);
-static LOOKUPS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static LOOKUPS: Family = Family {
+    name: "istio_cni_pod_cache_lookups_total",
+    help: "Pod lookups the node's pod cache answered, by result.",
+    labels: &["result"],
+    value: |i, _| Answer::ALL[i].name(),
+};
+static COUNTS: Counters<6> = Cells::new([const { AtomicU64::new(0) }; 6], 0);
 static PODS: AtomicU64 = AtomicU64::new(0);
 static RESTARTS: AtomicU64 = AtomicU64::new(0);
 
-fn index(a: Answer) -> usize {
-    Answer::ALL.iter().position(|x| *x == a).unwrap_or(0)
-}
-
-/// The cache is serving: its series appear.
+/// The cache is serving: its series appear, every answer's from the start.
 pub fn started() {
     RUNNING.store(true, Ordering::Relaxed);
+    COUNTS.show(u64::MAX);
 }
 
 pub fn lookup(a: Answer) {
-    LOOKUPS[index(a)].fetch_add(1, Ordering::Relaxed);
-}
-
-pub fn lookups(a: Answer) -> u64 {
-    LOOKUPS[index(a)].load(Ordering::Relaxed)
+    COUNTS.inc(&LOOKUPS, &[a.name()]);
 }
 
 pub fn set_pods(n: usize) {
@@ -36,34 +36,29 @@ pub fn watch_restarted() {
     RESTARTS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The Prometheus text ("" while the cache is not running).
-pub fn render() -> String {
+/// The cache's series (nothing while the cache is not running).
+pub fn render(out: &mut String) {
     if !RUNNING.load(Ordering::Relaxed) {
-        return String::new();
+        return;
     }
-    let mut s = String::new();
-    s.push_str("# HELP istio_cni_pod_cache_lookups_total Pod lookups the node's pod cache answered, by result.\n");
-    s.push_str("# TYPE istio_cni_pod_cache_lookups_total counter\n");
-    for a in Answer::ALL {
-        s.push_str(&format!(
-            "istio_cni_pod_cache_lookups_total{{result=\"{}\"}} {}\n",
-            a.name(),
-            lookups(a)
-        ));
+    COUNTS.render(&LOOKUPS, out);
+    for (name, kind, help, n) in [
+        (
+            "istio_cni_pod_cache_pods",
+            "gauge",
+            "Pods of this node held by the pod cache.",
+            &PODS,
+        ),
+        (
+            "istio_cni_pod_cache_watch_restarts_total",
+            "counter",
+            "Times the node's pod watch was opened again after the first.",
+            &RESTARTS,
+        ),
+    ] {
+        header(out, name, kind, help);
+        sample(out, name, &[], n.load(Ordering::Relaxed) as f64);
     }
-    s.push_str("# HELP istio_cni_pod_cache_pods Pods of this node held by the pod cache.\n");
-    s.push_str("# TYPE istio_cni_pod_cache_pods gauge\n");
-    s.push_str(&format!(
-        "istio_cni_pod_cache_pods {}\n",
-        PODS.load(Ordering::Relaxed)
-    ));
-    s.push_str("# HELP istio_cni_pod_cache_watch_restarts_total Times the node's pod watch was opened again after the first.\n");
-    s.push_str("# TYPE istio_cni_pod_cache_watch_restarts_total counter\n");
-    s.push_str(&format!(
-        "istio_cni_pod_cache_watch_restarts_total {}\n",
-        RESTARTS.load(Ordering::Relaxed)
-    ));
-    s
 }
 
 #[cfg(test)]
@@ -73,11 +68,13 @@ mod tests {
     #[test]
     fn series_after_start() {
         started();
-        let before = lookups(Answer::UidMismatch);
         lookup(Answer::UidMismatch);
-        assert_eq!(lookups(Answer::UidMismatch), before + 1);
         set_pods(3);
-        let t = render();
+        let t = crate::metrics::text(render);
+        let mismatches = t.lines().find_map(|l| {
+            l.strip_prefix("istio_cni_pod_cache_lookups_total{result=\"uid_mismatch\"} ")
+        });
+        assert!(mismatches.is_some_and(|n| n != "0"), "{t}");
         for a in Answer::ALL {
             assert!(
                 t.contains(&format!(

@@ -1,14 +1,14 @@
 //! The node-local pod cache: `install-cni` keeps this node's pods (one LIST + WATCH with
-//! `fieldSelector=spec.nodeName=<node>`, shared with the in-process repair agent), reduced to what the
-//! decision reads ([`reduce`]), in a [`store`] served over a unix stream socket in the run dir
-//! (`pod-cache.sock`, [`server`]). The plugin asks it first ([`client`]) and falls back to the API GET on
+//! `fieldSelector=spec.nodeName=<node>`, [`crate::kube::podwatch`], shared with the in-process repair
+//! agent), reduced to what the decision reads ([`reduce`]), in a [`store`] the watch fills ([`cache`], the
+//! watch's sink) and a unix stream socket in the run dir serves (`pod-cache.sock`, [`server`]). The plugin asks it first ([`client`]) and falls back to the API GET on
 //! any miss, so the API server is off the pod-start path while it answers and nothing changes when it
 //! does not.
 //!
 //! Safety rules (fail closed is unchanged):
 //! - a hit needs a completed list and the pod's UID equal to `K8S_POD_UID`; without a UID from the runtime,
 //!   name and namespace are enough only while the watch is open *and has caught up* with the server
-//!   ([`crate::repair::catch_up`]): a re-opened watch's head arrives before what it missed, and until
+//!   ([`crate::kube::podwatch::catch_up`]): a re-opened watch's head arrives before what it missed, and until
 //!   then the cache may hold the previous pod of that name;
 //! - a pod the cache has not seen (or seen with another UID) is waited for briefly
 //!   ([`server::UNSEEN_WAIT`]) while a watch is open, then answered `unknown` / `uid_mismatch`, and the
@@ -55,7 +55,7 @@ impl Answer {
     ];
 
     /// The stable snake_case name (metric label, reply field).
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Answer::Hit => "hit",
             Answer::Unknown => "unknown",
@@ -92,10 +92,30 @@ pub enum Miss {
     SocketError,
     /// The agent's answer.
     Agent(Answer),
+    /// A reason this version does not know: an ADD record from another version of the plugin
+    /// ([`crate::addrecord`]) is counted under `other`, never as a new series. The plugin never reports it.
+    Other,
 }
 
 impl Miss {
-    pub fn name(self) -> &'static str {
+    /// Every miss (a hit is not one).
+    pub const ALL: [Miss; 13] = [
+        Miss::Disabled,
+        Miss::NoSocket,
+        Miss::Refused,
+        Miss::Busy,
+        Miss::Timeout,
+        Miss::BadReply,
+        Miss::SocketError,
+        Miss::Agent(Answer::Unknown),
+        Miss::Agent(Answer::UidMismatch),
+        Miss::Agent(Answer::NotSynced),
+        Miss::Agent(Answer::TooLarge),
+        Miss::Agent(Answer::BadRequest),
+        Miss::Other,
+    ];
+
+    pub const fn name(self) -> &'static str {
         match self {
             Miss::Disabled => "disabled",
             Miss::NoSocket => "no_socket",
@@ -105,7 +125,16 @@ impl Miss {
             Miss::BadReply => "bad_reply",
             Miss::SocketError => "socket_error",
             Miss::Agent(a) => a.name(),
+            Miss::Other => "other",
         }
+    }
+
+    /// The miss of that name; `other` for a name this version does not know.
+    pub fn from_name(s: &str) -> Miss {
+        Miss::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .unwrap_or(Miss::Other)
     }
 }
 
@@ -149,6 +178,12 @@ mod tests {
             assert_eq!(Answer::from_name(a.name()), Some(a));
         }
         assert_eq!(Answer::from_name("wait"), None);
+        for m in Miss::ALL {
+            assert_eq!(Miss::from_name(m.name()), m);
+        }
+        // A hit is no miss; a name this version does not know is `other`.
+        assert_eq!(Miss::from_name("hit"), Miss::Other);
+        assert_eq!(Miss::from_name("x\"y"), Miss::Other);
         assert_eq!(Source::Cache.to_string(), "cache");
         assert_eq!(
             Source::Api(Miss::Agent(Answer::NotSynced)).to_string(),

@@ -46,7 +46,6 @@ fn req(name: &str, uid: &str) -> Request {
 fn served() -> (Cache, PathBuf) {
     let cache = Cache::new().unwrap();
     cache.update(|s| {
-        s.list_begun();
         s.apply(pod("a", "u1"));
         s.list_done();
         s.watch_open();

@@ -1,10 +1,12 @@
 //! The cache's pods and its sync state, and the one decision of what a lookup gets ([`Store::lookup`]).
-//! Fed by the node's pod watch (list pages, events, list end, watch up/down); read by the server. Pure.
+//! Fed by the node's pod watch (pods, pods gone, list end, watch up/down; [`super::cache`]); read by the
+//! server. Pure.
 
 use super::proto::{hit_line, Request};
 use super::reduce::Reduced;
 use super::Answer;
-use std::collections::{HashMap, HashSet};
+use crate::kube::podwatch::key;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One cached pod.
@@ -34,16 +36,12 @@ pub struct Store {
     listed: bool,
     /// A watch is open (its head arrived) and has not ended since: a pod not seen yet is worth waiting for.
     watching: bool,
-    /// The open watch has caught up with the server ([`crate::repair::catch_up`]): it delivered every
-    /// change up to a consistent read made after it was requested. Only then do name and namespace alone
-    /// get an answer.
+    /// The open watch has caught up with the server ([`crate::kube::podwatch::catch_up`]): it delivered
+    /// every change up to a consistent read made after it was requested. Only then do name and namespace
+    /// alone get an answer.
     live: bool,
-    /// The keys seen by the list in progress (a relist drops the pods it did not see).
-    listing: Option<HashSet<String>>,
-}
-
-fn key(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
+    /// It was live once.
+    was_live: bool,
 }
 
 impl Store {
@@ -59,17 +57,10 @@ impl Store {
         self.listed
     }
 
-    pub fn live(&self) -> bool {
-        self.live
-    }
-
     /// A pod from a list page or an ADDED/MODIFIED event. A pod in a terminal phase is dropped: no
     /// sandbox is set up for it again.
     pub fn apply(&mut self, r: Reduced) {
         let k = key(&r.namespace, &r.name);
-        if let Some(seen) = self.listing.as_mut() {
-            seen.insert(k.clone());
-        }
         if r.terminal {
             self.pods.remove(&k);
             return;
@@ -87,28 +78,19 @@ impl Store {
         self.pods.insert(k, entry);
     }
 
-    /// A DELETED event. Only the pod with that UID goes (an empty UID matches any).
-    pub fn delete(&mut self, namespace: &str, name: &str, uid: &str) {
-        let k = key(namespace, name);
+    /// The pod `key` (`namespace/name`) is gone. Only the pod with that UID goes (an empty UID matches any).
+    pub fn delete(&mut self, key: &str, uid: &str) {
         if self
             .pods
-            .get(&k)
+            .get(key)
             .is_some_and(|e| uid.is_empty() || *e.uid == *uid)
         {
-            self.pods.remove(&k);
+            self.pods.remove(key);
         }
     }
 
-    /// A (re)list starts.
-    pub fn list_begun(&mut self) {
-        self.listing = Some(HashSet::new());
-    }
-
-    /// The list is complete: pods it did not see are gone.
+    /// A list is complete (the pods it did not list are deleted): the store holds the node's pods.
     pub fn list_done(&mut self) {
-        if let Some(seen) = self.listing.take() {
-            self.pods.retain(|k, _| seen.contains(k));
-        }
         self.listed = true;
     }
 
@@ -117,9 +99,13 @@ impl Store {
         self.watching = true;
     }
 
-    /// The open watch has caught up with the server: lookups by name are answered from now on.
-    pub fn caught_up(&mut self) {
+    /// The open watch has caught up with the server: lookups by name are answered from now on. Whether
+    /// this is the first time.
+    pub fn caught_up(&mut self) -> bool {
         self.live = self.watching;
+        let first = self.live && !self.was_live;
+        self.was_live |= self.live;
+        first
     }
 
     /// The list or watch ended (failed, expired, or closed): neither waiting nor answering by name until
@@ -127,7 +113,6 @@ impl Store {
     pub fn watch_closed(&mut self) {
         self.watching = false;
         self.live = false;
-        self.listing = None;
     }
 
     /// The answer to `req`; `may_wait` while the wait for an unseen pod is not over.
@@ -200,7 +185,6 @@ mod tests {
     fn nothing_is_served_before_the_first_list_completes() {
         let mut s = Store::default();
         live(&mut s);
-        s.list_begun();
         s.apply(pod("a", "u1", "1"));
         assert_eq!(ask(&s, "a", "u1", true), Lookup::Answer(Answer::NotSynced));
         s.list_done();
@@ -210,7 +194,6 @@ mod tests {
     #[test]
     fn uid_rules_and_waiting_for_unseen_pods() {
         let mut s = Store::default();
-        s.list_begun();
         s.apply(pod("a", "u1", "1"));
         s.list_done();
         live(&mut s);
@@ -237,7 +220,6 @@ mod tests {
     #[test]
     fn a_watch_answers_by_name_only_once_caught_up() {
         let mut s = Store::default();
-        s.list_begun();
         s.apply(pod("a", "u1", "1"));
         s.list_done();
         // Open, not caught up: UIDs are served and unseen ones waited for; a name alone is not answered.
@@ -260,7 +242,6 @@ mod tests {
     #[test]
     fn through_an_outage_only_uid_matches_are_served_and_nothing_waits() {
         let mut s = Store::default();
-        s.list_begun();
         s.apply(pod("a", "u1", "1"));
         s.list_done();
         live(&mut s);
@@ -277,7 +258,6 @@ mod tests {
     #[test]
     fn deletes_relists_terminal_and_large_pods() {
         let mut s = Store::default();
-        s.list_begun();
         for n in ["a", "b", "c"] {
             s.apply(pod(n, &format!("u-{n}"), "1"));
         }
@@ -285,12 +265,12 @@ mod tests {
         live(&mut s);
         assert_eq!(s.len(), 3);
         // A DELETED of an older UID leaves the current pod alone.
-        s.delete("ns", "a", "u-old");
+        s.delete("ns/a", "u-old");
         assert_eq!(s.len(), 3);
-        s.delete("ns", "a", "u-a");
+        s.delete("ns/a", "u-a");
         assert_eq!(ask(&s, "a", "u-a", false), Lookup::Answer(Answer::Unknown));
-        // A relist drops what it did not see and keeps the rest.
-        s.list_begun();
+        // A relist that does not list c (the watch tells it gone) keeps the rest.
+        s.delete("ns/c", "u-c");
         s.apply(pod("b", "u-b", "1"));
         s.list_done();
         assert_eq!(s.len(), 1);

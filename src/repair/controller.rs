@@ -1,14 +1,14 @@
 //! The controller: the pod watch's repair side ([`RepairSink`]: every pod reduced to [`PodFacts`] at once,
-//! fed by [`super::listwatch`]) and a worker that keeps only the broken pods and acts on them, at most
+//! fed by [`crate::kube::podwatch`]) and a worker that keeps only the broken pods and acts on them, at most
 //! [`MAX_ATTEMPTS`] times per failure streak with exponential backoff. Nothing here panics on API input;
 //! API failures are logged and retried.
 
 use super::action::Actor;
 use super::detect::{choose_action, needs_repair, Action, Detector, PodFacts};
-use super::listwatch::PodSink;
 use crate::json::{self, Object};
+use crate::kube::podwatch::PodSink;
 use crate::kube::ApiErrorExt;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
@@ -25,21 +25,19 @@ pub enum Msg {
         pod: Option<Object>,
         terminating: bool,
     },
-    /// The pod is gone (DELETED).
+    /// The pod is gone (DELETED, or no longer listed by a relist).
     Gone(String),
-    /// A full (re)list finished: these are all the pods that exist.
-    Synced(HashSet<String>),
 }
 
-/// Reduces a pod object to a message (the object is dropped unless repair needs it).
-pub fn message(det: &Detector, pod: Object) -> Msg {
-    let facts = det.facts(&pod);
-    let terminating = json::obj_of(&pod, "metadata")
+/// Reduces a pod object to a message (the object is kept only if repair needs it).
+pub fn message(det: &Detector, pod: &Object) -> Msg {
+    let facts = det.facts(pod);
+    let terminating = json::obj_of(pod, "metadata")
         .is_some_and(|m| !matches!(m.get("deletionTimestamp"), None | Some(json::Value::Null)));
     let keep = det.opts.repair_pods && facts.selected && needs_repair(&facts, &det.opts);
     Msg::Pod {
         facts,
-        pod: keep.then_some(pod),
+        pod: keep.then(|| pod.clone()),
         terminating,
     }
 }
@@ -47,36 +45,14 @@ pub fn message(det: &Detector, pod: Object) -> Msg {
 pub struct RepairSink {
     pub det: Detector,
     pub tx: Sender<Msg>,
-    listed: Option<HashSet<String>>,
-}
-
-impl RepairSink {
-    pub fn new(det: Detector, tx: Sender<Msg>) -> RepairSink {
-        RepairSink {
-            det,
-            tx,
-            listed: None,
-        }
-    }
 }
 
 impl PodSink for RepairSink {
-    fn list_begun(&mut self) {
-        self.listed = Some(HashSet::new());
+    fn pod(&mut self, pod: &Object) {
+        let _ = self.tx.send(message(&self.det, pod));
     }
-    fn pod(&mut self, pod: Object) {
-        let m = message(&self.det, pod);
-        if let (Some(keys), Msg::Pod { facts, .. }) = (self.listed.as_mut(), &m) {
-            keys.insert(facts.key());
-        }
-        let _ = self.tx.send(m);
-    }
-    fn gone(&mut self, pod: &Object) {
-        let _ = self.tx.send(Msg::Gone(self.det.facts(pod).key()));
-    }
-    fn list_done(&mut self) {
-        let keys = self.listed.take().unwrap_or_default();
-        let _ = self.tx.send(Msg::Synced(keys));
+    fn gone(&mut self, key: &str, _uid: &str) {
+        let _ = self.tx.send(Msg::Gone(key.to_string()));
     }
 }
 
@@ -135,10 +111,6 @@ impl Worker {
             Msg::Gone(key) => {
                 self.pending.remove(&key);
                 self.done.remove(&key);
-            }
-            Msg::Synced(keys) => {
-                self.pending.retain(|k, _| keys.contains(k));
-                self.done.retain(|k, _| keys.contains(k));
             }
         }
     }

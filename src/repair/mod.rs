@@ -2,23 +2,21 @@
 //! init container keeps exiting 126) and repairs them in place, deletes them, or labels them.
 //! Runs as its own applet (`istio-cni-repair`, as in 1.9: [`main`], command line in [`flags`], settings
 //! in [`options`]) or inside `install-cni` ([`start_in_installer`], fed by the node's one pod watch; the
-//! LIST + WATCH loop is [`listwatch`]).
+//! LIST + WATCH loop is [`crate::kube::podwatch`]).
 
 pub mod action;
-pub mod catch_up;
 pub mod controller;
 pub mod detect;
 pub mod flags;
-pub mod listwatch;
 pub mod metrics;
 pub mod options;
-pub mod pace;
 pub mod pod_netns;
 pub mod procfs;
 pub mod request;
 pub mod selector;
 
 use crate::error::{Context, Result};
+use crate::kube::podwatch::{self, Fanout, Selection};
 use crate::kube::Client;
 use crate::settings::{self, EmptyEnv, Env, Named};
 use std::path::PathBuf;
@@ -152,7 +150,7 @@ fn standalone(
     }
     let failed = run(client, opts, rt)?;
     // One-shot mode: the counters are the pass's summary, for scripts and tests.
-    crate::applet::print_out(name, &metrics::render(), 0);
+    crate::applet::print_out(name, &crate::metrics::text(metrics::render), 0);
     Ok(failed)
 }
 
@@ -203,21 +201,30 @@ pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> 
     let (det, actor) = prepare(&client, &opts, rt)?;
     let (tx, rx) = std::sync::mpsc::channel();
     let mut worker = controller::Worker::default();
-    let sel = listwatch::Selection::of_repair(&opts);
-    let mut sink = controller::RepairSink::new(det, tx);
+    let sel = selection(&opts);
+    let mut sink = Fanout::new(vec![Box::new(controller::RepairSink { det, tx })]);
     if !rt.run_as_daemon {
-        let mut timing = crate::kube::watch_timing::Timing::start(listwatch::WATCH_NAME);
-        listwatch::list_all(&client, &sel, &mut sink, &mut timing).context("repair: list pods")?;
+        let mut timing = podwatch::timing::Timing::start();
+        podwatch::list_all(&client, &sel, &mut sink, &mut timing).context("repair: list pods")?;
         drop(sink);
         worker.run(&rx, &actor);
         return Ok(worker.failed);
     }
     std::thread::Builder::new()
         .name("repair-watch".into())
-        .spawn(move || listwatch::watch_forever(&client, &sel, &mut sink))
+        .spawn(move || podwatch::watch_forever(&client, &sel, sink))
         .map_err(|e| crate::Error::io("repair: spawn the watcher", e))?;
     worker.run(&rx, &actor);
     Err(crate::Error::other("repair: the pod watcher stopped"))
+}
+
+/// The standalone agent's pods: its label and field selectors (and the node) on the server.
+pub fn selection(opts: &options::Options) -> Selection {
+    Selection {
+        label: Some(opts.label_selectors.clone()).filter(|s| !s.is_empty()),
+        field: opts.effective_field_selector(),
+        what: "repair",
+    }
 }
 
 /// The in-installer mode (`install-cni` with `REPAIR_ENABLED=true`): starts the worker on a background
@@ -244,5 +251,5 @@ pub fn start_in_installer(
             log::error!("repair agent stopped: the pod watch ended");
         })
         .map_err(|e| crate::Error::io("repair: spawn the agent", e))?;
-    Ok(controller::RepairSink::new(det, tx))
+    Ok(controller::RepairSink { det, tx })
 }

@@ -3,8 +3,8 @@
 
 use crate::support::install::*;
 use istio_cni::install::check::Outcome;
-use istio_cni::install::config::{self, Flags, Settings};
 use istio_cni::install::installer::{ConfigWrite, Installer};
+use istio_cni::install::options::{self, Flags, Settings};
 use istio_cni::install::run::{self, RoundEnd};
 use istio_cni::install::select::{self, Choice};
 use istio_cni::install::server::{self, Endpoints, State};
@@ -82,7 +82,7 @@ fn settings_for(st: &json::Object, conf: &Path, run: &Path) -> Settings {
         b(st, "conf_group_read").to_string(),
     );
     env.insert("REPAIR_ENABLED".into(), "false".into());
-    let mut s = config::resolve(&Flags::default(), &move |k: &str| env.get(k).cloned()).unwrap();
+    let mut s = options::resolve(&Flags::default(), &move |k: &str| env.get(k).cloned()).unwrap();
     // The plugin entry names the run dir verbatim; the vectors use upstream's value.
     if let Some(Ok(json::Value::String(d))) =
         st.get("cni_agent_run_dir").map(|v| Ok::<_, ()>(v.clone()))
@@ -694,7 +694,7 @@ fn kubeconfig_cases() {
             );
         }
         let settings =
-            config::resolve(&Flags::default(), &move |k: &str| env.get(k).cloned()).unwrap();
+            options::resolve(&Flags::default(), &move |k: &str| env.get(k).cloned()).unwrap();
         let inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
         let path = run.join(RunDir::KUBECONFIG);
         if let Some(before) = json::str_of(&inp, "existing_kubeconfig") {

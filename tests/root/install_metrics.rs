@@ -162,10 +162,26 @@ fn every_metric_is_there_after_start_and_an_add_and_parses() {
         );
     }
 
-    // The ADD histogram: two redirected nftables ADDs, every bucket and the +Inf one.
+    // The ADD histogram: two redirected nftables ADDs, every bucket and the +Inf one. The other series
+    // this node's ADDs can report (nftables failed; none skipped or failed) are there at 0 from the start.
     let name = "istio_cni_plugin_add_duration_seconds";
     documented(&text, &s, name, SampleType::Histogram);
+    let total = |x: &prometheus_parse::Sample| match &x.value {
+        Value::Histogram(b) => b.last().map_or(0.0, |c| c.count),
+        v => panic!("{v:?}"),
+    };
     let h = samples(&s, name);
+    let mut zero: Vec<_> = (h.iter().filter(|x| total(x) == 0.0))
+        .map(|x| (x.labels.get("backend"), x.labels.get("result")))
+        .collect();
+    zero.sort();
+    let expected = [
+        ("nftables", "failed"),
+        ("none", "failed"),
+        ("none", "skipped"),
+    ];
+    assert_eq!(zero, expected.map(|(b, r)| (Some(b), Some(r))), "{h:?}");
+    let h: Vec<_> = h.into_iter().filter(|x| total(x) > 0.0).collect();
     assert_eq!(h.len(), 1, "{h:?}");
     assert_eq!(h[0].labels.get("backend"), Some("nftables"), "{h:?}");
     assert_eq!(h[0].labels.get("result"), Some("redirected"), "{h:?}");
@@ -189,6 +205,18 @@ fn every_metric_is_there_after_start_and_an_add_and_parses() {
         SampleType::Counter,
     );
     let l = samples(&s, "istio_cni_pod_lookups_total");
+    // With the cache on, every reason it can miss for is there at 0 from the start.
+    let zero: Vec<_> = (l.iter().filter(|x| x.value == Value::Counter(0.0)))
+        .map(|x| (x.labels.get("source"), x.labels.get("reason")))
+        .collect();
+    assert_eq!(zero.len(), 11, "{l:?}");
+    assert!(zero
+        .iter()
+        .all(|(s, r)| *s == Some("api") && !matches!(r, Some("disabled" | "other") | None)));
+    let l: Vec<_> = l
+        .into_iter()
+        .filter(|x| x.value != Value::Counter(0.0))
+        .collect();
     assert_eq!(l.len(), 2, "{l:?}");
     let source = |src: &str| {
         l.iter()

@@ -24,5 +24,6 @@ mod podcache_e2e;
 mod podcache_wall;
 mod redirect_bypass_e2e;
 mod redirect_e2e;
+mod relay_burst;
 mod repair_e2e;
 mod validation_e2e;

@@ -5,8 +5,8 @@
 //! real files; the count of lost updates must be 0.
 
 use crate::support::install::*;
-use istio_cni::install::config::{self, Flags};
 use istio_cni::install::installer::{ConfigWrite, Installer};
+use istio_cni::install::options::{self, Flags};
 use std::collections::HashMap;
 use std::fs;
 use std::path::PathBuf;
@@ -34,7 +34,8 @@ fn no_lost_update_when_the_primary_writes_twice_during_our_merge() {
         root.join("run").display().to_string(),
     );
     env.insert("REPAIR_ENABLED".into(), "false".into());
-    let settings = config::resolve(&Flags::default(), &move |k: &str| env.get(k).cloned()).unwrap();
+    let settings =
+        options::resolve(&Flags::default(), &move |k: &str| env.get(k).cloned()).unwrap();
     let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
     let path = conf.join(PRIMARY);
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ u64::from(std::process::id()));

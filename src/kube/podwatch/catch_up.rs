@@ -1,5 +1,5 @@
 //! When a (re-)opened pod watch has caught up with the API server: the proof the pod cache needs before it
-//! answers a lookup by namespace and name alone ([`crate::podcache::store`]). Pure.
+//! answers a lookup by namespace and name alone (`podcache::store`). Pure.
 //!
 //! A watch's response head says nothing about what it missed: after a gap (the server's timeout, an
 //! error, a 410, or the moments between a LIST and its WATCH) the server replays the changes since the

@@ -1,52 +1,27 @@
-//! The node's pod LIST + WATCH loop: a paginated LIST, then WATCH with bookmarks from the list's
-//! resourceVersion; 410 → relist; otherwise re-watch; every restart paced by backoff 800 ms … 30 s with
-//! jitter. It feeds a [`PodSink`]: the standalone repair agent's ([`super::controller::RepairSink`]), or in
-//! `install-cni` the pod cache and the repair worker together (`install::podwatch`). A sink that needs to
-//! know when a watch has caught up with the server (the pod cache) gets a streaming watch-list at every
-//! (re)start instead, or, from a server without one, a probe after each watch opens
-//! ([`super::catch_up`]). Each (re)start is timed for `/metrics` ([`crate::kube::watch_timing`], as the
-//! `pods` watch). Nothing here panics on API input; API failures are logged and retried.
+//! The node's pod LIST + WATCH loop, below the roles that use it: a paginated LIST, then WATCH with
+//! bookmarks from the list's resourceVersion; 410 → relist; otherwise re-watch; every restart paced by
+//! backoff 800 ms … 30 s with jitter ([`pace`]). It feeds [`PodSink`]s through one [`Fanout`]: the
+//! standalone repair agent's, or in `install-cni` the pod cache and the repair worker together; the fan-out
+//! keeps the relist bookkeeping, so after a relist every sink hears which pods vanished.
+//! A sink that needs to know when a watch has caught up with the server (the pod cache) gets a streaming
+//! watch-list at every (re)start instead, or, from a server without one, a probe after each watch opens
+//! ([`catch_up`]). Each (re)start is timed for `/metrics` ([`timing`], as the `pods` watch). Nothing here panics on API input; API failures are logged and retried.
 
-use super::catch_up::{self, Pending, Step};
-use super::pace::{held_note, random, LogLimit, Pace, LOG_WINDOW};
+pub mod catch_up;
+pub mod pace;
+pub mod sink;
+pub mod timing;
+
 use crate::error::Result;
-use crate::json::Object;
-use crate::kube::watch_timing::Timing;
 use crate::kube::{ApiErrorExt, Client, EventKind, ListParams, WatchParams};
+use catch_up::{Pending, Step};
+use pace::{held_note, random, LogLimit, Pace, LOG_WINDOW};
+pub use sink::{key, Fanout, PodSink};
 use std::time::{Duration, Instant};
+use timing::Timing;
 
 /// Page size of the LIST: small pages keep the agent's memory flat however many pods the node runs.
 pub const PAGE: u32 = 10;
-
-/// The name of this watch on `/metrics` ([`crate::kube::watch_timing`]).
-pub const WATCH_NAME: &str = "pods";
-
-/// What the list/watch loop feeds: the repair worker's channel ([`super::controller::RepairSink`]), or, in `install-cni`,
-/// the node's pod cache and the repair worker together.
-pub trait PodSink {
-    /// A (re)list starts.
-    fn list_begun(&mut self) {}
-    /// A pod from a list page or an ADDED/MODIFIED event.
-    fn pod(&mut self, pod: Object);
-    /// A DELETED event.
-    fn gone(&mut self, pod: &Object);
-    /// The list is complete: these are all the pods that exist.
-    fn list_done(&mut self);
-    /// A watch opened (its response head arrived); `restart` when it is not the first one. What it missed
-    /// may still be on its way: see [`PodSink::caught_up`].
-    fn watch_up(&mut self, _restart: bool) {}
-    /// Whether the sink needs [`PodSink::caught_up`] (the pod cache, for lookups by name): the loop then
-    /// streams a watch-list at every (re)start, or probes after each watch opens ([`catch_up`]).
-    fn wants_catch_up(&self) -> bool {
-        false
-    }
-    /// The open watch has delivered every change up to a consistent read made after it was requested:
-    /// from now until [`PodSink::watch_down`], the sink is as current as the watch.
-    fn caught_up(&mut self) {}
-    /// The list or watch ended (failed, expired, or closed by the server): until the next watch has caught
-    /// up, events may be missed.
-    fn watch_down(&mut self) {}
-}
 
 /// Which pods the loop lists and watches (server-side selectors), and the name its log lines carry.
 #[derive(Debug, Clone)]
@@ -56,23 +31,12 @@ pub struct Selection {
     pub what: &'static str,
 }
 
-impl Selection {
-    /// The standalone agent's: its label and field selectors (and the node) on the server.
-    pub fn of_repair(opts: &super::options::Options) -> Selection {
-        Selection {
-            label: Some(opts.label_selectors.clone()).filter(|s| !s.is_empty()),
-            field: opts.effective_field_selector(),
-            what: "repair",
-        }
-    }
-}
-
 /// Lists every selected pod page by page into `sink`. Returns the list's RV. `timing` learns when the first
 /// page arrived and when the last one was handled.
 pub fn list_all(
     client: &Client,
     sel: &Selection,
-    sink: &mut dyn PodSink,
+    sink: &mut Fanout,
     timing: &mut Timing,
 ) -> Result<String> {
     let mut params = ListParams {
@@ -86,7 +50,7 @@ pub fn list_all(
         let page = client.list_pods(&params)?;
         timing.answered();
         for pod in page.items {
-            sink.pod(pod);
+            sink.pod(&pod);
         }
         match page.continue_token {
             Some(c) => params.continue_token = Some(c),
@@ -147,7 +111,7 @@ fn probe(client: &Client) -> Result<String> {
 fn watch_once(
     client: &Client,
     sel: &Selection,
-    sink: &mut dyn PodSink,
+    sinks: &mut Fanout,
     rv: &mut String,
     start: Start,
     restart: bool,
@@ -172,11 +136,11 @@ fn watch_once(
         Err(e) => return (Ended::Failed(e), false),
     };
     timing.answered();
-    sink.watch_up(restart);
+    sinks.watch_up(restart);
     let mut pending = if listing {
-        sink.list_begun();
+        sinks.list_begun();
         Pending::InitialEnd
-    } else if sink.wants_catch_up() {
+    } else if sinks.wants_catch_up() {
         // Read after the head arrived: every change the gap hid is at or below this.
         match probe(client) {
             Ok(r) => catch_up::after_probe(&r, stream.resource_version()),
@@ -191,8 +155,8 @@ fn watch_once(
     } else {
         Pending::Nothing
     };
-    if pending == Pending::Nothing && sink.wants_catch_up() {
-        sink.caught_up();
+    if pending == Pending::Nothing && sinks.wants_catch_up() {
+        sinks.caught_up();
     }
     let mut failure = None;
     let mut delivered = false;
@@ -217,20 +181,20 @@ fn watch_once(
             EventKind::Bookmark => {}
             EventKind::Deleted => {
                 delivered |= change;
-                sink.gone(&ev.object);
+                sinks.gone(&ev.object);
             }
             EventKind::Added | EventKind::Modified => {
                 delivered |= change;
-                sink.pod(ev.object);
+                sinks.pod(&ev.object);
             }
         }
         if step == Step::CaughtUp {
             pending = Pending::Nothing;
             if listing {
-                sink.list_done();
+                sinks.list_done();
                 timing.listed();
             }
-            sink.caught_up();
+            sinks.caught_up();
         }
     }
     if let Some(r) = stream.resource_version().filter(|_| !listing) {
@@ -246,26 +210,26 @@ fn watch_once(
 
 /// Runs forever: list, watch, relist on 410, re-watch otherwise. Every restart (a failed list, a watch
 /// closed by the server, a 410, a failed watch) first waits with backoff and jitter ([`Pace`]), reset
-/// only after a watch that delivered changes or stayed up [`super::pace::HEALTHY_WATCH`]; so a server
+/// only after a watch that delivered changes or stayed up [`pace::HEALTHY_WATCH`]; so a server
 /// that ends every watch at once sees a few requests per minute, not thousands. Lines that would repeat on every restart are
 /// written at most once per [`LOG_WINDOW`] each.
 ///
 /// A sink that [`PodSink::wants_catch_up`] (the pod cache) gets a streaming watch-list at every (re)start
 /// instead, as long as the server serves one ([`catch_up`]): the list and the proof in one request.
-pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
+pub fn watch_forever(client: &Client, sel: &Selection, mut sinks: Fanout) {
     let what = sel.what;
     let mut pace = Pace::default();
     let mut logs = LogLimit::new(LOG_WINDOW);
     let mut rv: Option<String> = None;
     let mut watched = false;
-    let mut watch_list = sink.wants_catch_up();
+    let mut watch_list = sinks.wants_catch_up();
     loop {
         let began = Instant::now();
-        let mut timing = Timing::start(WATCH_NAME);
+        let mut timing = Timing::start();
         let (start, mut at) = match rv.take() {
             _ if watch_list => (Start::WatchList, String::new()),
             Some(r) => (Start::From, r),
-            None => match list_all(client, sel, sink, &mut timing) {
+            None => match list_all(client, sel, &mut sinks, &mut timing) {
                 Ok(r) => {
                     if let Some(n) = logs.allow("listed", Instant::now()) {
                         log::info!(
@@ -276,7 +240,7 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
                     (Start::From, r)
                 }
                 Err(e) => {
-                    sink.watch_down();
+                    sinks.watch_down();
                     let d = pace.next(Duration::ZERO, false, random());
                     if let Some(n) = logs.allow("list-failed", Instant::now()) {
                         log::warn!(
@@ -289,8 +253,15 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
                 }
             },
         };
-        let (ended, delivered) =
-            watch_once(client, sel, sink, &mut at, start, watched, &mut timing);
+        let (ended, delivered) = watch_once(
+            client,
+            sel,
+            &mut sinks,
+            &mut at,
+            start,
+            watched,
+            &mut timing,
+        );
         watched = true;
         let d = pace.next(began.elapsed(), delivered, random());
         let now = Instant::now();
@@ -298,7 +269,7 @@ pub fn watch_forever(client: &Client, sel: &Selection, sink: &mut dyn PodSink) {
             at = "a new watch-list".into();
         }
         // Whatever ended, events may be missed until the next watch has caught up.
-        sink.watch_down();
+        sinks.watch_down();
         match ended {
             Ended::NoWatchList(why) => {
                 log::info!("{what}: the API server does not stream the initial list ({why}); listing and watching instead");

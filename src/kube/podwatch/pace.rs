@@ -96,11 +96,6 @@ impl LogLimit {
             }
         }
     }
-
-    /// Forgets `kind`, so its next line is written at once (e.g. after the condition cleared).
-    pub fn clear(&mut self, kind: &'static str) {
-        self.seen.remove(kind);
-    }
 }
 
 /// " (N similar messages in the last 60s not shown)" or "".
@@ -160,8 +155,6 @@ mod tests {
         assert_eq!(l.allow("other", t0 + s(59)), Some(0));
         assert_eq!(l.allow("gone", t0 + s(60)), Some(2));
         assert_eq!(l.allow("gone", t0 + s(61)), None);
-        l.clear("gone");
-        assert_eq!(l.allow("gone", t0 + s(62)), Some(0));
         assert_eq!(held_note(0, s(60)), "");
         assert_eq!(
             held_note(2, s(60)),
