@@ -1,12 +1,12 @@
 //! The installer's effectful steps over its state: binaries, kubeconfig, plugin configuration, the
 //! validity check. The loop that drives them is in [`super::run`].
 
-use super::check::{self, CheckCtx, Outcome};
-use super::cleanup;
-use super::conflist::{self, PluginEntry};
-use super::kubeconfig::{self, KubeconfigInputs};
+use super::config::check::{self, CheckCtx, Outcome};
+use super::config::cleanup;
+use super::config::conflist::{self, PluginEntry};
+use super::config::kubeconfig::{self, KubeconfigInputs};
+use super::config::select::{self, shown, Choice, Listing};
 use super::options::Settings;
-use super::select::{self, shown, Choice, Listing};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::fsutil;
 use crate::rundir::lease::{self, Lease};
@@ -86,7 +86,7 @@ impl Installer {
         let dir = self.conf_dir();
         let cands = select::list_candidates(dir)?;
         select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
-            super::plugin_dir::read(dir, n)
+            super::config::plugin_dir::read(dir, n)
         })
     }
 
@@ -264,7 +264,7 @@ impl Installer {
             let Some(bytes) = fsutil::read_config(&src, fsutil::MAX_CONFIG_BYTES)? else {
                 continue;
             };
-            let existing = super::libcni::go_text(&bytes);
+            let existing = super::config::libcni::go_text(&bytes);
             let merged = conflist::merge(&existing, &entry)
                 .with_context(|| format!("create CNI config file {}", src.display()))?;
             if s.istio_owned {
@@ -275,11 +275,11 @@ impl Installer {
             }
             let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
             let loads = |n: &OsStr, b: &[u8]| {
-                select::validate(n, b, &|d| super::plugin_dir::read(&dir, d)).is_ok()
+                select::validate(n, b, &|d| super::config::plugin_dir::read(&dir, d)).is_ok()
             };
             let ours_or_absent = |n: &OsStr| {
                 fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)
-                    .is_ok_and(|b| b.map_or(true, |b| super::check::holds_entry(&b)))
+                    .is_ok_and(|b| b.map_or(true, |b| super::config::check::holds_entry(&b)))
             };
             let valid = self.listing_quiet().map(|l| l.valid).unwrap_or_default();
             let target =

@@ -5,12 +5,12 @@
 //! per [`CONFLICT_LOG_INTERVAL`] instead of spinning.
 //!
 //! Before every check the candidates' link chains are resolved and every directory on them watched
-//! ([`super::links`]); while waiting, they are re-resolved every [`RESOLVE_PERIOD`] (a few `lstat`s, no
+//! ([`super::config::links`]); while waiting, they are re-resolved every [`RESOLVE_PERIOD`] (a few `lstat`s, no
 //! reads) and lost watches re-placed, a backstop for a change no watch could see.
 
-use super::check::Outcome;
+use super::config::check::Outcome;
 use super::installer::{ConfigWrite, Installer};
-use super::server::{InstallResult, State};
+use super::node::server::{InstallResult, State};
 use super::watch::{Changes, Wake, Watcher};
 use crate::error::Result;
 use std::os::fd::BorrowedFd;
@@ -127,7 +127,7 @@ pub fn run_loop(
         if super::watch::stop_pending(stop) {
             return Ok(End::Stopped);
         }
-        match super::supersede::yield_to_newer(inst, watcher, state, stop)? {
+        match super::handover::supersede::yield_to_newer(inst, watcher, state, stop)? {
             Some(true) => dirty = all_dirty(),
             Some(false) => return Ok(End::Stopped),
             None => {}
@@ -258,7 +258,7 @@ pub fn run_loop(
                     log::info!(
                         "wrote the istio-cni configuration to {}/{}",
                         inst.conf_dir().display(),
-                        super::select::shown(&name)
+                        super::config::select::shown(&name)
                     );
                 }
             }
@@ -289,7 +289,7 @@ pub const DELETED_DIR_EXIT: Duration = Duration::from_secs(10);
 /// since the last look; an error once a watched directory has been deleted for [`DELETED_DIR_EXIT`].
 fn refresh(inst: &Installer, watcher: &mut Watcher, state: &State) -> Result<Changes> {
     let mut ch = watcher.resync();
-    if watcher.follow_links(super::links::chains_of(inst.conf_dir())) {
+    if watcher.follow_links(super::config::links::chains_of(inst.conf_dir())) {
         ch.conf = true;
     }
     let health = watcher.health();

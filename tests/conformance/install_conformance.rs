@@ -2,13 +2,14 @@
 //! built binary), and every kubeconfig case, at library level on real files and real inotify.
 
 use crate::support::install::*;
-use istio_cni::install::check::Outcome;
+use istio_cni::install::config::check::Outcome;
+use istio_cni::install::config::conflist;
+use istio_cni::install::config::select::{self, Choice};
 use istio_cni::install::installer::{ConfigWrite, Installer};
+use istio_cni::install::node::server::{self, Endpoints, State};
 use istio_cni::install::options::{self, Flags, Settings};
 use istio_cni::install::run::{self, RoundEnd};
-use istio_cni::install::select::{self, Choice};
-use istio_cni::install::server::{self, Endpoints, State};
-use istio_cni::install::{binaries, conflist, watch};
+use istio_cni::install::{binaries, watch};
 use istio_cni::json;
 use istio_cni::rundir::RunDir;
 use std::collections::{BTreeMap, HashMap};
@@ -730,7 +731,7 @@ fn select_listing_is_the_same_through_the_pure_api() {
     );
     let cands = select::list_candidates(&d).unwrap();
     let l = select::valid_configs("d", &cands, &|n| {
-        istio_cni::install::plugin_dir::read(&d, n)
+        istio_cni::install::config::plugin_dir::read(&d, n)
     })
     .unwrap();
     assert_eq!(

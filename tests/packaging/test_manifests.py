@@ -229,7 +229,7 @@ class ManifestChecks:
         read = env_names_read()
         set_here = set(self.r.config) | {e["name"] for e in self.r.c.get("env", [])}
         unknown = sorted(set_here - read)
-        self.assertEqual(unknown, [], f"set in the manifests but never read by install-cni (src/install/*.rs): {unknown}")
+        self.assertEqual(unknown, [], f"set in the manifests but never read by install-cni (src/install/**/*.rs): {unknown}")
         # The ConfigMap is what envFrom loads.
         self.assertEqual(self.r.c["envFrom"], [{"configMapRef": {"name": self.r.cm["metadata"]["name"]}}])
         # Values parse the way install-cni parses them.

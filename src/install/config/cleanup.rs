@@ -2,7 +2,7 @@
 //! primary (atomic, mode kept) or our own file (standalone or Istio-owned), then the kubeconfig, our
 //! `istio-cni` binary (no other binary), the sockets and the backend record (a running agent's cleanup
 //! only those still its own: [`crate::rundir`]). Every step runs even when an earlier one failed;
-//! the first error is returned at the end. The whole sequence is [`super::installer::Installer::cleanup`];
+//! the first error is returned at the end. The whole sequence is [`crate::install::installer::Installer::cleanup`];
 //! this module holds its configuration steps and imports nothing from the installer.
 //!
 //! When the file we wrote to has vanished meanwhile (the primary CNI removed its config), there is nothing
