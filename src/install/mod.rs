@@ -42,17 +42,11 @@ pub fn main(name: &str, args: &[String]) -> i32 {
             return 1;
         }
     };
-    let args = match flags::normalize_args(args) {
-        Ok(a) => a,
-        Err(e) => return usage_error(name, &e),
-    };
-    let flags: flags::Flags = match crate::applet::parse_args(name, &args) {
+    let version = |f: &flags::Flags| f.version;
+    let flags = match crate::applet::parse_args(name, flags::normalize_args(args), version) {
         Ok(f) => f,
         Err(code) => return code,
     };
-    if flags.version {
-        return crate::applet::print_version(name);
-    }
     let settings = match options::resolve(&flags, &process_env) {
         Ok(s) => s,
         Err(e) => return usage_error(name, &format!("invalid configuration: {e}")),
