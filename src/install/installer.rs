@@ -3,7 +3,8 @@
 
 use super::config::check::{self, CheckCtx, Outcome};
 use super::config::cleanup;
-use super::config::conflist::{self, PluginEntry};
+use super::config::conflist;
+use super::config::entry::PluginEntry;
 use super::config::kubeconfig::{self, KubeconfigInputs};
 use super::config::select::{self, shown, Choice, Listing};
 use super::options::Settings;

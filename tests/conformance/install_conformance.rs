@@ -342,7 +342,7 @@ fn install_cases() {
 /// namespace). Our check requires the entry *this* installer writes (README: an edited entry is
 /// reinstalled), so the harness puts that entry where the vector has one: what the installer under test
 /// would have written. Files without an istio-cni plugin are left byte-identical.
-fn substitute_our_entry(dir: &Path, ours: &conflist::PluginEntry) {
+fn substitute_our_entry(dir: &Path, ours: &istio_cni::install::config::entry::PluginEntry) {
     let entry = ours.to_object();
     for f in names(dir) {
         let p = dir.join(&f);
