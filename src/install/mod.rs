@@ -4,7 +4,8 @@
 //! [`handover`] (the SIGTERM decision, and an older agent yielding to a newer one), [`node`] (the node's
 //! services: health and metrics, the plugin's log relay, the pod watch). Here: the entry [`main`], the
 //! command line [`flags`] and settings [`options`], the steps [`installer`] and [`binaries`], the loop
-//! [`run`] over the [`watch`], and [`cli`] (the run: signals, servers, the loop, the decision at stop).
+//! [`run`] and its [`round`] over the [`watch`], and [`cli`] (the run: signals, servers, the loop, the
+//! decision at stop).
 //!
 //! The composition root of the DaemonSet: like upstream's `install-cni`, it runs the repair agent in-process
 //! (`REPAIR_ENABLED`), so it takes the agent's settings ([`crate::repair::options`]) and starts
@@ -23,6 +24,7 @@ pub mod legacy;
 pub mod log_settings;
 pub mod node;
 pub mod options;
+pub mod round;
 pub mod run;
 pub mod watch;
 

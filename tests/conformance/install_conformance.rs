@@ -8,7 +8,7 @@ use istio_cni::install::config::select::{self, Choice};
 use istio_cni::install::installer::{ConfigWrite, Installer};
 use istio_cni::install::node::server::{self, Endpoints, State};
 use istio_cni::install::options::{self, Flags, Settings};
-use istio_cni::install::run::{self, RoundEnd};
+use istio_cni::install::round::{self, RoundEnd};
 use istio_cni::install::{binaries, watch};
 use istio_cni::json;
 use istio_cni::rundir::RunDir;
@@ -562,7 +562,7 @@ fn watch_cases() {
             match s(step, "op") {
                 "round" => {
                     let (mut i, mut w) = slot.take().unwrap();
-                    let end = run::round(&mut i, &mut w, &state, None, true, &mut None).unwrap();
+                    let end = round::round(&mut i, &mut w, &state, None, true, &mut None).unwrap();
                     assert!(
                         matches!(end, RoundEnd::Invalid(_)),
                         "{name}: round must end at once: {end:?}"
@@ -574,7 +574,8 @@ fn watch_cases() {
                     let (mut i, mut w) = slot.take().unwrap();
                     let st2 = state.clone();
                     running = Some(std::thread::spawn(move || {
-                        let end = run::round(&mut i, &mut w, &st2, None, true, &mut None).unwrap();
+                        let end =
+                            round::round(&mut i, &mut w, &st2, None, true, &mut None).unwrap();
                         (i, w, end)
                     }));
                     poll_until(&format!("{name}: ready"), Duration::from_secs(5), || {
