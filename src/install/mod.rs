@@ -3,9 +3,9 @@
 //! Rooms: [`config`] (the configuration logic: the runtime's choice, libcni's rules, our entry in and out),
 //! [`handover`] (the SIGTERM decision, and an older agent yielding to a newer one), [`node`] (the node's
 //! services: health and metrics, the plugin's log relay, the pod watch). Here: the entry [`main`], the
-//! command line [`flags`] and settings [`options`], the steps [`installer`] and [`binaries`], the loop
-//! [`run`] and its [`round`] over the [`watch`], and [`cli`] (the run: signals, servers, the loop, the
-//! decision at stop).
+//! command line [`flags`] and settings [`options`], the steps [`installer`], [`binaries`] and
+//! [`teardown`], the loop [`run`] and its [`round`] over the [`watch`], and [`cli`] (the run: signals,
+//! servers, the loop, the decision at stop).
 //!
 //! The composition root of the DaemonSet: like upstream's `install-cni`, it runs the repair agent in-process
 //! (`REPAIR_ENABLED`), so it takes the agent's settings ([`crate::repair::options`]) and starts
@@ -26,6 +26,7 @@ pub mod node;
 pub mod options;
 pub mod round;
 pub mod run;
+pub mod teardown;
 pub mod watch;
 
 use crate::settings::process_env;
