@@ -7,11 +7,10 @@
 //! repair agent's own parser, [`crate::repair::options::from_installer_env`].
 
 use super::config::selectors::EnablementSelector;
-pub use super::flags::{normalize_args, Flags};
+use super::flags::Flags;
 use crate::error::{Error, Result};
 use crate::iptables::Backend;
-pub use crate::settings::{parse_bool, parse_duration, parse_mode, parse_port, process_env, Env};
-use crate::settings::{EmptyEnv, Named};
+use crate::settings::{parse_bool, parse_duration, parse_mode, parse_port, EmptyEnv, Env, Named};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -371,4 +370,4 @@ fn plain_file_name(name: &str, v: &str) -> Result<()> {
 
 #[cfg(test)]
 #[path = "options_tests.rs"]
-mod tests;
+pub(super) mod tests;
