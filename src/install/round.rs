@@ -57,7 +57,7 @@ fn refresh(inst: &Installer, watcher: &mut Watcher, state: &State) -> Result<Cha
 
 /// Waits for a change, the stop descriptor or `limit` (`None`: none), refreshing ([`refresh`]) every
 /// [`RESOLVE_PERIOD`]: a change only the refresh sees ends the wait too.
-pub fn wait_change(
+pub(super) fn wait_change(
     inst: &Installer,
     watcher: &mut Watcher,
     state: &State,
