@@ -61,27 +61,32 @@ impl PluginEntry {
 
     /// The entry as a JSON object (no `cniVersion`).
     pub fn to_object(&self) -> Object {
-        let fields = self.fields().into_iter();
-        fields.map(|(k, v)| (k.to_string(), v)).collect()
+        let mut o = Object::new();
+        for (k, v) in self.fields() {
+            o.insert(k.into(), v);
+        }
+        o
     }
 
     /// The standalone file: upstream's struct field order (not sorted), `cniVersion` 0.3.1, trailing newline.
     pub fn standalone_text(&self) -> String {
-        let version = ("cniVersion", json::string(UPSTREAM_CNI_VERSION));
-        let lines: Vec<String> = std::iter::once(version)
-            .chain(self.fields())
-            .map(|(k, v)| {
-                // Values are at depth 1 of the document; the selectors print in their struct order too.
-                let text = match k {
-                    "enablement_selectors" => {
-                        selectors::to_struct_text(&self.enablement_selectors, "  ", 1)
-                    }
-                    _ => json::to_pretty(&v, "  ").replace('\n', "\n  "),
-                };
-                format!("  \"{k}\": {text}")
-            })
-            .collect();
-        format!("{{\n{}\n}}\n", lines.join(",\n"))
+        let mut out = String::from("{\n  \"cniVersion\": \"");
+        out.push_str(UPSTREAM_CNI_VERSION);
+        out.push('"');
+        for (k, v) in self.fields() {
+            out.push_str(",\n  \"");
+            out.push_str(k);
+            out.push_str("\": ");
+            // Values are at depth 1 of the document; the selectors print in their struct order too.
+            out.push_str(&match k {
+                "enablement_selectors" => {
+                    selectors::to_struct_text(&self.enablement_selectors, "  ", 1)
+                }
+                _ => json::to_pretty(&v, "  ").replace('\n', "\n  "),
+            });
+        }
+        out.push_str("\n}\n");
+        out
     }
 }
 
