@@ -70,32 +70,24 @@ impl PluginEntry {
 
     /// The standalone file: upstream's struct field order (not sorted), `cniVersion` 0.3.1, trailing newline.
     pub fn standalone_text(&self) -> String {
-        let mut out = String::from("{\n  \"cniVersion\": \"");
-        out.push_str(UPSTREAM_CNI_VERSION);
-        out.push('"');
+        let mut fields = vec![format!("\"cniVersion\": \"{UPSTREAM_CNI_VERSION}\"")];
         for (k, v) in self.fields() {
-            out.push_str(",\n  \"");
-            out.push_str(k);
-            out.push_str("\": ");
-            // Values are at depth 1 of the document; the selectors print in their struct order too.
-            out.push_str(&match k {
+            // The selectors print in their struct order too.
+            let text = match k {
                 "enablement_selectors" => {
                     selectors::to_struct_text(&self.enablement_selectors, "  ", 1)
                 }
                 _ => json::to_pretty(&v, "  ").replace('\n', "\n  "),
-            });
+            };
+            fields.push(format!("\"{k}\": {text}"));
         }
-        out.push_str("\n}\n");
-        out
+        json::block_text('{', &fields, '}', "  ", 0) + "\n"
     }
 }
 
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-
-    /// The chart's default AMBIENT_ENABLEMENT_SELECTOR (differential case ambient-enablement-selector-chart-default).
-    const CHART_SELECTOR: &str = "- podSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n- namespaceSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n  podSelector:\n    matchExpressions:\n    - key: istio.io/dataplane-mode\n      operator: NotIn\n      values:\n      - none";
 
     /// The entry the configuration tests write.
     pub(in crate::install::config) fn entry() -> PluginEntry {
@@ -106,7 +98,7 @@ pub(super) mod tests {
             exclude_namespaces: Some(vec!["kube-system".into()]),
             pod_namespace: "istio-system".into(),
             native_nftables: false,
-            enablement_selectors: selectors::parse(CHART_SELECTOR).unwrap(),
+            enablement_selectors: selectors::parse(selectors::tests::CHART_DEFAULT).unwrap(),
             enable_ambient_detection_retry: false,
             pod_cache: true,
         }
