@@ -131,16 +131,17 @@ impl Installer {
         let sa = &s.service_account_dir;
         let token_path = sa.join("token");
         let ca_path = s.kube_ca_file.clone().unwrap_or_else(|| sa.join("ca.crt"));
+        let unread = KubeconfigInputs {
+            protocol: &s.k8s_protocol,
+            host: &s.k8s_host,
+            port: &s.k8s_port,
+            ca: None,
+            skip_tls_verify: true,
+            token: b"",
+        };
         // Host/port errors come first (upstream order), before any file is read.
         if s.k8s_host.is_empty() || s.k8s_port.is_empty() {
-            kubeconfig::render(&KubeconfigInputs {
-                protocol: &s.k8s_protocol,
-                host: &s.k8s_host,
-                port: &s.k8s_port,
-                ca: None,
-                skip_tls_verify: true,
-                token: b"",
-            })?;
+            kubeconfig::render(&unread)?;
         }
         let ca = if s.skip_tls_verify {
             None
@@ -153,12 +154,10 @@ impl Installer {
         let token = std::fs::read(&token_path)
             .io_context(|| format!("read service account token {}", token_path.display()))?;
         let inputs = KubeconfigInputs {
-            protocol: &s.k8s_protocol,
-            host: &s.k8s_host,
-            port: &s.k8s_port,
             ca: ca.as_deref(),
             skip_tls_verify: s.skip_tls_verify,
             token: &token,
+            ..unread
         };
         let text = kubeconfig::render(&inputs)?;
         Ok((text, kubeconfig::log_summary(&inputs)))
