@@ -135,41 +135,41 @@ pub fn run_loop(
             Some(false) => return Ok(End::Stopped),
             None => {}
         }
+        // A failed step: not ready; it ends the first pass and `--once`, else it is retried with backoff.
+        let mut failed = None;
         if dirty.bin || first {
             if let Err(e) = inst.install_binaries() {
-                state.count(InstallResult::CopyBinariesFailure);
-                state.set_ready(false);
-                if first || once.is_some() {
-                    return Err(e);
-                }
-                let delay = backoff.next_delay();
-                log::error!("{e}; retrying in {delay:?}");
-                dirty = Changes {
+                let redo = Changes {
                     bin: true,
-                    ..wait_for!(Some(delay))
+                    ..Changes::default()
                 };
-                continue;
+                failed = Some((e, InstallResult::CopyBinariesFailure, redo));
             }
         }
-        if dirty.service_account || dirty.run || first {
+        if failed.is_none() && (dirty.service_account || dirty.run || first) {
             match inst.write_kubeconfig().context("write kubeconfig") {
                 Ok(true) if !first => log::info!("kubeconfig rewritten (service account change)"),
                 Ok(_) => {}
                 Err(e) => {
-                    state.count(InstallResult::CreateKubeconfigFailure);
-                    state.set_ready(false);
-                    if first || once.is_some() {
-                        return Err(e);
-                    }
-                    let delay = backoff.next_delay();
-                    log::error!("{e}; retrying in {delay:?}");
-                    dirty = Changes {
+                    let redo = Changes {
                         service_account: true,
-                        ..wait_for!(Some(delay))
+                        ..Changes::default()
                     };
-                    continue;
+                    failed = Some((e, InstallResult::CreateKubeconfigFailure, redo));
                 }
             }
+        }
+        if let Some((e, result, redo)) = failed {
+            state.count(result);
+            state.set_ready(false);
+            if first || once.is_some() {
+                return Err(e);
+            }
+            let delay = backoff.next_delay();
+            log::error!("{e}; retrying in {delay:?}");
+            dirty = wait_for!(Some(delay));
+            dirty.merge(redo);
+            continue;
         }
         first = false;
         dirty = Changes::default();
