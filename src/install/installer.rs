@@ -1,15 +1,14 @@
 //! The installer's effectful steps over its state: binaries, kubeconfig, plugin configuration, the
 //! validity check. The loop that drives them is in [`super::run`].
 
-use super::check::{self, CheckCtx, Outcome};
-use super::cleanup;
-use super::conflist::PluginEntry;
-use super::kubeconfig::{self, KubeconfigInputs};
+use super::config::check::{self, CheckCtx, Outcome};
+use super::config::entry::PluginEntry;
+use super::config::kubeconfig::{self, KubeconfigInputs};
+use super::config::select::{self, shown, Choice, Listing};
 use super::options::Settings;
-use super::select::{self, shown, Choice, Listing};
-use crate::error::{Context, Error, IoContext, Result};
+use crate::error::{Context, IoContext, Result};
 use crate::fsutil;
-use crate::rundir::lease::{self, Lease};
+use crate::rundir::lease::Lease;
 use crate::rundir::RunDir;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -90,7 +89,7 @@ impl Installer {
         let dir = self.conf_dir();
         let cands = select::list_candidates(dir)?;
         select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
-            super::plugin_dir::read(dir, n)
+            super::config::plugin_dir::read(dir, n)
         })
     }
 
@@ -134,16 +133,17 @@ impl Installer {
         let sa = &s.service_account_dir;
         let token_path = sa.join("token");
         let ca_path = s.kube_ca_file.clone().unwrap_or_else(|| sa.join("ca.crt"));
+        let unread = KubeconfigInputs {
+            protocol: &s.k8s_protocol,
+            host: &s.k8s_host,
+            port: &s.k8s_port,
+            ca: None,
+            skip_tls_verify: true,
+            token: b"",
+        };
         // Host/port errors come first (upstream order), before any file is read.
         if s.k8s_host.is_empty() || s.k8s_port.is_empty() {
-            kubeconfig::render(&KubeconfigInputs {
-                protocol: &s.k8s_protocol,
-                host: &s.k8s_host,
-                port: &s.k8s_port,
-                ca: None,
-                skip_tls_verify: true,
-                token: b"",
-            })?;
+            kubeconfig::render(&unread)?;
         }
         let ca = if s.skip_tls_verify {
             None
@@ -156,12 +156,10 @@ impl Installer {
         let token = std::fs::read(&token_path)
             .io_context(|| format!("read service account token {}", token_path.display()))?;
         let inputs = KubeconfigInputs {
-            protocol: &s.k8s_protocol,
-            host: &s.k8s_host,
-            port: &s.k8s_port,
             ca: ca.as_deref(),
             skip_tls_verify: s.skip_tls_verify,
             token: &token,
+            ..unread
         };
         let text = kubeconfig::render(&inputs)?;
         Ok((text, kubeconfig::log_summary(&inputs)))
@@ -231,7 +229,7 @@ impl Installer {
             (Outcome::Valid { .. }, Ok(l)) if follows => {
                 let skip =
                     |n: &OsStr, b: &[u8]| self.unmergeable.iter().any(|(u, ub)| u == n && ub == b);
-                match super::layout::fallback_lacking(&l.valid, &entry, &read, &skip) {
+                match super::config::layout::fallback_lacking(&l.valid, &entry, &read, &skip) {
                     Some(f) => Outcome::Invalid {
                         reason: format!(
                             "{}/{} lacks our entry, and the container runtime falls back to it if the \
@@ -271,76 +269,6 @@ impl Installer {
             log::info!("removed stale temp file {}", p.display());
         }
         Ok(())
-    }
-
-    /// Full cleanup for an installer: config, kubeconfig, binary, sockets, backend record (a running
-    /// agent's: only the run-dir files still its own).
-    pub fn cleanup(&self) -> Result<()> {
-        let inst = self;
-        let s = &inst.settings;
-        let mut first_err: Option<Error> = None;
-        let mut note = |r: Result<String>| match r {
-            Ok(n) => log::info!("cleanup: {n}"),
-            Err(e) => {
-                log::error!("cleanup: {e}");
-                first_err.get_or_insert(e);
-            }
-        };
-        let dir = inst.conf_dir();
-        // Chained, our entry may be in several files (every file the runtime falls back to, a file
-        // sorting before the owned one): after the file we wrote last, every other one loses it too.
-        let owned = s.chained && s.istio_owned;
-        if let Some(name) = &inst.installed {
-            note(cleanup::remove_config(dir, name, !s.chained || owned));
-        }
-        match inst.installed.as_ref().filter(|_| !s.chained) {
-            Some(_) => {}
-            None => match cleanup::scan_and_remove(
-                dir,
-                s.istio_owned.then_some(OsStr::new(&s.istio_owned_filename)),
-            ) {
-                Ok(notes) if notes.is_empty() && inst.installed.is_none() => {
-                    note(Ok("no Istio CNI configuration found".into()))
-                }
-                Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),
-                Err(e) => note(Err(e)),
-            },
-        }
-        // A running agent removes only the run-dir files it put there (crate::rundir): a newer agent
-        // sharing the dir keeps its own. `--uninstall` put nothing there and removes them all, and so does
-        // the last agent out (it holds the whole lease: every other agent is gone or keeping, and writes
-        // nothing more), or an uninstall during a roll would leave the other agent's kubeconfig behind.
-        let alone = inst.lease.as_ref().is_some_and(Lease::alone);
-        let remove_record = |p: &Path| crate::rundir::remove_record(p, s.uninstall || alone);
-        note(remove_record(&inst.kubeconfig_path()).map(|n| format!("kubeconfig {n}")));
-        let dirs = if inst.bin_dirs.is_empty() {
-            super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref())
-        } else {
-            inst.bin_dirs.clone()
-        };
-        for d in dirs {
-            let p = d.join(PLUGIN_BINARY);
-            note(fsutil::remove_if_exists(&p).map(|r| {
-                format!(
-                    "binary {}: {}",
-                    p.display(),
-                    if r { "removed" } else { "absent" }
-                )
-            }));
-        }
-        // The sockets and the iptables backend record (a later install records it afresh).
-        for f in crate::rundir::RunDir::RECORDS {
-            note(remove_record(&s.run_dir.join(f)));
-        }
-        match &inst.lease {
-            Some(l) => note(l.remove()),
-            None if s.uninstall => note(lease::remove_unheld(&s.run_dir)),
-            None => {}
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
     }
 }
 

@@ -110,7 +110,8 @@ pub fn canon(text: &str) -> String {
 /// and whether the deviation changed anything.
 pub fn apply_cni_version_deviation(golden: &str, source_conf: &str) -> (String, bool) {
     let src = json::parse_object(source_conf, "source conf").unwrap();
-    let ours = istio_cni::install::conflist::wrapper_cni_version(json::str_of(&src, "cniVersion"));
+    let ours =
+        istio_cni::install::config::conflist::wrapper_cni_version(json::str_of(&src, "cniVersion"));
     let upstream_line = "\n  \"cniVersion\": \"0.3.1\",\n";
     assert!(
         golden.contains(upstream_line),
@@ -147,7 +148,7 @@ pub struct Fallback {
 /// (our plugin object, as the file we wrote holds it) merged in by the installer's own merge: the
 /// primary's bytes stay checked against upstream's goldens; these are the files upstream does not touch.
 pub fn fallbacks(before: &Path, primary: &str, entry: &json::Object) -> Vec<Fallback> {
-    use istio_cni::install::{conflist, libcni, plugin_dir, select};
+    use istio_cni::install::config::{conflist, libcni, plugin_dir, select};
     let cands = select::list_candidates(before).unwrap();
     let Ok(listing) = select::valid_configs("d", &cands, &|n| plugin_dir::read(before, n)) else {
         return Vec::new();
