@@ -17,6 +17,9 @@ use std::time::Duration;
 
 /// Where the installer puts the plugin's kubeconfig, log socket and backend file.
 pub const DEFAULT_AGENT_RUN_DIR: &str = crate::rundir::DEFAULT;
+/// Set (`true`) in our entry of the installer's owned file while the node has no primary CNI configuration:
+/// there is no network to chain onto, so ADD refuses every pod (fail closed), DEL and CHECK go on as usual.
+pub const NO_PRIMARY_KEY: &str = "no_primary";
 /// How long ADD keeps retrying a transient pod lookup failure (upstream: 30 attempts, 1 s apart).
 pub const DEFAULT_POD_LOOKUP_DEADLINE: Duration = Duration::from_secs(30);
 

@@ -222,6 +222,9 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
                 started.elapsed().as_millis()
             );
             if d.verdict == super::handover::Verdict::Keep {
+                if d.rule == super::handover::Rule::Replacement {
+                    inst.release_no_primary();
+                }
                 return Ok(0);
             }
             Ok(match inst.cleanup() {

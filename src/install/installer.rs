@@ -2,13 +2,11 @@
 //! validity check. The loop that drives them is in [`super::run`].
 
 use super::config::check::{self, CheckCtx, Outcome};
-use super::config::cleanup;
-use super::config::conflist;
 use super::config::entry::PluginEntry;
 use super::config::kubeconfig::{self, KubeconfigInputs};
 use super::config::select::{self, shown, Choice, Listing};
 use super::options::Settings;
-use crate::error::{Context, Error, IoContext, Result};
+use crate::error::{Context, IoContext, Result};
 use crate::fsutil;
 use crate::rundir::lease::Lease;
 use crate::rundir::RunDir;
@@ -40,6 +38,9 @@ pub struct Installer {
     pub bin_dirs: Vec<PathBuf>,
     /// This agent's place among the node's agents (none for `--once` and `--uninstall`).
     pub lease: Option<Lease>,
+    /// Files the runtime falls back to that our entry could not be merged into, with the content tried
+    /// (tried again once it changes; [`super::write`]).
+    pub unmergeable: Vec<(OsString, Vec<u8>)>,
 }
 
 impl Installer {
@@ -52,6 +53,7 @@ impl Installer {
             installed: None,
             bin_dirs: Vec::new(),
             lease: None,
+            unmergeable: Vec::new(),
         }
     }
 
@@ -83,7 +85,7 @@ impl Installer {
     }
 
     /// The valid configurations of the conf dir.
-    fn listing_quiet(&self) -> Result<Listing> {
+    pub(super) fn listing_quiet(&self) -> Result<Listing> {
         let dir = self.conf_dir();
         let cands = select::list_candidates(dir)?;
         select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
@@ -201,118 +203,6 @@ impl Installer {
         )
     }
 
-    /// Writes our configuration (upstream `createCNIConfigFile`): merge into the primary, or the
-    /// Istio-owned list, or the standalone file. Identical content is not rewritten. When the primary
-    /// moved to another file (the runtime's choice changed), our entry is taken out of the old one.
-    pub fn write_config(&mut self) -> Result<ConfigWrite> {
-        let name = match self.choose() {
-            Choice::Use(n) => n,
-            Choice::Wait(why) => return Ok(ConfigWrite::Waiting(why)),
-        };
-        let s = &self.settings;
-        let dir = self.conf_dir().to_path_buf();
-        if !s.chained {
-            let text = self.entry().standalone_text();
-            let changed = write_if_changed(&dir.join(&name), text.as_bytes(), s.created_mode())?;
-            self.installed = Some(name.clone());
-            return Ok(ConfigWrite::Installed { name, changed });
-        }
-        let (final_name, changed) = self.merge_into(&name)?;
-        let previous = self.installed.replace(final_name.clone());
-        let follows = self.configured.is_none() && !self.settings.istio_owned;
-        if previous.is_none() && follows {
-            for note in cleanup::remove_from_others(&dir, &final_name) {
-                log::info!("{note}");
-            }
-        }
-        if let Some(old) = previous.filter(|o| *o != final_name && !self.settings.istio_owned) {
-            match cleanup::remove_config(&dir, &old, false) {
-                Ok(note) => log::info!(
-                    "the container runtime now uses {}/{} instead of {}: {note}",
-                    dir.display(),
-                    shown(&final_name),
-                    shown(&old)
-                ),
-                Err(e) => log::warn!(
-                    "could not take our entry out of the previous primary {}: {e}",
-                    shown(&old)
-                ),
-            }
-        }
-        Ok(ConfigWrite::Installed {
-            name: final_name,
-            changed,
-        })
-    }
-
-    /// Merges our entry into the primary `name` (or writes the Istio-owned list from it); returns the file
-    /// written and whether it changed. The primary is re-verified right before the rename; when its CNI
-    /// rewrote it meanwhile, the merge is redone on the new content (no lost update).
-    fn merge_into(&self, name: &OsStr) -> Result<(OsString, bool)> {
-        const ATTEMPTS: usize = 50;
-        let s = &self.settings;
-        let dir = self.conf_dir().to_path_buf();
-        let src = dir.join(name);
-        let entry = self.entry().to_object();
-        for _ in 0..ATTEMPTS {
-            let Some(stamp) = fsutil::stamp(&src)? else {
-                return Err(Error::config(format!(
-                    "CNI config file {} disappeared before our entry could be added",
-                    src.display()
-                )));
-            };
-            let Some(bytes) = fsutil::read_config(&src, fsutil::MAX_CONFIG_BYTES)? else {
-                continue;
-            };
-            let existing = super::config::libcni::go_text(&bytes);
-            let merged = conflist::merge(&existing, &entry)
-                .with_context(|| format!("create CNI config file {}", src.display()))?;
-            if s.istio_owned {
-                let owned = OsString::from(&s.istio_owned_filename);
-                let changed =
-                    write_if_changed(&dir.join(&owned), merged.as_bytes(), s.created_mode())?;
-                return Ok((owned, changed));
-            }
-            let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
-            let loads = |n: &OsStr, b: &[u8]| {
-                select::validate(n, b, &|d| super::config::plugin_dir::read(&dir, d)).is_ok()
-            };
-            let ours_or_absent = |n: &OsStr| {
-                fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)
-                    .is_ok_and(|b| b.map_or(true, |b| super::config::check::holds_entry(&b)))
-            };
-            let valid = self.listing_quiet().map(|l| l.valid).unwrap_or_default();
-            let target =
-                select::merge_target(name, &bytes, &merged, &valid, &loads, &ours_or_absent)
-                    .map_err(Error::config)?;
-            if let Some(list) = target {
-                // .conf (or .json) → .conflist: write the list first, then drop the single-plugin file
-                // (crash-safe order: until the unlink the original is unmodified, and whichever of the
-                // two the runtime loads holds the primary's plugin).
-                write_if_changed(&dir.join(&list), merged.as_bytes(), mode)?;
-                if fsutil::stamp(&src)? != Some(stamp) {
-                    continue;
-                }
-                fsutil::remove_if_exists(&src)?;
-                return Ok((list, true));
-            }
-            if merged.as_bytes() == bytes.as_slice() {
-                return Ok((name.to_os_string(), false));
-            }
-            if fsutil::replace_if_unchanged(&src, merged.as_bytes(), mode, stamp, &bytes)? {
-                return Ok((name.to_os_string(), true));
-            }
-            log::info!(
-                "{} changed while we merged into it; merging again",
-                src.display()
-            );
-        }
-        Err(Error::other(format!(
-            "{} keeps changing while we merge into it ({ATTEMPTS} attempts)",
-            src.display()
-        )))
-    }
-
     /// upstream `checkValidCNIConfig`, with the readiness invariant (see [`check::check`]).
     pub fn check(&mut self) -> Outcome {
         let s = &self.settings;
@@ -328,11 +218,31 @@ impl Installer {
             installed: self.installed.as_deref(),
             entry: &entry,
         };
-        check::check(&ctx, &listing, &|n| {
+        let read = |n: &OsStr| {
             fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)
                 .ok()
                 .flatten()
-        })
+        };
+        let out = check::check(&ctx, &listing, &read);
+        let follows = s.chained && !s.istio_owned && self.configured.is_none();
+        match (&out, &listing) {
+            (Outcome::Valid { .. }, Ok(l)) if follows => {
+                let skip =
+                    |n: &OsStr, b: &[u8]| self.unmergeable.iter().any(|(u, ub)| u == n && ub == b);
+                match super::config::layout::fallback_lacking(&l.valid, &entry, &read, &skip) {
+                    Some(f) => Outcome::Invalid {
+                        reason: format!(
+                            "{}/{} lacks our entry, and the container runtime falls back to it if the \
+                             files before it go",
+                            dir_display,
+                            shown(&f)
+                        ),
+                    },
+                    None => out,
+                }
+            }
+            _ => out,
+        }
     }
 
     /// Removes stale temp files at start. In the conf dir, which the primary CNI shares, our own temp

@@ -28,6 +28,7 @@ pub mod round;
 pub mod run;
 pub mod teardown;
 pub mod watch;
+pub mod write;
 
 use crate::settings::process_env;
 

@@ -26,17 +26,20 @@ impl Installer {
             }
         };
         let dir = self.conf_dir();
-        match &self.installed {
-            Some(name) => note(cleanup::remove_config(
-                dir,
-                name,
-                !s.chained || s.istio_owned,
-            )),
+        // Chained, our entry may be in several files (every file the runtime falls back to, a file
+        // sorting before the owned one: config::layout): after the file we wrote last, every other one
+        // loses it too.
+        let owned = s.chained && s.istio_owned;
+        if let Some(name) = &self.installed {
+            note(cleanup::remove_config(dir, name, !s.chained || owned));
+        }
+        match self.installed.as_ref().filter(|_| !s.chained) {
+            Some(_) => {}
             None => match cleanup::scan_and_remove(
                 dir,
                 s.istio_owned.then_some(OsStr::new(&s.istio_owned_filename)),
             ) {
-                Ok(notes) if notes.is_empty() => {
+                Ok(notes) if notes.is_empty() && self.installed.is_none() => {
                     note(Ok("no Istio CNI configuration found".into()))
                 }
                 Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),

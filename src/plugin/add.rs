@@ -1,8 +1,8 @@
 //! ADD and CHECK: decide whether the pod gets redirection and, if so, program it in the pod's netns.
 
 use crate::cni::{result, CmdEnv, K8sArgs, NetConf};
-use crate::error::{Context, Result};
-use crate::json::Object;
+use crate::error::{Context, Error, Result};
+use crate::json::{Object, Value};
 use crate::kube;
 use crate::pod_rules;
 use crate::podcache::{self, Miss, Source};
@@ -111,6 +111,16 @@ pub fn add(
     report: &mut Report,
 ) -> Result<String> {
     let args = K8sArgs::parse(&env.args).context("failed to load args")?;
+    if matches!(
+        conf.raw.get(crate::cni::conf::NO_PRIMARY_KEY),
+        Some(Value::Bool(true))
+    ) {
+        return Err(Error::config(format!(
+            "no primary CNI configuration on this node: istio-cni's own file holds no network to chain \
+             onto, so pod {}/{} is refused (it starts once the node's CNI writes its configuration)",
+            args.pod_namespace, args.pod_name
+        )));
+    }
     // Parse prevResult first: a result we cannot pass on fails ADD before anything is programmed.
     let output = result::passthrough(conf.prev_result.as_ref(), &conf.cni_version)?;
     let who = format!(

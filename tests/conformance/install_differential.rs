@@ -13,6 +13,9 @@
 //!   as ours), but its own check reads only the key `type` and it never gets ready nor exits on SIGTERM.
 //!   libcni runs a `"TYPE"` plugin, so the runtime uses that file with our entry: we report ready, and
 //!   SIGTERM removes our entry (the file returns to its `before/` bytes) instead of upstream's SIGKILL state.
+//! - every case with more than one valid file: the files the runtime falls back to hold our entry too
+//!   (README, issue 32; upstream leaves them untouched): they are compared with our own merge of their
+//!   `before/` bytes ([`fallbacks`]), and after cleanup with that merge minus our entry.
 
 use crate::support::install::*;
 use istio_cni::install::config::select;
@@ -68,6 +71,8 @@ struct Case {
     root: PathBuf,
     conf: PathBuf,
     run: PathBuf,
+    /// The files the runtime falls back to, as we leave them (module docs).
+    fallbacks: Vec<Fallback>,
 }
 
 impl Case {
@@ -86,7 +91,13 @@ impl Case {
     /// Differences between the conf dir and `sub` (exact file list, bytes, and modes for `after/`).
     fn diff(&self, sub: &str, files_key: &str) -> Vec<String> {
         let mut out = Vec::new();
-        let want = strs(&self.expect, files_key);
+        let mut want = strs(&self.expect, files_key);
+        for fb in &self.fallbacks {
+            want.retain(|f| *f != fb.before);
+            want.push(fb.name.clone());
+        }
+        want.sort();
+        want.dedup();
         let got = names(&self.conf);
         if got != want {
             out.push(format!("files {got:?}, upstream {want:?}"));
@@ -95,7 +106,15 @@ impl Case {
             let Ok(ours) = fs::read(self.conf.join(f)) else {
                 continue;
             };
-            let theirs = if self.name == "conflist-plugin-type-key-uppercase-never-ready"
+            let fallback = self.fallbacks.iter().find(|fb| fb.name == *f);
+            let theirs = if let Some(fb) = fallback {
+                if sub == "after" {
+                    fb.after.clone()
+                } else {
+                    fb.cleaned.clone()
+                }
+                .into_bytes()
+            } else if self.name == "conflist-plugin-type-key-uppercase-never-ready"
                 && sub == "after-cleanup"
             {
                 // Our deviation (module docs): the cleanup ran, so the file is back to before/.
@@ -134,19 +153,26 @@ fn run_case(name: &str) {
     let expect = read_json(&dir.join("expect.json"));
     let envj = read_json(&dir.join("env.json"));
     let root = tempdir("diff");
-    let c = Case {
+    let mut c = Case {
         name: name.to_string(),
         dir: dir.clone(),
         expect,
         conf: root.join("conf"),
         run: root.join("run"),
         root,
+        fallbacks: Vec::new(),
     };
     let (bin, sa) = (c.root.join("bin"), c.root.join("sa"));
     for d in [&c.conf, &c.run, &bin, &sa] {
         fs::create_dir_all(d).unwrap();
     }
     copy_dir(&dir.join("before"), &c.conf, 0o644);
+    if let Some(written) = json::str_of(&c.expect, "written_to") {
+        let ours = c.expected("after", written);
+        if let Some(entry) = entry_of(&String::from_utf8_lossy(&ours)) {
+            c.fallbacks = fallbacks(&c.conf, s(&c.expect, "primary"), &entry);
+        }
+    }
 
     // Selection through the pure API first: libcni's choice is upstream's primary.
     let primary = std::ffi::OsString::from(s(&c.expect, "primary"));

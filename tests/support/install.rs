@@ -130,6 +130,57 @@ pub fn apply_cni_version_deviation(golden: &str, source_conf: &str) -> (String, 
     )
 }
 
+/// One file the runtime falls back to, as we leave it (README deviation "our entry in every file the
+/// runtime could fall back to", issue 32): upstream leaves it untouched.
+#[derive(Debug, Clone)]
+pub struct Fallback {
+    /// Its name before the install.
+    pub before: String,
+    /// Its name with our entry (a single-plugin `.conf`/`.json` becomes its `.conflist`, as a primary does).
+    pub name: String,
+    /// Its content with our entry.
+    pub after: String,
+    /// Its content after cleanup (our entry out; a converted file stays a list).
+    pub cleaned: String,
+}
+
+/// The fallbacks of a conf dir `before` (every valid file but `primary`, in libcni's order) with `entry`
+/// (our plugin object, as the file we wrote holds it) merged in by the installer's own merge: the
+/// primary's bytes stay checked against upstream's goldens; these are the files upstream does not touch.
+pub fn fallbacks(before: &Path, primary: &str, entry: &json::Object) -> Vec<Fallback> {
+    use istio_cni::install::config::{conflist, libcni, plugin_dir, select};
+    let cands = select::list_candidates(before).unwrap();
+    let Ok(listing) = select::valid_configs("d", &cands, &|n| plugin_dir::read(before, n)) else {
+        return Vec::new();
+    };
+    listing
+        .valid
+        .iter()
+        .filter(|n| n.to_str() != Some(primary))
+        .map(|n| {
+            let text = libcni::go_text(&fs::read(before.join(n)).unwrap());
+            let after = conflist::merge(&text, entry).unwrap();
+            let name = select::list_name_for(n).unwrap_or_else(|| n.clone());
+            let cleaned = conflist::remove_entry(&after, "fallback").unwrap().unwrap();
+            Fallback {
+                before: n.to_string_lossy().into_owned(),
+                name: name.to_string_lossy().into_owned(),
+                after,
+                cleaned,
+            }
+        })
+        .collect()
+}
+
+/// The `istio-cni` plugin of a list's text.
+pub fn entry_of(text: &str) -> Option<json::Object> {
+    let o = json::parse_object(text, "entry_of").ok()?;
+    json::arr_of(&o, "plugins")?.iter().find_map(|p| match p {
+        Value::Object(x) if json::str_of(x, "type") == Some("istio-cni") => Some(x.clone()),
+        _ => None,
+    })
+}
+
 /// The cases the README lists under deviation 1.
 pub const DEVIATION_1_CASES: [&str; 3] = [
     "master-install-specified-conflist-name-finds-conf",

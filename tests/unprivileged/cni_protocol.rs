@@ -429,3 +429,20 @@ fn multicall_name_with_cni_command_runs_the_plugin() {
     let o = crate::support::run_plugin(&bin, "istio-cni-node", &add_env(&dir), b"{");
     cni_error(&o, 6);
 }
+
+/// Issue 32: our entry in the owned file while the node has no primary CNI configuration carries
+/// `"no_primary": true`; ADD refuses every container through it (even one it would otherwise pass
+/// through untouched: there is no network to give it), DEL still succeeds (teardown never blocks).
+#[test]
+fn add_through_the_no_primary_file_is_refused_and_del_is_not() {
+    let dir = PluginDir::new();
+    let plain = conf("1.0.0");
+    run(&dir, &add_env(&dir), plain.as_bytes()).assert_success();
+    let marked = plain.replace("}", ",\"no_primary\":true}");
+    let o = run(&dir, &add_env(&dir), marked.as_bytes());
+    assert_no_panic(&o);
+    assert_ne!(o.code, 0, "{o}");
+    assert!(o.stdout.contains("no primary CNI configuration"), "{o}");
+    let del = add_env(&dir).with_command("DEL");
+    run(&dir, &del, marked.as_bytes()).assert_success();
+}

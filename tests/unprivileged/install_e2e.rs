@@ -6,6 +6,10 @@
 //! entry, kubeconfig in the conf dir, wrapper cniVersion 0.3.0); we do not offer that legacy mode, so per
 //! the conformance README they check the file choice, the conversion and the placement: same files, the
 //! same non-Istio plugins and list name, exactly one `istio-cni` entry, last.
+//!
+//! README deviation (issue 32): without CNI_CONF_NAME, every other valid file (one the runtime falls back
+//! to) holds our entry too, where upstream leaves it untouched: such a file is compared with our own merge
+//! of its untouched bytes ([`fallbacks`]), and after the uninstall with that merge minus our entry.
 
 use crate::support::install::*;
 use istio_cni::json::{self, Value};
@@ -21,6 +25,9 @@ struct Run {
     conf: PathBuf,
     bin: PathBuf,
     run: PathBuf,
+    /// Without CNI_CONF_NAME: the files the runtime falls back to, once our entry is known.
+    follows: bool,
+    fallbacks: std::cell::RefCell<Option<Vec<Fallback>>>,
 }
 
 const LEGACY_KUBECONFIG: &str = "ZZZ-istio-cni-kubeconfig";
@@ -110,13 +117,56 @@ impl Run {
         }
     }
 
+    /// The fallbacks of upstream's `after/` (every valid file but the one holding the entry) with our entry,
+    /// taken from our own primary the first time it holds one.
+    fn fallbacks(&self) -> Vec<Fallback> {
+        if !self.follows {
+            return Vec::new();
+        }
+        if let Some(f) = self.fallbacks.borrow().as_ref() {
+            return f.clone();
+        }
+        let after = self.case.join("after");
+        let primary = names(&after)
+            .into_iter()
+            .find(|f| entry_of(&fs::read_to_string(after.join(f)).unwrap_or_default()).is_some());
+        let Some(primary) = primary else {
+            return Vec::new();
+        };
+        let Some(entry) = fs::read_to_string(self.conf.join(&primary))
+            .ok()
+            .and_then(|t| entry_of(&t))
+        else {
+            return Vec::new();
+        };
+        let f = fallbacks(&after, &primary, &entry);
+        *self.fallbacks.borrow_mut() = Some(f.clone());
+        f
+    }
+
     fn dir_matches(&self, dir: &str, list_key: &str) -> bool {
         let ex = read_json(&self.case.join("expect.json"));
-        let want: Vec<String> = strs(&ex, list_key)
+        let fbs = self.fallbacks();
+        let mut want: Vec<String> = strs(&ex, list_key)
             .into_iter()
             .filter(|f| f != LEGACY_KUBECONFIG)
+            .filter(|f| !fbs.iter().any(|fb| fb.before == *f))
             .collect();
-        names(&self.conf) == want && want.iter().all(|f| self.file_matches(dir, f))
+        let upstream = want.clone();
+        want.extend(fbs.iter().map(|fb| fb.name.clone()));
+        want.sort();
+        let fallback_ok = |fb: &Fallback| {
+            let got = fs::read_to_string(self.conf.join(&fb.name)).unwrap_or_default();
+            got == if dir == "after" {
+                &fb.after
+            } else {
+                &fb.cleaned
+            }
+            .as_str()
+        };
+        names(&self.conf) == want
+            && upstream.iter().all(|f| self.file_matches(dir, f))
+            && fbs.iter().all(fallback_ok)
     }
 
     fn holds(&self, what: &str) -> bool {
@@ -198,6 +248,8 @@ fn run_case(case: &Path) {
         conf: root.join("conf"),
         bin: root.join("bin"),
         run: root.join("run"),
+        follows: s(&st, "cni_conf_name").is_empty() && b(&st, "chained"),
+        fallbacks: Default::default(),
     };
     for d in [&r.conf, &r.bin, &r.run] {
         fs::create_dir_all(d).unwrap();

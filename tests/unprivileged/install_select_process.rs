@@ -1,7 +1,7 @@
 //! The readiness invariant with the real installer process, real files, inotify and signals (issue 11
 //! items 1 and 7): we are ready only while the file the runtime will pick (libcni's first valid config)
-//! holds our entry. Without CNI_CONF_NAME we follow that file (inject into the new one, take our entry out
-//! of the old one); with CNI_CONF_NAME pinned, a higher-priority file without our entry makes us not ready
+//! holds our entry. Without CNI_CONF_NAME we follow that file (inject into the new one; the old one keeps
+//! our entry, as every file the runtime falls back to does, issue 32); with CNI_CONF_NAME pinned, a higher-priority file without our entry makes us not ready
 //! (503, metric 0, one log line per interval). Hostile candidates (FIFO, link to /dev/zero, 1 GB sparse
 //! file) neither hang the installer nor grow its memory; a symlinked primary stays a link.
 //! Timings are bounded generously ("not hung"), never asserted tightly.
@@ -24,8 +24,8 @@ fn unpinned_follows_a_new_higher_priority_primary_and_back() {
 
     // Another CNI atomically writes a higher-priority config: the runtime switches to it.
     n.write("05-new.conflist", &list_text("new-net", "bridge"));
-    poll_until("entry moved to 05-new", LONG, || {
-        n.entries("05-new.conflist") == 1 && n.entries("10-ptp.conflist") == 0
+    poll_until("entry in 05-new, and still in 10-ptp", LONG, || {
+        n.entries("05-new.conflist") == 1 && n.entries("10-ptp.conflist") == 1
     });
     n.settle_ready(&p, "after 05-new appeared");
     assert_eq!(n.runtime_file().as_deref(), Some("05-new.conflist"));
@@ -40,6 +40,54 @@ fn unpinned_follows_a_new_higher_priority_primary_and_back() {
     p.signal(Signal::SIGTERM);
     assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
     assert_eq!(n.entries("10-ptp.conflist"), 0);
+}
+
+/// Issue 32, default layout: our entry is in every valid file, so a higher-priority file disappearing
+/// leaves the runtime on a file that holds it even when we cannot react (the installer is stopped with
+/// SIGSTOP). Before, the older file had lost our entry when the new one appeared. Uninstall removes all.
+#[test]
+fn a_vanishing_higher_priority_file_leaves_the_runtime_on_a_file_with_our_entry() {
+    let n = Node::new("fallback");
+    n.write("10-ptp.conflist", &list_text("ptp-net", "ptp"));
+    n.write(
+        "20-low.conf",
+        r#"{"cniVersion":"1.0.0","name":"low-net","type":"bridge"}"#,
+    );
+    let mut p = n.start(&[]);
+    n.settle_ready(&p, "initial");
+    // The lower file is a fallback too (a single-plugin .conf becomes its .conflist, as a primary does).
+    poll_until("our entry in every valid file", LONG, || {
+        n.entries("10-ptp.conflist") == 1 && n.entries("20-low.conflist") == 1
+    });
+    n.write("05-new.conflist", &list_text("new-net", "bridge"));
+    poll_until("entry in 05-new", LONG, || {
+        n.entries("05-new.conflist") == 1
+    });
+    n.settle_ready(&p, "after 05-new");
+    p.signal(Signal::SIGSTOP);
+    fs::remove_file(n.conf.join("05-new.conflist")).unwrap();
+    assert_eq!(n.runtime_file().as_deref(), Some("10-ptp.conflist"));
+    assert_eq!(
+        n.entries("10-ptp.conflist"),
+        1,
+        "the runtime's file lacks our entry"
+    );
+    fs::remove_file(n.conf.join("10-ptp.conflist")).unwrap();
+    assert_eq!(n.runtime_file().as_deref(), Some("20-low.conflist"));
+    assert_eq!(
+        n.entries("20-low.conflist"),
+        1,
+        "the runtime's file lacks our entry"
+    );
+    p.signal(Signal::SIGCONT);
+    n.settle_ready(&p, "after both vanished");
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+    assert_eq!(
+        n.entries("20-low.conflist"),
+        0,
+        "uninstall removes it everywhere"
+    );
 }
 
 #[test]

@@ -19,6 +19,7 @@ mod install_invariant;
 mod install_links;
 mod install_lost_update;
 mod install_overlap;
+mod install_owned;
 mod install_process;
 mod install_select_process;
 mod install_settings;

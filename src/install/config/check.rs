@@ -130,13 +130,8 @@ pub fn check(
     let Some(first) = valid.first() else {
         return invalid(format!("no networks found in {}", ctx.dir));
     };
-    if let Some(owned) = ctx.owned {
-        if first != owned {
-            return invalid(format!(
-                "istio owned CNI config does not exist or is not the highest priority. Got {} instead",
-                shown(first)
-            ));
-        }
+    if let (true, Some(owned)) = (ctx.chained, ctx.owned) {
+        return super::layout::check_owned(ctx, valid, owned, read);
     }
     let path_of = |n: &OsStr| format!("{}/{}", ctx.dir, shown(n));
     let installed_path = ctx.installed.map(path_of).unwrap_or_default();
@@ -216,7 +211,6 @@ pub fn check(
             "{installed_path}: error reading plugin list from CNI config"
         ));
     };
-    let mut types = Vec::new();
     for p in plugins.iter() {
         let Value::Object(po) = p else {
             return invalid(format!(
@@ -227,7 +221,7 @@ pub fn check(
         // only `type` and then never becomes ready: a deviation, README).
         let ty = super::libcni::field(po, "type");
         match ty {
-            Some(Value::String(t)) => types.push(t.clone()),
+            Some(Value::String(_)) => {}
             Some(other) => {
                 return invalid(format!(
                     "plugin type {} not a string",
@@ -239,29 +233,6 @@ pub fn check(
     }
     if let Some(why) = entry_mismatch(plugins, ctx.entry, &installed_path) {
         return invalid(why);
-    }
-    if let Some(owned) = ctx.owned {
-        let primary = ctx
-            .configured
-            .filter(|c| *c != owned)
-            .map(OsStr::to_os_string)
-            .or_else(|| valid.iter().find(|n| n.as_os_str() != owned).cloned());
-        if let Some(primary) = primary {
-            if let Some(pbytes) = read(&primary) {
-                match conflist::plugin_types(&super::libcni::go_text(&pbytes), &path_of(&primary)) {
-                    Ok(ptypes) => {
-                        for t in ptypes {
-                            if !types.contains(&t) {
-                                return invalid(format!(
-                                    "plugin of type {t} from primary CNI config is missing in Istio CNI config file"
-                                ));
-                            }
-                        }
-                    }
-                    Err(e) => return invalid(e.to_string()),
-                }
-            }
-        }
     }
     preempted.unwrap_or(Outcome::Valid { warning })
 }

@@ -158,6 +158,7 @@ pub fn daemonset_owner(pod: &Object) -> Option<String> {
 
 fn gather(c: &Client, ask: &Ask, deadline: Instant) -> Facts {
     let mut node_name = ask.node.clone();
+    let mut pod_forbidden = None;
     let (name, named_by) = if ask.pod.is_empty() {
         (
             DEFAULT_DAEMONSET.to_string(),
@@ -196,19 +197,30 @@ fn gather(c: &Client, ask: &Ask, deadline: Instant) -> Facts {
                     node: None,
                 }
             }
-            other => (
-                DEFAULT_DAEMONSET.to_string(),
-                format!(
-                    "upstream's default name; our pod could not be read: {}",
-                    brief(&other)
-                ),
-            ),
+            other => {
+                if let Lookup::Forbidden(e) = &other {
+                    pod_forbidden = Some(e.clone());
+                }
+                (
+                    DEFAULT_DAEMONSET.to_string(),
+                    format!(
+                        "upstream's default name; our pod could not be read: {}",
+                        brief(&other)
+                    ),
+                )
+            }
         }
     };
     let what = format!("get daemonset {}/{name}", ask.ns);
     let ds = get_until(deadline, &what, |t| {
         c.get_daemonset_within(&ask.ns, &name, t)
     });
+    if let (Some(pod), Lookup::Forbidden(daemonset)) = (&pod_forbidden, &ds) {
+        return Facts::RbacGone {
+            pod: pod.clone(),
+            daemonset: daemonset.clone(),
+        };
+    }
     let node = match &ds {
         Lookup::Found(o) if needs_node(o) && !node_name.is_empty() => {
             let what = format!("get node {node_name}");

@@ -22,6 +22,7 @@
 //! | its template no longer runs on this node (selector, affinity, taints) | cleanup | `not-scheduled-here` |
 //! | the node is not found | cleanup | `node-gone` |
 //! | 401 (our token is no longer accepted) | cleanup | `unauthorized` |
+//! | 403 on our own pod and on the DaemonSet (the RBAC is gone: an uninstall deleting it first) | cleanup | `rbac-gone` |
 //! | DaemonSet present, not deleting, runs here | **keep** | `replacement` |
 //! | no answer (403, timeouts, unreachable, 5xx) | cleanup; keep with `ISTIO_OWNED_CNI_CONFIG` | `no-answer` |
 
@@ -77,6 +78,10 @@ pub enum Facts {
     Disabled(String),
     /// There is no DaemonSet to look for; says why.
     NotADaemonSetPod(String),
+    /// 403 reading our own pod and then the DaemonSet: the service account may no longer read pods, which
+    /// the plugin needs for every sidecar pod (an uninstall that deleted the RBAC before our pod stopped).
+    /// Keeping our files would fail every such pod on the node; nothing runs here to remove them later.
+    RbacGone { pod: String, daemonset: String },
     /// The DaemonSet `namespace/name` (`named_by`: how the name was found) and, when needed, the node.
     Looked {
         namespace: String,
@@ -109,6 +114,7 @@ pub enum Rule {
     NotScheduledHere,
     NodeGone,
     Unauthorized,
+    RbacGone,
     Replacement,
     NoAnswer,
 }
@@ -125,6 +131,7 @@ impl Rule {
             Rule::NotScheduledHere => "not-scheduled-here",
             Rule::NodeGone => "node-gone",
             Rule::Unauthorized => "unauthorized",
+            Rule::RbacGone => "rbac-gone",
             Rule::Replacement => "replacement",
             Rule::NoAnswer => "no-answer",
         }
@@ -222,6 +229,17 @@ pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
         }
         Facts::NotADaemonSetPod(why) => {
             return Decision::new(Verdict::Cleanup, Rule::NotADaemonSetPod, why.clone())
+        }
+        Facts::RbacGone { pod, daemonset } => {
+            return Decision::new(
+                Verdict::Cleanup,
+                Rule::RbacGone,
+                format!(
+                    "our service account may read neither our pod ({pod}) nor our DaemonSet ({daemonset}): \
+                     its RBAC is gone, an uninstall; the plugin could read no pod either, so keeping our \
+                     files would fail every pod on this node"
+                ),
+            )
         }
         Facts::Looked {
             namespace,

@@ -263,3 +263,29 @@ fn another_live_agent_on_the_node_keeps_whatever_the_settings() {
         );
     }
 }
+
+/// Issue 32: an uninstall that deletes the RBAC before our pod stops. 403 on our own pod (the plugin's
+/// `get pods`) and on the DaemonSet: cleanup in both layouts. Before, the owned layout kept everything
+/// ("no answer"), leaving a file through which every sidecar pod fails once our token is gone.
+#[test]
+fn rbac_gone_cleans_up_in_both_layouts() {
+    let f = Facts::RbacGone {
+        pod: "pods \"istio-cni-node-abcde\" is forbidden".into(),
+        daemonset: "daemonsets.apps \"istio-cni-node\" is forbidden".into(),
+    };
+    let (plain, owned) = both(&f);
+    for d in [plain, owned] {
+        assert_eq!((d.verdict, d.rule), (Verdict::Cleanup, Rule::RbacGone));
+        let line = d.to_string();
+        assert!(
+            line.contains("RBAC is gone") && line.ends_with("(rule rbac-gone)"),
+            "{line}"
+        );
+    }
+    // A 403 on the DaemonSet alone (the upgrade grant never given) is still "no answer": kept in the
+    // owned layout, as before.
+    let f = looked(Lookup::Forbidden("forbidden".into()), None);
+    let (plain, owned) = both(&f);
+    assert_eq!(plain.verdict, Verdict::Cleanup);
+    assert_eq!((owned.verdict, owned.rule), (Verdict::Keep, Rule::NoAnswer));
+}

@@ -41,8 +41,8 @@ impl ChartNode {
         self.start_agent_with(&[]).await
     }
 
-    /// [`ChartNode::start_agent`] with variables added after the chart's (a test knob, e.g. a node root
-    /// that does not exist, for a node whose iptables the agent cannot run).
+    /// [`ChartNode::start_agent`] with variables added after the chart's, replacing any of the same name (a
+    /// test knob, e.g. a node root that does not exist, for a node whose iptables the agent cannot run).
     pub async fn start_agent_with(&self, extra_env: &[(&str, &str)]) -> (String, String, String) {
         let a = self
             .start_pod(Start {
@@ -259,10 +259,13 @@ impl ChartNode {
             }),
             command: list(&c["command"]),
             args: list(&c["args"]),
+            // The test's variables win over the chart's (a container must not see a name twice: which
+            // one a process reads would depend on its libc).
             envs: self
                 .chart
                 .env(&agent)
                 .into_iter()
+                .filter(|(k, _)| !start.extra_env.iter().any(|(x, _)| x == k))
                 .chain(
                     start
                         .extra_env

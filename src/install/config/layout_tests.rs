@@ -1,0 +1,230 @@
+//! The layouts' pure rules: which files get our entry, the owned file's derivation and check.
+
+use super::*;
+
+fn names(v: &[&str]) -> Vec<OsString> {
+    v.iter().map(OsString::from).collect()
+}
+
+fn entry() -> Object {
+    let mut o = Object::new();
+    o.insert("type".into(), json::string("istio-cni"));
+    o.insert("name".into(), json::string("istio-cni"));
+    o
+}
+
+#[test]
+fn default_layout_every_valid_file_gets_our_entry() {
+    let v = names(&["05-a.conflist", "10-b.conf", "20-c.json"]);
+    assert_eq!(entry_files(&v, None), v);
+    assert!(entry_files(&[], None).is_empty());
+}
+
+#[test]
+fn owned_layout_only_files_sorting_before_the_owned_one() {
+    let v = names(&["01-x.conflist", "02-istio-cni.conflist", "10-b.conflist"]);
+    let owned = OsStr::new("02-istio-cni.conflist");
+    assert_eq!(entry_files(&v, Some(owned)), names(&["01-x.conflist"]));
+    // Bytewise, as libcni sorts: "02-a" < "02-istio".
+    let v = names(&["02-a.conflist", "02-istio-cni.conflist", "03.conf"]);
+    assert_eq!(entry_files(&v, Some(owned)), names(&["02-a.conflist"]));
+    let v = names(&["02-istio-cni.conflist", "10-b.conflist"]);
+    assert!(entry_files(&v, Some(owned)).is_empty());
+}
+
+#[test]
+fn the_owned_files_primary() {
+    let owned = OsStr::new("02-istio-cni.conflist");
+    let v = names(&["02-istio-cni.conflist", "10-b.conflist", "20-c.conflist"]);
+    assert_eq!(owned_primary(&v, owned, None), Some("10-b.conflist".into()));
+    let pinned = Some(OsStr::new("20-c.conflist"));
+    assert_eq!(
+        owned_primary(&v, owned, pinned),
+        Some("20-c.conflist".into())
+    );
+    // A file sorting before ours is the runtime's first choice, so it is the primary.
+    let v = names(&["01-x.conflist", "02-istio-cni.conflist", "10-b.conflist"]);
+    assert_eq!(owned_primary(&v, owned, None), Some("01-x.conflist".into()));
+    assert_eq!(
+        owned_primary(&names(&["02-istio-cni.conflist"]), owned, None),
+        None
+    );
+    assert_eq!(owned_primary(&[], owned, None), None);
+}
+
+#[test]
+fn owned_text_is_the_primary_plus_our_entry() {
+    let primary = r#"{"cniVersion":"1.0.0","name":"p","plugins":[{"type":"ptp"},{"type":"istio-cni","old":1}]}"#;
+    let t = owned_text(Some(primary), &entry()).unwrap();
+    assert_eq!(t, conflist::merge(primary, &entry()).unwrap());
+    let v = json::parse(&t, "t").unwrap();
+    let Value::Object(o) = v else { panic!() };
+    let plugins = json::arr_of(&o, "plugins").unwrap();
+    assert_eq!(plugins.len(), 2, "{t}");
+    assert!(!t.contains("\"old\""), "{t}");
+    // A primary we cannot merge: an error, not a file.
+    assert!(owned_text(Some("[1]"), &entry()).is_err());
+}
+
+#[test]
+fn owned_text_without_a_primary_holds_only_our_marked_entry() {
+    let t = owned_text(None, &entry()).unwrap();
+    let Value::Object(o) = json::parse(&t, "t").unwrap() else {
+        panic!()
+    };
+    assert_eq!(json::str_of(&o, "name"), Some(NO_PRIMARY_NETWORK));
+    let plugins = json::arr_of(&o, "plugins").unwrap();
+    assert_eq!(plugins.len(), 1, "{t}");
+    let Value::Object(p) = &plugins[0] else {
+        panic!()
+    };
+    assert_eq!(json::str_of(p, "type"), Some("istio-cni"));
+    assert!(matches!(p.get(NO_PRIMARY_KEY), Some(Value::Bool(true))));
+    // libcni loads it (so it keeps sorting first and the runtime never falls through to a file
+    // without our entry).
+    assert!(super::super::libcni::validate(
+        "02-istio-cni.conflist",
+        t.as_bytes(),
+        &super::super::plugin_dir::no_plugin_dir
+    )
+    .is_ok());
+    // Deterministic: the check compares bytes.
+    assert_eq!(t, owned_text(None, &entry()).unwrap());
+}
+
+const OWNED: &str = "02-istio-cni.conflist";
+const PTP: &str = r#"{"cniVersion":"1.0.0","name":"p","plugins":[{"type":"ptp","ipam":{"subnet":"10.1.0.0/24"}}]}"#;
+
+/// Runs the owned check over an in-memory conf dir (`files`: name, content; `valid`: their order).
+fn owned_check(files: &[(&str, String)], configured: Option<&str>) -> Outcome {
+    let e = entry();
+    let ctx = CheckCtx {
+        dir: "/d",
+        chained: true,
+        owned: Some(OsStr::new(OWNED)),
+        configured: configured.map(OsStr::new),
+        installed: Some(OsStr::new(OWNED)),
+        entry: &e,
+    };
+    let mut valid: Vec<OsString> = files.iter().map(|(n, _)| OsString::from(n)).collect();
+    valid.sort();
+    let files: Vec<(String, String)> = files
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.clone()))
+        .collect();
+    let read = move |n: &OsStr| {
+        files
+            .iter()
+            .find(|(f, _)| OsStr::new(f) == n)
+            .map(|(_, t)| t.clone().into_bytes())
+    };
+    check_owned(&ctx, &valid, OsStr::new(OWNED), &read)
+}
+
+fn reason(o: Outcome) -> String {
+    match o {
+        Outcome::Invalid { reason } => reason,
+        other => panic!("expected invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn owned_file_derived_from_the_primary_as_it_is_now_is_valid() {
+    let owned = owned_text(Some(PTP), &entry()).unwrap();
+    let o = owned_check(&[(OWNED, owned), ("10-ptp.conflist", PTP.into())], None);
+    assert!(matches!(o, Outcome::Valid { .. }), "{o:?}");
+}
+
+#[test]
+fn owned_file_copying_a_primary_that_changed_is_rederived() {
+    // Same plugin types, another subnet: before, only the types were compared (ready with a stale copy).
+    let stale = owned_text(Some(PTP), &entry()).unwrap();
+    let now = PTP.replace("10.1.0.0", "10.2.0.0");
+    let r = reason(owned_check(
+        &[(OWNED, stale), ("10-ptp.conflist", now)],
+        None,
+    ));
+    assert!(r.contains("the primary changed"), "{r}");
+}
+
+#[test]
+fn owned_file_copying_a_primary_that_is_gone_is_replaced_and_then_not_ready() {
+    let stale = owned_text(Some(PTP), &entry()).unwrap();
+    let r = reason(owned_check(&[(OWNED, stale)], None));
+    assert!(r.contains("no longer exists"), "{r}");
+    let alone = owned_text(None, &entry()).unwrap();
+    match owned_check(&[(OWNED, alone)], None) {
+        Outcome::Preempted {
+            runtime_file,
+            reason,
+        } => {
+            assert_eq!(runtime_file, OWNED);
+            assert!(reason.contains("no primary CNI config"), "{reason}");
+        }
+        other => panic!("not ready without a primary, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_file_sorting_before_the_owned_one_gets_our_entry_and_keeps_us_not_ready() {
+    let first = PTP.replace("10.1.0.0", "10.3.0.0");
+    let owned = owned_text(Some(&first), &entry()).unwrap();
+    let files = [
+        ("01-first.conflist", first.clone()),
+        (OWNED, owned.clone()),
+        ("10-ptp.conflist", PTP.to_string()),
+    ];
+    let r = reason(owned_check(&files, None));
+    assert!(r.contains("01-first.conflist sorts before it"), "{r}");
+    // With our entry in it (and the owned file derived from it, the runtime's first file), not
+    // ready, naming it.
+    let with = conflist::merge(&first, &entry()).unwrap();
+    let owned = owned_text(Some(&with), &entry()).unwrap();
+    let files = [
+        ("01-first.conflist", with),
+        (OWNED, owned),
+        ("10-ptp.conflist", PTP.to_string()),
+    ];
+    match owned_check(&files, None) {
+        Outcome::Preempted {
+            runtime_file,
+            reason,
+        } => {
+            assert_eq!(runtime_file, "01-first.conflist");
+            assert!(
+                reason.contains("ISTIO_OWNED_CNI_CONFIG_FILENAME"),
+                "{reason}"
+            );
+        }
+        other => panic!("not ready while a file sorts first, got {other:?}"),
+    }
+}
+
+#[test]
+fn fallbacks_lacking_our_entry() {
+    let e = entry();
+    let with = conflist::merge(PTP, &e).unwrap();
+    let files = [
+        ("05-a.conflist", with.clone()),
+        ("10-b.conflist", with.clone()),
+        ("20-c.conflist", PTP.to_string()),
+    ];
+    let valid: Vec<OsString> = files.iter().map(|(n, _)| n.into()).collect();
+    let read = |n: &OsStr| {
+        files
+            .iter()
+            .find(|(f, _)| OsStr::new(f) == n)
+            .map(|(_, t)| t.clone().into_bytes())
+    };
+    let none = |_: &OsStr, _: &[u8]| false;
+    assert_eq!(
+        fallback_lacking(&valid, &e, &read, &none),
+        Some("20-c.conflist".into())
+    );
+    // One we could not merge into, with this content: skipped.
+    let known = |n: &OsStr, _: &[u8]| n == "20-c.conflist";
+    assert_eq!(fallback_lacking(&valid, &e, &read, &known), None);
+    // The runtime's own file is the check's business, not this one's.
+    let valid: Vec<OsString> = vec!["20-c.conflist".into(), "05-a.conflist".into()];
+    assert_eq!(fallback_lacking(&valid, &e, &read, &none), None);
+}
