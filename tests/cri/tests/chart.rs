@@ -422,7 +422,12 @@ async fn chart_default_primary_rewritten_by_another_cni() {
 }
 
 /// A higher-priority primary appears (sorts first, as libcni and containerd choose): the agent must move
-/// into it, and must never report ready while pods start unredirected through it.
+/// into it, and a pod whose start began once our entry was in it and the agent said ready is redirected.
+/// A pod that started before (the new file without our entry: the default layout's inherent window, see
+/// the README's "CNI configuration layouts") is counted and printed, not asserted: whether the runtime read
+/// the file before we merged into it is a race the default layout cannot close (the owned layout does:
+/// tests/cri/tests/windows.rs). Readiness is sampled before the start, not after: a pod that started in the
+/// window while the agent was still merging is no evidence against a later 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_default_higher_priority_primary_appears() {
     if !require_root() {
@@ -441,21 +446,28 @@ async fn chart_default_higher_priority_primary_appears() {
     .unwrap();
     std::fs::rename(&tmp, &higher).unwrap();
     let t = Instant::now();
+    let mut in_window = 0;
     for i in 0..50 {
         let pod = node.sidecar_pod(&format!("higher-{i}"));
+        let entry = conf_has_istio(&std::fs::read_to_string(&higher).unwrap_or_default()).is_some();
+        let ready = node.readyz(&ip) == "200";
         let (id, netns, _) = node.run_pod(&pod).await.expect("RunPodSandbox");
         let ok = redirected(&node.rules(&netns));
-        let ready = node.readyz(&ip) == "200";
         node.cri.stop(&id).await.expect("stop");
         node.cri.remove(&id).await.expect("remove");
         assert!(
-            ok || !ready,
-            "pod {i} started unredirected while the agent reports ready ({:.0} ms after the new primary)\n{}",
+            ok || !(entry && ready),
+            "pod {i} started unredirected although its start began with our entry in the new primary and the agent ready ({:.0} ms after the new primary)\n{}",
             t.elapsed().as_secs_f64() * 1e3,
             node.agent_log()
         );
-        if ok && conf_has_istio(&std::fs::read_to_string(&higher).unwrap_or_default()).is_some() {
-            println!("higher-priority primary: redirected again after {i} pod(s)");
+        if !ok {
+            in_window += 1;
+        }
+        if ok && entry {
+            println!(
+                "higher-priority primary: redirected again after {i} pod(s), {in_window} started in the window"
+            );
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
