@@ -284,8 +284,7 @@ mod tests {
     /// could pick another backend); the plugin then reads exactly that record.
     #[test]
     fn forced_backend_is_recorded_without_detection() {
-        let dir = std::env::temp_dir().join(format!("backend-forced-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::fsutil::test_dir("backend-forced");
         for b in [Backend::Legacy, Backend::Plain, Backend::Nft] {
             assert_eq!(record_host_backend(&dir, Some(b)).unwrap(), b.name());
             assert_eq!(read_record(&dir).unwrap(), Some(b));
