@@ -263,21 +263,16 @@ mod tests {
 
     #[test]
     fn forced_binary_names() {
-        assert_eq!(
-            Backend::from_binary_name("iptables-legacy"),
-            Some(Backend::Legacy)
-        );
-        assert_eq!(
-            Backend::from_binary_name("iptables-nft"),
-            Some(Backend::Nft)
-        );
-        assert_eq!(
-            Backend::from_binary_name("/usr/sbin/iptables-nft-restore"),
-            Some(Backend::Nft)
-        );
-        assert_eq!(Backend::from_binary_name("iptables"), Some(Backend::Plain));
-        assert_eq!(Backend::from_binary_name("legacy"), Some(Backend::Legacy));
-        assert_eq!(Backend::from_binary_name("nftables"), None);
+        for (name, want) in [
+            ("iptables-legacy", Some(Backend::Legacy)),
+            ("iptables-nft", Some(Backend::Nft)),
+            ("/usr/sbin/iptables-nft-restore", Some(Backend::Nft)),
+            ("iptables", Some(Backend::Plain)),
+            ("legacy", Some(Backend::Legacy)),
+            ("nftables", None),
+        ] {
+            assert_eq!(Backend::from_binary_name(name), want, "{name}");
+        }
     }
 
     /// A forced backend is recorded as given, without probing (a detection would need iptables tools and
