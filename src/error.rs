@@ -13,8 +13,6 @@ pub enum Error {
     IncompatibleVersion(String),
     /// CNI code 2: a field we understand has a value we do not support.
     UnsupportedField { field: String, value: String },
-    /// CNI code 3: the container is unknown.
-    UnknownContainer(String),
     /// CNI code 4: an environment variable is missing or invalid; names it.
     InvalidEnv { var: String, reason: String },
     /// CNI code 5: an I/O operation failed; `what` names the file or operation.
@@ -26,8 +24,6 @@ pub enum Error {
     Decode(String),
     /// CNI code 7: the network configuration is invalid.
     InvalidConfig(String),
-    /// CNI code 11: transient; the runtime may retry later.
-    TryAgain(String),
     /// CNI code 50: the plugin is not ready to serve ADD (STATUS).
     NotAvailable(String),
     /// Code 100: a pod annotation (or proxy setting) has an invalid value.
@@ -94,12 +90,10 @@ impl Error {
         match self.root() {
             Error::IncompatibleVersion(_) => 1,
             Error::UnsupportedField { .. } => 2,
-            Error::UnknownContainer(_) => 3,
             Error::InvalidEnv { .. } => 4,
             Error::Io { .. } => 5,
             Error::Decode(_) => 6,
             Error::InvalidConfig(_) => 7,
-            Error::TryAgain(_) => 11,
             Error::NotAvailable(_) => 50,
             Error::Annotation { .. } => 100,
             Error::Api { .. } => 101,
@@ -115,12 +109,10 @@ impl Error {
         match self.root() {
             Error::IncompatibleVersion(_) => "incompatible CNI versions",
             Error::UnsupportedField { .. } => "unsupported field",
-            Error::UnknownContainer(_) => "unknown container",
             Error::InvalidEnv { .. } => "invalid environment variable",
             Error::Io { .. } => "I/O failure",
             Error::Decode(_) => "decoding failure",
             Error::InvalidConfig(_) => "invalid network configuration",
-            Error::TryAgain(_) => "try again later",
             Error::NotAvailable(_) => "plugin not available",
             Error::Annotation { .. } => "invalid pod annotation",
             Error::Api { .. } => "kubernetes API error",
@@ -173,7 +165,6 @@ impl fmt::Display for Error {
                     quoted(field)
                 )
             }
-            Error::UnknownContainer(m) => write!(f, "unknown container: {m}"),
             // The settings name a flag (`--x`) the same way when it was the flag that was given.
             Error::InvalidEnv { var, reason } if var.starts_with('-') => {
                 write!(f, "flag {var}: {}", bounded(reason))
@@ -182,10 +173,10 @@ impl fmt::Display for Error {
                 write!(f, "environment variable {var}: {}", bounded(reason))
             }
             Error::Io { what, source } => write!(f, "{what}: {source}"),
-            Error::Decode(m) => write!(f, "{}", bounded(m)),
-            Error::InvalidConfig(m) => write!(f, "{}", bounded(m)),
-            Error::TryAgain(m) => write!(f, "{}", bounded(m)),
-            Error::NotAvailable(m) => write!(f, "{}", bounded(m)),
+            Error::Decode(m)
+            | Error::InvalidConfig(m)
+            | Error::NotAvailable(m)
+            | Error::Other(m) => write!(f, "{}", bounded(m)),
             Error::Annotation { key, value, reason } => {
                 write!(
                     f,
@@ -225,7 +216,6 @@ impl fmt::Display for Error {
             }
             // Our own list of rules (CHECK's findings): every line matters.
             Error::Rules(m) => write!(f, "{m}"),
-            Error::Other(m) => write!(f, "{}", bounded(m)),
             Error::Context { context, source } => write!(f, "{context}: {source}"),
         }
     }

@@ -219,24 +219,23 @@ pub fn remove_stale_temps_where(
     Ok(removed)
 }
 
+/// A fresh empty directory for a unit test, unique in this process.
+#[cfg(test)]
+pub(crate) fn test_dir(tag: &str) -> PathBuf {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("{tag}-{}-{n}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "fsutil-{tag}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     #[test]
     fn atomic_write_sets_mode_and_leaves_no_temp() {
-        let d = tmpdir("w");
+        let d = test_dir("fsutil-w");
         let p = d.join("a.conflist");
         write_atomic(&p, b"one", 0o600).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"one");
@@ -279,7 +278,7 @@ mod tests {
 
     #[test]
     fn sweeps_only_selected_temps() {
-        let d = tmpdir("s");
+        let d = test_dir("fsutil-s");
         fs::write(d.join("x.tmp.123"), b"").unwrap();
         fs::write(d.join("y.tmp.9.9"), b"").unwrap();
         fs::write(d.join("x"), b"").unwrap();

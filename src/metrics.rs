@@ -280,24 +280,16 @@ mod tests {
         }
         let mut out = String::new();
         h.render(&mut out, "d_seconds", &[("k", "v")]);
-        assert!(
-            out.contains("d_seconds_bucket{k=\"v\",le=\"0.0001\"} 2\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("d_seconds_bucket{k=\"v\",le=\"0.005\"} 4\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("d_seconds_bucket{k=\"v\",le=\"10\"} 4\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("d_seconds_bucket{k=\"v\",le=\"+Inf\"} 5\n"),
-            "{out}"
-        );
-        assert!(out.contains("d_seconds_count{k=\"v\"} 5\n"), "{out}");
-        assert!(out.contains("d_seconds_sum{k=\"v\"} 20.00605\n"), "{out}");
+        for line in [
+            "d_seconds_bucket{k=\"v\",le=\"0.0001\"} 2\n",
+            "d_seconds_bucket{k=\"v\",le=\"0.005\"} 4\n",
+            "d_seconds_bucket{k=\"v\",le=\"10\"} 4\n",
+            "d_seconds_bucket{k=\"v\",le=\"+Inf\"} 5\n",
+            "d_seconds_count{k=\"v\"} 5\n",
+            "d_seconds_sum{k=\"v\"} 20.00605\n",
+        ] {
+            assert!(out.contains(line), "{line}: {out}");
+        }
     }
 
     #[test]

@@ -175,8 +175,7 @@ mod tests {
 
     #[test]
     fn only_the_claimed_file_is_removed() {
-        let dir = std::env::temp_dir().join(format!("rundir-claims-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::fsutil::test_dir("rundir-claims");
         let p = dir.join("record");
         std::fs::write(&p, "ours").unwrap();
         assert_eq!(remove_own(&p).unwrap(), Removal::Left, "never claimed");

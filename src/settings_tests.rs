@@ -5,9 +5,13 @@ fn v(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
+/// The space-separated words of `w`.
+fn words(w: &str) -> Vec<String> {
+    w.split(' ').map(str::to_string).collect()
+}
+
 #[test]
 fn go_bools() {
-    let words = |w: &str| w.split(' ').map(str::to_string).collect::<Vec<_>>();
     let cases = [
         (words("1 t T TRUE true True"), Some(true)),
         (words("0 f F FALSE false False"), Some(false)),
@@ -43,24 +47,17 @@ fn go_durations() {
 
 #[test]
 fn setting_durations_also_take_bare_seconds() {
-    assert_eq!(
-        parse_duration("d", "250ms").unwrap(),
-        Duration::from_millis(250)
-    );
-    assert_eq!(parse_duration("d", "2m").unwrap(), Duration::from_secs(120));
-    assert_eq!(
-        parse_duration("d", " 30 ").unwrap(),
-        Duration::from_secs(30)
-    );
-    assert_eq!(
-        parse_duration("d", "1.5").unwrap(),
-        Duration::from_millis(1500)
-    );
-    // Go's sequences: accepted since the installer shares the Go parser.
-    assert_eq!(
-        parse_duration("d", "1m30s").unwrap(),
-        Duration::from_secs(90)
-    );
+    for (v, ms) in [
+        ("250ms", 250),
+        ("2m", 120_000),
+        (" 30 ", 30_000),
+        ("1.5", 1500),
+        // Go's sequences: accepted since the installer shares the Go parser.
+        ("1m30s", 90_000),
+    ] {
+        let want = Duration::from_millis(ms);
+        assert_eq!(parse_duration("d", v).unwrap(), want, "{v:?}");
+    }
     for bad in ["", "2 weeks", "-5s", "1.5.3", "1d", "1e12"] {
         let e = parse_duration("WAIT_TIMEOUT", bad).unwrap_err().to_string();
         assert!(
@@ -133,24 +130,11 @@ fn go_style_args() {
     };
     assert_eq!(
         normalize_args(
-            &v(&[
-                "--log_output_level=default:info,cni-plugin:debug",
-                "--once",
-                "--a=b=c",
-                "--log_as_json",
-            ]),
+            &words("--log_output_level=default:info,cni-plugin:debug --once --a=b=c --log_as_json"),
             installer
         )
         .unwrap(),
-        v(&[
-            "--log-output-level",
-            "default:info,cni-plugin:debug",
-            "--once",
-            "--a",
-            "b=c",
-            "--log-as-json",
-            "true",
-        ])
+        words("--log-output-level default:info,cni-plugin:debug --once --a b=c --log-as-json true")
     );
     let repair = ArgStyle {
         dashes_for_underscores: false,
@@ -161,32 +145,15 @@ fn go_style_args() {
     };
     assert_eq!(
         normalize_args(
-            &v(&[
-                "--label-pods",
-                "--label-pods=false",
-                "--label-pods",
-                "0",
-                "--node_name=n",
-                "--",
-                "--label-pods",
-                "-v"
-            ]),
+            &words(
+                "--label-pods --label-pods=false --label-pods 0 --node_name=n -- --label-pods -v"
+            ),
             repair
         )
         .unwrap(),
-        v(&[
-            "--label-pods",
-            "true",
-            "--label-pods",
-            "false",
-            "--label-pods",
-            "0",
-            "--node_name",
-            "n",
-            "--",
-            "--label-pods",
-            "-v"
-        ])
+        words(
+            "--label-pods true --label-pods false --label-pods 0 --node_name n -- --label-pods -v"
+        )
     );
 }
 

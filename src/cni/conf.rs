@@ -229,41 +229,23 @@ mod tests {
 
     #[test]
     fn protocol_errors() {
-        assert_eq!(parse("not json").unwrap_err().cni_code(), 6);
-        assert_eq!(
-            parse(r#"{"cniVersion":"1.0.0"}"#).unwrap_err().cni_code(),
-            7
-        );
-        assert_eq!(
-            parse(r#"{"cniVersion":"1.0.0","name":""}"#)
-                .unwrap_err()
-                .cni_code(),
-            7
-        );
-        assert_eq!(
-            parse(r#"{"cniVersion":"1.0.0","name":"-bad"}"#)
-                .unwrap_err()
-                .cni_code(),
-            7
-        );
-        assert_eq!(
-            parse(r#"{"cniVersion":"9.9.9","name":"n"}"#)
-                .unwrap_err()
-                .cni_code(),
-            1
-        );
-        assert_eq!(
-            parse(r#"{"cniVersion":"1.0.0","name":"n","exclude_namespaces":"x"}"#)
-                .unwrap_err()
-                .cni_code(),
-            6
-        );
-        assert_eq!(
-            parse(r#"{"cniVersion":"1.0.0","name":"n","pod_lookup_timeout_seconds":0}"#)
-                .unwrap_err()
-                .cni_code(),
-            7
-        );
+        for (text, code) in [
+            ("not json", 6),
+            (r#"{"cniVersion":"1.0.0"}"#, 7),
+            (r#"{"cniVersion":"1.0.0","name":""}"#, 7),
+            (r#"{"cniVersion":"1.0.0","name":"-bad"}"#, 7),
+            (r#"{"cniVersion":"9.9.9","name":"n"}"#, 1),
+            (
+                r#"{"cniVersion":"1.0.0","name":"n","exclude_namespaces":"x"}"#,
+                6,
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","name":"n","pod_lookup_timeout_seconds":0}"#,
+                7,
+            ),
+        ] {
+            assert_eq!(parse(text).unwrap_err().cni_code(), code, "{text}");
+        }
     }
 
     #[test]

@@ -238,16 +238,9 @@ pub fn replace_if_unchanged(
 mod tests {
     use super::*;
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("guarded-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     #[test]
     fn read_config_refuses_what_is_not_a_small_regular_file() {
-        let d = tmpdir("read");
+        let d = crate::fsutil::test_dir("guarded-read");
         let p = d.join("a.conflist");
         fs::write(&p, b"12345").unwrap();
         assert_eq!(read_config(&p, 5).unwrap().unwrap(), b"12345");
@@ -325,7 +318,7 @@ mod tests {
     #[test]
     fn replace_falls_back_to_rename_without_rename_exchange() {
         for errno in [nix::libc::EINVAL, nix::libc::ENOSYS, nix::libc::EPERM] {
-            let d = tmpdir(&format!("noexchange-{errno}"));
+            let d = crate::fsutil::test_dir(&format!("guarded-noexchange-{errno}"));
             let out = without_renameat2(errno, move || {
                 let p = d.join("a.conflist");
                 fs::write(&p, b"old").unwrap();
@@ -359,7 +352,7 @@ mod tests {
 
     #[test]
     fn replace_if_unchanged_leaves_a_newer_write_alone() {
-        let d = tmpdir("replace");
+        let d = crate::fsutil::test_dir("guarded-replace");
         let p = d.join("a.conflist");
         fs::write(&p, b"old").unwrap();
         let st = stamp(&p).unwrap().unwrap();

@@ -27,13 +27,8 @@ pub struct Plan {
     pub ipv6_passthrough: bool,
 }
 
-/// What happened per family, for the decision log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Applied,
-    AlreadyInPlace,
-    Converged,
-}
+/// What happened per family, for the decision log: the same three outcomes as nftables'.
+pub use crate::nftables::apply::Outcome;
 
 /// What was programmed, for the decision log.
 #[derive(Debug, Clone)]

@@ -263,29 +263,23 @@ mod tests {
 
     #[test]
     fn forced_binary_names() {
-        assert_eq!(
-            Backend::from_binary_name("iptables-legacy"),
-            Some(Backend::Legacy)
-        );
-        assert_eq!(
-            Backend::from_binary_name("iptables-nft"),
-            Some(Backend::Nft)
-        );
-        assert_eq!(
-            Backend::from_binary_name("/usr/sbin/iptables-nft-restore"),
-            Some(Backend::Nft)
-        );
-        assert_eq!(Backend::from_binary_name("iptables"), Some(Backend::Plain));
-        assert_eq!(Backend::from_binary_name("legacy"), Some(Backend::Legacy));
-        assert_eq!(Backend::from_binary_name("nftables"), None);
+        for (name, want) in [
+            ("iptables-legacy", Some(Backend::Legacy)),
+            ("iptables-nft", Some(Backend::Nft)),
+            ("/usr/sbin/iptables-nft-restore", Some(Backend::Nft)),
+            ("iptables", Some(Backend::Plain)),
+            ("legacy", Some(Backend::Legacy)),
+            ("nftables", None),
+        ] {
+            assert_eq!(Backend::from_binary_name(name), want, "{name}");
+        }
     }
 
     /// A forced backend is recorded as given, without probing (a detection would need iptables tools and
     /// could pick another backend); the plugin then reads exactly that record.
     #[test]
     fn forced_backend_is_recorded_without_detection() {
-        let dir = std::env::temp_dir().join(format!("backend-forced-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::fsutil::test_dir("backend-forced");
         for b in [Backend::Legacy, Backend::Plain, Backend::Nft] {
             assert_eq!(record_host_backend(&dir, Some(b)).unwrap(), b.name());
             assert_eq!(read_record(&dir).unwrap(), Some(b));

@@ -16,10 +16,7 @@ fn only_remote_nss_sources_need_isolation() {
 }
 
 fn tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tool-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    crate::fsutil::test_dir(&format!("tool-{tag}"))
 }
 
 #[test]

@@ -80,10 +80,6 @@ impl Client {
         Client::from_config(Config::from_kubeconfig(path)?)
     }
 
-    pub fn in_cluster() -> Result<Client> {
-        Client::from_config(Config::in_cluster()?)
-    }
-
     /// `KUBECONFIG` if set, else in-cluster.
     pub fn from_env() -> Result<Client> {
         Client::from_config(Config::from_env()?)

@@ -27,15 +27,7 @@ fn ca_pem() -> Vec<u8> {
 struct TempDir(PathBuf);
 impl TempDir {
     fn new(tag: &str) -> TempDir {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "kube-config-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
+        TempDir(crate::fsutil::test_dir(&format!("kube-config-{tag}")))
     }
 }
 impl Drop for TempDir {

@@ -23,10 +23,10 @@ pub mod transport;
 pub mod watch;
 pub(crate) mod yaml;
 
-pub use client::{Client, PodList};
+pub use client::Client;
 pub use config::Config;
 pub use request::{ListParams, WatchParams};
 pub use retry::{get_pod_with_retry, Backoff};
-pub use status::{ApiErrorExt, Status};
+pub use status::ApiErrorExt;
 pub use transport::Timeouts;
 pub use watch::{EventKind, WatchEvent, WatchStream};

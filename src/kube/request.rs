@@ -124,37 +124,39 @@ fn opt(s: &Option<String>) -> String {
     s.clone().unwrap_or_default()
 }
 
-pub fn get_pod(ns: &str, name: &str) -> Result<Request> {
-    Ok(Request {
+/// `"true"` when set, else empty (dropped from the query).
+fn set(on: bool) -> String {
+    if on { "true" } else { "" }.to_string()
+}
+
+fn get(path: String) -> Request {
+    Request {
         method: Method::Get,
-        path: pod_path(ns, name)?,
+        path,
         body: None,
         content_type: None,
-    })
+    }
+}
+
+pub fn get_pod(ns: &str, name: &str) -> Result<Request> {
+    Ok(get(pod_path(ns, name)?))
 }
 
 /// `GET /apis/apps/v1/namespaces/{ns}/daemonsets/{name}`.
 pub fn get_daemonset(ns: &str, name: &str) -> Result<Request> {
-    Ok(Request {
-        method: Method::Get,
-        path: format!(
-            "/apis/apps/v1/namespaces/{}/daemonsets/{}",
-            segment("namespace", ns)?,
-            segment("daemonset name", name)?
-        ),
-        body: None,
-        content_type: None,
-    })
+    Ok(get(format!(
+        "/apis/apps/v1/namespaces/{}/daemonsets/{}",
+        segment("namespace", ns)?,
+        segment("daemonset name", name)?
+    )))
 }
 
 /// `GET /api/v1/nodes/{name}`.
 pub fn get_node(name: &str) -> Result<Request> {
-    Ok(Request {
-        method: Method::Get,
-        path: format!("/api/v1/nodes/{}", segment("node name", name)?),
-        body: None,
-        content_type: None,
-    })
+    Ok(get(format!(
+        "/api/v1/nodes/{}",
+        segment("node name", name)?
+    )))
 }
 
 pub fn list_pods(p: &ListParams) -> Result<Request> {
@@ -165,12 +167,7 @@ pub fn list_pods(p: &ListParams) -> Result<Request> {
         ("continue", opt(&p.continue_token)),
         ("resourceVersion", opt(&p.resource_version)),
     ]);
-    Ok(Request {
-        method: Method::Get,
-        path: format!("{}{q}", pods_path(p.namespace.as_deref())?),
-        body: None,
-        content_type: None,
-    })
+    Ok(get(format!("{}{q}", pods_path(p.namespace.as_deref())?)))
 }
 
 pub fn watch_pods(p: &WatchParams) -> Result<Request> {
@@ -179,18 +176,12 @@ pub fn watch_pods(p: &WatchParams) -> Result<Request> {
         ("labelSelector", opt(&p.label_selector)),
         ("fieldSelector", opt(&p.field_selector)),
         ("resourceVersion", opt(&p.resource_version)),
-        (
-            "allowWatchBookmarks",
-            if p.allow_bookmarks { "true" } else { "" }.to_string(),
-        ),
+        ("allowWatchBookmarks", set(p.allow_bookmarks)),
         (
             "timeoutSeconds",
             p.timeout_seconds.map(|t| t.to_string()).unwrap_or_default(),
         ),
-        (
-            "sendInitialEvents",
-            if p.send_initial_events { "true" } else { "" }.to_string(),
-        ),
+        ("sendInitialEvents", set(p.send_initial_events)),
         (
             "resourceVersionMatch",
             if p.send_initial_events {
@@ -201,12 +192,7 @@ pub fn watch_pods(p: &WatchParams) -> Result<Request> {
             .to_string(),
         ),
     ]);
-    Ok(Request {
-        method: Method::Get,
-        path: format!("{}{q}", pods_path(p.namespace.as_deref())?),
-        body: None,
-        content_type: None,
-    })
+    Ok(get(format!("{}{q}", pods_path(p.namespace.as_deref())?)))
 }
 
 /// RFC 7386 merge patch of `pods/{name}/status` (the subresource also accepts metadata label changes).

@@ -150,8 +150,7 @@ mod tests {
 
     #[test]
     fn file_token_refreshes_and_keeps_last_good() {
-        let dir = std::env::temp_dir().join(format!("kube-token-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::fsutil::test_dir("kube-token");
         let p = dir.join("token");
         std::fs::write(&p, "one\n").unwrap();
         let t = TokenSource::file(p.clone(), "tokenFile", "test").unwrap();

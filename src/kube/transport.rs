@@ -357,23 +357,16 @@ mod tests {
     #[test]
     fn ip_literals_resolve_inline() {
         let uri = |s: &str| s.parse::<ureq::http::Uri>().unwrap();
-        assert_eq!(
-            literal_addr(&uri("https://10.96.0.1:443/api")),
-            Some("10.96.0.1:443".parse().unwrap())
-        );
-        assert_eq!(
-            literal_addr(&uri("https://10.96.0.1/api")),
-            Some("10.96.0.1:443".parse().unwrap())
-        );
-        assert_eq!(
-            literal_addr(&uri("https://[fd00::1]:6443/x")),
-            Some("[fd00::1]:6443".parse().unwrap())
-        );
-        assert_eq!(
-            literal_addr(&uri("http://127.0.0.1/x")),
-            Some("127.0.0.1:80".parse().unwrap())
-        );
-        assert_eq!(literal_addr(&uri("https://kubernetes.default.svc/x")), None);
+        for (url, want) in [
+            ("https://10.96.0.1:443/api", Some("10.96.0.1:443")),
+            ("https://10.96.0.1/api", Some("10.96.0.1:443")),
+            ("https://[fd00::1]:6443/x", Some("[fd00::1]:6443")),
+            ("http://127.0.0.1/x", Some("127.0.0.1:80")),
+            ("https://kubernetes.default.svc/x", None),
+        ] {
+            let want = want.map(|w| w.parse().unwrap());
+            assert_eq!(literal_addr(&uri(url)), want, "{url}");
+        }
     }
 
     #[test]

@@ -66,10 +66,6 @@ impl Scopes {
             .find(|(s, _)| s == "all" || names.contains(&s.as_str()))
             .map(|(_, l)| *l)
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
-    }
 }
 
 #[cfg(test)]

@@ -50,27 +50,20 @@ fn only_chains_at_or_before_ours_at_our_hooks_or_at_ingress_count() {
     assert!(before(chain(NFPROTO_INET, "c", NF_INET_LOCAL_OUT, -100)).is_some());
     assert!(before(chain(NFPROTO_IPV6, "c", NF_INET_PRE_ROUTING, -300)).is_some());
     assert!(before(chain(NFPROTO_IPV4, "c", NF_INET_LOCAL_OUT, -99)).is_none());
-    assert!(before(chain(NFPROTO_IPV4, "c", 1, -300)).is_none(), "input");
-    assert!(
-        before(chain(NFPROTO_IPV4, "c", 4, -300)).is_none(),
-        "postrouting"
-    );
-    assert!(
-        before(chain(7, "c", NF_INET_PRE_ROUTING, -300)).is_none(),
-        "bridge"
-    );
-    assert!(
-        before(chain(NFPROTO_NETDEV, "c", 0, 500)).is_some(),
-        "netdev ingress"
-    );
-    assert!(
-        before(chain(NFPROTO_NETDEV, "c", 1, -500)).is_none(),
-        "netdev egress"
-    );
-    assert!(
-        before(chain(NFPROTO_INET, "c", 5, 500)).is_some(),
-        "inet ingress"
-    );
+    for (family, hook, prio, counts, what) in [
+        (NFPROTO_IPV4, 1, -300, false, "input"),
+        (NFPROTO_IPV4, 4, -300, false, "postrouting"),
+        (7, NF_INET_PRE_ROUTING, -300, false, "bridge"),
+        (NFPROTO_NETDEV, 0, 500, true, "netdev ingress"),
+        (NFPROTO_NETDEV, 1, -500, false, "netdev egress"),
+        (NFPROTO_INET, 5, 500, true, "inet ingress"),
+    ] {
+        assert_eq!(
+            before(chain(family, "c", hook, prio)).is_some(),
+            counts,
+            "{what}"
+        );
+    }
 }
 
 #[test]

@@ -25,6 +25,6 @@ pub mod script;
 pub mod socket;
 pub mod state;
 
-pub use generate::{generate, Transaction};
+pub use generate::generate;
 pub use model::Ruleset;
 pub use script::script;

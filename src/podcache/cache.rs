@@ -68,11 +68,6 @@ impl Cache {
         self.lock().lookup(req, may_wait)
     }
 
-    /// Reads the store.
-    pub fn read<R>(&self, f: impl FnOnce(&Store) -> R) -> R {
-        f(&self.lock())
-    }
-
     /// What the server polls (and reads empty) to learn that the store changed.
     pub(super) fn wake_fd(&self) -> BorrowedFd<'_> {
         self.inner.wake_rx.as_fd()

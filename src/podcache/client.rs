@@ -194,14 +194,7 @@ mod tests {
 
     /// A fake agent on a fresh socket that answers the next request with `line`.
     fn forging(line: Vec<u8>) -> (std::path::PathBuf, std::thread::JoinHandle<()>) {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "podcache-client-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::fsutil::test_dir("podcache-client");
         let path = dir.join("pod-cache.sock");
         let l = UnixListener::bind(&path).unwrap();
         let h = std::thread::spawn(move || {

@@ -184,18 +184,16 @@ mod tests {
         // A hit is no miss; a name this version does not know is `other`.
         assert_eq!(Miss::from_name("hit"), Miss::Other);
         assert_eq!(Miss::from_name("x\"y"), Miss::Other);
-        assert_eq!(Source::Cache.to_string(), "cache");
-        assert_eq!(
-            Source::Api(Miss::Agent(Answer::NotSynced)).to_string(),
-            "api: cache miss: not_synced"
-        );
-        assert_eq!(
-            Source::Api(Miss::Refused).to_string(),
-            "api: cache miss: refused"
-        );
-        assert_eq!(
-            Source::Api(Miss::Disabled).to_string(),
-            "api: pod cache disabled"
-        );
+        for (s, text) in [
+            (Source::Cache, "cache"),
+            (
+                Source::Api(Miss::Agent(Answer::NotSynced)),
+                "api: cache miss: not_synced",
+            ),
+            (Source::Api(Miss::Refused), "api: cache miss: refused"),
+            (Source::Api(Miss::Disabled), "api: pod cache disabled"),
+        ] {
+            assert_eq!(s.to_string(), text);
+        }
     }
 }

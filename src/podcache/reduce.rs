@@ -85,36 +85,21 @@ fn container(c: &Value) -> Value {
     let mut r = Object::new();
     copy_fields(c, &["name"], &mut r);
     if json::str_of(c, "name") == Some(PROXY_CONTAINER) {
-        match c.get("env") {
-            Some(Value::Array(a)) => {
-                r.insert("env".into(), Value::Array(proxy_env(a)));
-            }
-            Some(v) => {
-                r.insert("env".into(), v.clone());
-            }
-            None => {}
-        }
-        match c.get("args") {
-            Some(Value::Array(a)) => {
-                let mut first = Array::new();
-                first.extend(a.iter().take(2).cloned());
-                r.insert("args".into(), Value::Array(first));
-            }
-            Some(v) => {
-                r.insert("args".into(), v.clone());
-            }
-            None => {}
-        }
-        match c.get("securityContext") {
-            Some(Value::Object(sc)) => {
+        // Each reduced when it has the expected shape, else copied as it is.
+        let reduce = |key: &str, v: &Value| match (key, v) {
+            ("env", Value::Array(a)) => Value::Array(proxy_env(a)),
+            ("args", Value::Array(a)) => Value::Array(a.iter().take(2).cloned().collect()),
+            ("securityContext", Value::Object(sc)) => {
                 let mut s = Object::new();
                 copy_fields(sc, &["runAsUser", "runAsGroup"], &mut s);
-                r.insert("securityContext".into(), Value::Object(s));
+                Value::Object(s)
             }
-            Some(v) => {
-                r.insert("securityContext".into(), v.clone());
+            _ => v.clone(),
+        };
+        for key in ["env", "args", "securityContext"] {
+            if let Some(v) = c.get(key) {
+                r.insert(key.into(), reduce(key, v));
             }
-            None => {}
         }
     }
     Value::Object(r)

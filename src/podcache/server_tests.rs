@@ -1,4 +1,5 @@
 use super::*;
+use crate::fsutil::test_dir;
 use crate::podcache::client::{self, FIRST_REPLY, FIRST_REPLY_UNPROVEN};
 use crate::podcache::reduce::Reduced;
 use crate::podcache::Miss;
@@ -6,20 +7,7 @@ use crate::serve::socket_file::RECHECK;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-fn temp_dir() -> PathBuf {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "podcache-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn pod(name: &str, uid: &str) -> Reduced {
     Reduced {
@@ -51,7 +39,7 @@ fn served() -> (Cache, PathBuf) {
         s.watch_open();
         s.caught_up();
     });
-    let path = temp_dir().join("pod-cache.sock");
+    let path = test_dir("podcache").join("pod-cache.sock");
     serve(cache.clone(), path.clone()).unwrap();
     (cache, path)
 }
@@ -113,7 +101,7 @@ fn mode_of(p: &Path) -> u32 {
 
 #[test]
 fn no_agent_a_dead_agent_and_a_hung_one() {
-    let dir = temp_dir();
+    let dir = test_dir("podcache");
     let path = dir.join("pod-cache.sock");
     assert_eq!(
         client::lookup(&path, &req("a", "u1")).unwrap_err(),
@@ -283,7 +271,7 @@ fn a_socket_left_by_a_dead_agent_is_bound_again() {
 #[test]
 fn before_the_first_list_nothing_is_served() {
     let cache = Cache::new().unwrap();
-    let path = temp_dir().join("pod-cache.sock");
+    let path = test_dir("podcache").join("pod-cache.sock");
     serve(cache.clone(), path.clone()).unwrap();
     cache.update(|s| {
         s.watch_open();

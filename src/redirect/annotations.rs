@@ -24,15 +24,6 @@ pub enum InterceptionMode {
     Tproxy,
 }
 
-impl InterceptionMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InterceptionMode::Redirect => "REDIRECT",
-            InterceptionMode::Tproxy => "TPROXY",
-        }
-    }
-}
-
 /// What one pod's annotations and proxy container ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Redirect {

@@ -24,8 +24,7 @@ mod rules_dns;
 mod rules_steps;
 pub mod values;
 
-pub use annotations::{InterceptionMode, Redirect};
-pub use capture::{enable_ipv6, kernel_address_order, CaptureConfig, OwnerGroups, TproxyRoute};
-pub use decide::{decide, Decision};
-pub use pod::{PodInfo, ProxyContainer};
-pub use rules::{render, Documents, RuleSet};
+pub use annotations::Redirect;
+pub use capture::{enable_ipv6, kernel_address_order, CaptureConfig, TproxyRoute};
+pub use pod::PodInfo;
+pub use rules::{render, Documents};

@@ -122,17 +122,12 @@ fn shortcuts_in_order() {
         pod_name: name.into(),
         ..K8sArgs::default()
     };
-    assert_eq!(
-        shortcut(&conf, &args("istio-system", "istio-cni-node-x")),
-        Some(Shortcut::OwnAgent)
-    );
-    assert_eq!(
-        shortcut(&conf, &args("", "p")),
-        Some(Shortcut::NotKubernetes)
-    );
-    assert_eq!(
-        shortcut(&conf, &args("kube-system", "p")),
-        Some(Shortcut::ExcludedNamespace)
-    );
-    assert_eq!(shortcut(&conf, &args("default", "istio-cni-node-x")), None);
+    for (ns, name, want) in [
+        ("istio-system", "istio-cni-node-x", Some(Shortcut::OwnAgent)),
+        ("", "p", Some(Shortcut::NotKubernetes)),
+        ("kube-system", "p", Some(Shortcut::ExcludedNamespace)),
+        ("default", "istio-cni-node-x", None),
+    ] {
+        assert_eq!(shortcut(&conf, &args(ns, name)), want, "{ns}/{name}");
+    }
 }

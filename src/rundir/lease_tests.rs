@@ -2,24 +2,12 @@
 //! process are two open file descriptions, as two agents are.
 
 use super::*;
+use crate::fsutil::test_dir;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-fn dir() -> PathBuf {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "lease-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 #[test]
 fn the_newest_live_agent_owns_the_node_and_a_restarted_one_takes_over() {
-    let d = dir();
+    let d = test_dir("lease");
     let mut a = Lease::join(&d, "pod a").unwrap();
     assert_eq!(a.generation(), 1);
     assert_eq!(a.newer(), None);
@@ -43,7 +31,7 @@ fn the_newest_live_agent_owns_the_node_and_a_restarted_one_takes_over() {
 
 #[test]
 fn a_superseded_agent_wakes_when_the_newer_one_is_gone_or_at_the_stop() {
-    let d = dir();
+    let d = test_dir("lease");
     let mut a = Lease::join(&d, "pod a").unwrap();
     let b = Lease::join(&d, "pod b").unwrap();
     let gone = std::thread::spawn(move || {
@@ -64,7 +52,7 @@ fn a_superseded_agent_wakes_when_the_newer_one_is_gone_or_at_the_stop() {
 #[test]
 fn of_agents_stopping_one_after_the_other_only_the_last_decides() {
     for newer_first in [false, true] {
-        let d = dir();
+        let d = test_dir("lease");
         let mut a = Lease::join(&d, "pod a").unwrap();
         let mut b = Lease::join(&d, "pod b").unwrap();
         let (first, last) = if newer_first {
@@ -91,7 +79,7 @@ fn of_agents_stopping_one_after_the_other_only_the_last_decides() {
 
 #[test]
 fn an_agent_starting_during_the_last_ones_cleanup_waits_and_joins_a_new_file() {
-    let d = dir();
+    let d = test_dir("lease");
     let mut a = Lease::join(&d, "pod a").unwrap();
     assert_eq!(a.at_stop(), None);
     let path = RunDir::new(&d).lease();
@@ -120,7 +108,7 @@ fn an_agent_starting_during_the_last_ones_cleanup_waits_and_joins_a_new_file() {
 
 #[test]
 fn a_file_removed_by_hand_is_joined_again() {
-    let d = dir();
+    let d = test_dir("lease");
     let mut a = Lease::join(&d, "pod a").unwrap();
     std::fs::remove_file(RunDir::new(&d).lease()).unwrap();
     let mut b = Lease::join(&d, "pod b").unwrap();
@@ -133,7 +121,7 @@ fn a_file_removed_by_hand_is_joined_again() {
 
 #[test]
 fn uninstall_removes_the_file_only_when_no_agent_holds_it() {
-    let d = dir();
+    let d = test_dir("lease");
     assert!(remove_unheld(&d).unwrap().ends_with("absent"));
     let a = Lease::join(&d, "pod a").unwrap();
     assert!(remove_unheld(&d)
@@ -148,7 +136,7 @@ fn uninstall_removes_the_file_only_when_no_agent_holds_it() {
 #[test]
 fn a_file_others_can_open_is_refused() {
     use std::os::unix::fs::PermissionsExt;
-    let d = dir();
+    let d = test_dir("lease");
     let path = RunDir::new(&d).lease();
     std::fs::write(&path, b"").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();

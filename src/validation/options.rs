@@ -259,30 +259,18 @@ mod tests {
         s.iter().map(|x| x.to_string()).collect()
     }
 
+    /// The space-separated words of `w`.
+    fn words(w: &str) -> Vec<String> {
+        w.split(' ').map(str::to_string).collect()
+    }
+
     #[test]
     fn injected_arguments_parse() {
-        let args = a(&[
-            "-p",
-            "15001",
-            "-z",
-            "15006",
-            "-u",
-            "1337",
-            "-m",
-            "REDIRECT",
-            "-i",
-            "*",
-            "-x",
-            "",
-            "-b",
-            "*",
-            "-d",
-            "15090,15021,15020",
-            "--log_output_level=default:info",
-            "--run-validation",
-            "--skip-rule-apply",
-            "--native-nftables",
-        ]);
+        // `-x ""`: an empty value.
+        let args = words(
+            "-p 15001 -z 15006 -u 1337 -m REDIRECT -i * -x  -b * -d 15090,15021,15020 \
+             --log_output_level=default:info --run-validation --skip-rule-apply --native-nftables",
+        );
         let o = Options::parse(&args, &|_| None).unwrap();
         assert_eq!(
             (o.envoy_port, o.inbound_capture_port, o.probe_port),
@@ -349,24 +337,12 @@ mod tests {
     #[test]
     fn boolean_forms() {
         for args in [
-            vec!["--run-validation", "--skip-rule-apply", "-p", "1"],
-            vec![
-                "--run-validation=false",
-                "--skip-rule-apply=true",
-                "-p",
-                "1",
-            ],
-            vec![
-                "--run-validation",
-                "false",
-                "--skip-rule-apply",
-                "1",
-                "-p",
-                "1",
-            ],
-            vec!["-n", "true", "-p", "1"],
+            "--run-validation --skip-rule-apply -p 1",
+            "--run-validation=false --skip-rule-apply=true -p 1",
+            "--run-validation false --skip-rule-apply 1 -p 1",
+            "-n true -p 1",
         ] {
-            let o = Options::parse(&a(&args), &|_| None).unwrap();
+            let o = Options::parse(&words(args), &|_| None).unwrap();
             assert_eq!(o.envoy_port, 1, "{args:?}");
         }
         let o = Options::parse(&a(&["--version"]), &|_| None).unwrap();
