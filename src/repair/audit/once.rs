@@ -77,7 +77,7 @@ pub fn audit(
     })]);
     let mut timing = podwatch::timing::Timing::start();
     podwatch::list_all(client, &sel, &mut sink, &mut timing).context("audit: list pods")?;
-    let pods: Vec<_> = lock(&store).pods.clone().into_iter().collect();
+    let pods = std::mem::take(&mut lock(&store).pods);
     Ok(pods
         .into_iter()
         .filter_map(|(k, p)| round::verify(&p, host_proc, conf).map(|v| (k, v)))
