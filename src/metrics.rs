@@ -189,37 +189,6 @@ impl Cell for Histogram {
     }
 }
 
-/// A gauge's value (an `f64`'s bits), set from any thread.
-pub struct Gauge(AtomicU64);
-
-impl Gauge {
-    pub const fn new() -> Gauge {
-        Gauge(AtomicU64::new(0))
-    }
-    pub fn set(&self, v: f64) {
-        self.0.store(v.to_bits(), Ordering::Relaxed);
-    }
-    pub fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
-    }
-}
-
-impl Default for Gauge {
-    fn default() -> Self {
-        Gauge::new()
-    }
-}
-
-impl Cell for Gauge {
-    const KIND: &'static str = "gauge";
-    fn is_zero(&self) -> bool {
-        self.get() == 0.0
-    }
-    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
-        sample(out, name, labels, self.get());
-    }
-}
-
 /// The values of a [`Family`]'s `N` series, one [`Cell`] each, and which series are shown before they
 /// have a value. A series with a value is always shown; the header only with a series.
 pub struct Cells<C, const N: usize> {

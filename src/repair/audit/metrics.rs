@@ -5,37 +5,18 @@
 //! (`istio_cni_repair_pods_repaired_total{type,result}`). Rendered only in a process whose audit runs.
 
 use super::verdict::STATES;
-use crate::metrics::{Cells, Counters, Family, Gauge};
+use crate::metrics::{header, sample};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub const PODS: &str = "istio_cni_audit_pods";
 pub const ROUNDS: &str = "istio_cni_audit_rounds_total";
 pub const DURATION: &str = "istio_cni_audit_round_duration_seconds";
 
-static PODS_FAMILY: Family = Family {
-    name: PODS,
-    help: "Running sidecar pods of this node by the audit's verdict in its last completed round.",
-    labels: &["state"],
-    value: |i, _| STATES[i],
-};
-static PODS_CELLS: Cells<Gauge, 4> = Cells::new([const { Gauge::new() }; 4], 0b1111);
-
-static ROUNDS_FAMILY: Family = Family {
-    name: ROUNDS,
-    help: "Audit rounds completed.",
-    labels: &[],
-    value: |_, _| "",
-};
-static ROUNDS_CELLS: Counters<1> = Cells::new([const { AtomicU64::new(0) }; 1], 1);
-
-static DURATION_FAMILY: Family = Family {
-    name: DURATION,
-    help: "Seconds the last audit round spent verifying and acting (its pauses between pods left out).",
-    labels: &[],
-    value: |_, _| "",
-};
-static DURATION_CELLS: Cells<Gauge, 1> = Cells::new([const { Gauge::new() }; 1], 1);
-
+/// The last round's count per state ([`STATES`]' order).
+static COUNTS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+static ROUND_COUNT: AtomicU64 = AtomicU64::new(0);
+/// The last round's seconds (`f64` bits).
+static LAST_SECONDS: AtomicU64 = AtomicU64::new(0);
 /// Whether this process audits (its series are rendered only then).
 static ON: AtomicBool = AtomicBool::new(false);
 
@@ -46,25 +27,32 @@ pub fn enable() {
 
 /// A round completed: `counts` per state (in [`STATES`]' order), `seconds` spent.
 pub fn round(counts: [u64; 4], seconds: f64) {
-    for (state, n) in STATES.iter().zip(counts) {
-        if let Some(c) = PODS_CELLS.cell(&PODS_FAMILY, &[state]) {
-            c.set(n as f64);
-        }
+    for (c, n) in COUNTS.iter().zip(counts) {
+        c.store(n, Ordering::Relaxed);
     }
-    DURATION_CELLS
-        .cell(&DURATION_FAMILY, &[])
-        .map(|c| c.set(seconds));
-    ROUNDS_CELLS.inc(&ROUNDS_FAMILY, &[]);
+    LAST_SECONDS.store(seconds.to_bits(), Ordering::Relaxed);
+    ROUND_COUNT.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The audit's series (nothing when it does not run in this process).
+/// The audit's series, every one from the start (nothing when it does not run in this process).
 pub fn render(out: &mut String) {
     if !ON.load(Ordering::Relaxed) {
         return;
     }
-    PODS_CELLS.render(&PODS_FAMILY, out);
-    ROUNDS_CELLS.render(&ROUNDS_FAMILY, out);
-    DURATION_CELLS.render(&DURATION_FAMILY, out);
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    header(
+        out,
+        PODS,
+        "gauge",
+        "Running sidecar pods of this node by the audit's verdict in its last completed round.",
+    );
+    for (state, c) in STATES.iter().zip(&COUNTS) {
+        sample(out, PODS, &[("state", state)], get(c) as f64);
+    }
+    header(out, ROUNDS, "counter", "Audit rounds completed.");
+    sample(out, ROUNDS, &[], get(&ROUND_COUNT) as f64);
+    header(out, DURATION, "gauge", "Seconds the last audit round spent verifying and acting (its pauses between pods left out).");
+    sample(out, DURATION, &[], f64::from_bits(get(&LAST_SECONDS)));
 }
 
 #[cfg(test)]

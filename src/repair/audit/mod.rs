@@ -30,6 +30,8 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 pub struct Pod {
     pub facts: PodFacts,
     pub body: Object,
+    /// What the audit last found (kept across the watch's updates of the same pod).
+    pub seen: Option<verdict::Seen>,
 }
 
 /// The pods to verify, by `namespace/name`, and whether the watch's first list is complete.
@@ -71,7 +73,11 @@ pub fn admit(det: &Detector, pod: &Object) -> Option<Pod> {
         return None;
     }
     facts.init = Vec::new();
-    Some(Pod { facts, body })
+    Some(Pod {
+        facts,
+        body,
+        seen: None,
+    })
 }
 
 /// The audit's side of the node's pod watch.
@@ -93,9 +99,15 @@ impl PodSink for AuditSink {
         let admitted = admit(&self.det, pod);
         let mut s = lock(&self.store);
         match admitted {
-            Some(p) => s.pods.insert(key, p),
-            None => s.pods.remove(&key),
-        };
+            Some(mut p) => {
+                let old = s.pods.get(&key).filter(|o| o.facts.uid == p.facts.uid);
+                p.seen = old.and_then(|o| o.seen.clone());
+                s.pods.insert(key, p);
+            }
+            None => {
+                s.pods.remove(&key);
+            }
+        }
     }
     fn gone(&mut self, key: &str, uid: &str) {
         let mut s = lock(&self.store);

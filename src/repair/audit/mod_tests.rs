@@ -82,6 +82,20 @@ fn the_sink_keeps_the_node_pods_and_forgets_gone_ones_by_uid() {
     assert!(!lock(&store).listed);
     s.list_done();
     assert!(lock(&store).listed);
+    // What the audit found stays with the pod through the watch's updates of it, not another UID's.
+    let seen = verdict::Seen {
+        uid: "u-1".into(),
+        verdict: Verdict::Missing("m".into()),
+        retry: false,
+    };
+    lock(&store).pods.get_mut("ns/p").unwrap().seen = Some(seen.clone());
+    s.pod(&pod("", RUNNING, ""));
+    assert_eq!(lock(&store).pods["ns/p"].seen, Some(seen));
+    let text = json::to_compact(&Value::Object(pod("", RUNNING, ""))).replace("u-1", "u-9");
+    s.pod(&json::parse_object(&text, "pod").unwrap());
+    assert_eq!(lock(&store).pods["ns/p"].seen, None);
+    s.gone("ns/p", "u-9");
+    s.pod(&pod("", RUNNING, ""));
     s.gone("ns/p", "other-uid");
     assert_eq!(
         lock(&store).pods.len(),

@@ -11,7 +11,6 @@ use crate::kube::ApiErrorExt;
 use crate::repair::action::Actor;
 use crate::repair::detect::Action;
 use crate::repair::procfs;
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -58,7 +57,6 @@ pub struct Auditor {
     /// The repair actions (its options' modes all off when the repair agent is disabled), the host
     /// `/proc` and the plugin configuration the pods are verified with.
     pub actor: Actor,
-    seen: HashMap<String, Seen>,
     /// An Event was refused for lack of permission (logged once).
     events_refused: bool,
 }
@@ -69,7 +67,6 @@ impl Auditor {
             store,
             interval,
             actor,
-            seen: HashMap::new(),
             events_refused: false,
         }
     }
@@ -109,17 +106,13 @@ impl Auditor {
             }
             busy += t.elapsed();
         }
-        // Pods gone from the store are forgotten.
-        let store = lock(&self.store);
-        self.seen.retain(|k, _| store.pods.contains_key(k));
-        drop(store);
         metrics::round(counts, busy.as_secs_f64());
     }
 
     /// What follows a verdict: the log line and the Event on a change, the mode's action.
     fn after(&mut self, key: &str, pod: &Pod, v: Verdict) {
         let f = &pod.facts;
-        let step = Seen::next(self.seen.get(key), &f.uid, &v);
+        let step = Seen::next(pod.seen.as_ref(), &f.uid, &v);
         if step.log {
             match v {
                 Verdict::Redirected => log::info!("audit: pod {key} is redirected"),
@@ -140,14 +133,16 @@ impl Auditor {
                 };
             }
         }
-        self.seen.insert(
-            key.to_string(),
-            Seen {
-                uid: f.uid.clone(),
-                verdict: v,
-                retry,
-            },
-        );
+        // Remembered with the pod (gone with it), unless it was replaced meanwhile.
+        if let Some(e) = lock(&self.store).pods.get_mut(key) {
+            if e.facts.uid == f.uid {
+                e.seen = Some(Seen {
+                    uid: f.uid.clone(),
+                    verdict: v,
+                    retry,
+                });
+            }
+        }
     }
 
     /// The pod's Event for an unredirected verdict; a refusal for lack of permission is logged once.
