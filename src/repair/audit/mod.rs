@@ -144,17 +144,8 @@ pub fn start(
         .name("audit".into())
         .spawn(move || auditor.run())
         .map_err(|e| crate::Error::io("audit: spawn its thread", e))?;
-    let acts = if !opts.enabled || !opts.any_mode() {
-        "report only"
-    } else if opts.repair_pods {
-        "repair in place for missing pods"
-    } else if opts.delete_pods {
-        "delete missing and bypassed pods"
-    } else {
-        "label missing and bypassed pods"
-    };
     log::info!(
-        "audit: every running sidecar pod of node {} verified once per {:?} ({acts})",
+        "audit: the running sidecar pods of node {} verified once per {:?}",
         opts.node_name,
         rt.audit_interval
     );

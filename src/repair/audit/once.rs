@@ -14,19 +14,12 @@ use std::path::Path;
 
 /// The one-shot's help, in argh's layout.
 pub const HELP: &str = "Usage: install-cni audit [--json] [--host-proc <dir>]\n\n\
-Verify every running sidecar pod of this node once, as the agent's audit does\n\
-(the settings are the agent's: NODE_NAME, NATIVE_NFTABLES, CNI_AGENT_RUN_DIR, the\n\
-host /proc at /host/proc), and print one line per pod: <ns>/<name> <verdict>\n\
-[<rule or reason>], the verdict redirected, missing, bypassed or unverifiable.\n\
-It only reads: no Event, no action.\n\n\
+Verify this node's running sidecar pods once, with the agent's settings, and print\n\
+<ns>/<name> <verdict> [<rule or reason>] per pod. Only reads.\n\n\
 Options:\n\
-\x20 --json            one JSON array: [{\"pod\",\"verdict\",\"detail\"}, ...]\n\
-\x20 --host-proc       the host's /proc [default: /host/proc]\n\
-\x20 --help, help      display usage information\n\n\
-Error codes:\n\
-\x20 0 every pod verified is redirected (or unverifiable)\n\
-\x20 1 a pod is missing or bypassed, or the pods could not be listed\n\
-\x20 2 bad flags or settings\n";
+\x20 --json            one JSON array of {pod, verdict, detail}\n\
+\x20 --host-proc       the host's /proc [default: /host/proc]\n\n\
+Exit 1 when a pod is missing or bypassed, 2 on bad arguments.\n";
 
 /// The one-shot's arguments.
 #[derive(Debug, Default, PartialEq, Eq)]

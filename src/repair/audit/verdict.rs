@@ -77,13 +77,7 @@ impl Verdict {
     pub fn describe(&self) -> String {
         match self {
             Verdict::Redirected => "redirected".into(),
-            Verdict::Missing(s) => {
-                format!("missing: the redirection rules are not as they should be: {s}")
-            }
-            Verdict::Bypassed(s) => format!(
-                "bypassed: a rule runs before the redirection and can take traffic past it: {s}"
-            ),
-            Verdict::Unverifiable(s) => format!("unverifiable: {s}"),
+            v => format!("{}: {}", v.state(), v.detail()),
         }
     }
 }
