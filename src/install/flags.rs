@@ -14,8 +14,7 @@ use argh::FromArgs;
                    configuration, keeps them there, and at SIGTERM removes them or leaves them for\n\
                    its replacement. A flag beats its environment variable, which beats the default.",
     note = "A boolean flag is true bare, or takes a value: --once=false, --once false.\n\
-            install-cni audit [--json]: verify this node's sidecar pods once, print the\n\
-            \x20 verdicts (install-cni audit --help)\n\
+            install-cni audit --help: the audit once, for operators\n\
             Environment only:\n\
             \x20 REPAIR_ENABLED [default: true]: the repair agent runs in this process with\n\
             \x20   the REPAIR_* settings of istio-cni-repair --help (REPAIR_NODE_NAME, ...)\n\

@@ -85,12 +85,13 @@ pub fn start(s: &Settings) {
     };
     let on = |b: bool| if b { "on" } else { "off" };
     log::info!(
-        "pod watch: fieldSelector {:?} labelSelector {:?} (pod cache {}, repair {}, audit {})",
+        "pod watch: fieldSelector {:?} labelSelector {:?} (pod cache {}, repair {}, audit {}: {:?})",
         sel.field,
         sel.label.as_deref().unwrap_or(""),
         on(cache),
         on(repair),
-        on(audited)
+        on(audited),
+        s.audit_interval
     );
     let sinks = Fanout::new(sinks);
     let spawned = std::thread::Builder::new()

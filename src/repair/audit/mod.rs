@@ -100,8 +100,8 @@ impl PodSink for AuditSink {
         let mut s = lock(&self.store);
         match admitted {
             Some(mut p) => {
-                let old = s.pods.get(&key).filter(|o| o.facts.uid == p.facts.uid);
-                p.seen = old.and_then(|o| o.seen.clone());
+                let old = s.pods.get_mut(&key).filter(|o| o.facts.uid == p.facts.uid);
+                p.seen = old.and_then(|o| o.seen.take());
                 s.pods.insert(key, p);
             }
             None => {
@@ -144,11 +144,6 @@ pub fn start(
         .name("audit".into())
         .spawn(move || auditor.run())
         .map_err(|e| crate::Error::io("audit: spawn its thread", e))?;
-    log::info!(
-        "audit: the running sidecar pods of node {} verified once per {:?}",
-        opts.node_name,
-        rt.audit_interval
-    );
     Ok(AuditSink { det, store })
 }
 

@@ -115,7 +115,7 @@ fn the_sink_keeps_the_node_pods_and_forgets_gone_ones_by_uid() {
 #[test]
 fn the_one_shot_exits_1_only_for_a_missing_or_bypassed_pod() {
     assert_eq!(parse_args(&[]), Ok(Some(super::once::Args::default())));
-    let a = parse_args(&["--json".into(), "--host-proc".into(), "/proc".into()])
+    let a = parse_args(&["--json".into(), "--host-proc=/proc".into()])
         .unwrap()
         .unwrap();
     assert!(a.json);
@@ -128,7 +128,7 @@ fn the_one_shot_exits_1_only_for_a_missing_or_bypassed_pod() {
             .as_deref(),
         Some("/p")
     );
-    assert!(parse_args(&["--host-proc".into()]).is_err());
+    assert!(parse_args(&["--host-proc".into(), "/proc".into()]).is_err());
     assert_eq!(parse_args(&["--help".into()]), Ok(None));
     assert!(parse_args(&["--bogus".into()])
         .unwrap_err()

@@ -13,7 +13,7 @@ use crate::repair::detect::Detector;
 use std::path::Path;
 
 /// The one-shot's help, in argh's layout.
-pub const HELP: &str = "Usage: install-cni audit [--json] [--host-proc <dir>]\n\n\
+pub const HELP: &str = "Usage: install-cni audit [--json] [--host-proc=<dir>]\n\n\
 Verify this node's running sidecar pods once, with the agent's settings, and print\n\
 <ns>/<name> <verdict> [<rule or reason>] per pod. Only reads.\n\n\
 Options:\n\
@@ -31,16 +31,10 @@ pub struct Args {
 /// The arguments after `audit`; `Err` names the bad argument, `Ok(None)`: help.
 pub fn parse_args(args: &[String]) -> std::result::Result<Option<Args>, String> {
     let mut a = Args::default();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
+    for arg in args {
         match arg.as_str() {
-            "--json" | "--json=true" => a.json = true,
-            "--json=false" => a.json = false,
-            "--help" | "-h" | "help" => return Ok(None),
-            "--host-proc" => match it.next() {
-                Some(p) => a.host_proc = Some(p.clone()),
-                None => return Err("--host-proc needs a directory".into()),
-            },
+            "--json" => a.json = true,
+            "--help" => return Ok(None),
             other => match other.strip_prefix("--host-proc=") {
                 Some(p) => a.host_proc = Some(p.to_string()),
                 None => return Err(format!("unrecognized argument: {other}")),

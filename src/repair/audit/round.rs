@@ -20,15 +20,10 @@ use std::time::{Duration, Instant};
 /// pod no longer needs redirection (its annotations changed).
 pub fn verify(pod: &Pod, host_proc: &Path, conf: &NetConf) -> Option<Verdict> {
     let un = |s: String| Some(Verdict::Unverifiable(s));
-    if !host_proc.join("1").is_dir() {
-        return un(format!(
-            "no host /proc at {} (mount the host's /proc there)",
-            host_proc.display()
-        ));
-    }
+    // No host /proc: the lookup's error names the directory it could not read.
     let f = &pod.facts;
     let Ok(ip) = f.pod_ip.parse::<IpAddr>() else {
-        return un(format!("status.podIP {:?} is not an address", f.pod_ip));
+        return un("status.podIP is not an address".into());
     };
     let ns = match procfs::find_pod_netns(host_proc, ip, &f.uid) {
         Ok(ns) => ns,
@@ -42,10 +37,7 @@ pub fn verify(pod: &Pod, host_proc: &Path, conf: &NetConf) -> Option<Verdict> {
     };
     match procfs::find_pod_netns(host_proc, ip, &f.uid) {
         Ok(again) if again.holder.ns == ns.holder.ns => Some(Verdict::of(&found)),
-        Ok(again) => un(format!(
-            "pod IP {ip} moved to the netns of pid {} while the netns of pid {} was read",
-            again.holder.pid, ns.holder.pid
-        )),
+        Ok(_) => un("the pod's network namespace changed while it was read".into()),
         Err(e) => un(e.to_string()),
     }
 }
@@ -114,10 +106,11 @@ impl Auditor {
         let f = &pod.facts;
         let step = Seen::next(pod.seen.as_ref(), &f.uid, &v);
         if step.log {
-            match v {
-                Verdict::Redirected => log::info!("audit: pod {key} is redirected"),
-                _ => log::warn!("audit: pod {key} is {}", v.describe()),
-            }
+            let level = match v {
+                Verdict::Redirected => log::Level::Info,
+                _ => log::Level::Warn,
+            };
+            log::log!(level, "audit: pod {key} is {}", v.describe());
         }
         if step.event {
             self.event(pod, &v);
@@ -126,11 +119,8 @@ impl Auditor {
         if step.act {
             let a = action_for(&v, f, &self.actor.opts);
             if a != Action::None {
-                let r = self.actor.act(a, f, Some(&pod.body));
-                retry = match r {
-                    Ok(()) => false,
-                    Err(e) => !(a == Action::Delete && e.is_not_found()),
-                };
+                // A pod deleted meanwhile leaves the store: its retry never comes.
+                retry = self.actor.act(a, f, Some(&pod.body)).is_err();
             }
         }
         // Remembered with the pod (gone with it), unless it was replaced meanwhile.
@@ -154,7 +144,7 @@ impl Auditor {
         let ev = crate::repair::request::event_json(
             f,
             reason,
-            &format!("istio-cni audit: {}", v.describe()),
+            &v.describe(),
             crate::repair::action::unix_nanos(),
             &self.actor.opts.node_name,
         );
@@ -164,11 +154,7 @@ impl Auditor {
             Ok(()) => {}
             Err(e) if e.api_status() == Some(403) => {
                 if !std::mem::replace(&mut self.events_refused, true) {
-                    log::warn!(
-                        "audit: could not record event {reason} on pod {} (RBAC: the agent needs events: create; \
-                         logged once): {e}",
-                        f.key()
-                    );
+                    log::warn!("audit: events refused (needs events: create; logged once): {e}");
                 }
             }
             Err(e) => log::warn!(
