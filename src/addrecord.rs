@@ -5,7 +5,7 @@
 //! `{"record":"add","seconds":0.0029,"backend":"nftables","result":"redirected","source":"api","reason":"disabled","level":"info","msg":"ADD ..."}`
 //!
 //! The installer tells it from a log line by its first bytes ([`PREFIX`]) and turns it into
-//! `istio_cni_plugin_add_duration_seconds` and `istio_cni_pod_lookups_total` (`install::plugin_metrics`),
+//! `istio_cni_plugin_add_duration_seconds` and `istio_cni_pod_lookups_total` (`install::node::plugin_metrics`),
 //! relaying its line if it carries one (a plugin before that sent the line on its own). Decoding accepts
 //! only the names below (an unknown reason is [`Miss::Other`]), so a local process writing to the socket
 //! cannot create series; fields it does not know are ignored.

@@ -87,14 +87,24 @@ pub fn print_version(applet: &str) -> i32 {
     print_out(applet, &format!("{}\n", version_text(applet)), 0)
 }
 
-/// Parses an applet's arguments with argh, `name` shown in `--help`. `Err(code)` when parsing ended the run:
-/// help printed on stdout (0) or a usage error on stderr ([`usage_error`], [`EXIT_USAGE`]).
-pub fn parse_args<T: argh::FromArgs>(name: &str, args: &[String]) -> Result<T, i32> {
+/// An applet's flags: its normalized arguments (`Err`: why they are not) parsed with argh, `name` shown in
+/// `--help`. `Err(code)` when that ended the run: a usage error on stderr ([`usage_error`],
+/// [`EXIT_USAGE`]), help on stdout (0), or the version line when `version` says it was asked for.
+pub fn parse_args<T: argh::FromArgs>(
+    name: &str,
+    args: Result<Vec<String>, String>,
+    version: fn(&T) -> bool,
+) -> Result<T, i32> {
+    let args = args.map_err(|e| usage_error(name, &e))?;
     let strs: Vec<&str> = args.iter().map(String::as_str).collect();
-    T::from_args(&[name], &strs).map_err(|early| match early.status {
+    let parsed = T::from_args(&[name], &strs).map_err(|early| match early.status {
         Ok(()) => print_out(name, &early.output, 0),
         Err(()) => usage_error(name, &early.output),
-    })
+    })?;
+    match version(&parsed) {
+        true => Err(print_version(name)),
+        false => Ok(parsed),
+    }
 }
 
 #[cfg(test)]

@@ -298,6 +298,24 @@ pub fn go_float(f: f64) -> String {
     format!("{f}")
 }
 
+/// What `MarshalIndent` prints for a value at nesting `depth` whose items are in an order of their own (a
+/// struct's fields, a list's elements): `open`, each item (already printed, for nesting `depth + 1`) on a
+/// line of its own, `close`; just `open` and `close` without items.
+pub fn block_text(open: char, items: &[String], close: char, indent: &str, depth: usize) -> String {
+    let mut out = String::from(open);
+    for (i, item) in items.iter().enumerate() {
+        out.push_str(if i == 0 { "\n" } else { ",\n" });
+        out.push_str(&indent.repeat(depth + 1));
+        out.push_str(item);
+    }
+    if !items.is_empty() {
+        out.push('\n');
+        out.push_str(&indent.repeat(depth));
+    }
+    out.push(close);
+    out
+}
+
 /// Writes a JSON string the way Go does: `<`, `>`, `&`, U+2028 and U+2029 escaped as `\u00XX`.
 pub fn write_string(out: &mut String, s: &str) {
     write_escaped(out, s, true)

@@ -1,7 +1,7 @@
 //! istio-cni-node: one static binary replacing the Istio CNI node component.
 //!
 //! Pure logic (no OS effects): [`cni`] (protocol), [`redirect`] (pod decision, annotations, rule text),
-//! [`install::conflist`] and friends, [`kube::request`], [`repair::detect`].
+//! [`install::config::conflist`] and friends, [`kube::request`], [`repair::detect`].
 //! Effects, kept thin: [`netns`], [`iptables`], [`nftables`], [`xtables`] (over one [`netfilter`]
 //! vocabulary), [`kube::transport`], [`fsutil`].
 //! Below the roles: [`pod_rules`] (the sidecar path ADD, CHECK and repair share) over [`backend`], [`httpd`]

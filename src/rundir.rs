@@ -4,8 +4,8 @@
 //!
 //! | file | written by | read by |
 //! | --- | --- | --- |
-//! | `istio-cni-kubeconfig` | installer (`install::kubeconfig`) | plugin: pod lookup, STATUS |
-//! | `log.sock` | installer binds it (`install::relay`) | plugin sends its log records (`logging`) |
+//! | `istio-cni-kubeconfig` | installer (`install::config::kubeconfig`) | plugin: pod lookup, STATUS |
+//! | `log.sock` | installer binds it (`install::node::relay`) | plugin sends its log records (`logging`) |
 //! | `iptables-backend` | installer; the plugin on its first ADD when absent | plugin, repair agent |
 //! | `pod-cache.sock` | installer binds it (`podcache::server`, unless `POD_CACHE_ENABLED=false`) | plugin asks it for the pod (`podcache::client`) |
 //! | `agents.lock` | every running installer holds a lock in it ([`lease`]) | the installers: which one owns the node's installation |

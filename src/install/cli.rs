@@ -3,10 +3,10 @@
 //! ends the loop and later ones cannot interrupt the cleanup half-way.
 
 use super::installer::Installer;
+use super::node::relay;
+use super::node::server::{self, Endpoints, State};
 use super::options::Settings;
-use super::relay;
 use super::run::{self, End};
-use super::server::{self, Endpoints, State};
 use super::watch::{Role, Watcher};
 use crate::error::{Context, IoContext, Result};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
@@ -188,10 +188,10 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
         )?;
         let h = server::serve(inst.settings.health_port, state.clone(), Endpoints::Health)?;
         log::info!("metrics on {m}/metrics, health on {h}/healthz and /readyz");
-        super::plugin_metrics::expect(inst.settings.native_nftables, inst.settings.pod_cache);
+        super::node::plugin_metrics::expect(inst.settings.native_nftables, inst.settings.pod_cache);
         let sock = relay::start(&inst.settings.run_dir)?;
         log::info!("relaying plugin logs from {}", sock.display());
-        super::podwatch::start(&inst.settings);
+        super::node::podwatch::start(&inst.settings);
     }
     let mut watcher = watcher_for(&inst)?;
     let end = run::run_loop(&mut inst, &mut watcher, &state, Some(sigfd.as_fd()), once);
@@ -216,7 +216,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
             };
             // Replacement (a rolling update, a restart) or uninstall: read our DaemonSet first.
             let started = std::time::Instant::now();
-            let d = super::handover_lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
+            let d = super::handover::lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
             log::info!(
                 "{sig}: {d} [decided in {} ms]",
                 started.elapsed().as_millis()
@@ -244,7 +244,8 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
                 log::info!("error exit for a restart: configuration, binary and kubeconfig kept");
             } else if !inst.settings.once {
                 let started = std::time::Instant::now();
-                let d = super::handover_lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
+                let d =
+                    super::handover::lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
                 log::info!(
                     "error exit: {d} [decided in {} ms]",
                     started.elapsed().as_millis()

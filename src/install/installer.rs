@@ -1,15 +1,16 @@
 //! The installer's effectful steps over its state: binaries, kubeconfig, plugin configuration, the
 //! validity check. The loop that drives them is in [`super::run`].
 
-use super::check::{self, CheckCtx, Outcome};
-use super::cleanup;
-use super::conflist::{self, PluginEntry};
-use super::kubeconfig::{self, KubeconfigInputs};
+use super::config::check::{self, CheckCtx, Outcome};
+use super::config::cleanup;
+use super::config::conflist;
+use super::config::entry::PluginEntry;
+use super::config::kubeconfig::{self, KubeconfigInputs};
+use super::config::select::{self, shown, Choice, Listing};
 use super::options::Settings;
-use super::select::{self, shown, Choice, Listing};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::fsutil;
-use crate::rundir::lease::{self, Lease};
+use crate::rundir::lease::Lease;
 use crate::rundir::RunDir;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -86,7 +87,7 @@ impl Installer {
         let dir = self.conf_dir();
         let cands = select::list_candidates(dir)?;
         select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
-            super::plugin_dir::read(dir, n)
+            super::config::plugin_dir::read(dir, n)
         })
     }
 
@@ -130,16 +131,17 @@ impl Installer {
         let sa = &s.service_account_dir;
         let token_path = sa.join("token");
         let ca_path = s.kube_ca_file.clone().unwrap_or_else(|| sa.join("ca.crt"));
+        let unread = KubeconfigInputs {
+            protocol: &s.k8s_protocol,
+            host: &s.k8s_host,
+            port: &s.k8s_port,
+            ca: None,
+            skip_tls_verify: true,
+            token: b"",
+        };
         // Host/port errors come first (upstream order), before any file is read.
         if s.k8s_host.is_empty() || s.k8s_port.is_empty() {
-            kubeconfig::render(&KubeconfigInputs {
-                protocol: &s.k8s_protocol,
-                host: &s.k8s_host,
-                port: &s.k8s_port,
-                ca: None,
-                skip_tls_verify: true,
-                token: b"",
-            })?;
+            kubeconfig::render(&unread)?;
         }
         let ca = if s.skip_tls_verify {
             None
@@ -152,12 +154,10 @@ impl Installer {
         let token = std::fs::read(&token_path)
             .io_context(|| format!("read service account token {}", token_path.display()))?;
         let inputs = KubeconfigInputs {
-            protocol: &s.k8s_protocol,
-            host: &s.k8s_host,
-            port: &s.k8s_port,
             ca: ca.as_deref(),
             skip_tls_verify: s.skip_tls_verify,
             token: &token,
+            ..unread
         };
         let text = kubeconfig::render(&inputs)?;
         Ok((text, kubeconfig::log_summary(&inputs)))
@@ -264,7 +264,7 @@ impl Installer {
             let Some(bytes) = fsutil::read_config(&src, fsutil::MAX_CONFIG_BYTES)? else {
                 continue;
             };
-            let existing = super::libcni::go_text(&bytes);
+            let existing = super::config::libcni::go_text(&bytes);
             let merged = conflist::merge(&existing, &entry)
                 .with_context(|| format!("create CNI config file {}", src.display()))?;
             if s.istio_owned {
@@ -275,11 +275,11 @@ impl Installer {
             }
             let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
             let loads = |n: &OsStr, b: &[u8]| {
-                select::validate(n, b, &|d| super::plugin_dir::read(&dir, d)).is_ok()
+                select::validate(n, b, &|d| super::config::plugin_dir::read(&dir, d)).is_ok()
             };
             let ours_or_absent = |n: &OsStr| {
                 fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)
-                    .is_ok_and(|b| b.map_or(true, |b| super::check::holds_entry(&b)))
+                    .is_ok_and(|b| b.map_or(true, |b| super::config::check::holds_entry(&b)))
             };
             let valid = self.listing_quiet().map(|l| l.valid).unwrap_or_default();
             let target =
@@ -359,74 +359,6 @@ impl Installer {
             log::info!("removed stale temp file {}", p.display());
         }
         Ok(())
-    }
-
-    /// Full cleanup for an installer: config, kubeconfig, binary, sockets, backend record (a running
-    /// agent's: only the run-dir files still its own).
-    pub fn cleanup(&self) -> Result<()> {
-        let inst = self;
-        let s = &inst.settings;
-        let mut first_err: Option<Error> = None;
-        let mut note = |r: Result<String>| match r {
-            Ok(n) => log::info!("cleanup: {n}"),
-            Err(e) => {
-                log::error!("cleanup: {e}");
-                first_err.get_or_insert(e);
-            }
-        };
-        let dir = inst.conf_dir();
-        match &inst.installed {
-            Some(name) => note(cleanup::remove_config(
-                dir,
-                name,
-                !s.chained || s.istio_owned,
-            )),
-            None => match cleanup::scan_and_remove(
-                dir,
-                s.istio_owned.then_some(OsStr::new(&s.istio_owned_filename)),
-            ) {
-                Ok(notes) if notes.is_empty() => {
-                    note(Ok("no Istio CNI configuration found".into()))
-                }
-                Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),
-                Err(e) => note(Err(e)),
-            },
-        }
-        // A running agent removes only the run-dir files it put there (crate::rundir): a newer agent
-        // sharing the dir keeps its own. `--uninstall` put nothing there and removes them all, and so does
-        // the last agent out (it holds the whole lease: every other agent is gone or keeping, and writes
-        // nothing more), or an uninstall during a roll would leave the other agent's kubeconfig behind.
-        let alone = inst.lease.as_ref().is_some_and(Lease::alone);
-        let remove_record = |p: &Path| crate::rundir::remove_record(p, s.uninstall || alone);
-        note(remove_record(&inst.kubeconfig_path()).map(|n| format!("kubeconfig {n}")));
-        let dirs = if inst.bin_dirs.is_empty() {
-            super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref())
-        } else {
-            inst.bin_dirs.clone()
-        };
-        for d in dirs {
-            let p = d.join(PLUGIN_BINARY);
-            note(fsutil::remove_if_exists(&p).map(|r| {
-                format!(
-                    "binary {}: {}",
-                    p.display(),
-                    if r { "removed" } else { "absent" }
-                )
-            }));
-        }
-        // The sockets and the iptables backend record (a later install records it afresh).
-        for f in crate::rundir::RunDir::RECORDS {
-            note(remove_record(&s.run_dir.join(f)));
-        }
-        match &inst.lease {
-            Some(l) => note(l.remove()),
-            None if s.uninstall => note(lease::remove_unheld(&s.run_dir)),
-            None => {}
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
     }
 }
 

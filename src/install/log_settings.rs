@@ -70,3 +70,107 @@ fn level_word(l: LevelFilter) -> &'static str {
         LevelFilter::Debug | LevelFilter::Trace => "debug",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::install::flags::{normalize_args, Flags};
+    use crate::install::options::tests::resolve_with;
+    use log::LevelFilter;
+
+    #[test]
+    fn scopes_and_equals_args() {
+        let a = normalize_args(&[
+            "--log_output_level=default:info,cni-plugin:debug".into(),
+            "--once".into(),
+        ])
+        .unwrap();
+        assert_eq!(
+            a,
+            vec![
+                "--log-output-level",
+                "default:info,cni-plugin:debug",
+                "--once"
+            ]
+        );
+        let f = Flags {
+            log_output_level: Some("default:info,cni-plugin:debug".into()),
+            ..Flags::default()
+        };
+        assert_eq!(resolve_with(&f, &[]).unwrap().plugin_log_level, "debug");
+    }
+    #[test]
+    fn every_log_level_word_starts() {
+        for w in [
+            "panic",
+            "fatal",
+            "error",
+            "warn",
+            "warning",
+            "info",
+            "debug",
+            "trace",
+            "none",
+            "default:debug,cni:info",
+            "loud",
+        ] {
+            let s = resolve_with(&Flags::default(), &[("LOG_LEVEL", w)]).unwrap();
+            assert_eq!(s.warnings.is_empty(), w != "loud", "{w}: {:?}", s.warnings);
+        }
+        let level = |w: &str| {
+            resolve_with(&Flags::default(), &[("LOG_LEVEL", w)])
+                .unwrap()
+                .log
+        };
+        assert_eq!(level("panic").default, LevelFilter::Error);
+        assert_eq!(level("warning").default, LevelFilter::Warn);
+        assert_eq!(level("none").default, LevelFilter::Off);
+        assert_eq!(level("loud").default, LevelFilter::Info);
+        let l = level("default:debug,cni:info");
+        assert_eq!(
+            (l.default, l.plugin),
+            (LevelFilter::Debug, LevelFilter::Info)
+        );
+        let f = Flags {
+            log_output_level: Some(
+                "default:debug,install:warn,repair:error,cni-plugin:warn".into(),
+            ),
+            log_as_json: Some("true".into()),
+            ..Flags::default()
+        };
+        let s = resolve_with(&f, &[]).unwrap();
+        assert_eq!(
+            s.log,
+            crate::logging::Config {
+                default: LevelFilter::Debug,
+                install: Some(LevelFilter::Warn),
+                repair: Some(LevelFilter::Error),
+                plugin: LevelFilter::Warn,
+                json: true,
+            }
+        );
+        assert_eq!(s.plugin_log_level, "warn");
+    }
+    /// upstream keeps the plugin at `info` when `--log_output_level` is a bare `debug`: only PLUGIN_LOG_LEVEL
+    /// (or the `cni-plugin` scope) sets it (differential ambient-enablement-selector-chart-default).
+    #[test]
+    fn plugin_level_is_not_the_installer_level() {
+        let f = Flags {
+            log_output_level: Some("debug".into()),
+            ..Flags::default()
+        };
+        let s = resolve_with(&f, &[("LOG_LEVEL", "debug")]).unwrap();
+        assert_eq!(s.plugin_log_level, "info");
+        assert_eq!(s.log.default, LevelFilter::Debug);
+        let f = Flags {
+            log_output_level: Some("default:debug".into()),
+            ..Flags::default()
+        };
+        assert_eq!(resolve_with(&f, &[]).unwrap().plugin_log_level, "info");
+        let s = resolve_with(&f, &[("PLUGIN_LOG_LEVEL", "debug")]).unwrap();
+        assert_eq!(
+            (s.plugin_log_level.as_str(), s.log.plugin),
+            ("debug", LevelFilter::Debug)
+        );
+        assert!(resolve_with(&Flags::default(), &[("PLUGIN_LOG_LEVEL", "loud")]).is_err());
+    }
+}

@@ -1,45 +1,32 @@
 //! The `install-cni` applet: puts the plugin on the node and keeps it there, takes it away cleanly.
 //!
-//! Entry: [`main`]; command line: [`flags`]; settings: [`options`].
-//! Pure: [`select`] (primary choice), [`libcni`] (libcni's validity rules), [`conflist`] (merge/remove, byte-exact
-//! output), [`check`] (validity of the installed state), [`kubeconfig`] (rendering), [`links`] (the candidates'
-//! link chains and the directories to watch for them; its `chains_of` reads the file system).
-//! Effects: [`binaries`], [`installer`] (the steps), [`watch`] (inotify), [`run`] (the loop), [`server`]
-//! (health and metrics), [`relay`] (plugin log relay), [`podwatch`] (the node's pod watch, pod cache and
-//! repair agent), [`cleanup`], [`supersede`] (an older agent yielding to a newer one), [`cli`] (the run:
-//! signals, servers, the loop).
+//! Rooms: [`config`] (the configuration logic: the runtime's choice, libcni's rules, our entry in and out),
+//! [`handover`] (the SIGTERM decision, and an older agent yielding to a newer one), [`node`] (the node's
+//! services: health and metrics, the plugin's log relay, the pod watch). Here: the entry [`main`], the
+//! command line [`flags`] and settings [`options`], the steps [`installer`], [`binaries`] and
+//! [`teardown`], the loop [`run`] and its [`round`] over the [`watch`], and [`cli`] (the run: signals,
+//! servers, the loop, the decision at stop).
 //!
 //! The composition root of the DaemonSet: like upstream's `install-cni`, it runs the repair agent in-process
 //! (`REPAIR_ENABLED`), so it takes the agent's settings ([`crate::repair::options`]) and starts
-//! [`crate::repair::start_in_installer`], fed by the node's one pod watch ([`podwatch`]) that also fills
-//! the pod cache ([`crate::podcache`]). That is the only role-to-role import, and it points one way: the
-//! repair agent imports nothing from the installer (what both use, [`crate::httpd`] and
+//! [`crate::repair::start_in_installer`], fed by the node's one pod watch ([`node::podwatch`]) that also
+//! fills the pod cache ([`crate::podcache`]). That is the only role-to-role import, and it points one way:
+//! the repair agent imports nothing from the installer (what both use, [`crate::httpd`] and
 //! [`crate::pod_rules`], sits below them).
 
 pub mod binaries;
-pub mod check;
-pub mod cleanup;
 pub mod cli;
-pub mod conflist;
+pub mod config;
 pub mod flags;
 pub mod handover;
-pub mod handover_lookup;
 pub mod installer;
-pub mod kubeconfig;
 pub mod legacy;
-pub mod libcni;
-pub mod links;
 pub mod log_settings;
+pub mod node;
 pub mod options;
-pub mod plugin_dir;
-pub mod plugin_metrics;
-pub mod podwatch;
-pub mod relay;
+pub mod round;
 pub mod run;
-pub mod select;
-pub mod selectors;
-pub mod server;
-pub mod supersede;
+pub mod teardown;
 pub mod watch;
 
 use crate::settings::process_env;
@@ -61,17 +48,11 @@ pub fn main(name: &str, args: &[String]) -> i32 {
             return 1;
         }
     };
-    let args = match flags::normalize_args(args) {
-        Ok(a) => a,
-        Err(e) => return usage_error(name, &e),
-    };
-    let flags: flags::Flags = match crate::applet::parse_args(name, &args) {
+    let version = |f: &flags::Flags| f.version;
+    let flags = match crate::applet::parse_args(name, flags::normalize_args(args), version) {
         Ok(f) => f,
         Err(code) => return code,
     };
-    if flags.version {
-        return crate::applet::print_version(name);
-    }
     let settings = match options::resolve(&flags, &process_env) {
         Ok(s) => s,
         Err(e) => return usage_error(name, &format!("invalid configuration: {e}")),
@@ -112,7 +93,7 @@ fn audit_once(name: &str, args: &[String]) -> i32 {
         );
     }
     crate::logging::init(log::LevelFilter::Warn);
-    let mut rt = podwatch::runtime(&s);
+    let mut rt = node::podwatch::runtime(&s);
     if let Some(p) = a.host_proc {
         rt.host_proc = p.into();
     }
@@ -120,7 +101,7 @@ fn audit_once(name: &str, args: &[String]) -> i32 {
         let det = crate::repair::detect::Detector::new(s.repair.clone())?;
         let conf = crate::repair::net_conf(&rt)?;
         once::audit(
-            &podwatch::client(&s)?,
+            &node::podwatch::client(&s)?,
             det,
             &s.node_name,
             &rt.host_proc,

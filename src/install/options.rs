@@ -6,12 +6,11 @@
 //! The `REPAIR_*` settings (master names, and the dashed release-1.9 names as aliases) are read by the
 //! repair agent's own parser, [`crate::repair::options::from_installer_env`].
 
-pub use super::flags::{normalize_args, Flags};
-use super::selectors::EnablementSelector;
+use super::config::selectors::EnablementSelector;
+use super::flags::Flags;
 use crate::error::{Error, Result};
 use crate::iptables::Backend;
-pub use crate::settings::{parse_bool, parse_duration, parse_mode, parse_port, process_env, Env};
-use crate::settings::{EmptyEnv, Named};
+use crate::settings::{parse_bool, parse_duration, parse_mode, parse_port, EmptyEnv, Env, Named};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -157,7 +156,7 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         pod_namespace: r.text(&f.pod_namespace, "POD_NAMESPACE", ""),
         native_nftables: r.bool(&f.native_nftables, "NATIVE_NFTABLES", false)?,
         plugin_log_level,
-        enablement_selectors: super::selectors::parse(
+        enablement_selectors: super::config::selectors::parse(
             &env("AMBIENT_ENABLEMENT_SELECTOR").unwrap_or_default(),
         )?,
         enable_ambient_detection_retry: r.bool(
@@ -379,4 +378,4 @@ fn plain_file_name(name: &str, v: &str) -> Result<()> {
 
 #[cfg(test)]
 #[path = "options_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -1,23 +1,17 @@
-//! The watch-and-reinstall loop (upstream master `Installer.Run` + `sleepWatchInstall`, event-driven):
-//! install everything, validate, mark ready, block on inotify until something relevant changes, mark
-//! not-ready, repeat. A primary that keeps reverting us is throttled by a token bucket (burst
-//! [`BURST`], [`REFILL_PER_S`] per second): while it is empty we report not-ready and log the conflict once
-//! per [`CONFLICT_LOG_INTERVAL`] instead of spinning.
-//!
-//! Before every check the candidates' link chains are resolved and every directory on them watched
-//! ([`super::links`]); while waiting, they are re-resolved every [`RESOLVE_PERIOD`] (a few `lstat`s, no
-//! reads) and lost watches re-placed, a backstop for a change no watch could see.
+//! The watch-and-reinstall loop (upstream master `Installer.Run`): install everything, then rounds of
+//! [`super::round`] (validate, mark ready, block on inotify until something relevant changes, mark
+//! not-ready), reinstalling after each. A primary that keeps reverting us is throttled by a token bucket
+//! (burst [`BURST`], [`REFILL_PER_S`] per second): while it is empty we report not-ready and log the
+//! conflict once per [`CONFLICT_LOG_INTERVAL`] instead of spinning.
 
-use super::check::Outcome;
 use super::installer::{ConfigWrite, Installer};
-use super::server::{InstallResult, State};
+use super::node::server::{InstallResult, State};
+use super::round::{round, wait_change, RoundEnd};
 use super::watch::{Changes, Wake, Watcher};
-use crate::error::Result;
+use crate::error::{Context, Result};
+use crate::kube::Backoff;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
-
-/// How often the link chains are re-resolved and lost watches re-placed while waiting.
-pub const RESOLVE_PERIOD: Duration = Duration::from_secs(5);
 
 pub const BURST: f64 = 20.0;
 pub const REFILL_PER_S: f64 = 5.0;
@@ -97,7 +91,7 @@ pub fn run_loop(
     let mut last_conflict_log: Option<Instant> = None;
     let mut last_preempt_log: Option<Instant> = None;
     let mut waiting_logged = false;
-    let mut err_backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), MAX_ERROR_BACKOFF);
     let mut last_warning: Option<String> = None;
 
     // Waits for a change; `Err(end)` when the loop must end.
@@ -122,59 +116,60 @@ pub fn run_loop(
             }
         }
     };
+    // What changed while waiting (see `wait`), or the loop ends.
+    macro_rules! wait_for {
+        ($limit:expr) => {
+            match wait(inst, watcher, $limit)? {
+                Ok(c) => c,
+                Err(end) => return Ok(end),
+            }
+        };
+    }
 
     loop {
         if super::watch::stop_pending(stop) {
             return Ok(End::Stopped);
         }
-        match super::supersede::yield_to_newer(inst, watcher, state, stop)? {
+        match super::handover::supersede::yield_to_newer(inst, watcher, state, stop)? {
             Some(true) => dirty = all_dirty(),
             Some(false) => return Ok(End::Stopped),
             None => {}
         }
+        // A failed step: not ready; it ends the first pass and `--once`, else it is retried with backoff.
+        let mut failed = None;
         if dirty.bin || first {
             if let Err(e) = inst.install_binaries() {
-                state.count(InstallResult::CopyBinariesFailure);
-                state.set_ready(false);
-                if first || once.is_some() {
-                    return Err(e);
-                }
-                log::error!("{e}; retrying in {err_backoff:?}");
-                match wait(inst, watcher, Some(err_backoff))? {
-                    Ok(mut c) => {
-                        c.bin = true;
-                        dirty = c;
-                    }
-                    Err(end) => return Ok(end),
-                }
-                err_backoff = (err_backoff * 2).min(MAX_ERROR_BACKOFF);
-                continue;
+                let redo = Changes {
+                    bin: true,
+                    ..Changes::default()
+                };
+                failed = Some((e, InstallResult::CopyBinariesFailure, redo));
             }
         }
-        if dirty.service_account || dirty.run || first {
-            match inst.write_kubeconfig() {
+        if failed.is_none() && (dirty.service_account || dirty.run || first) {
+            match inst.write_kubeconfig().context("write kubeconfig") {
                 Ok(true) if !first => log::info!("kubeconfig rewritten (service account change)"),
                 Ok(_) => {}
                 Err(e) => {
-                    state.count(InstallResult::CreateKubeconfigFailure);
-                    state.set_ready(false);
-                    let e = crate::error::Context::context(Err::<(), _>(e), "write kubeconfig")
-                        .unwrap_err();
-                    if first || once.is_some() {
-                        return Err(e);
-                    }
-                    log::error!("{e}; retrying in {err_backoff:?}");
-                    match wait(inst, watcher, Some(err_backoff))? {
-                        Ok(mut c) => {
-                            c.service_account = true;
-                            dirty = c;
-                        }
-                        Err(end) => return Ok(end),
-                    }
-                    err_backoff = (err_backoff * 2).min(MAX_ERROR_BACKOFF);
-                    continue;
+                    let redo = Changes {
+                        service_account: true,
+                        ..Changes::default()
+                    };
+                    failed = Some((e, InstallResult::CreateKubeconfigFailure, redo));
                 }
             }
+        }
+        if let Some((e, result, redo)) = failed {
+            state.count(result);
+            state.set_ready(false);
+            if first || once.is_some() {
+                return Err(e);
+            }
+            let delay = backoff.next_delay();
+            log::error!("{e}; retrying in {delay:?}");
+            dirty = wait_for!(Some(delay));
+            dirty.merge(redo);
+            continue;
         }
         first = false;
         dirty = Changes::default();
@@ -202,10 +197,7 @@ pub fn run_loop(
                 let next_log = last_preempt_log
                     .map(|t| CONFLICT_LOG_INTERVAL.saturating_sub(t.elapsed()))
                     .unwrap_or(CONFLICT_LOG_INTERVAL);
-                match wait(inst, watcher, Some(next_log))? {
-                    Ok(c) => dirty = c,
-                    Err(end) => return Ok(end),
-                }
+                dirty = wait_for!(Some(next_log));
                 continue;
             }
             RoundEnd::Ready => return Ok(End::Installed),
@@ -225,10 +217,7 @@ pub fn run_loop(
                     );
                     last_conflict_log = Some(Instant::now());
                 }
-                match wait(inst, watcher, Some(delay))? {
-                    Ok(c) => dirty = c,
-                    Err(end) => return Ok(end),
-                }
+                dirty = wait_for!(Some(delay));
                 continue;
             }
         }
@@ -245,20 +234,17 @@ pub fn run_loop(
                     );
                     waiting_logged = true;
                 }
-                match wait(inst, watcher, None)? {
-                    Ok(c) => dirty = c,
-                    Err(end) => return Ok(end),
-                }
+                dirty = wait_for!(None);
                 continue;
             }
             Ok(ConfigWrite::Installed { name, changed }) => {
                 waiting_logged = false;
-                err_backoff = Duration::from_millis(200);
+                backoff.reset();
                 if changed {
                     log::info!(
                         "wrote the istio-cni configuration to {}/{}",
                         inst.conf_dir().display(),
-                        super::select::shown(&name)
+                        super::config::select::shown(&name)
                     );
                 }
             }
@@ -267,154 +253,12 @@ pub fn run_loop(
                 if once.is_some() {
                     return Err(e);
                 }
-                log::error!("{e}; retrying in {err_backoff:?}");
-                match wait(inst, watcher, Some(err_backoff))? {
-                    Ok(c) => dirty = c,
-                    Err(end) => return Ok(end),
-                }
-                err_backoff = (err_backoff * 2).min(MAX_ERROR_BACKOFF);
+                let delay = backoff.next_delay();
+                log::error!("{e}; retrying in {delay:?}");
+                dirty = wait_for!(Some(delay));
                 continue;
             }
         }
         // Validate what we wrote before reporting ready.
     }
-}
-
-/// How long a watched directory may show its deleted self before the installer exits, so the kubelet
-/// restarts the container with the directory mounted afresh (upstream's chart has no liveness probe).
-pub const DELETED_DIR_EXIT: Duration = Duration::from_secs(10);
-
-/// Re-resolves the candidates' link chains (watching every directory on them, dropping the watches of
-/// directories no longer on any), re-places lost watches, and reports liveness. Returns what changed
-/// since the last look; an error once a watched directory has been deleted for [`DELETED_DIR_EXIT`].
-fn refresh(inst: &Installer, watcher: &mut Watcher, state: &State) -> Result<Changes> {
-    let mut ch = watcher.resync();
-    if watcher.follow_links(super::links::chains_of(inst.conf_dir())) {
-        ch.conf = true;
-    }
-    let health = watcher.health();
-    let was = state.set_healthy(health.is_none());
-    match &health {
-        Some(why) if was => {
-            log::error!("{why}; /healthz now answers 503 (and the installer exits if it lasts)")
-        }
-        None if !was => {
-            log::info!("all watched directories are followed again; /healthz answers 200")
-        }
-        _ => {}
-    }
-    match watcher.deleted_for() {
-        Some(d) if d >= DELETED_DIR_EXIT => {
-            // A restart, not an uninstall: the exit keeps everything in place (install::cli).
-            state.request_restart();
-            Err(crate::Error::other(format!(
-                "{} (for {} s): exiting, so the container is restarted and sees the directory anew",
-                health
-                    .as_deref()
-                    .unwrap_or("a watched directory was deleted"),
-                d.as_secs()
-            )))
-        }
-        _ => Ok(ch),
-    }
-}
-
-/// Waits for a change, the stop descriptor or `limit` (`None`: none), refreshing ([`refresh`]) every
-/// [`RESOLVE_PERIOD`]: a change only the refresh sees ends the wait too.
-fn wait_change(
-    inst: &Installer,
-    watcher: &mut Watcher,
-    state: &State,
-    stop: Option<BorrowedFd<'_>>,
-    limit: Option<Duration>,
-) -> Result<Wake> {
-    let deadline = limit.map(|l| Instant::now() + l);
-    loop {
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let t = left.map_or(RESOLVE_PERIOD, |l| l.min(RESOLVE_PERIOD));
-        match watcher.wait(stop, Some(t))? {
-            Wake::Timeout if deadline.is_some_and(|d| Instant::now() >= d) => {
-                return Ok(Wake::Timeout)
-            }
-            Wake::Timeout => {
-                let ch = refresh(inst, watcher, state)?;
-                if ch.any() {
-                    return Ok(Wake::Changed(ch));
-                }
-            }
-            other => return Ok(other),
-        }
-    }
-}
-
-/// How one validation round ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RoundEnd {
-    /// The installed configuration is invalid or missing: reinstall (readiness stays false).
-    Invalid(String),
-    /// CNI_CONF_NAME is pinned and the runtime uses another file without our entry: not ready, nothing
-    /// to rewrite; wait for a change.
-    Preempted(String),
-    /// Something changed (before or after readiness); readiness is false again.
-    Changed(Changes),
-    /// Valid and ready, and the caller asked not to wait (`--once`).
-    Ready,
-    /// The stop descriptor fired.
-    Stopped,
-}
-
-/// One round of upstream's `sleepWatchInstall`: validate; when valid and no event arrived during the
-/// check, mark ready
-/// (counting a successful install) and, with `wait`, block until a relevant change; every exit with a
-/// change marks not-ready.
-pub fn round(
-    inst: &mut Installer,
-    watcher: &mut Watcher,
-    state: &State,
-    stop: Option<BorrowedFd<'_>>,
-    wait: bool,
-    last_warning: &mut Option<String>,
-) -> Result<RoundEnd> {
-    // Conf-dir events from before the check are reflected by the check itself; other changes are
-    // handed back so the loop refreshes binaries or the kubeconfig first.
-    let mut before = watcher.drain()?;
-    before.merge(refresh(inst, watcher, state)?);
-    if before.service_account || before.bin || before.run {
-        state.set_ready(false);
-        return Ok(RoundEnd::Changed(before));
-    }
-    match inst.check() {
-        Outcome::Invalid { reason } => {
-            state.set_ready(false);
-            return Ok(RoundEnd::Invalid(reason));
-        }
-        Outcome::Preempted { reason, .. } => {
-            state.set_ready(false);
-            return Ok(RoundEnd::Preempted(reason));
-        }
-        Outcome::Valid { warning: Some(w) } => {
-            if last_warning.as_deref() != Some(w.as_str()) {
-                log::warn!("{w}");
-                *last_warning = Some(w);
-            }
-        }
-        Outcome::Valid { warning: None } => {}
-    }
-    let pending = watcher.drain()?;
-    if pending.any() {
-        state.set_ready(false);
-        return Ok(RoundEnd::Changed(pending));
-    }
-    state.set_ready(true);
-    state.count(InstallResult::Success);
-    if !wait {
-        return Ok(RoundEnd::Ready);
-    }
-    let end = match wait_change(inst, watcher, state, stop, None)? {
-        Wake::Stop => RoundEnd::Stopped,
-        Wake::Changed(c) => RoundEnd::Changed(c),
-        Wake::Timeout => RoundEnd::Changed(Changes::default()),
-    };
-    state.set_ready(false);
-    Ok(end)
 }

@@ -272,7 +272,7 @@ mod tests {
     /// Hostile datagrams of 64 KiB (the most the relay reads): bytes that are not UTF-8, quotes and
     /// backslashes that JSON doubles, tabs, control characters, inside a JSON record or bare.
     fn hostile_datagrams() -> Vec<Vec<u8>> {
-        let n = super::super::install::relay::MAX_LINE;
+        let n = super::super::install::node::relay::MAX_LINE;
         let fill = |unit: &[u8], head: &[u8], tail: &[u8]| -> Vec<u8> {
             let mut d = head.to_vec();
             while d.len() + unit.len() + tail.len() <= n {

@@ -50,17 +50,11 @@ pub fn run(name: &str, args: &[String]) -> i32 {
             _ => crate::settings::FlagKind::Value,
         },
     };
-    let args = match crate::settings::normalize_args(args, style) {
-        Ok(a) => a,
-        Err(e) => return crate::applet::usage_error(name, &e),
-    };
-    let parsed: Args = match crate::applet::parse_args(name, &args) {
+    let args = crate::settings::normalize_args(args, style);
+    let parsed = match crate::applet::parse_args(name, args, |a: &Args| a.version) {
         Ok(a) => a,
         Err(code) => return code,
     };
-    if parsed.version {
-        return crate::applet::print_version(name);
-    }
     match parsed.cmd {
         Some(Sub::Explain(e)) => super::explain::run(&e),
         None => crate::applet::usage_error(name, "nothing to do"),

@@ -185,15 +185,8 @@ pub fn lookup(socket: &Path, req: &Request) -> Result<Object, Miss> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::podcache::proto::tests::req;
     use std::os::unix::net::UnixListener;
-
-    fn req(ns: &str, name: &str, uid: &str) -> Request {
-        Request {
-            namespace: ns.into(),
-            name: name.into(),
-            uid: uid.into(),
-        }
-    }
 
     fn pod(ns: &str, name: &str, uid: &str) -> String {
         format!(r#"{{"metadata":{{"namespace":"{ns}","name":"{name}","uid":"{uid}"}}}}"#)

@@ -137,10 +137,10 @@ pub fn decode_reply(line: &[u8]) -> Result<Reply, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn req(ns: &str, name: &str, uid: &str) -> Request {
+    pub(in crate::podcache) fn req(ns: &str, name: &str, uid: &str) -> Request {
         Request {
             namespace: ns.into(),
             name: name.into(),

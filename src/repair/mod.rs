@@ -53,17 +53,11 @@ pub fn net_conf(rt: &Runtime) -> Result<crate::cni::NetConf> {
 /// logging runs, an error is one log line ([`crate::applet::fatal`]), exit 1.
 pub fn main(name: &str, args: &[String]) -> i32 {
     use crate::applet::usage_error;
-    let args = match flags::normalize(args) {
-        Ok(a) => a,
-        Err(e) => return usage_error(name, &e),
-    };
-    let flags: flags::Flags = match crate::applet::parse_args(name, &args) {
+    let version = |f: &flags::Flags| f.version;
+    let flags = match crate::applet::parse_args(name, flags::normalize(args), version) {
         Ok(f) => f,
         Err(code) => return code,
     };
-    if flags.version {
-        return crate::applet::print_version(name);
-    }
     let env = |k: &str| std::env::var(k).ok();
     let (opts, rt) = match settings_of(&flags, &env) {
         Ok(s) => s,

@@ -2,13 +2,15 @@
 //! built binary), and every kubeconfig case, at library level on real files and real inotify.
 
 use crate::support::install::*;
-use istio_cni::install::check::Outcome;
+use istio_cni::install::config::check::Outcome;
+use istio_cni::install::config::conflist;
+use istio_cni::install::config::select::{self, Choice};
+use istio_cni::install::flags::Flags;
 use istio_cni::install::installer::{ConfigWrite, Installer};
-use istio_cni::install::options::{self, Flags, Settings};
-use istio_cni::install::run::{self, RoundEnd};
-use istio_cni::install::select::{self, Choice};
-use istio_cni::install::server::{self, Endpoints, State};
-use istio_cni::install::{binaries, conflist, watch};
+use istio_cni::install::node::server::{self, Endpoints, State};
+use istio_cni::install::options::{self, Settings};
+use istio_cni::install::round::{self, RoundEnd};
+use istio_cni::install::{binaries, watch};
 use istio_cni::json;
 use istio_cni::rundir::RunDir;
 use std::collections::{BTreeMap, HashMap};
@@ -341,7 +343,7 @@ fn install_cases() {
 /// namespace). Our check requires the entry *this* installer writes (README: an edited entry is
 /// reinstalled), so the harness puts that entry where the vector has one: what the installer under test
 /// would have written. Files without an istio-cni plugin are left byte-identical.
-fn substitute_our_entry(dir: &Path, ours: &conflist::PluginEntry) {
+fn substitute_our_entry(dir: &Path, ours: &istio_cni::install::config::entry::PluginEntry) {
     let entry = ours.to_object();
     for f in names(dir) {
         let p = dir.join(&f);
@@ -561,7 +563,7 @@ fn watch_cases() {
             match s(step, "op") {
                 "round" => {
                     let (mut i, mut w) = slot.take().unwrap();
-                    let end = run::round(&mut i, &mut w, &state, None, true, &mut None).unwrap();
+                    let end = round::round(&mut i, &mut w, &state, None, true, &mut None).unwrap();
                     assert!(
                         matches!(end, RoundEnd::Invalid(_)),
                         "{name}: round must end at once: {end:?}"
@@ -573,7 +575,8 @@ fn watch_cases() {
                     let (mut i, mut w) = slot.take().unwrap();
                     let st2 = state.clone();
                     running = Some(std::thread::spawn(move || {
-                        let end = run::round(&mut i, &mut w, &st2, None, true, &mut None).unwrap();
+                        let end =
+                            round::round(&mut i, &mut w, &st2, None, true, &mut None).unwrap();
                         (i, w, end)
                     }));
                     poll_until(&format!("{name}: ready"), Duration::from_secs(5), || {
@@ -730,7 +733,7 @@ fn select_listing_is_the_same_through_the_pure_api() {
     );
     let cands = select::list_candidates(&d).unwrap();
     let l = select::valid_configs("d", &cands, &|n| {
-        istio_cni::install::plugin_dir::read(&d, n)
+        istio_cni::install::config::plugin_dir::read(&d, n)
     })
     .unwrap();
     assert_eq!(

@@ -15,7 +15,7 @@
 //!   SIGTERM removes our entry (the file returns to its `before/` bytes) instead of upstream's SIGKILL state.
 
 use crate::support::install::*;
-use istio_cni::install::select;
+use istio_cni::install::config::select;
 use istio_cni::json::{self, Value};
 use kube_double::{Options, Server};
 use nix::sys::signal::Signal;
@@ -152,7 +152,7 @@ fn run_case(name: &str) {
     let primary = std::ffi::OsString::from(s(&c.expect, "primary"));
     let cands = select::list_candidates(&c.conf).unwrap();
     let listing = select::valid_configs("d", &cands, &|n| {
-        istio_cni::install::plugin_dir::read(&c.conf, n)
+        istio_cni::install::config::plugin_dir::read(&c.conf, n)
     })
     .unwrap();
     assert_eq!(

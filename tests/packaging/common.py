@@ -109,9 +109,9 @@ def _without_tests(src: str) -> str:
 
 
 def install_sources() -> list:
-    """install-cni's settings code: src/install/*.rs without the test files (options.rs, flags.rs,
-    log_settings.rs, ...; the module is split as it grows, so take all of it)."""
-    files = sorted(p for p in INSTALL_DIR.glob("*.rs") if not p.name.endswith("_tests.rs") and p.name != "tests.rs")
+    """install-cni's settings code: src/install/**/*.rs without the test files (options.rs, flags.rs,
+    log_settings.rs, ...; the module is split into rooms as it grows, so take all of it)."""
+    files = sorted(p for p in INSTALL_DIR.rglob("*.rs") if not p.name.endswith("_tests.rs") and p.name != "tests.rs")
     assert INSTALL_CONFIG in files, f"{INSTALL_CONFIG} missing"
     return files
 

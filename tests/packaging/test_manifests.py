@@ -195,7 +195,7 @@ class ManifestChecks:
         self.assertTrue(all(r.get("apiGroups") == [""] for r in roles[0]["rules"]))
 
     def test_upgrade_roles_get_our_daemonset_and_nodes_only(self):
-        # At SIGTERM install-cni reads its DaemonSet and node (src/install/handover_lookup.rs): a Role in the
+        # At SIGTERM install-cni reads its DaemonSet and node (src/install/handover/lookup.rs): a Role in the
         # DaemonSet's namespace for exactly that DaemonSet, and get on nodes; its own pod through get pods.
         sa = one(self.r.docs, "ServiceAccount")
         role = one(self.r.docs, "Role", "istio-cni-upgrade")
@@ -229,7 +229,7 @@ class ManifestChecks:
         read = env_names_read()
         set_here = set(self.r.config) | {e["name"] for e in self.r.c.get("env", [])}
         unknown = sorted(set_here - read)
-        self.assertEqual(unknown, [], f"set in the manifests but never read by install-cni (src/install/*.rs): {unknown}")
+        self.assertEqual(unknown, [], f"set in the manifests but never read by install-cni (src/install/**/*.rs): {unknown}")
         # The ConfigMap is what envFrom loads.
         self.assertEqual(self.r.c["envFrom"], [{"configMapRef": {"name": self.r.cm["metadata"]["name"]}}])
         # Values parse the way install-cni parses them.

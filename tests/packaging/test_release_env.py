@@ -139,6 +139,28 @@ class TestReleaseEnvironment(unittest.TestCase):
                 self.assertIn("refuses", p.stderr)
                 self.assertFalse(self.shim.called(self.triple), f"cargo ran with {name}={value} in its environment")
 
+    def test_an_unwinding_release_profile_is_refused(self):
+        # The release link step discards the unwind tables (.cargo/discard-unwind-tables.ld), which only a
+        # panic = "abort" binary can do without: a release profile that unwinds is refused before cargo runs.
+        repo = self.d / "checkout"
+        copy_checkout(repo)
+        manifest = repo / "Cargo.toml"
+        text = manifest.read_text()
+        profile = text.index("[profile.release]")
+        self.assertIn('panic = "abort"', text[profile:])
+        manifest.write_text(text[:profile] + text[profile:].replace('panic = "abort"', 'panic = "unwind"', 1))
+        p = release_build(repo, self.shim, self.triple, CARGO_TARGET_DIR=str(self.d / "t"))
+        self.assertNotEqual(p.returncode, 0, f"release_build accepted panic = \"unwind\":\n{p.stderr}")
+        self.assertIn('must say panic = "abort"', p.stderr)
+        self.assertFalse(self.shim.called(self.triple), "cargo ran for an unwinding release profile")
+        # The checkout as it is builds.
+        manifest.write_text(text)
+        p = release_build(repo, self.shim, self.triple, CARGO_TARGET_DIR=str(self.d / "t"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        config = self.shim.seen_args(self.triple)
+        config = config[config.index("--config") + 1]
+        self.assertIn(f'"link-arg={repo}/.cargo/discard-unwind-tables.ld"', config)
+
     def test_cargo_gets_the_allow_listed_environment_only(self):
         target_dir = self.d / "t"
         # The C compiler release_build names itself is no change (cargo test puts the config's [env] there).

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use istio_cni::install::server::{serve, Endpoints, State};
+use istio_cni::install::node::server::{serve, Endpoints, State};
 
 /// GET `path` on `addr`; the status code, or the error. Bounded by `limit` (a generous "not hung").
 fn get(addr: SocketAddr, path: &str, limit: Duration) -> Result<u16, String> {

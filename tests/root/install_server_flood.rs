@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use istio_cni::install::server::{serve, Endpoints, State};
+use istio_cni::install::node::server::{serve, Endpoints, State};
 use nix::sys::socket::{self as s, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
 
 /// A connection that is reset (not left in TIME_WAIT) when dropped, so a long flood does not run the

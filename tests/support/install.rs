@@ -110,7 +110,8 @@ pub fn canon(text: &str) -> String {
 /// and whether the deviation changed anything.
 pub fn apply_cni_version_deviation(golden: &str, source_conf: &str) -> (String, bool) {
     let src = json::parse_object(source_conf, "source conf").unwrap();
-    let ours = istio_cni::install::conflist::wrapper_cni_version(json::str_of(&src, "cniVersion"));
+    let ours =
+        istio_cni::install::config::conflist::wrapper_cni_version(json::str_of(&src, "cniVersion"));
     let upstream_line = "\n  \"cniVersion\": \"0.3.1\",\n";
     assert!(
         golden.contains(upstream_line),

@@ -4,7 +4,8 @@
 //! `--once` / `--uninstall`, and configuration errors. Timings are printed, never asserted.
 
 use crate::support::install::*;
-use istio_cni::install::conflist::{self, PluginEntry};
+use istio_cni::install::config::conflist;
+use istio_cni::install::config::entry::PluginEntry;
 use istio_cni::json;
 use nix::sys::signal::Signal;
 use std::fs;

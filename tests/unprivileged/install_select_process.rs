@@ -257,7 +257,7 @@ fn the_kubeconfig_log_names_server_and_ca_fingerprint_only() {
     assert!(p.wait_exit(LONG).success());
     let log = p.stderr();
     let ca = fs::read(n.root.join("sa/ca.crt")).unwrap();
-    let ca_b64 = istio_cni::install::kubeconfig::base64(&ca);
+    let ca_b64 = istio_cni::install::config::kubeconfig::base64(&ca);
     let line = log
         .lines()
         .find(|l| l.contains("wrote kubeconfig"))
@@ -294,7 +294,7 @@ fn an_istio_cni_conf_primary_gets_one_entry_and_cleanup_leaves_no_empty_list() {
     for f in names(&n.conf) {
         let t = fs::read_to_string(n.conf.join(&f)).unwrap();
         assert!(
-            !istio_cni::install::conflist::has_empty_plugins(&t),
+            !istio_cni::install::config::conflist::has_empty_plugins(&t),
             "{f}: {t}"
         );
     }
@@ -323,7 +323,7 @@ fn names(dir: &Path) -> Vec<String> {
 fn a_json_holding_a_list_never_becomes_the_runtimes_network() {
     let go = |t: &str| {
         let v = istio_cni::json::parse(t, "t").unwrap();
-        istio_cni::install::conflist::render(&v).unwrap()
+        istio_cni::install::config::conflist::render(&v).unwrap()
     };
     let calico = go(r#"{"name":"k8s-pod-network","cniVersion":"0.3.1",
         "plugins":[{"type":"calico","ipam":{"type":"calico-ipam"}},{"type":"portmap","capabilities":{"portMappings":true}}]}"#);

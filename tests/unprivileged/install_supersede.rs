@@ -144,7 +144,7 @@ impl Gaps {
                         let now = std::time::Instant::now();
                         let ok = [
                             fs::read_to_string(&primary).is_ok_and(|t| {
-                                istio_cni::install::conflist::count_entries(&t) == 1
+                                istio_cni::install::config::conflist::count_entries(&t) == 1
                             }),
                             binary.exists(),
                         ];

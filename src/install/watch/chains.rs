@@ -1,9 +1,9 @@
-//! The directories on the candidates' link chains ([`super::super::links`]): watched for the names looked
+//! The directories on the candidates' link chains ([`crate::install::links`]): watched for the names looked
 //! up in them, dropped when no chain passes through them any more (so the watch count stays bounded),
 //! watched anew when the directory at a path is replaced.
 
 use super::{dirs, Mark, Watcher, Why, MASK};
-use crate::install::links::{self, Chain};
+use crate::install::config::links::{self, Chain};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::PathBuf;

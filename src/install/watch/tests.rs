@@ -100,7 +100,7 @@ fn link_directories_are_watched_for_their_names_and_dropped_when_unused() {
     symlink("../t1/x.conflist", conf.join("10.conflist")).unwrap();
     let mut w = Watcher::new(Box::new(|_, _: &str| true)).unwrap();
     w.add(&conf, Role::ConfDir).unwrap();
-    let follow = |w: &mut Watcher| w.follow_links(crate::install::links::chains_of(&conf));
+    let follow = |w: &mut Watcher| w.follow_links(crate::install::config::links::chains_of(&conf));
     assert!(follow(&mut w), "first look");
     assert!(!follow(&mut w), "nothing changed");
     let links = |w: &Watcher| {

@@ -13,13 +13,16 @@ use serde_yaml::Value;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// One agent pod: its name, sandbox, container and IP.
+/// One agent pod: its name, sandbox, container and IP, and what its container was created with (a
+/// container restarted in place is created again from it).
 #[derive(Debug, Clone)]
 pub struct Agent {
     pub name: String,
     pub sandbox: String,
     pub container: String,
     pub ip: String,
+    pub config: cri::ContainerConfig,
+    pub sandbox_config: cri::PodSandboxConfig,
 }
 
 /// How an agent pod is started.
@@ -48,7 +51,8 @@ impl ChartNode {
                 logs: self.dir.join("logs"),
                 extra_env,
             })
-            .await;
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         (a.sandbox, a.container, a.ip)
     }
 
@@ -67,6 +71,17 @@ impl ChartNode {
     /// A pod of the chart's DaemonSet named `name` (`istio-cni-node-<suffix>`), as the controller creates it
     /// and kubelet runs it; its log is [`ChartNode::daemon_log`].
     pub async fn start_daemon_pod(&self, name: &str, extra_env: &[(&str, &str)]) -> Agent {
+        self.try_start_daemon_pod(name, extra_env)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`ChartNode::start_daemon_pod`], the runtime's error instead of a panic (kubelet would retry).
+    pub async fn try_start_daemon_pod(
+        &self,
+        name: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Result<Agent, String> {
         self.start_pod(Start {
             name: name.to_string(),
             daemon: true,
@@ -80,21 +95,62 @@ impl ChartNode {
     /// after 30 s), the sandbox stopped and removed, then the pod object deleted (its token with it).
     /// Returns how long StopContainer took (SIGTERM to exit).
     pub async fn end_daemon_pod(&self, a: &Agent) -> Duration {
+        self.try_end_daemon_pod(a)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.daemon_log(&a.name)))
+    }
+
+    /// [`ChartNode::end_daemon_pod`], the runtime's error instead of a panic.
+    pub async fn try_end_daemon_pod(&self, a: &Agent) -> Result<Duration, String> {
         let t = Instant::now();
         self.cri
             .stop_container(&a.container, 30)
             .await
-            .expect("StopContainer");
+            .map_err(|e| format!("StopContainer {}: {e}", a.name))?;
         let took = t.elapsed();
-        let log = || self.daemon_log(&a.name);
-        if let Err(e) = self.cri.stop(&a.sandbox).await {
-            panic!("StopPodSandbox {}: {e}\n{}", a.name, log());
-        }
-        if let Err(e) = self.cri.remove(&a.sandbox).await {
-            panic!("RemovePodSandbox {}: {e}\n{}", a.name, log());
-        }
+        self.cri
+            .stop(&a.sandbox)
+            .await
+            .map_err(|e| format!("StopPodSandbox {}: {e}", a.name))?;
+        self.cri
+            .remove(&a.sandbox)
+            .await
+            .map_err(|e| format!("RemovePodSandbox {}: {e}", a.name))?;
         let _ = self.srv.delete_pod("istio-system", &a.name);
-        took
+        Ok(took)
+    }
+
+    /// The container restarted in place, as kubelet does after it exited (`restartPolicy: Always`): a new
+    /// container (the next attempt) in the same sandbox, created from the same configuration, started; the
+    /// exited one removed. Returns the agent with its new container.
+    pub async fn restart_agent_container(&self, a: &Agent) -> Result<Agent, String> {
+        let mut config = a.config.clone();
+        if let Some(m) = config.metadata.as_mut() {
+            m.attempt += 1;
+        }
+        let cid = self
+            .cri
+            .create_container(&a.sandbox, config.clone(), &a.sandbox_config)
+            .await
+            .map_err(|e| format!("CreateContainer {} (restart): {e}", a.name))?;
+        self.cri
+            .start_container(&cid)
+            .await
+            .map_err(|e| format!("StartContainer {} (restart): {e}", a.name))?;
+        let _ = self.cri.remove_container(&a.container).await;
+        Ok(Agent {
+            container: cid,
+            config,
+            ..a.clone()
+        })
+    }
+
+    /// The agent container's process id on the host (None when it is not running).
+    pub async fn agent_pid(&self, a: &Agent) -> Option<u32> {
+        match self.cri.container_state(&a.container).await {
+            Ok((1, _, pid)) => pid,
+            _ => None,
+        }
     }
 
     /// The log of DaemonSet pod `name`.
@@ -103,7 +159,7 @@ impl ChartNode {
             .unwrap_or_default()
     }
 
-    async fn start_pod(&self, start: Start<'_>) -> Agent {
+    async fn start_pod(&self, start: Start<'_>) -> Result<Agent, String> {
         let (_, image) = our_image_archive();
         let name = start.name;
         let uid = format!("uid-{name}");
@@ -118,6 +174,7 @@ impl ChartNode {
             namespace: "istio-system".into(),
             uid: uid.clone(),
             annotations: to_map(&tmpl["annotations"]),
+            attempt: 0,
         };
         let mut sandbox = Cri::sandbox_config(&spec);
         sandbox.labels.extend(to_map(&tmpl["labels"]));
@@ -142,10 +199,15 @@ impl ChartNode {
                 runtime_handler: String::new(),
             })
             .await
-            .expect("RunPodSandbox for the agent pod")
+            .map_err(|e| format!("RunPodSandbox for the agent pod {name}: {}", e.message()))?
             .into_inner()
             .pod_sandbox_id;
-        let ip = self.cri.status(&sid).await.expect("status").ip;
+        let ip = self
+            .cri
+            .status(&sid)
+            .await
+            .map_err(|e| format!("PodSandboxStatus of the agent pod {name}: {e}"))?
+            .ip;
         pod["status"]["podIP"] = ip.clone().into();
         self.srv.add_pod(&pod.to_string()).unwrap();
         // The service-account volume: the shared token, or (a DaemonSet pod) one bound to this pod.
@@ -219,19 +281,21 @@ impl ChartNode {
         };
         let cid = self
             .cri
-            .create_container(&sid, config, &sandbox)
+            .create_container(&sid, config.clone(), &sandbox)
             .await
-            .expect("CreateContainer install-cni");
+            .map_err(|e| format!("CreateContainer install-cni ({name}): {e}"))?;
         self.cri
             .start_container(&cid)
             .await
-            .expect("StartContainer install-cni");
-        Agent {
+            .map_err(|e| format!("StartContainer install-cni ({name}): {e}"))?;
+        Ok(Agent {
             name,
             sandbox: sid,
             container: cid,
             ip,
-        }
+            config,
+            sandbox_config: sandbox,
+        })
     }
 
     /// The agent's log (CRI format, one line per log line).

@@ -5,9 +5,9 @@
 //! The API double listens on 10.89.0.1 on the node namespace's `lo`, which the agent pod reaches through its
 //! default route (no `hostNetwork`).
 
-use crate::chart::{Chart, API_IP, NODE_NAME};
+use crate::chart::{Chart, API_IP};
 use crate::containerd::Containerd;
-use crate::cri::{Cri, PodSpec};
+use crate::cri::Cri;
 use crate::image;
 use crate::node::{our_binary, release_bin, PAUSE_IMAGE};
 use crate::util::{in_netns, repo, run, run_ok, Netns, TempDir};
@@ -82,8 +82,19 @@ pub struct ChartNode {
     pub dir: TempDir,
 }
 
+/// What a [`ChartNode`] is built with beyond the chart.
+#[derive(Debug, Clone, Default)]
+pub struct ChartNodeOptions {
+    /// containerd mounts the pods' network namespaces under its state dir (see [`Containerd::start_with`]).
+    pub netns_under_state: bool,
+}
+
 impl ChartNode {
     pub async fn new(chart: Chart) -> ChartNode {
+        ChartNode::new_with(chart, ChartNodeOptions::default()).await
+    }
+
+    pub async fn new_with(chart: Chart, opts: ChartNodeOptions) -> ChartNode {
         let dir = TempDir::new("chart");
         let ns = Netns::new("chartnode");
         ns.exec_ok(&["ip", "addr", "add", &format!("{API_IP}/32"), "dev", "lo"]);
@@ -171,13 +182,14 @@ impl ChartNode {
 
         let pause = dir.join("pause.tar");
         image::pause_archive(PAUSE_IMAGE, &pause);
-        let containerd = Containerd::start_in(
+        let containerd = Containerd::start_with(
             dir.path(),
             &ns.path(),
             Some(holder.child.id()),
             PAUSE_IMAGE,
             Path::new(&bin_dir),
             Path::new(&conf_dir),
+            opts.netns_under_state,
         );
         containerd.import(&pause);
         containerd.import(&our_image_archive().0);
@@ -202,83 +214,9 @@ impl ChartNode {
         self.dir.join(format!("host{p}"))
     }
 
-    /// Runs argv in the node's mount view and the network namespace at `netns`.
-    pub fn in_pod_netns(&self, netns: &str, argv: &[&str]) -> std::process::Output {
-        let pid = self.holder.child.id();
-        let mnt = format!("--mount=/proc/{pid}/ns/mnt");
-        // Our root, not the namespace's (they differ when the tests run chrooted).
-        let root = format!("--root=/proc/{pid}/root");
-        let net = format!("--net={netns}");
-        let mut a = vec![mnt.as_str(), root.as_str(), "--", "nsenter", net.as_str()];
-        a.extend_from_slice(argv);
-        run("nsenter", &a)
-    }
-
-    /// The pod netns's rules: the iptables rules (the backend the plugin recorded), then the nftables
-    /// listing of our `inet istio-*` tables (native_nftables mode); "" when nothing can be read.
-    pub fn rules(&self, netns: &str) -> String {
-        let mut out = self.iptables_rules(netns);
-        out.push_str(&String::from_utf8_lossy(
-            &self.in_pod_netns(netns, &["nft", "list", "ruleset"]).stdout,
-        ));
-        out
-    }
-
-    fn iptables_rules(&self, netns: &str) -> String {
-        let backend = std::fs::read_to_string(self.host(&self.run_dir).join("iptables-backend"))
-            .unwrap_or_else(|_| "nft".into());
-        let prog = if backend.trim() == "legacy" {
-            "iptables-legacy-save"
-        } else {
-            "iptables-nft-save"
-        };
-        String::from_utf8_lossy(&self.in_pod_netns(netns, &[prog]).stdout).into_owned()
-    }
-
-    /// A workload pod with a sidecar, served by the double on this node (status filled in later).
-    pub fn sidecar_pod(&self, name: &str) -> PodSpec {
-        let uid = format!("uid-{name}-{}", std::process::id());
-        self.put_pod(name, &uid, "", false);
-        PodSpec {
-            name: name.into(),
-            namespace: "default".into(),
-            uid,
-            annotations: [("sidecar.istio.io/status".to_string(), "{}".to_string())].into(),
-        }
-    }
-
-    /// (Re)writes the workload pod's API object; `broken`: istio-validation failed with 126 (what the
-    /// repair agent looks for).
-    pub fn put_pod(&self, name: &str, uid: &str, ip: &str, broken: bool) {
-        let mut status = serde_json::json!({"phase": "Pending"});
-        if !ip.is_empty() {
-            status["podIP"] = ip.into();
-            status["podIPs"] = serde_json::json!([{"ip": ip}]);
-        }
-        if broken {
-            status["initContainerStatuses"] = serde_json::json!([{
-                "name": "istio-validation", "ready": false, "restartCount": 2,
-                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                "lastState": {"terminated": {"exitCode": 126, "reason": "Error"}}}]);
-        }
-        let pod = serde_json::json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "uid": uid,
-                         "annotations": {"sidecar.istio.io/status": "{}"}},
-            "spec": {"nodeName": NODE_NAME,
-                     "initContainers": [{"name": "istio-validation"}],
-                     "containers": [{"name": "app"}, {"name": "istio-proxy", "args": ["proxy", "sidecar"]}]},
-            "status": status,
-        });
-        self.srv.add_pod(&pod.to_string()).expect("add pod");
-    }
-
-    /// Runs a workload sandbox: (id, netns, ip).
-    pub async fn run_pod(&self, pod: &PodSpec) -> Result<(String, String, String), String> {
-        let id = self.cri.run_pod(pod).await?;
-        let st = self.cri.status(&id).await?;
-        assert!(st.ready);
-        Ok((id, st.netns.expect("netns"), st.ip))
+    /// The process holding the node's mount view.
+    pub fn holder_pid(&self) -> u32 {
+        self.holder.child.id()
     }
 }
 

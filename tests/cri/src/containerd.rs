@@ -6,6 +6,7 @@
 use crate::util::{run, run_ok};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub struct Containerd {
@@ -13,7 +14,8 @@ pub struct Containerd {
     pub netns: String,
     /// A process whose mount namespace containerd runs in (the chart scenarios' node view), if any.
     pub mount_ns_of: Option<u32>,
-    pub child: Option<Child>,
+    /// The running process (behind a lock: a node shared between tasks restarts it through `&self`).
+    child: Mutex<Option<Child>>,
 }
 
 impl Containerd {
@@ -47,6 +49,30 @@ impl Containerd {
         cni_bin: &Path,
         cni_conf: &Path,
     ) -> Containerd {
+        Containerd::start_with(
+            dir,
+            netns,
+            mount_ns_of,
+            sandbox_image,
+            cni_bin,
+            cni_conf,
+            false,
+        )
+    }
+
+    /// Like [`Containerd::start_in`]; `netns_under_state`: the pods' network namespaces are mounted under
+    /// `<dir>/state/netns` instead of the host's shared `/var/run/netns` (containerd's
+    /// `netns_mounts_under_state_dir`), so that every one this containerd made, leaked ones included, can be
+    /// told from other runtimes' (the soak's leak count).
+    pub fn start_with(
+        dir: &Path,
+        netns: &str,
+        mount_ns_of: Option<u32>,
+        sandbox_image: &str,
+        cni_bin: &Path,
+        cni_conf: &Path,
+        netns_under_state: bool,
+    ) -> Containerd {
         let d = dir.display();
         let conf = format!(
             r#"version = 2
@@ -67,6 +93,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   disable_apparmor = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+  netns_mounts_under_state_dir = {netns_under_state}
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "native"
     default_runtime_name = "runc"
@@ -84,17 +111,30 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             cni_conf.display()
         );
         std::fs::write(dir.join("config.toml"), conf).expect("write containerd config");
-        let mut c = Containerd {
+        let c = Containerd {
             dir: dir.to_path_buf(),
             netns: netns.to_string(),
             mount_ns_of,
-            child: None,
+            child: Mutex::new(None),
         };
         c.spawn();
         c
     }
 
-    fn spawn(&mut self) {
+    fn child(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// containerd's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child().as_ref().map(Child::id)
+    }
+
+    fn spawn(&self) {
+        // Being swept (the soak interrupted): starting containerd again would outlive the sweep.
+        while crate::util::STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_secs(1));
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -117,12 +157,12 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             .stderr(log)
             .spawn()
             .expect("start containerd (apt install containerd runc)");
-        self.child = Some(child);
+        *self.child() = Some(child);
         self.wait_ready();
     }
 
     /// Waits until the socket answers `ctr version` (30 s at most).
-    fn wait_ready(&mut self) {
+    fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if self.socket().exists() {
@@ -134,7 +174,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                     return;
                 }
             }
-            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
+            if let Some(Ok(Some(st))) = self.child().as_mut().map(|c| c.try_wait()) {
                 panic!("containerd exited ({st}):\n{}", self.log());
             }
             if Instant::now() > deadline {
@@ -167,8 +207,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     }
 
     /// SIGTERM and wait (the shims and pods stay, as on a real node).
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
+    pub fn stop(&self) {
+        let taken = self.child().take();
+        if let Some(mut c) = taken {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(c.id() as i32),
                 nix::sys::signal::Signal::SIGTERM,
@@ -186,8 +227,20 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     }
 
     /// Stops and starts it again with the same configuration and state.
-    pub fn restart(&mut self) {
+    pub fn restart(&self) {
         self.stop();
+        self.spawn();
+    }
+
+    /// A crash: SIGKILL (whatever CRI calls it was serving are cut off mid-way; the shims, pods and any CNI
+    /// plugin it was running stay), then started again with the same configuration and state, as its
+    /// service manager would.
+    pub fn kill_and_restart(&self) {
+        let taken = self.child().take();
+        if let Some(mut c) = taken {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         self.spawn();
     }
 }

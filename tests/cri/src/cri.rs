@@ -19,6 +19,8 @@ pub struct PodSpec {
     pub namespace: String,
     pub uid: String,
     pub annotations: HashMap<String, String>,
+    /// The sandbox attempt (kubelet counts up when it makes a pod's sandbox again).
+    pub attempt: u32,
 }
 
 /// The runtime's view of a sandbox.
@@ -55,7 +57,7 @@ impl Cri {
                 name: pod.name.clone(),
                 uid: pod.uid.clone(),
                 namespace: pod.namespace.clone(),
-                attempt: 0,
+                attempt: pod.attempt,
             }),
             hostname: pod.name.clone(),
             annotations: pod.annotations.clone(),
@@ -157,6 +159,43 @@ impl Cri {
             .into_iter()
             .map(|s| s.id)
             .collect()
+    }
+
+    /// The sandboxes of the pod with this uid (any state), as kubelet finds them before re-creating one.
+    pub async fn list_for_uid(&self, uid: &str) -> Result<Vec<String>, String> {
+        let mut rt = self.rt.clone();
+        let filter = PodSandboxFilter {
+            label_selector: HashMap::from([("io.kubernetes.pod.uid".to_string(), uid.to_string())]),
+            ..Default::default()
+        };
+        rt.list_pod_sandbox(ListPodSandboxRequest {
+            filter: Some(filter),
+        })
+        .await
+        .map(|r| r.into_inner().items.into_iter().map(|s| s.id).collect())
+        .map_err(|s| s.message().to_string())
+    }
+
+    /// Every sandbox the runtime knows, with its pod name, state and creation time (ns since the epoch).
+    pub async fn list_detailed(&self) -> Result<Vec<(String, String, bool, i64)>, String> {
+        let mut rt = self.rt.clone();
+        rt.list_pod_sandbox(ListPodSandboxRequest { filter: None })
+            .await
+            .map(|r| {
+                r.into_inner()
+                    .items
+                    .into_iter()
+                    .map(|s| {
+                        (
+                            s.id,
+                            s.metadata.map(|m| m.name).unwrap_or_default(),
+                            s.state == PodSandboxState::SandboxReady as i32,
+                            s.created_at,
+                        )
+                    })
+                    .collect()
+            })
+            .map_err(|s| s.message().to_string())
     }
 
     pub async fn create_container(

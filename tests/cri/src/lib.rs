@@ -7,10 +7,13 @@
 pub mod chart;
 pub mod chart_agent;
 pub mod chart_node;
+pub mod chart_pods;
+pub mod churn;
 #[path = "../../support/cmd.rs"]
 mod cmd;
 pub mod containerd;
 pub mod cri;
 pub mod image;
 pub mod node;
+pub mod soak;
 pub mod util;

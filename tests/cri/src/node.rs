@@ -174,6 +174,7 @@ impl Node {
             namespace: ns.into(),
             uid,
             annotations: ann,
+            attempt: 0,
         }
     }
 

@@ -5,6 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
+/// Set when the process is being torn down from outside the test's flow (the soak interrupted by a signal):
+/// nothing starts containerd again meanwhile.
+pub static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// A small number unique in this process (names, subnets).
 pub fn next_index() -> usize {
     COUNTER.fetch_add(1, Ordering::Relaxed)

@@ -7,19 +7,11 @@
 
 use cri_e2e::chart::{cap_mask, Chart};
 use cri_e2e::chart_node::ChartNode;
+use cri_e2e::churn::redirected;
 use cri_e2e::node::NETNS_COUNT;
 use cri_e2e::util::require_root;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-/// Our capture is in place: the iptables rules, or (native_nftables) our nf_tables table and its redirect.
-fn redirected(rules: &str) -> bool {
-    (rules.contains("-A PREROUTING -p tcp -j ISTIO_INBOUND")
-        && rules.contains("-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001"))
-        || (rules.contains("table inet istio-proxy-nat")
-            && rules.contains("redirect to :15001")
-            && rules.contains("redirect to :15006"))
-}
 
 async fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) -> Duration {
     let t = Instant::now();

@@ -16,120 +16,15 @@
 use cri_e2e::chart::Chart;
 use cri_e2e::chart_agent::Agent;
 use cri_e2e::chart_node::ChartNode;
+use cri_e2e::churn::{brief, churn, redirected, ChurnOptions, Control, PodEnd};
 use cri_e2e::node::NETNS_COUNT;
 use cri_e2e::util::require_root;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const ROLLS: usize = 20;
-/// A new sidecar pod is started this often (when fewer than [`IN_FLIGHT`] are being handled).
-const POD_EVERY: Duration = Duration::from_millis(50);
-const IN_FLIGHT: usize = 6;
 /// maxUnavailable rolls: the DaemonSet controller creates the new pod this long after the old one is gone.
 const CONTROLLER_DELAY: Duration = Duration::from_millis(200);
-/// kubelet's retry of a failed sandbox (much shorter than its real backoff, to keep the loop busy).
-const RETRY_AFTER: Duration = Duration::from_millis(100);
-const MAX_ATTEMPTS: u32 = 100;
-
-fn redirected(rules: &str) -> bool {
-    rules.contains("-A PREROUTING -p tcp -j ISTIO_INBOUND")
-        && rules.contains("-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001")
-}
-
-/// How one sidecar pod ended.
-#[derive(Debug, Clone)]
-struct PodEnd {
-    /// Failed RunPodSandbox attempts before the one that counted.
-    failures: u32,
-    /// The sandbox started and had our rules (None: it never started).
-    redirected: Option<bool>,
-    first_error: Option<String>,
-}
-
-async fn one_pod(node: Arc<ChartNode>, name: String) -> PodEnd {
-    let pod = node.sidecar_pod(&name);
-    let mut end = PodEnd {
-        failures: 0,
-        redirected: None,
-        first_error: None,
-    };
-    while end.failures < MAX_ATTEMPTS {
-        match node.run_pod(&pod).await {
-            Ok((id, netns, _)) => {
-                let n = node.clone();
-                let rules = tokio::task::spawn_blocking(move || n.rules(&netns))
-                    .await
-                    .unwrap();
-                end.redirected = Some(redirected(&rules));
-                tear_down(&node, &id).await;
-                break;
-            }
-            Err(e) => {
-                end.failures += 1;
-                end.first_error.get_or_insert(e);
-                tokio::time::sleep(RETRY_AFTER).await;
-            }
-        }
-    }
-    let _ = node.srv.delete_pod("default", &name);
-    end
-}
-
-/// Stops and removes a sandbox, retrying as kubelet does: with safe upgrade off, a teardown between the old
-/// agent's cleanup and the new agent's install fails ("failed to find plugin istio-cni"), as upstream's does.
-async fn tear_down(node: &ChartNode, id: &str) {
-    let mut last = String::new();
-    for _ in 0..MAX_ATTEMPTS {
-        match node.cri.stop(id).await.and(node.cri.remove(id).await) {
-            Ok(()) => return,
-            // Removed by an earlier attempt that reported a failure afterwards.
-            Err(e) if e.contains("not found") => return,
-            Err(e) => last = e,
-        }
-        tokio::time::sleep(RETRY_AFTER).await;
-    }
-    panic!("sandbox {id} could not be removed: {last}");
-}
-
-/// A runtime error shortened to the cause (no sandbox id, no pod name), for the summary.
-fn brief(e: &str) -> String {
-    let e = [
-        "kubernetes API answered",
-        "failed (add): ",
-        "failed (delete): ",
-    ]
-    .iter()
-    .find_map(|m| e.find(m).map(|i| &e[i..]))
-    .unwrap_or(e);
-    e.chars().take(160).collect()
-}
-
-/// Starts sidecar pods until `stop`; returns how each ended.
-async fn churn(node: Arc<ChartNode>, prefix: String, stop: Arc<AtomicBool>) -> Vec<PodEnd> {
-    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut tick = tokio::time::interval(POD_EVERY);
-    let mut i = 0;
-    while !stop.load(Ordering::SeqCst) {
-        tick.tick().await;
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            continue;
-        };
-        i += 1;
-        let (n, name) = (node.clone(), format!("{prefix}-{i}"));
-        tasks.spawn(async move {
-            let end = one_pod(n, name).await;
-            drop(slot);
-            end
-        });
-    }
-    let mut ends = Vec::new();
-    while let Some(r) = tasks.join_next().await {
-        ends.push(r.expect("pod task"));
-    }
-    ends
-}
 
 async fn wait_ready(node: &ChartNode, a: &Agent) -> Duration {
     let t = Instant::now();
@@ -178,9 +73,10 @@ async fn roll(extra_env: &[(&str, &str)], label: &str) -> (Vec<PodEnd>, Vec<Stri
     let mut agent = node.start_daemon_pod("istio-cni-node-r0", extra_env).await;
     wait_ready(&node, &agent).await;
 
-    let stop = Arc::new(AtomicBool::new(false));
+    let opts = ChurnOptions::default();
+    let ctl = Control::new(opts.in_flight);
     let prefix = format!("{}-pod", label.replace(' ', "-"));
-    let pods = tokio::spawn(churn(node.clone(), prefix, stop.clone()));
+    let pods = tokio::spawn(churn(node.clone(), prefix, opts, ctl.clone()));
     let t0 = Instant::now();
     let (mut exits, mut readies, mut decided) = (Vec::new(), Vec::new(), Vec::new());
     let mut rules = Vec::new();
@@ -222,7 +118,7 @@ async fn roll(extra_env: &[(&str, &str)], label: &str) -> (Vec<PodEnd>, Vec<Stri
     }
     // A last stretch of pods against the final agent.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::SeqCst);
+    ctl.stop();
     let ends = pods.await.expect("churn");
     let took = t0.elapsed();
 
@@ -264,7 +160,21 @@ async fn roll(extra_env: &[(&str, &str)], label: &str) -> (Vec<PodEnd>, Vec<Stri
         },
     );
     assert!(ends.len() >= 2 * ROLLS, "{label}: only {} pods", ends.len());
-    assert_eq!(never, 0, "{label}: pods never started");
+    assert_eq!(never, 0, "{label}: pods never started or unchecked");
+    for e in &ends {
+        assert!(
+            e.check_error.is_none(),
+            "{label}: {}: {:?}",
+            e.name,
+            e.check_error
+        );
+        assert!(
+            e.teardown_error.is_none(),
+            "{label}: {}: {:?}",
+            e.name,
+            e.teardown_error
+        );
+    }
     (ends, rules)
 }
 

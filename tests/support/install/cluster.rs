@@ -3,7 +3,7 @@
 //! inotify watch of the conf dir through a handover.
 
 use super::*;
-use istio_cni::install::conflist;
+use istio_cni::install::config::conflist;
 use kube_double::{Options, Server};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::signal::Signal;

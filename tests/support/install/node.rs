@@ -3,7 +3,7 @@
 //! libcni picks holds our entry).
 
 use super::*;
-use istio_cni::install::{check, select};
+use istio_cni::install::config::{check, select};
 use std::fs;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -80,7 +80,7 @@ impl Node {
     pub fn runtime_file(&self) -> Option<String> {
         let c = select::list_candidates(&self.conf).ok()?;
         select::valid_configs("d", &c, &|n| {
-            istio_cni::install::plugin_dir::read(&self.conf, n)
+            istio_cni::install::config::plugin_dir::read(&self.conf, n)
         })
         .ok()?
         .valid
@@ -134,7 +134,7 @@ impl Drop for Node {
 /// How many `istio-cni` entries the file at `p` holds (0 when it cannot be read).
 pub fn entries_at(p: &std::path::Path) -> usize {
     fs::read_to_string(p)
-        .map(|t| istio_cni::install::conflist::count_entries(&t))
+        .map(|t| istio_cni::install::config::conflist::count_entries(&t))
         .unwrap_or(0)
 }
 

@@ -25,7 +25,7 @@ pub struct CheckCtx<'a> {
     pub configured: Option<&'a OsStr>,
     /// The file the Istio configuration was last written to (a name in `dir`).
     pub installed: Option<&'a OsStr>,
-    /// Our current entry ([`super::conflist::PluginEntry::to_object`]): the file the runtime uses must
+    /// Our current entry ([`super::entry::PluginEntry::to_object`]): the file the runtime uses must
     /// hold exactly this, once — an entry someone edited (or a second copy) is reinstalled.
     pub entry: &'a Object,
 }

@@ -1,9 +1,5 @@
-//! Cleanup on SIGTERM/SIGINT and `--uninstall` (installer.md §2.12): remove only our entry from the
-//! primary (atomic, mode kept) or our own file (standalone or Istio-owned), then the kubeconfig, our
-//! `istio-cni` binary (no other binary), the sockets and the backend record (a running agent's cleanup
-//! only those still its own: [`crate::rundir`]). Every step runs even when an earlier one failed;
-//! the first error is returned at the end. The whole sequence is [`super::installer::Installer::cleanup`];
-//! this module holds its configuration steps and imports nothing from the installer.
+//! Our entry out of the conf dir at cleanup ([`crate::install::teardown`]): only our entry removed from the
+//! primary (atomic, mode kept), or our own file (standalone or Istio-owned) deleted.
 //!
 //! When the file we wrote to has vanished meanwhile (the primary CNI removed its config), there is nothing
 //! to edit: that is logged and the other steps run as usual. Nothing is re-created.

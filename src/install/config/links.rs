@@ -7,7 +7,7 @@
 //! [`chains_of`] is the effect: it lists the conf dir and resolves each candidate with `lstat`/`readlink`.
 //! A chain also carries the version (inode, size, times) of the file it ends at, so two resolutions
 //! compare equal only when the runtime would read the same thing: the periodic re-resolve
-//! ([`super::run`]) is a backstop for a change no watch saw.
+//! ([`crate::install::run`]) is a backstop for a change no watch saw.
 
 use super::select;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -186,72 +186,42 @@ pub fn to_value(sels: &[EnablementSelector]) -> Value {
     )
 }
 
-fn push_fields(out: &mut String, fields: &Fields, indent: &str, depth: usize) {
-    if fields.is_empty() {
-        out.push_str("{}");
-        return;
-    }
-    out.push('{');
-    for (i, (k, v)) in fields.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push('\n');
-        out.push_str(&indent.repeat(depth + 1));
-        json::write_string(out, k);
-        out.push_str(": ");
+/// A label selector as Go prints the struct at nesting `depth`: `matchLabels`, then `matchExpressions`.
+fn label_selector_text(s: &LabelSelector, indent: &str, depth: usize) -> String {
+    let nested = format!("\n{}", indent.repeat(depth + 1));
+    let fields: Vec<String> = label_selector_fields(s)
+        .iter()
         // matchLabels is a Go map (sorted keys); requirement objects have key < operator < values,
         // so their sorted order is their struct order.
-        let text = json::to_pretty(v, indent);
-        out.push_str(&text.replace('\n', &format!("\n{}", indent.repeat(depth + 1))));
-    }
-    out.push('\n');
-    out.push_str(&indent.repeat(depth));
-    out.push('}');
+        .map(|(k, v)| {
+            format!(
+                "\"{k}\": {}",
+                json::to_pretty(v, indent).replace('\n', &nested)
+            )
+        })
+        .collect();
+    json::block_text('{', &fields, '}', indent, depth)
 }
 
 /// The selectors as Go's `json.MarshalIndent` prints the struct (the standalone file): struct field
 /// order, `indent` per level, starting at nesting `depth`; no trailing newline.
 pub fn to_struct_text(sels: &[EnablementSelector], indent: &str, depth: usize) -> String {
-    if sels.is_empty() {
-        return "[]".into();
-    }
-    let mut out = String::from("[");
-    for (i, s) in sels.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push('\n');
-        out.push_str(&indent.repeat(depth + 1));
-        out.push('{');
-        for (j, (name, sel)) in [
-            ("podSelector", &s.pod_selector),
-            ("namespaceSelector", &s.namespace_selector),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            if j > 0 {
-                out.push(',');
-            }
-            out.push('\n');
-            out.push_str(&indent.repeat(depth + 2));
-            json::write_string(&mut out, name);
-            out.push_str(": ");
-            push_fields(&mut out, &label_selector_fields(sel), indent, depth + 2);
-        }
-        out.push('\n');
-        out.push_str(&indent.repeat(depth + 1));
-        out.push('}');
-    }
-    out.push('\n');
-    out.push_str(&indent.repeat(depth));
-    out.push(']');
-    out
+    let items: Vec<String> = sels
+        .iter()
+        .map(|s| {
+            let fields = [
+                ("podSelector", &s.pod_selector),
+                ("namespaceSelector", &s.namespace_selector),
+            ]
+            .map(|(k, sel)| format!("\"{k}\": {}", label_selector_text(sel, indent, depth + 2)));
+            json::block_text('{', &fields, '}', indent, depth + 1)
+        })
+        .collect();
+    json::block_text('[', &items, ']', indent, depth)
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// The chart's default value (upstream's `ambient.enablementSelectors`).

@@ -1,3 +1,4 @@
+use super::super::plugin_dir::{no_plugin_dir, PluginDir};
 use super::*;
 
 fn cand(name: &str, text: &str) -> Candidate {
@@ -9,44 +10,32 @@ fn cand(name: &str, text: &str) -> Candidate {
 
 #[test]
 fn libcni_rules() {
-    let none = super::super::plugin_dir::no_plugin_dir;
-    assert!(validate(OsStr::new("a.conf"), br#"{"type":"bridge"}"#, &none).is_ok());
-    assert!(validate(OsStr::new("a.conf"), br#"{"type":""}"#, &none).is_err());
-    assert!(validate(OsStr::new("a.conf"), br#"{"name":"x"}"#, &none).is_err());
-    assert!(validate(OsStr::new("a.conf"), b"not json", &none).is_err());
-    assert!(validate(
-        OsStr::new("a.conflist"),
-        br#"{"plugins":[{"type":"x"}]}"#,
-        &none
-    )
-    .is_err());
-    assert!(validate(
-        OsStr::new("a.conflist"),
+    let ok = |name: &str, text: &[u8], dir: &dyn Fn(&str) -> PluginDir| {
+        validate(OsStr::new(name), text, dir).is_ok()
+    };
+    let none = no_plugin_dir;
+    assert!(ok("a.conf", br#"{"type":"bridge"}"#, &none));
+    assert!(!ok("a.conf", br#"{"type":""}"#, &none));
+    assert!(!ok("a.conf", br#"{"name":"x"}"#, &none));
+    assert!(!ok("a.conf", b"not json", &none));
+    assert!(!ok("a.conflist", br#"{"plugins":[{"type":"x"}]}"#, &none));
+    assert!(!ok(
+        "a.conflist",
         br#"{"name":"n","pugins":[{"type":"x"}]}"#,
         &none
-    )
-    .is_err());
-    assert!(validate(
-        OsStr::new("a.conflist"),
-        br#"{"name":"n","plugins":[]}"#,
-        &none
-    )
-    .is_err());
-    assert!(validate(
-        OsStr::new("a.conflist"),
+    ));
+    assert!(!ok("a.conflist", br#"{"name":"n","plugins":[]}"#, &none));
+    assert!(ok(
+        "a.conflist",
         br#"{"name":"n","plugins":[{"type":"x"}]}"#,
         &none
-    )
-    .is_ok());
+    ));
     let dir = |n: &str| match n {
-        "n" => super::super::plugin_dir::PluginDir::Files(vec![(
-            "n/a.conf".into(),
-            br#"{"type":"ptp"}"#.to_vec(),
-        )]),
-        _ => super::super::plugin_dir::PluginDir::Files(Vec::new()),
+        "n" => PluginDir::Files(vec![("n/a.conf".into(), br#"{"type":"ptp"}"#.to_vec())]),
+        _ => PluginDir::Files(Vec::new()),
     };
-    assert!(validate(OsStr::new("a.conflist"), br#"{"name":"n"}"#, &dir).is_ok());
-    assert!(validate(OsStr::new("a.conflist"), br#"[1]"#, &none).is_err());
+    assert!(ok("a.conflist", br#"{"name":"n"}"#, &dir));
+    assert!(!ok("a.conflist", br#"[1]"#, &none));
 }
 
 #[test]
@@ -56,7 +45,7 @@ fn bytewise_order_and_twins() {
         cand("b.conf", r#"{"type":"x"}"#),
         cand("B.conf", "junk"),
     ];
-    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
+    let l = valid_configs("/d", &c, &no_plugin_dir).unwrap();
     assert_eq!(l.valid, vec!["b.conf", "b.conflist"]);
     assert_eq!(l.skipped.len(), 1);
     let ok = Ok(l);
@@ -86,7 +75,7 @@ fn json_files_are_single_plugin_candidates() {
     ] {
         assert_eq!(is_candidate_name(OsStr::new(name)), yes, "{name}");
     }
-    let none = super::super::plugin_dir::no_plugin_dir;
+    let none = no_plugin_dir;
     // Loaded like a `.conf`: one plugin with a type; a list in a `.json` has no `type` and is skipped.
     assert!(validate(OsStr::new("a.json"), br#"{"type":"bridge"}"#, &none).is_ok());
     assert!(validate(
@@ -99,7 +88,7 @@ fn json_files_are_single_plugin_candidates() {
         cand("10-b.conflist", r#"{"name":"n","plugins":[{"type":"x"}]}"#),
         cand("05-a.json", r#"{"type":"x"}"#),
     ];
-    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
+    let l = valid_configs("/d", &c, &no_plugin_dir).unwrap();
     assert_eq!(l.valid, vec!["05-a.json", "10-b.conflist"]);
     assert_eq!(
         list_name_for(OsStr::new("05-a.json")),
@@ -126,7 +115,7 @@ fn an_oversized_object_sorting_first_blocks_the_choice() {
         cand("10-a.conflist", list),
         big("05-big.conflist", Unread::Undecided),
     ];
-    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
+    let l = valid_configs("/d", &c, &no_plugin_dir).unwrap();
     assert_eq!(
         l.blocked.as_ref().map(|b| b.0.as_os_str()),
         Some(OsStr::new("05-big.conflist"))
@@ -139,7 +128,7 @@ fn an_oversized_object_sorting_first_blocks_the_choice() {
         cand("10-a.conflist", list),
         big("20-big.conflist", Unread::Undecided),
     ];
-    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
+    let l = valid_configs("/d", &c, &no_plugin_dir).unwrap();
     assert!(l.blocked.is_none());
     assert_eq!(
         choose(true, None, &Ok(l), None, &exists),
@@ -150,7 +139,7 @@ fn an_oversized_object_sorting_first_blocks_the_choice() {
         cand("10-a.conflist", list),
         big("05-zeros.conflist", Unread::Skip),
     ];
-    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
+    let l = valid_configs("/d", &c, &no_plugin_dir).unwrap();
     assert!(l.blocked.is_none());
     assert_eq!(l.skipped.len(), 1);
 }
@@ -179,7 +168,7 @@ fn names_are_bytes() {
         },
     ];
     // Go's sort.Strings: 0x80 before 0xc3 (é); through U+FFFD (ef bf bd) it would come after.
-    let l = valid_configs("/d", &c, &super::super::plugin_dir::no_plugin_dir).unwrap();
+    let l = valid_configs("/d", &c, &no_plugin_dir).unwrap();
     assert_eq!(l.valid[0], raw);
     let exists = |n: &OsStr| n == raw.as_os_str();
     assert_eq!(
@@ -279,8 +268,7 @@ fn a_write_never_changes_which_file_the_runtime_uses() {
 
 #[test]
 fn a_single_plugin_file_the_runtime_loads_becomes_a_list_and_any_other_is_edited_in_place() {
-    let loads =
-        |n: &OsStr, b: &[u8]| validate(n, b, &super::super::plugin_dir::no_plugin_dir).is_ok();
+    let loads = |n: &OsStr, b: &[u8]| validate(n, b, &no_plugin_dir).is_ok();
     let absent = |_: &OsStr| true;
     let list = r#"{"name":"k8s-pod-network","plugins":[{"type":"calico"}]}"#;
     let merged = r#"{"name":"k8s-pod-network","plugins":[{"type":"calico"},{"type":"istio-cni"}]}"#;

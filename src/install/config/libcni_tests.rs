@@ -1,5 +1,5 @@
 use super::*;
-use crate::install::plugin_dir::no_plugin_dir;
+use crate::install::config::plugin_dir::no_plugin_dir;
 
 fn ok(name: &str, text: &str) -> bool {
     validate(name, text.as_bytes(), &no_plugin_dir).is_ok()

@@ -1,25 +1,8 @@
 //! The check's entry rule, pure: the file the runtime uses must hold our current entry exactly once.
 
 use super::*;
-use crate::install::conflist::PluginEntry;
-use crate::install::select::Listing;
-
-/// The chart's default AMBIENT_ENABLEMENT_SELECTOR (differential case ambient-enablement-selector-chart-default).
-const CHART_SELECTOR: &str = "- podSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n- namespaceSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n  podSelector:\n    matchExpressions:\n    - key: istio.io/dataplane-mode\n      operator: NotIn\n      values:\n      - none";
-
-fn entry() -> PluginEntry {
-    PluginEntry {
-        plugin_log_level: "info".into(),
-        cni_agent_run_dir: "/var/run/istio-cni".into(),
-        ambient_enabled: false,
-        exclude_namespaces: Some(vec!["kube-system".into()]),
-        pod_namespace: "istio-system".into(),
-        native_nftables: false,
-        enablement_selectors: crate::install::selectors::parse(CHART_SELECTOR).unwrap(),
-        enable_ambient_detection_retry: false,
-        pod_cache: true,
-    }
-}
+use crate::install::config::entry::{tests::entry, PluginEntry};
+use crate::install::config::select::Listing;
 
 fn run(chained: bool, name: &str, text: &str, e: &PluginEntry) -> Outcome {
     let obj = e.to_object();

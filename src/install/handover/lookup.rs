@@ -1,11 +1,11 @@
-//! The lookups behind the SIGTERM decision ([`super::handover`]): our own pod (for its DaemonSet owner and
+//! The lookups behind the SIGTERM decision ([`crate::install::handover`]): our own pod (for its DaemonSet owner and
 //! node), the DaemonSet, and the node when the answer depends on it, over the in-cluster client. Every
 //! request is bounded ([`ATTEMPT`]), failures without an answer are retried with backoff, a 403 at most
 //! [`FORBIDDEN_ATTEMPTS`] times, and the whole lookup ends within [`BUDGET`] (a helper thread, so a stuck
 //! transport cannot hold the shutdown): well inside the default 30 s grace period.
 
-use super::handover::{self, Decision, Facts, Lookup};
-use super::options::Settings;
+use super::super::handover::{self, Decision, Facts, Lookup};
+use super::super::options::Settings;
 use crate::json::{self, Object, Value};
 use crate::kube::{Backoff, Client, Config, Timeouts};
 use crate::rundir::lease::Lease;

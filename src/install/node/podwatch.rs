@@ -4,14 +4,14 @@
 //! off) and, with `REPAIR_ENABLED=true`, the in-process repair agent, whose label and field selectors then
 //! apply to each pod here instead of on the server. One watch per node, however many users.
 
-use super::options::Settings;
+use super::super::options::Settings;
 use crate::kube::podwatch::{self, Fanout, PodSink, Selection};
 use crate::podcache::server::Cache;
 use std::path::PathBuf;
 
 /// The API client of the in-process agents: in-cluster, with the installer's service account dir and
 /// service host.
-pub(super) fn client(s: &Settings) -> crate::Result<crate::kube::Client> {
+pub(in crate::install) fn client(s: &Settings) -> crate::Result<crate::kube::Client> {
     crate::kube::Config::in_cluster_from(
         Some(s.k8s_host.clone()),
         Some(s.k8s_port.clone()),
@@ -103,7 +103,7 @@ pub fn start(s: &Settings) {
 }
 
 /// What the in-process repair agent and the audit run with: the host `/proc`, the plugin's configuration.
-pub(super) fn runtime(s: &Settings) -> crate::repair::Runtime {
+pub(in crate::install) fn runtime(s: &Settings) -> crate::repair::Runtime {
     crate::repair::Runtime {
         host_proc: PathBuf::from(crate::repair::options::DEFAULT_HOST_PROC),
         cni_agent_run_dir: s.run_dir.display().to_string(),

@@ -1,6 +1,6 @@
 //! At SIGTERM: is this agent being replaced (a rolling update of its DaemonSet, a restart) or uninstalled?
 //! Pure: what the API said about our DaemonSet and node ([`Facts`]) in, [`Decision`] out, with the rule
-//! that decided. The lookups are [`super::handover_lookup`]; `cli` acts on the verdict.
+//! that decided. The lookups are [`lookup`]; `cli` acts on the verdict.
 //!
 //! Upstream's ambient mode (1.30.3, `cni/pkg/nodeagent/server.go` `ShouldStopCleanup`) skips its cleanup
 //! while its DaemonSet exists, is not being deleted and still matches the node; we apply that rule to
@@ -24,6 +24,9 @@
 //! | 401 (our token is no longer accepted) | cleanup | `unauthorized` |
 //! | DaemonSet present, not deleting, runs here | **keep** | `replacement` |
 //! | no answer (403, timeouts, unreachable, 5xx) | cleanup; keep with `ISTIO_OWNED_CNI_CONFIG` | `no-answer` |
+
+pub mod lookup;
+pub mod supersede;
 
 use crate::json::{self, Object};
 use crate::kube::scheduling::{self, Fit};
@@ -332,5 +335,4 @@ pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
 }
 
 #[cfg(test)]
-#[path = "handover_tests.rs"]
 mod tests;

@@ -1,10 +1,10 @@
 //! The directory of plugins a list's `name` names (libcni 1.3.0 `NetworkConfFromFile` →
 //! `NetworkPluginConfsFromFiles`): its `.conf` files are plugins of the list too, and failing to read it
 //! fails the list, so the runtime skips it. [`PluginDir`] is what the pure check in [`super::libcni`]
-//! sees; [`read`] reads it as the runtime does.
+//! sees; [`read`] reads it as the runtime does, with Go's `filepath` rules ([`go_join`], [`go_ext`]).
 
 use crate::fsutil;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
@@ -50,6 +50,12 @@ pub fn go_join(dir: &Path, name: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(OsString::from_vec(out))
 }
 
+/// Go's `filepath.Ext`: the suffix from the last dot (bytes), or empty.
+pub fn go_ext(name: &OsStr) -> &[u8] {
+    let b = name.as_bytes();
+    b.iter().rposition(|&c| c == b'.').map_or(&[], |i| &b[i..])
+}
+
 /// libcni 1.3.0's `NetworkPluginConfsFromFiles(dir, name)`, read as the runtime reads it (see
 /// [`PluginDir`]): the directory `filepath.Join(dir, name)` ([`go_join`]) listed, its
 /// non-directory entries whose extension is exactly `.conf` read ([`fsutil::read_config`]: bounded,
@@ -69,7 +75,7 @@ pub fn read(dir: &Path, name: &str) -> PluginDir {
     for ent in rd {
         let listed = ent.and_then(|e| Ok((e.file_type()?.is_dir(), e.file_name())));
         let n = match listed {
-            Ok((false, n)) if super::select::is_conf_ext(&n) => n,
+            Ok((false, n)) if go_ext(&n) == b".conf" => n,
             Ok(_) => continue,
             Err(e) => return PluginDir::Error(format!("read {shown_path}: {e}")),
         };

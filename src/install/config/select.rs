@@ -7,6 +7,7 @@
 //! sorted and opened as they are, spelled through UTF-8 only for messages. The decision is pure;
 //! [`list_candidates`] is the only effect.
 
+use super::plugin_dir::go_ext;
 use crate::error::{Error, IoContext, Result};
 use crate::fsutil;
 use std::ffi::{OsStr, OsString};
@@ -55,31 +56,20 @@ pub struct Listing {
 /// The extensions the runtimes load, in libcni's `ConfFiles` call.
 pub const EXTENSIONS: [&str; 3] = [".conf", ".conflist", ".json"];
 
-/// Go's `filepath.Ext`: the suffix from the last dot (bytes), or empty.
-fn ext(name: &OsStr) -> &[u8] {
-    let b = name.as_bytes();
-    b.iter().rposition(|&c| c == b'.').map_or(&[], |i| &b[i..])
-}
-
 /// True for names the runtime considers: the extension is exactly one of [`EXTENSIONS`] (so a file
 /// named just `.conf` is a candidate).
 pub fn is_candidate_name(name: &OsStr) -> bool {
-    EXTENSIONS.iter().any(|e| ext(name) == e.as_bytes())
-}
-
-/// True for a name whose extension (`filepath.Ext`) is exactly `.conf`.
-pub fn is_conf_ext(name: &OsStr) -> bool {
-    ext(name) == b".conf"
+    EXTENSIONS.iter().any(|e| go_ext(name) == e.as_bytes())
 }
 
 /// True for a list (`.conflist`); every other candidate is loaded as one plugin (`.conf`, `.json`).
 pub fn is_list_name(name: &OsStr) -> bool {
-    ext(name) == b".conflist"
+    go_ext(name) == b".conflist"
 }
 
 /// The `.conflist` a single-plugin file (`x.conf`, `x.json`) becomes when our entry is added: `x.conflist`.
 pub fn list_name_for(name: &OsStr) -> Option<OsString> {
-    let e = ext(name);
+    let e = go_ext(name);
     if e != b".conf" && e != b".json" {
         return None;
     }
@@ -350,7 +340,7 @@ pub fn merge_target(
     ours_or_absent: &dyn Fn(&OsStr) -> bool,
 ) -> std::result::Result<Option<OsString>, String> {
     let runtime_loads = loads(name, bytes);
-    let list = list_name_for(name).filter(|_| ext(name) == b".conf" || runtime_loads);
+    let list = list_name_for(name).filter(|_| go_ext(name) == b".conf" || runtime_loads);
     if let Some(l) = list {
         match keeps_runtime_choice(valid, name, &l, loads(&l, merged.as_bytes())) {
             Ok(()) if ours_or_absent(&l) => return Ok(Some(l)),

@@ -24,121 +24,6 @@ pub const WRAPPER_NAME: &str = "k8s-pod-network";
 /// The cniVersion upstream gives every wrapped `.conf` and its standalone file.
 pub const UPSTREAM_CNI_VERSION: &str = "0.3.1";
 
-/// The `istio-cni` network configuration the installer writes (upstream master's `plugin.Config`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PluginEntry {
-    pub plugin_log_level: String,
-    pub cni_agent_run_dir: String,
-    /// Always false from the CLI (ambient is not supported); kept so the output matches upstream's shape.
-    pub ambient_enabled: bool,
-    /// `None` prints `null` (EXCLUDE_NAMESPACES empty), as upstream.
-    pub exclude_namespaces: Option<Vec<String>>,
-    pub pod_namespace: String,
-    pub native_nftables: bool,
-    /// AMBIENT_ENABLEMENT_SELECTOR, written even with ambient off, as upstream does.
-    pub enablement_selectors: Vec<super::selectors::EnablementSelector>,
-    /// ENABLE_AMBIENT_DETECTION_RETRY, written as given, as upstream does (the plugin never reads it:
-    /// ambient is refused).
-    pub enable_ambient_detection_retry: bool,
-    /// POD_CACHE_ENABLED: our key `"pod_cache": false` is written only when off, so the default entry is
-    /// upstream's, byte for byte.
-    pub pod_cache: bool,
-}
-
-impl PluginEntry {
-    /// The entry as a JSON object (no `cniVersion`: upstream deletes it before merging).
-    pub fn to_object(&self) -> Object {
-        let mut o = Object::new();
-        o.insert("name".into(), json::string(PLUGIN_TYPE));
-        o.insert("type".into(), json::string(PLUGIN_TYPE));
-        o.insert("ipam".into(), Value::Object(Object::new()));
-        o.insert("dns".into(), Value::Object(Object::new()));
-        o.insert(
-            "plugin_log_level".into(),
-            json::string(&self.plugin_log_level),
-        );
-        o.insert(
-            "cni_agent_run_dir".into(),
-            json::string(&self.cni_agent_run_dir),
-        );
-        o.insert("ambient_enabled".into(), Value::Bool(self.ambient_enabled));
-        o.insert(
-            "enablement_selectors".into(),
-            super::selectors::to_value(&self.enablement_selectors),
-        );
-        o.insert("exclude_namespaces".into(), self.exclude_value());
-        o.insert("pod_namespace".into(), json::string(&self.pod_namespace));
-        o.insert("native_nftables".into(), Value::Bool(self.native_nftables));
-        o.insert(
-            "enable_ambient_detection_retry".into(),
-            Value::Bool(self.enable_ambient_detection_retry),
-        );
-        if !self.pod_cache {
-            o.insert("pod_cache".into(), Value::Bool(false));
-        }
-        o
-    }
-
-    fn exclude_value(&self) -> Value {
-        match &self.exclude_namespaces {
-            None => Value::Null,
-            Some(v) => Value::Array(v.iter().map(|s| json::string(s)).collect()),
-        }
-    }
-
-    /// The standalone file: upstream's struct field order (not sorted), `cniVersion` 0.3.1, trailing newline.
-    pub fn standalone_text(&self) -> String {
-        // Values are at depth 1 of the document; re-indent the nested lines.
-        let pretty = |v: &Value| json::to_pretty(v, "  ").replace('\n', "\n  ");
-        let mut fields = vec![
-            ("cniVersion", pretty(&json::string(UPSTREAM_CNI_VERSION))),
-            ("name", pretty(&json::string(PLUGIN_TYPE))),
-            ("type", pretty(&json::string(PLUGIN_TYPE))),
-            ("ipam", pretty(&Value::Object(Object::new()))),
-            ("dns", pretty(&Value::Object(Object::new()))),
-            (
-                "plugin_log_level",
-                pretty(&json::string(&self.plugin_log_level)),
-            ),
-            (
-                "cni_agent_run_dir",
-                pretty(&json::string(&self.cni_agent_run_dir)),
-            ),
-            (
-                "ambient_enabled",
-                pretty(&Value::Bool(self.ambient_enabled)),
-            ),
-            (
-                "enablement_selectors",
-                super::selectors::to_struct_text(&self.enablement_selectors, "  ", 1),
-            ),
-            ("exclude_namespaces", pretty(&self.exclude_value())),
-            ("pod_namespace", pretty(&json::string(&self.pod_namespace))),
-            (
-                "native_nftables",
-                pretty(&Value::Bool(self.native_nftables)),
-            ),
-            (
-                "enable_ambient_detection_retry",
-                pretty(&Value::Bool(self.enable_ambient_detection_retry)),
-            ),
-        ];
-        if !self.pod_cache {
-            fields.push(("pod_cache", pretty(&Value::Bool(false))));
-        }
-        let mut out = String::from("{\n");
-        for (i, (k, text)) in fields.iter().enumerate() {
-            out.push_str("  ");
-            json::write_string(&mut out, k);
-            out.push_str(": ");
-            out.push_str(text);
-            out.push_str(if i + 1 == fields.len() { "\n" } else { ",\n" });
-        }
-        out.push_str("}\n");
-        out
-    }
-}
-
 /// Prints a configuration as upstream does: sorted keys, 2-space indent, one trailing newline. Numbers
 /// were read as Go reads them ([`json::parse`]: integers beyond 2^53 are floats), so they print as Go does.
 /// A text larger than we would read back ([`json::MAX_INPUT`]) is refused rather than written: the
@@ -331,20 +216,7 @@ pub fn count_entries(text: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn entry() -> PluginEntry {
-        PluginEntry {
-            plugin_log_level: "debug".into(),
-            cni_agent_run_dir: "/var/run/istio-cni".into(),
-            ambient_enabled: false,
-            exclude_namespaces: Some(vec!["kube-system".into()]),
-            pod_namespace: "istio-system".into(),
-            native_nftables: false,
-            enablement_selectors: Vec::new(),
-            enable_ambient_detection_retry: false,
-            pod_cache: true,
-        }
-    }
+    use crate::install::config::entry::tests::entry;
 
     #[test]
     fn wrapper_version_keeps_usable_versions() {
@@ -412,43 +284,5 @@ mod tests {
             render(&v).unwrap(),
             "{\n  \"a\": 10000000000000000,\n  \"b\": 1,\n  \"c\": 1e+21,\n  \"d\": -3\n}\n"
         );
-    }
-
-    #[test]
-    fn standalone_is_struct_ordered() {
-        let t = entry().standalone_text();
-        assert!(t.starts_with("{\n  \"cniVersion\": \"0.3.1\",\n  \"name\": \"istio-cni\""));
-        assert!(t.contains("\"exclude_namespaces\": [\n    \"kube-system\"\n  ],"));
-        assert!(t.ends_with("\"enable_ambient_detection_retry\": false\n}\n"));
-        let retry = PluginEntry {
-            enable_ambient_detection_retry: true,
-            ..entry()
-        };
-        assert!(retry
-            .standalone_text()
-            .ends_with("\"enable_ambient_detection_retry\": true\n}\n"));
-        assert!(matches!(
-            retry.to_object().get("enable_ambient_detection_retry"),
-            Some(Value::Bool(true))
-        ));
-        json::parse(&t, "standalone").unwrap();
-    }
-
-    #[test]
-    fn pod_cache_key_only_when_off() {
-        let on = entry();
-        assert!(!on.to_object().contains_key("pod_cache"));
-        assert!(!on.standalone_text().contains("pod_cache"));
-        let off = PluginEntry {
-            pod_cache: false,
-            ..entry()
-        };
-        assert!(matches!(
-            off.to_object().get("pod_cache"),
-            Some(Value::Bool(false))
-        ));
-        let t = off.standalone_text();
-        assert!(t.ends_with("false,\n  \"pod_cache\": false\n}\n"), "{t}");
-        json::parse(&t, "standalone").unwrap();
     }
 }

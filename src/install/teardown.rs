@@ -1,0 +1,82 @@
+//! Cleanup on SIGTERM/SIGINT (when the SIGTERM decision, [`super::handover`], says so) and `--uninstall`
+//! (installer.md §2.12): our entry out of the conf dir ([`super::config::cleanup`]), then the kubeconfig,
+//! our `istio-cni` binary (no other binary), the sockets and the backend record (a running agent's cleanup
+//! only those still its own: [`crate::rundir`]). Every step runs even when an earlier one failed; the
+//! first error is returned at the end.
+
+use super::config::cleanup;
+use super::installer::{Installer, PLUGIN_BINARY};
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::rundir::lease::{self, Lease};
+use std::ffi::OsStr;
+use std::path::Path;
+
+impl Installer {
+    /// Full cleanup for an installer: config, kubeconfig, binary, sockets, backend record (a running
+    /// agent's: only the run-dir files still its own).
+    pub fn cleanup(&self) -> Result<()> {
+        let s = &self.settings;
+        let mut first_err: Option<Error> = None;
+        let mut note = |r: Result<String>| match r {
+            Ok(n) => log::info!("cleanup: {n}"),
+            Err(e) => {
+                log::error!("cleanup: {e}");
+                first_err.get_or_insert(e);
+            }
+        };
+        let dir = self.conf_dir();
+        match &self.installed {
+            Some(name) => note(cleanup::remove_config(
+                dir,
+                name,
+                !s.chained || s.istio_owned,
+            )),
+            None => match cleanup::scan_and_remove(
+                dir,
+                s.istio_owned.then_some(OsStr::new(&s.istio_owned_filename)),
+            ) {
+                Ok(notes) if notes.is_empty() => {
+                    note(Ok("no Istio CNI configuration found".into()))
+                }
+                Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),
+                Err(e) => note(Err(e)),
+            },
+        }
+        // A running agent removes only the run-dir files it put there (crate::rundir): a newer agent
+        // sharing the dir keeps its own. `--uninstall` put nothing there and removes them all, and so does
+        // the last agent out (it holds the whole lease: every other agent is gone or keeping, and writes
+        // nothing more), or an uninstall during a roll would leave the other agent's kubeconfig behind.
+        let alone = self.lease.as_ref().is_some_and(Lease::alone);
+        let remove_record = |p: &Path| crate::rundir::remove_record(p, s.uninstall || alone);
+        note(remove_record(&self.kubeconfig_path()).map(|n| format!("kubeconfig {n}")));
+        let dirs = if self.bin_dirs.is_empty() {
+            super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref())
+        } else {
+            self.bin_dirs.clone()
+        };
+        for d in dirs {
+            let p = d.join(PLUGIN_BINARY);
+            note(fsutil::remove_if_exists(&p).map(|r| {
+                format!(
+                    "binary {}: {}",
+                    p.display(),
+                    if r { "removed" } else { "absent" }
+                )
+            }));
+        }
+        // The sockets and the iptables backend record (a later install records it afresh).
+        for f in crate::rundir::RunDir::RECORDS {
+            note(remove_record(&s.run_dir.join(f)));
+        }
+        match &self.lease {
+            Some(l) => note(l.remove()),
+            None if s.uninstall => note(lease::remove_unheld(&s.run_dir)),
+            None => {}
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
