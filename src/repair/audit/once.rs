@@ -65,9 +65,10 @@ pub fn audit(
     let mut timing = podwatch::timing::Timing::start();
     podwatch::list_all(client, &sel, &mut sink, &mut timing).context("audit: list pods")?;
     let pods = std::mem::take(&mut lock(&store).pods);
+    let scan = crate::repair::procfs::Scan::read(host_proc).ok();
     Ok(pods
         .into_iter()
-        .filter_map(|(k, p)| round::verify(&p, host_proc, conf).map(|v| (k, v)))
+        .filter_map(|(k, p)| round::verify(&p, host_proc, conf, scan.as_ref()).map(|v| (k, v)))
         .collect())
 }
 

@@ -16,16 +16,24 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Verifies one pod: the namespace holding its IP whose processes are in its cgroup (ambiguity refused),
-/// held open while CHECK reads it through the node's backend, and still the pod's afterwards. `None`: the
-/// pod no longer needs redirection (its annotations changed).
-pub fn verify(pod: &Pod, host_proc: &Path, conf: &NetConf) -> Option<Verdict> {
+/// held open while CHECK reads it through the node's backend, and still the pod's afterwards. `scan`: the
+/// round's one pass over the host's `/proc`, its choice confirmed on the pod's own process before and
+/// after the read; whatever it does not settle (a pod started since, a process gone) is looked up afresh,
+/// as repair in place does. `None`: the pod no longer needs redirection (its annotations changed).
+pub fn verify(
+    pod: &Pod,
+    host_proc: &Path,
+    conf: &NetConf,
+    scan: Option<&procfs::Scan>,
+) -> Option<Verdict> {
     let un = |s: String| Some(Verdict::Unverifiable(s));
     // No host /proc: the lookup's error names the directory it could not read.
     let f = &pod.facts;
     let Ok(ip) = f.pod_ip.parse::<IpAddr>() else {
         return un("status.podIP is not an address".into());
     };
-    let ns = match procfs::find_pod_netns(host_proc, ip, &f.uid) {
+    let found = scan.and_then(|s| s.pod_netns(host_proc, ip, &f.uid).ok());
+    let ns = match found.map_or_else(|| procfs::find_pod_netns(host_proc, ip, &f.uid), Ok) {
         Ok(ns) => ns,
         Err(e) => return un(e.to_string()),
     };
@@ -35,6 +43,9 @@ pub fn verify(pod: &Pod, host_proc: &Path, conf: &NetConf) -> Option<Verdict> {
         Ok(Some(found)) => found,
         Err(e) => return un(e.to_string()),
     };
+    if scan.is_some() && procfs::still_holds(host_proc, &ns.holder, ip, &f.uid) {
+        return Some(Verdict::of(&found));
+    }
     match procfs::find_pod_netns(host_proc, ip, &f.uid) {
         Ok(again) if again.holder.ns == ns.holder.ns => Some(Verdict::of(&found)),
         Ok(_) => un("the pod's network namespace changed while it was read".into()),
@@ -82,6 +93,11 @@ impl Auditor {
         let n = keys.len();
         let mut counts = [0u64; 4];
         let mut busy = Duration::ZERO;
+        // One pass over the host's /proc for the whole round (a failure: each pod looks it up afresh and
+        // says why it could not).
+        let t = Instant::now();
+        let scan = procfs::Scan::read(&self.actor.host_proc).ok();
+        busy += t.elapsed();
         for (i, key) in keys.iter().enumerate() {
             std::thread::sleep(pace::wait(
                 Instant::now(),
@@ -92,7 +108,12 @@ impl Auditor {
                 continue;
             };
             let t = Instant::now();
-            if let Some(v) = verify(&pod, &self.actor.host_proc, &self.actor.netconf) {
+            if let Some(v) = verify(
+                &pod,
+                &self.actor.host_proc,
+                &self.actor.netconf,
+                scan.as_ref(),
+            ) {
                 counts[v.index()] += 1;
                 self.after(key, &pod, v);
             }
