@@ -25,11 +25,12 @@ use std::time::Duration;
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 
 /// A pod the audit verifies: the facts its actions and Events need, and the pod reduced to what the
-/// decision reads (the pod cache's reduction: the same decision on the same data).
+/// decision reads (the pod cache's reduction: the same decision on the same data), kept as its compact
+/// JSON text (a parsed object costs several times the memory; the store holds every pod of the node).
 #[derive(Debug, Clone)]
 pub struct Pod {
     pub facts: PodFacts,
-    pub body: Object,
+    pub body: String,
     /// What the audit last found (kept across the watch's updates of the same pod).
     pub seen: Option<verdict::Seen>,
 }
@@ -75,9 +76,16 @@ pub fn admit(det: &Detector, pod: &Object) -> Option<Pod> {
     facts.init = Vec::new();
     Some(Pod {
         facts,
-        body,
+        body: json::to_compact(&Value::Object(body)),
         seen: None,
     })
+}
+
+impl Pod {
+    /// The reduced pod, parsed again from its text.
+    pub fn object(&self) -> crate::Result<Object> {
+        json::parse_object(&self.body, "the audited pod")
+    }
 }
 
 /// The audit's side of the node's pod watch.

@@ -37,7 +37,7 @@ fn only_running_redirected_pod_network_pods_are_audited() {
     );
     assert!(p.facts.selected);
     // What the decision reads is kept, the rest is not.
-    assert!(json::obj_of(&p.body, "status").is_some());
+    assert!(json::obj_of(&p.object().unwrap(), "status").is_some());
     assert!(admit(&d, &pod(r#","hostNetwork":true"#, RUNNING, "")).is_none());
     assert!(
         admit(&d, &pod("", r#""phase":"Pending""#, "")).is_none(),

@@ -38,7 +38,10 @@ pub fn verify(
         Err(e) => return un(e.to_string()),
     };
     let env = |k: &str| std::env::var(k).ok();
-    let found = match crate::pod_rules::inspect_pod(&pod.body, &ns.path(), conf, &env) {
+    let found = match pod
+        .object()
+        .and_then(|body| crate::pod_rules::inspect_pod(&body, &ns.path(), conf, &env))
+    {
         Ok(None) => return None,
         Ok(Some(found)) => found,
         Err(e) => return un(e.to_string()),
@@ -141,7 +144,10 @@ impl Auditor {
             let a = action_for(&v, f, &self.actor.opts);
             if a != Action::None {
                 // A pod deleted meanwhile leaves the store: its retry never comes.
-                retry = self.actor.act(a, f, Some(&pod.body)).is_err();
+                retry = pod
+                    .object()
+                    .and_then(|body| self.actor.act(a, f, Some(&body)))
+                    .is_err();
             }
         }
         // Remembered with the pod (gone with it), unless it was replaced meanwhile.
