@@ -74,9 +74,12 @@ pub fn admit(det: &Detector, pod: &Object) -> Option<Pod> {
         return None;
     }
     facts.init = Vec::new();
+    // Exactly its length: the store holds one per pod of the node.
+    let mut body = json::to_compact(&Value::Object(body));
+    body.shrink_to_fit();
     Some(Pod {
         facts,
-        body: json::to_compact(&Value::Object(body)),
+        body,
         seen: None,
     })
 }
