@@ -60,6 +60,21 @@ pub fn netns_has(dir: &Path, ip: IpAddr) -> bool {
     }
 }
 
+/// The distinct paths of a `/proc/<pid>/cgroup` text that can name a pod (they contain `pod`), as lines
+/// [`pod_netns::cgroup_names_pod`] reads the same way: a scan keeps every process's for a whole round, and
+/// a cgroup v1 host repeats one path per controller.
+fn pod_paths(cgroup: &str) -> String {
+    let mut out = String::new();
+    for path in cgroup.lines().filter_map(|l| l.splitn(3, ':').nth(2)) {
+        let line = format!("::{path}\n");
+        if path.contains("pod") && !out.contains(&line) {
+            out.push_str(&line);
+        }
+    }
+    out.shrink_to_fit();
+    out
+}
+
 /// One process of a [`Scan`].
 struct Proc {
     pid: u32,
@@ -115,7 +130,7 @@ impl Scan {
                 pid,
                 ns,
                 start: start_time(&read(&dir, "stat")).unwrap_or(u64::MAX),
-                cgroup: read(&dir, "cgroup"),
+                cgroup: pod_paths(&read(&dir, "cgroup")),
             });
         }
         Ok(scan)
@@ -276,6 +291,21 @@ Local:
         let stat = "42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
         assert_eq!(start_time(stat), Some(987654));
         assert_eq!(start_time("garbage"), None);
+    }
+
+    #[test]
+    fn a_scan_keeps_the_cgroup_paths_that_can_name_a_pod() {
+        let uid = "6c1a2f4e-0b9d-4e55-9a3c-1f2e3d4c5b6a";
+        let slice = "/kubepods.slice/kubepods-besteffort.slice/\
+                     kubepods-besteffort-pod6c1a2f4e_0b9d_4e55_9a3c_1f2e3d4c5b6a.slice/cri-containerd-1.scope";
+        let v1 = format!("12:pids:{slice}\n11:memory:{slice}\n1:name=systemd:/user.slice\n0::/\n");
+        let kept = pod_paths(&v1);
+        assert_eq!(kept, format!("::{slice}\n"));
+        assert!(pod_netns::cgroup_names_pod(&v1, uid));
+        assert!(pod_netns::cgroup_names_pod(&kept, uid));
+        let cgroupfs = format!("5:cpu:/kubepods/besteffort/pod{uid}/abc\n");
+        assert!(pod_netns::cgroup_names_pod(&pod_paths(&cgroupfs), uid));
+        assert_eq!(pod_paths("0::/system.slice/ssh.service\n"), "");
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! containerd, with only `AUDIT_INTERVAL` shortened: a running sidecar pod whose nat rules are flushed is
 //! found `missing` within a round, repaired in place through the node's own iptables, verified and counted
 //! (`RedirectMissing` Event, the repair counter, `redirected` again in the next rounds); a pod that is fine
-//! stays `redirected` round after round with its rules untouched and no write to its API object.
+//! stays `redirected` round after round with its rules untouched and no write to its API object; a pod with
+//! a `raw` notrack is found `bypassed` naming the rule, its `RedirectBypassed` Event written, the foreign rule
+//! left where it is and nothing repaired.
 
 use cri_e2e::chart::Chart;
 use cri_e2e::chart_node::ChartNode;
@@ -190,4 +192,63 @@ async fn chart_default_audit_finds_a_flushed_pod_missing_and_repairs_it_in_place
         1,
         "{log}"
     );
+
+    // A raw notrack (conntrack skipped: the nat redirect never sees the traffic): bypassed, named, an
+    // Event, the foreign rule left alone and nothing repaired.
+    let pod = node.sidecar_pod("notrack");
+    let (_id, notrack_ns, pod_ip) = node
+        .run_pod(&pod)
+        .await
+        .unwrap_or_else(|e| panic!("RunPodSandbox notrack: {e}\n{}", node.agent_log()));
+    let out = node.in_pod_netns(
+        &notrack_ns,
+        &[
+            "iptables-nft",
+            "-t",
+            "raw",
+            "-A",
+            "OUTPUT",
+            "-j",
+            "CT",
+            "--notrack",
+        ],
+    );
+    assert!(out.status.success(), "notrack: {out:?}");
+    node.put_pod("notrack", &pod.uid, &pod_ip, false);
+    let rule = "iptables-nft (IPv4) -t raw OUTPUT rule 1: -j CT --notrack";
+    wait_node(&node, "the notrack pod found bypassed", 120, || {
+        node.agent_log()
+            .lines()
+            .any(|l| l.contains("audit: pod default/notrack is bypassed: ") && l.contains(rule))
+    })
+    .await;
+    wait_node(&node, "its RedirectBypassed Event", 120, || {
+        node.srv.events().iter().any(|e| {
+            let e = format!("{e:?}");
+            e.contains("RedirectBypassed") && e.contains("\"notrack\"") && e.contains(rule)
+        })
+    })
+    .await;
+    let r2 = rounds(&metrics(&node, &ip));
+    wait_node(&node, "two more rounds", 120, || {
+        rounds(&metrics(&node, &ip)) >= r2 + 2.0
+    })
+    .await;
+    assert!(
+        rules(&node, &notrack_ns).contains("-A OUTPUT -j CT --notrack"),
+        "the foreign rule was removed:\n{}",
+        rules(&node, &notrack_ns)
+    );
+    assert!(redirected(&node.rules(&notrack_ns)), "our rules kept");
+    let m = metrics(&node, &ip);
+    assert_eq!(
+        value(
+            &m,
+            "istio_cni_repair_pods_repaired_total{result=\"success\",type=\"repair\"}"
+        ),
+        Some(1.0),
+        "only the flushed pod was repaired:\n{m}"
+    );
+    assert_eq!(pods_in(&m, "bypassed"), Some(1.0), "{m}");
+    assert!(pod_writes(&node).is_empty(), "{:?}", pod_writes(&node));
 }
