@@ -7,6 +7,7 @@
 use crate::cni::NetConf;
 use crate::error::{Context, Result};
 use crate::iptables::apply::{self as ipt, Addresses, Plan};
+use crate::netfilter::bypass::Findings;
 use crate::netfilter::Family;
 use crate::redirect::plan::{self, NodeEnv};
 use crate::redirect::{CaptureConfig, Documents, Redirect};
@@ -28,6 +29,8 @@ pub trait RuleBackend {
     ) -> Result<String>;
     /// CHECK: the namespace holds exactly our rules and nothing is hooked before them.
     fn verify(&self, netns_path: &str, redirect: Redirect, env: NodeEnv) -> Result<()>;
+    /// What [`RuleBackend::verify`] reads, split: our rules' problems, and what bypasses them (the audit).
+    fn inspect(&self, netns_path: &str, redirect: Redirect, env: NodeEnv) -> Result<Findings>;
 }
 
 /// iptables through `iptables-restore` (the backend the installer probed, from the run dir).
@@ -109,6 +112,10 @@ impl RuleBackend for Iptables {
     fn verify(&self, netns_path: &str, redirect: Redirect, env: NodeEnv) -> Result<()> {
         ipt::check(netns_path, self.0, ipt_planner(redirect, env))
     }
+
+    fn inspect(&self, netns_path: &str, redirect: Redirect, env: NodeEnv) -> Result<Findings> {
+        ipt::inspect(netns_path, self.0, ipt_planner(redirect, env))
+    }
 }
 
 impl RuleBackend for Nftables {
@@ -129,7 +136,12 @@ impl RuleBackend for Nftables {
     }
 
     fn verify(&self, netns_path: &str, redirect: Redirect, env: NodeEnv) -> Result<()> {
-        crate::nftables::apply::check_planned(netns_path, move |addrs| {
+        self.inspect(netns_path, redirect, env)?
+            .check(" (nftables)")
+    }
+
+    fn inspect(&self, netns_path: &str, redirect: Redirect, env: NodeEnv) -> Result<Findings> {
+        crate::nftables::apply::inspect_planned(netns_path, move |addrs| {
             capture(&redirect, &env, addrs)
         })
     }

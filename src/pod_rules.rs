@@ -8,6 +8,7 @@ use crate::backend::{self, RuleBackend};
 use crate::cni::NetConf;
 use crate::error::Result;
 use crate::json::Object;
+use crate::netfilter::bypass::Findings;
 use crate::redirect::plan::{decide_pod, NodeEnv, PodPlan};
 use crate::redirect::PodInfo;
 use std::time::Instant;
@@ -84,6 +85,22 @@ pub fn check_pod_with(
     match decide_pod(&PodInfo::from_pod(pod)?)? {
         PodPlan::Skip(_) => Ok(()),
         PodPlan::Redirect(redirect) => choose()?.verify(netns_path, redirect, NodeEnv::take(env)),
+    }
+}
+
+/// The audit's CHECK: what [`check_pod`] reads, split ([`Findings`]); `None` when the pod needs no
+/// redirection (its current annotations say so).
+pub fn inspect_pod(
+    pod: &Object,
+    netns_path: &str,
+    conf: &NetConf,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Findings>> {
+    match decide_pod(&PodInfo::from_pod(pod)?)? {
+        PodPlan::Skip(_) => Ok(None),
+        PodPlan::Redirect(redirect) => backend::for_conf(conf)?
+            .inspect(netns_path, redirect, NodeEnv::take(env))
+            .map(Some),
     }
 }
 

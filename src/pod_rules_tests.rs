@@ -65,6 +65,18 @@ impl RuleBackend for Recording {
             None => Ok(()),
         }
     }
+    fn inspect(
+        &self,
+        netns: &str,
+        r: Redirect,
+        env: NodeEnv,
+    ) -> Result<crate::netfilter::bypass::Findings> {
+        self.record(true, netns, &r, &env)?;
+        Ok(crate::netfilter::bypass::Findings {
+            ours: self.drift.iter().map(|s| s.to_string()).collect(),
+            bypass: Vec::new(),
+        })
+    }
 }
 
 fn pod(annotations: &str, containers: &str) -> Object {

@@ -22,6 +22,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agents  # noqa: E402  (installer and repair agent measurements)
+import audit  # noqa: E402  (the audit's cost per round and per pod)
 import cgprofile as cg_profile  # noqa: E402  (--profile: callgrind of one invocation per kind)
 import podcache  # noqa: E402  (the node's pod cache: its agent, cases, memory, hostile clients)
 import timing  # noqa: E402  (the timed loops: the plugin cases, the concurrent ADDs)
@@ -146,7 +147,8 @@ def main():
     ap.add_argument("--wiring", choices=("ptp", "bare"), default="ptp")
     ap.add_argument("--repair-pods", type=int, default=1000)
     ap.add_argument("--agent-runs", type=int, default=10)
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: plugin,burst,installer,repair,cache")
+    ap.add_argument("--audit-pods", type=int, default=110, help="pods the audit section verifies")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: plugin,burst,installer,repair,audit,cache")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--profile-bin", help="a symbolized build: run one invocation per kind under callgrind")
     a = ap.parse_args()
@@ -175,6 +177,8 @@ def main():
             extra["installer"] = agents.installer(b)
         if "repair" not in skip:
             extra["repair"] = agents.repair(b)
+        if "audit" not in skip:
+            extra["audit"] = audit.run(b, a.audit_pods, 11.0 if a.audit_pods >= 100 else 2.0)
         if a.profile_bin:
             log("==> profile (callgrind)")
             os.makedirs(a.out, exist_ok=True)

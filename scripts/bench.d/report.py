@@ -5,6 +5,7 @@ import os
 import re
 
 import agents
+import audit
 import cgprofile as cg_profile
 import podcache
 from common import fmt, machine, median, pct
@@ -143,6 +144,8 @@ def markdown(doc):
     for sec in ("installer", "repair"):
         if doc.get(sec):
             out += ["", agents.markdown(sec, doc[sec])]
+    if doc.get("audit"):
+        out += ["", audit.markdown(doc["audit"])]
     if doc.get("profile"):
         out += ["", cg_profile.markdown(doc["profile"])]
     for n in doc.get("notes", []):

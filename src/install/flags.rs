@@ -14,6 +14,7 @@ use argh::FromArgs;
                    configuration, keeps them there, and at SIGTERM removes them or leaves them for\n\
                    its replacement. A flag beats its environment variable, which beats the default.",
     note = "A boolean flag is true bare, or takes a value: --once=false, --once false.\n\
+            install-cni audit --help: the audit once, for operators\n\
             Environment only:\n\
             \x20 REPAIR_ENABLED [default: true]: the repair agent runs in this process with\n\
             \x20   the REPAIR_* settings of istio-cni-repair --help (REPAIR_NODE_NAME, ...)\n\
@@ -80,6 +81,10 @@ pub struct Flags {
     /// [default: 15014]
     #[argh(option)]
     pub monitoring_port: Option<String>,
+    /// verify every running sidecar pod of the node once per interval (a Go
+    /// duration), 0 = off [env: AUDIT_INTERVAL] [default: 60s]
+    #[argh(option)]
+    pub audit_interval: Option<String>,
     /// port of /healthz and /readyz, 0 = any [env: HEALTH_PORT] [default: 8000]
     #[argh(option)]
     pub health_port: Option<String>,

@@ -36,6 +36,9 @@ use crate::settings::process_env;
 /// settings) are one plain line, later ones one log line ([`crate::applet::fatal`]).
 pub fn main(name: &str, args: &[String]) -> i32 {
     use crate::applet::{print_err, usage_error};
+    if args.first().is_some_and(|a| a == "audit") {
+        return audit_once(name, &args[1..]);
+    }
     // For istio_cni_startup_ready_seconds.
     crate::applet::mark_start();
     // First, so a SIGTERM arriving during start-up is not lost (it ends the loop at its first check).
@@ -63,6 +66,56 @@ pub fn main(name: &str, args: &[String]) -> i32 {
         Ok(code) => code,
         Err(e) => {
             crate::applet::fatal(name, module_path!(), &e);
+            1
+        }
+    }
+}
+
+/// `install-cni audit [--json] [--host-proc DIR]`: the audit once, with this agent's settings (its
+/// environment: the node, the backend, the run dir, the API server), for `kubectl exec` into its container
+/// ([`crate::repair::audit::once`]).
+fn audit_once(name: &str, args: &[String]) -> i32 {
+    use crate::applet::{print_out, usage_error};
+    use crate::repair::audit::once;
+    let me = format!("{name} audit");
+    let a = match once::parse_args(args) {
+        Ok(Some(a)) => a,
+        Ok(None) => return print_out(name, once::HELP, 0),
+        Err(e) => return usage_error(&me, &e),
+    };
+    let s = match options::resolve(&flags::Flags::default(), &process_env) {
+        Ok(s) => s,
+        Err(e) => return usage_error(&me, &format!("invalid configuration: {e}")),
+    };
+    if s.node_name.is_empty() {
+        return usage_error(
+            &me,
+            "no node name: set NODE_NAME from the pod's spec.nodeName",
+        );
+    }
+    crate::logging::init(log::LevelFilter::Warn);
+    let mut rt = node::podwatch::runtime(&s);
+    if let Some(p) = a.host_proc {
+        rt.host_proc = p.into();
+    }
+    let run = || -> crate::Result<Vec<(String, crate::repair::audit::verdict::Verdict)>> {
+        let det = crate::repair::detect::Detector::new(s.repair.clone())?;
+        let conf = crate::repair::net_conf(&rt)?;
+        once::audit(
+            &node::podwatch::client(&s)?,
+            det,
+            &s.node_name,
+            &rt.host_proc,
+            &conf,
+        )
+    };
+    match run() {
+        Ok(v) => {
+            let (text, code) = once::report(&v, a.json);
+            print_out(name, &text, code)
+        }
+        Err(e) => {
+            crate::applet::fatal(&me, module_path!(), &e);
             1
         }
     }

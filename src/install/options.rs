@@ -64,6 +64,8 @@ pub struct Settings {
     pub handover: Handover,
     /// POD_CACHE_ENABLED (default true): serve this node's pods to the plugin from one watch.
     pub pod_cache: bool,
+    /// AUDIT_INTERVAL (default 60s, zero = off): the audit's round ([`crate::repair::audit`]).
+    pub audit_interval: Duration,
 }
 
 /// Settings of the SIGTERM decision ([`super::handover`]).
@@ -185,6 +187,12 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         repair: crate::repair::options::from_installer_env(env)?,
         handover: handover(f, &r, env)?,
         pod_cache: r.bool(&None, "POD_CACHE_ENABLED", true)?,
+        audit_interval: r.typed(
+            &f.audit_interval,
+            "AUDIT_INTERVAL",
+            crate::repair::audit::DEFAULT_INTERVAL,
+            parse_duration,
+        )?,
     };
     settings.node_name = node_name(&settings.repair.node_name, env);
     settings.repair.node_name.clone_from(&settings.node_name);

@@ -68,7 +68,7 @@ fn a_rule_before_our_jump_is_a_bypass_and_converge_goes_first_again() {
     let d = diff(&e, &a);
     assert!(d.missing.is_empty(), "{d:?}");
     assert_eq!(
-        d.unexpected,
+        d.before,
         vec![
             "-t nat -A OUTPUT -d 1.2.3.4/32 -j ACCEPT (before our rules: it bypasses them)",
             "-t nat -A PREROUTING -j ACCEPT (before our rules: it bypasses them)"
@@ -91,7 +91,7 @@ fn a_rule_before_our_jump_is_a_bypass_and_converge_goes_first_again() {
     let d = diff(&e, &a);
     assert_eq!(d.missing, vec!["-t nat -A OUTPUT -j ISTIO_OUTPUT"]);
     assert_eq!(
-        d.unexpected,
+        d.before,
         vec!["-t nat -A OUTPUT -j ACCEPT (before our rules: it bypasses them)"]
     );
 }

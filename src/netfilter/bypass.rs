@@ -109,6 +109,22 @@ pub fn refuse(found: &[String], backend: &str) -> Result<()> {
     )))
 }
 
+/// What CHECK read in a pod's namespace, split by what it means: `ours`, our rules not as the pod needs them
+/// (missing, unexpected, out of order, a dormant table of ours); `bypass`, rules the kernel runs before our
+/// redirect that can take traffic past it (each one [`finding`]'s text, or a foreign rule before our jump).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Findings {
+    pub ours: Vec<String>,
+    pub bypass: Vec<String>,
+}
+
+impl Findings {
+    /// CHECK's answer: ours first, then what bypasses them ([`not_as_expected`]).
+    pub fn check(&self, backend: &str) -> Result<()> {
+        not_as_expected(&[&self.ours[..], &self.bypass[..]].concat(), backend)
+    }
+}
+
 /// CHECK's answer to `problems` (none: the rules are as expected).
 pub fn not_as_expected(problems: &[String], backend: &str) -> Result<()> {
     if problems.is_empty() {

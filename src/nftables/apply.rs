@@ -227,41 +227,40 @@ where
     .context("program the pod's network namespace (nftables)")
 }
 
-/// CHECK with the plan made inside the namespace, as for [`apply_planned`].
-pub fn check_planned<F>(netns_path: &str, planner: F) -> Result<()>
+/// CHECK with the plan made inside the namespace (as for [`apply_planned`]), its findings split into our
+/// tables' problems and what bypasses them.
+pub fn inspect_planned<F>(netns_path: &str, planner: F) -> Result<bypass::Findings>
 where
     F: FnOnce(&[(u32, IpAddr)]) -> Result<CaptureConfig> + Send + 'static,
 {
-    let problems = crate::netns::run_in(netns_path, move || {
+    crate::netns::run_in(netns_path, move || {
         let rs = super::generate(&planner(&crate::netlink::addresses()?)?)?.ruleset();
-        problems_here(&rs)
-    })?;
-    bypass::not_as_expected(&problems, " (nftables)")
+        findings_here(&rs)
+    })
 }
 
 /// CHECK: our tables equal `rs`, none is dormant, and nothing before them can move traffic past them.
 pub fn check(netns_path: &str, rs: Ruleset) -> Result<()> {
-    let problems = crate::netns::run_in(netns_path, move || problems_here(&rs))?;
-    bypass::not_as_expected(&problems, " (nftables)")
+    crate::netns::run_in(netns_path, move || findings_here(&rs))?.check(" (nftables)")
 }
 
 /// What CHECK finds in the current thread's namespace against `rs`: our tables as they should be and not
 /// dormant, and nothing before them (native nftables or legacy x_tables) that can move traffic past them.
-fn problems_here(rs: &Ruleset) -> Result<Vec<String>> {
+fn findings_here(rs: &Ruleset) -> Result<bypass::Findings> {
     let mut s = Socket::open()?;
     let mut r = Reader::new(&mut s);
     let head = observe::head(&mut r)?;
     let want = state::desired(rs, &resolve_group)?;
     let seen = observe::observe(&mut r, &head, &state::our_hooks(&want))?;
-    let mut p = state::diff(&want, &seen.ours, &|t, c, i| rule_text_at(rs, t, c, i));
-    p.extend(seen.dormant.iter().map(|t| {
+    let mut ours = state::diff(&want, &seen.ours, &|t, c, i| rule_text_at(rs, t, c, i));
+    ours.extend(seen.dormant.iter().map(|t| {
         format!(
             "table inet {t} is dormant (none of its chains is hooked: traffic is not redirected)"
         )
     }));
-    p.extend(seen.foreign);
-    p.extend(crate::xtables::findings(&FAMILIES)?);
-    Ok(p)
+    let mut bypass = seen.foreign;
+    bypass.extend(crate::xtables::findings(&FAMILIES)?);
+    Ok(bypass::Findings { ours, bypass })
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ fn program(pod: &Object, ns_path: &str, conf: &NetConf) -> Result<String> {
     crate::pod_rules::program_pod(pod, ns_path, conf, &|k| std::env::var(k).ok()).map(|p| p.message)
 }
 
-fn unix_nanos() -> u128 {
+pub fn unix_nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())

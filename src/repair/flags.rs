@@ -145,6 +145,10 @@ setting_flags! {
     /// [default: 15014]
     #[argh(option)]
     pub monitoring_port: Option<String>,
+    /// verify every running sidecar pod of the node once per interval (a Go
+    /// duration), 0 = off [env: AUDIT_INTERVAL] [default: 60s]
+    #[argh(option)]
+    pub audit_interval: Option<String>,
     /// log level: debug, info, warn, error, none [default: info]
     #[argh(option)]
     pub log_level: Option<String>,

@@ -39,6 +39,7 @@ pub fn serve(port: u16) -> Result<SocketAddr> {
             metrics::CONTENT_TYPE,
             metrics::text(|s| {
                 render(s);
+                super::audit::metrics::render(s);
                 crate::kube::podwatch::timing::render(s);
             }),
         ),

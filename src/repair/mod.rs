@@ -5,6 +5,7 @@
 //! LIST + WATCH loop is [`crate::kube::podwatch`]).
 
 pub mod action;
+pub mod audit;
 pub mod controller;
 pub mod detect;
 pub mod flags;
@@ -34,6 +35,8 @@ pub struct Runtime {
     pub monitoring_port: Option<u16>,
     /// One list-and-act pass instead of a daemon.
     pub run_as_daemon: bool,
+    /// The audit's interval (`AUDIT_INTERVAL`; zero: no audit).
+    pub audit_interval: std::time::Duration,
 }
 
 /// The plugin configuration a repaired pod is programmed with (what ADD would see from our conflist).
@@ -109,6 +112,12 @@ fn settings_of(flags: &flags::Flags, env: Env<'_>) -> Result<(options::Options, 
         native_nftables: r.bool(&None, "NATIVE_NFTABLES", false)?,
         monitoring_port: (monitoring_port != 0).then_some(monitoring_port),
         run_as_daemon: daemon,
+        audit_interval: r.typed(
+            &flags.audit_interval,
+            "AUDIT_INTERVAL",
+            audit::DEFAULT_INTERVAL,
+            settings::parse_duration,
+        )?,
     };
     if opts.enabled {
         check(&opts)?;
@@ -196,7 +205,12 @@ pub fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> 
     let (tx, rx) = std::sync::mpsc::channel();
     let mut worker = controller::Worker::default();
     let sel = selection(&opts);
-    let mut sink = Fanout::new(vec![Box::new(controller::RepairSink { det, tx })]);
+    let mut sinks: Vec<Box<dyn podwatch::PodSink + Send>> =
+        vec![Box::new(controller::RepairSink { det, tx })];
+    if rt.run_as_daemon && !rt.audit_interval.is_zero() {
+        sinks.push(Box::new(audit::start(client.clone(), &opts, rt)?));
+    }
+    let mut sink = Fanout::new(sinks);
     if !rt.run_as_daemon {
         let mut timing = podwatch::timing::Timing::start();
         podwatch::list_all(&client, &sel, &mut sink, &mut timing).context("repair: list pods")?;

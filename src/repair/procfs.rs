@@ -49,7 +49,7 @@ pub fn start_time(stat: &str) -> Option<u64> {
 }
 
 /// Whether the namespace of the process whose `/proc` directory is `dir` owns `ip`.
-fn netns_has(dir: &Path, ip: IpAddr) -> bool {
+pub fn netns_has(dir: &Path, ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => std::fs::read_to_string(dir.join("net/fib_trie"))
             .map(|t| fib_trie_local_v4(&t).contains(&v4))
@@ -60,61 +60,146 @@ fn netns_has(dir: &Path, ip: IpAddr) -> bool {
     }
 }
 
-/// Every network namespace holding `ip` (its oldest process, whether a process of it is in the cgroup of
-/// the pod with `uid`), and whether a process in the pod's cgroup lives in a namespace that does not hold
-/// it. Each namespace's addresses are read once; per-process errors (exited, permission) skip the process.
-pub fn holders(proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<(Vec<Holder>, bool)> {
-    let entries = std::fs::read_dir(proc_dir)
-        .map_err(|e| Error::io(format!("read {}", proc_dir.display()), e))?;
-    // netns → whether it owns the address (each namespace read once).
-    let mut owns: HashMap<(u64, u64), bool> = HashMap::new();
-    let mut found: Vec<Holder> = Vec::new();
-    let mut pod_elsewhere = false;
-    // Never the host's namespace nor our own. `<proc>/1` may be unreadable (then our own namespace, the
-    // host's in the hostNetwork DaemonSet, still guards).
-    let id = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
-    let host = [
-        id(&proc_dir.join("1/ns/net")),
-        id(Path::new("/proc/self/ns/net")),
-    ];
-    for ent in entries.flatten() {
-        let name = ent.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let dir = proc_dir.join(name);
-        let Ok(md) = std::fs::metadata(dir.join("ns/net")) else {
-            continue;
-        };
-        let key = (md.dev(), md.ino());
-        let hit = *owns.entry(key).or_insert_with(|| netns_has(&dir, ip));
-        let is_pod = std::fs::read_to_string(dir.join("cgroup"))
-            .is_ok_and(|c| pod_netns::cgroup_names_pod(&c, uid));
-        if !hit {
-            pod_elsewhere |= is_pod;
-            continue;
-        }
-        let start = std::fs::read_to_string(dir.join("stat"))
-            .ok()
-            .and_then(|s| start_time(&s))
-            .unwrap_or(u64::MAX);
-        match found.iter_mut().find(|h| h.ns == key) {
-            Some(h) => {
-                h.is_pod |= is_pod;
-                if (start, pid) < (h.start, h.pid) {
-                    (h.start, h.pid) = (start, pid);
-                }
-            }
-            None => found.push(Holder {
-                ns: key,
-                start,
-                pid,
-                is_pod,
-                host: host.contains(&Some(key)),
-            }),
+/// The distinct paths of a `/proc/<pid>/cgroup` text that can name a pod (they contain `pod`), as lines
+/// [`pod_netns::cgroup_names_pod`] reads the same way: a scan keeps every process's for a whole round, and
+/// a cgroup v1 host repeats one path per controller.
+fn pod_paths(cgroup: &str) -> String {
+    let mut out = String::new();
+    for path in cgroup.lines().filter_map(|l| l.splitn(3, ':').nth(2)) {
+        let line = format!("::{path}\n");
+        if path.contains("pod") && !out.contains(&line) {
+            out.push_str(&line);
         }
     }
-    Ok((found, pod_elsewhere))
+    out.shrink_to_fit();
+    out
+}
+
+/// One process of a [`Scan`].
+struct Proc {
+    pid: u32,
+    ns: (u64, u64),
+    start: u64,
+    cgroup: String,
+}
+
+/// The host's processes and the addresses of their network namespaces, read once: the [`holders`] of any
+/// IP, for any pod, from one pass over `/proc` (the audit reads it once per round). Per-process errors
+/// (exited, permission) skip the process.
+pub struct Scan {
+    procs: Vec<Proc>,
+    /// netns → its local IPv4 and IPv6 addresses.
+    addrs: HashMap<(u64, u64), (Vec<std::net::Ipv4Addr>, Vec<std::net::Ipv6Addr>)>,
+    /// The host's (PID 1's) and our own namespace.
+    host: [Option<(u64, u64)>; 2],
+}
+
+impl Scan {
+    pub fn read(proc_dir: &Path) -> Result<Scan> {
+        let entries = std::fs::read_dir(proc_dir)
+            .map_err(|e| Error::io(format!("read {}", proc_dir.display()), e))?;
+        // Never the host's namespace nor our own. `<proc>/1` may be unreadable (then our own namespace,
+        // the host's in the hostNetwork DaemonSet, still guards).
+        let id = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+        let mut scan = Scan {
+            procs: Vec::new(),
+            addrs: HashMap::new(),
+            host: [
+                id(&proc_dir.join("1/ns/net")),
+                id(Path::new("/proc/self/ns/net")),
+            ],
+        };
+        let read = |dir: &Path, f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        for ent in entries.flatten() {
+            let name = ent.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let dir = proc_dir.join(name);
+            let Ok(md) = std::fs::metadata(dir.join("ns/net")) else {
+                continue;
+            };
+            let ns = (md.dev(), md.ino());
+            scan.addrs.entry(ns).or_insert_with(|| {
+                (
+                    fib_trie_local_v4(&read(&dir, "net/fib_trie")),
+                    if_inet6_addrs(&read(&dir, "net/if_inet6")),
+                )
+            });
+            scan.procs.push(Proc {
+                pid,
+                ns,
+                start: start_time(&read(&dir, "stat")).unwrap_or(u64::MAX),
+                cgroup: pod_paths(&read(&dir, "cgroup")),
+            });
+        }
+        Ok(scan)
+    }
+
+    /// Every network namespace holding `ip` (its oldest process, whether a process of it is in the cgroup
+    /// of the pod with `uid`), and whether a process in the pod's cgroup lives in a namespace that does not
+    /// hold it.
+    pub fn holders(&self, ip: IpAddr, uid: &str) -> (Vec<Holder>, bool) {
+        let mut found: Vec<Holder> = Vec::new();
+        let mut pod_elsewhere = false;
+        for p in &self.procs {
+            let hit = self.addrs.get(&p.ns).is_some_and(|(v4, v6)| match ip {
+                IpAddr::V4(a) => v4.contains(&a),
+                IpAddr::V6(a) => v6.contains(&a),
+            });
+            let is_pod = pod_netns::cgroup_names_pod(&p.cgroup, uid);
+            if !hit {
+                pod_elsewhere |= is_pod;
+                continue;
+            }
+            match found.iter_mut().find(|h| h.ns == p.ns) {
+                Some(h) => {
+                    h.is_pod |= is_pod;
+                    if (p.start, p.pid) < (h.start, h.pid) {
+                        (h.start, h.pid) = (p.start, p.pid);
+                    }
+                }
+                None => found.push(Holder {
+                    ns: p.ns,
+                    start: p.start,
+                    pid: p.pid,
+                    is_pod,
+                    host: self.host.contains(&Some(p.ns)),
+                }),
+            }
+        }
+        (found, pod_elsewhere)
+    }
+
+    /// The namespace of the pod with `uid` and `ip` as this scan saw it, opened, if its process is still
+    /// there as seen ([`still_holds`]).
+    pub fn pod_netns(&self, proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<PodNetns> {
+        let (found, pod_elsewhere) = self.holders(ip, uid);
+        let holder = pod_netns::choose(ip, uid, &found, pod_elsewhere)?.clone();
+        let ns = open(proc_dir, ip, holder)?;
+        if !still_holds(proc_dir, &ns.holder, ip, uid) {
+            return Err(Error::other(format!(
+                "process {} no longer holds pod IP {ip} in the pod's cgroup",
+                ns.holder.pid
+            )));
+        }
+        Ok(ns)
+    }
+}
+
+/// Whether `h`'s process still lives in its namespace, that namespace still holds `ip`, and (when it was
+/// in the cgroup of the pod with `uid`) it still is.
+pub fn still_holds(proc_dir: &Path, h: &Holder, ip: IpAddr, uid: &str) -> bool {
+    let dir = proc_dir.join(h.pid.to_string());
+    let same = std::fs::metadata(dir.join("ns/net")).is_ok_and(|m| (m.dev(), m.ino()) == h.ns);
+    let pod = std::fs::read_to_string(dir.join("cgroup"))
+        .is_ok_and(|c| pod_netns::cgroup_names_pod(&c, uid));
+    same && (pod || !h.is_pod) && netns_has(&dir, ip)
+}
+
+/// Every network namespace holding `ip` ([`Scan::holders`] of a fresh [`Scan`]).
+pub fn holders(proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<(Vec<Holder>, bool)> {
+    Ok(Scan::read(proc_dir)?.holders(ip, uid))
 }
 
 /// The pod's network namespace, held open so that the one chosen is the one programmed (a pid can be
@@ -138,6 +223,11 @@ impl PodNetns {
 pub fn find_pod_netns(proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<PodNetns> {
     let (found, pod_elsewhere) = holders(proc_dir, ip, uid)?;
     let holder = pod_netns::choose(ip, uid, &found, pod_elsewhere)?.clone();
+    open(proc_dir, ip, holder)
+}
+
+/// `holder`'s namespace, opened, if its process still lives in it.
+fn open(proc_dir: &Path, ip: IpAddr, holder: Holder) -> Result<PodNetns> {
     let path = proc_dir.join(holder.pid.to_string()).join("ns/net");
     let file =
         std::fs::File::open(&path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
@@ -201,6 +291,21 @@ Local:
         let stat = "42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
         assert_eq!(start_time(stat), Some(987654));
         assert_eq!(start_time("garbage"), None);
+    }
+
+    #[test]
+    fn a_scan_keeps_the_cgroup_paths_that_can_name_a_pod() {
+        let uid = "6c1a2f4e-0b9d-4e55-9a3c-1f2e3d4c5b6a";
+        let slice = "/kubepods.slice/kubepods-besteffort.slice/\
+                     kubepods-besteffort-pod6c1a2f4e_0b9d_4e55_9a3c_1f2e3d4c5b6a.slice/cri-containerd-1.scope";
+        let v1 = format!("12:pids:{slice}\n11:memory:{slice}\n1:name=systemd:/user.slice\n0::/\n");
+        let kept = pod_paths(&v1);
+        assert_eq!(kept, format!("::{slice}\n"));
+        assert!(pod_netns::cgroup_names_pod(&v1, uid));
+        assert!(pod_netns::cgroup_names_pod(&kept, uid));
+        let cgroupfs = format!("5:cpu:/kubepods/besteffort/pod{uid}/abc\n");
+        assert!(pod_netns::cgroup_names_pod(&pod_paths(&cgroupfs), uid));
+        assert_eq!(pod_paths("0::/system.slice/ssh.service\n"), "");
     }
 
     #[test]

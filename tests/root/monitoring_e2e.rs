@@ -55,6 +55,7 @@ fn start_agent(node: &Node, root: &TempDir) -> (Proc, u16, u16) {
                 ("KUBERNETES_SERVICE_PORT", addr.port().to_string()),
                 ("REPAIR_ENABLED", "true".into()),
                 ("REPAIR_NODE_NAME", NODE.into()),
+                ("AUDIT_INTERVAL", "1s".into()),
             ],
         );
         let mut agent = spawn_installer(&env, &[], &root.join("stderr"));

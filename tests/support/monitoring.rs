@@ -4,8 +4,8 @@
 //! [`super::prometheus`] runs a real server for the end-to-end test (`tests/root/monitoring_e2e.rs`).
 //!
 //! Every PromQL expression the kit ships is a [`Query`] named by where it comes from (`panel "<title>" <refId>`,
-//! `annotation "<name>"`, `record <name>`, `alert <name>`); [`EXPECT_DATA`] and [`AWAITING_AUDIT`] say which
-//! of them the end-to-end test must see return data.
+//! `annotation "<name>"`, `record <name>`, `alert <name>`); [`EXPECT_DATA`] says which of them the end-to-end
+//! test must see return data.
 
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The queries that must return data once the end-to-end test's agent has been scraped and its ADDs
-/// (redirected, skipped, failed; from the cache and from the API server) recorded. Every other query must
+/// (redirected, skipped, failed; from the cache and from the API server) recorded, and its audit has
+/// completed rounds (`AUDIT_INTERVAL=1s`; every state's series is there from the start). Every other query must
 /// evaluate without error: the repair panel (no pod is broken there), the alerts that must not fire, the
 /// alerts annotation.
 pub const EXPECT_DATA: &[&str] = &[
@@ -35,6 +36,10 @@ pub const EXPECT_DATA: &[&str] = &[
     r#"panel "Watch first response" A"#,
     r#"panel "Watch initial list" A"#,
     r#"panel "Watch restarts (1 h)" A"#,
+    r#"panel "Audit verdicts" A"#,
+    r#"panel "Pods missing or bypassed by node" A"#,
+    r#"panel "Audit rounds" A"#,
+    r#"panel "Audit round duration" A"#,
     "record node:istio_cni_agent_up:max",
     "record node_backend_result:istio_cni_plugin_add:rate5m",
     "record node_backend_result_le:istio_cni_plugin_add_duration_seconds_bucket:rate5m",
@@ -43,16 +48,6 @@ pub const EXPECT_DATA: &[&str] = &[
     "record node_source_reason:istio_cni_pod_lookups:rate5m",
     "record node:istio_cni_pod_lookups_api:ratio_rate5m",
     "alert IstioCniAddFailures",
-];
-
-/// The queries over the audit's series (`istio_cni_audit_*`, issue 30), which no agent exports yet: they
-/// must evaluate without error now; once the audit lands, move them to [`EXPECT_DATA`] (and let the
-/// end-to-end test's agent run an audit round).
-pub const AWAITING_AUDIT: &[&str] = &[
-    r#"panel "Audit verdicts" A"#,
-    r#"panel "Pods missing or bypassed by node" A"#,
-    r#"panel "Audit rounds" A"#,
-    r#"panel "Audit round duration" A"#,
 ];
 
 /// The core panels: their data must be numbers (a quantile of no ADDs is NaN), not only series.

@@ -334,7 +334,8 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Starts it with the node's run dir and kubeconfig, plus `flags` and the environment `env`.
+    /// Starts it with the node's run dir and kubeconfig, plus `flags` (which may turn repair mode off) and
+    /// the environment `env`.
     pub fn start(node: &super::e2e::Node, flags: &[&str], env: &[(&str, &str)]) -> Agent {
         let run = node.dir.join("run");
         let port = free_port();
@@ -345,11 +346,12 @@ impl Agent {
                 "--kubeconfig={}",
                 run.join("istio-cni-kubeconfig").display()
             ))
-            .args([
-                "--repair-node-name=node1",
-                "--repair-repair-pods=true",
-                "--host-proc=/proc",
-            ])
+            .args(["--repair-node-name=node1", "--host-proc=/proc"])
+            // Repair mode unless `flags` say otherwise (a flag given twice is refused).
+            .args(
+                (!flags.iter().any(|f| f.starts_with("--repair-repair-pods")))
+                    .then_some("--repair-repair-pods=true"),
+            )
             .args(flags)
             .arg(format!("--cni-agent-run-dir={}", run.display()))
             .arg(format!("--monitoring-port={port}"))

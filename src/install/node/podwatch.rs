@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// The API client of the in-process agents: in-cluster, with the installer's service account dir and
 /// service host.
-fn client(s: &Settings) -> crate::Result<crate::kube::Client> {
+pub(in crate::install) fn client(s: &Settings) -> crate::Result<crate::kube::Client> {
     crate::kube::Config::in_cluster_from(
         Some(s.k8s_host.clone()),
         Some(s.k8s_port.clone()),
@@ -30,10 +30,11 @@ pub fn start(s: &Settings) {
     if !s.repair.enabled {
         log::info!("repair agent disabled (REPAIR_ENABLED=false)");
     }
-    if !s.pod_cache && !s.repair.enabled {
+    let node = s.node_name.clone();
+    let audit = !s.audit_interval.is_zero() && !node.is_empty();
+    if !s.pod_cache && !s.repair.enabled && !audit {
         return;
     }
-    let node = s.node_name.clone();
     let cache_on = s.pod_cache && !node.is_empty();
     if s.pod_cache && node.is_empty() {
         log::warn!(
@@ -52,14 +53,18 @@ pub fn start(s: &Settings) {
         sinks.push(Box::new(cache));
     }
     let cache = !sinks.is_empty();
+    let rt = runtime(s);
+    let mut audited = false;
+    if audit {
+        match crate::repair::audit::start(client.clone(), &s.repair, &rt) {
+            Ok(sink) => {
+                sinks.push(Box::new(sink));
+                audited = true;
+            }
+            Err(e) => log::error!("audit not started: {e}"),
+        }
+    }
     if s.repair.enabled {
-        let rt = crate::repair::Runtime {
-            host_proc: PathBuf::from(crate::repair::options::DEFAULT_HOST_PROC),
-            cni_agent_run_dir: s.run_dir.display().to_string(),
-            native_nftables: s.native_nftables,
-            monitoring_port: None,
-            run_as_daemon: true,
-        };
         match crate::repair::start_in_installer(client.clone(), s.repair.clone(), rt) {
             Ok(sink) => {
                 log::info!("repair agent started");
@@ -68,8 +73,8 @@ pub fn start(s: &Settings) {
             Err(e) => log::error!("repair agent not started: {e}"),
         }
     }
-    let repair = sinks.len() > usize::from(cache);
-    let sel = match (cache, repair) {
+    let repair = sinks.len() > usize::from(cache) + usize::from(audited);
+    let sel = match (cache || audited, repair) {
         (true, _) => Selection {
             label: None,
             field: format!("spec.nodeName={node}"),
@@ -80,11 +85,13 @@ pub fn start(s: &Settings) {
     };
     let on = |b: bool| if b { "on" } else { "off" };
     log::info!(
-        "pod watch: fieldSelector {:?} labelSelector {:?} (pod cache {}, repair {})",
+        "pod watch: fieldSelector {:?} labelSelector {:?} (pod cache {}, repair {}, audit {}: {:?})",
         sel.field,
         sel.label.as_deref().unwrap_or(""),
         on(cache),
-        on(repair)
+        on(repair),
+        on(audited),
+        s.audit_interval
     );
     let sinks = Fanout::new(sinks);
     let spawned = std::thread::Builder::new()
@@ -92,6 +99,18 @@ pub fn start(s: &Settings) {
         .spawn(move || podwatch::watch_forever(&client, &sel, sinks));
     if let Err(e) = spawned {
         log::error!("pod watch not started: {e}");
+    }
+}
+
+/// What the in-process repair agent and the audit run with: the host `/proc`, the plugin's configuration.
+pub(in crate::install) fn runtime(s: &Settings) -> crate::repair::Runtime {
+    crate::repair::Runtime {
+        host_proc: PathBuf::from(crate::repair::options::DEFAULT_HOST_PROC),
+        cni_agent_run_dir: s.run_dir.display().to_string(),
+        native_nftables: s.native_nftables,
+        monitoring_port: None,
+        run_as_daemon: true,
+        audit_interval: s.audit_interval,
     }
 }
 

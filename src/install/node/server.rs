@@ -106,12 +106,13 @@ impl State {
     }
 
     /// install-cni's whole `/metrics`: its own series, then the in-process repair agent's counters
-    /// (nothing when it never acted), the pod cache's (nothing when it is off), the watches' start-up
+    /// (nothing when it never acted), the audit's (nothing when it does not run), the pod cache's (nothing when it is off), the watches' start-up
     /// timings, the plugin's ADDs.
     pub fn metrics_text(&self) -> String {
         metrics::text(|s| {
             self.render(s);
             crate::repair::metrics::render(s);
+            crate::repair::audit::metrics::render(s);
             crate::podcache::metrics::render(s);
             crate::kube::podwatch::timing::render(s);
             super::plugin_metrics::render(s);

@@ -1,0 +1,163 @@
+//! The continuous audit: every running sidecar pod of the node (the decision says it must be redirected,
+//! it has a pod IP, it is not host-network) verified one at a time, spread over `AUDIT_INTERVAL`, exactly
+//! as CHECK verifies (our rules present and complete, nothing before them that moves traffic past them),
+//! in the namespace repair in place finds (pod IP + the pod's cgroup, ambiguity refused). Pure: which pods
+//! are due ([`admit`], [`pace`]), the verdict and its transitions ([`verdict`]). Effects: the pods the
+//! node's one pod watch feeds ([`AuditSink`]), the round driver with its Events and actions ([`round`]),
+//! the metrics ([`metrics`]) and the operators' one-shot ([`once`]).
+
+pub mod metrics;
+pub mod once;
+pub mod pace;
+pub mod round;
+pub mod verdict;
+
+use crate::json::{self, Object, Value};
+use crate::kube::podwatch::PodSink;
+use crate::redirect::plan::{decide_pod, PodPlan};
+use crate::redirect::PodInfo;
+use crate::repair::detect::{Detector, PodFacts};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// `AUDIT_INTERVAL`'s default.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A pod the audit verifies: the facts its actions and Events need, and the pod reduced to what the
+/// decision reads (the pod cache's reduction: the same decision on the same data), kept as its compact
+/// JSON text (a parsed object costs several times the memory; the store holds every pod of the node).
+#[derive(Debug, Clone)]
+pub struct Pod {
+    pub facts: PodFacts,
+    pub body: String,
+    /// What the audit last found (kept across the watch's updates of the same pod).
+    pub seen: Option<verdict::Seen>,
+}
+
+/// The pods to verify, by `namespace/name`, and whether the watch's first list is complete.
+#[derive(Debug, Default)]
+pub struct Store {
+    pub pods: BTreeMap<String, Pod>,
+    pub listed: bool,
+}
+
+/// The store the watch thread fills and the round driver reads.
+pub type Shared = Arc<Mutex<Store>>;
+
+/// The store, whatever a thread that panicked while holding it left (it holds only whole entries).
+pub fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Store> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `pod` is one to verify (pure): running (a pod IP, not terminal, not being deleted), not
+/// host-network, and one the decision redirects; a decision that fails (a bad annotation) keeps it, and
+/// its verification says why it cannot be verified.
+pub fn admit(det: &Detector, pod: &Object) -> Option<Pod> {
+    let spec = json::obj_of(pod, "spec");
+    let status = json::obj_of(pod, "status");
+    let meta = json::obj_of(pod, "metadata");
+    let host_network =
+        spec.is_some_and(|s| matches!(s.get("hostNetwork"), Some(Value::Bool(true))));
+    let terminal = status
+        .and_then(|s| json::str_of(s, "phase"))
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    let deleting =
+        meta.is_some_and(|m| !matches!(m.get("deletionTimestamp"), None | Some(Value::Null)));
+    let mut facts = det.facts(pod);
+    if host_network || terminal || deleting || facts.pod_ip.is_empty() {
+        return None;
+    }
+    let body = crate::podcache::reduce::reduce_object(pod);
+    let redirect = PodInfo::from_pod(&body).and_then(|i| decide_pod(&i));
+    if let Ok(PodPlan::Skip(_)) = redirect {
+        return None;
+    }
+    facts.init = Vec::new();
+    // Exactly its length: the store holds one per pod of the node.
+    let mut body = json::to_compact(&Value::Object(body));
+    body.shrink_to_fit();
+    Some(Pod {
+        facts,
+        body,
+        seen: None,
+    })
+}
+
+impl Pod {
+    /// The reduced pod, parsed again from its text.
+    pub fn object(&self) -> crate::Result<Object> {
+        json::parse_object(&self.body, "the audited pod")
+    }
+}
+
+/// The audit's side of the node's pod watch.
+pub struct AuditSink {
+    pub det: Detector,
+    pub store: Shared,
+}
+
+impl PodSink for AuditSink {
+    fn pod(&mut self, pod: &Object) {
+        let key = crate::kube::podwatch::sink::key(
+            json::obj_of(pod, "metadata")
+                .and_then(|m| json::str_of(m, "namespace"))
+                .unwrap_or(""),
+            json::obj_of(pod, "metadata")
+                .and_then(|m| json::str_of(m, "name"))
+                .unwrap_or(""),
+        );
+        let admitted = admit(&self.det, pod);
+        let mut s = lock(&self.store);
+        match admitted {
+            Some(mut p) => {
+                let old = s.pods.get_mut(&key).filter(|o| o.facts.uid == p.facts.uid);
+                p.seen = old.and_then(|o| o.seen.take());
+                s.pods.insert(key, p);
+            }
+            None => {
+                s.pods.remove(&key);
+            }
+        }
+    }
+    fn gone(&mut self, key: &str, uid: &str) {
+        let mut s = lock(&self.store);
+        if s.pods
+            .get(key)
+            .is_some_and(|p| uid.is_empty() || p.facts.uid == uid)
+        {
+            s.pods.remove(key);
+        }
+    }
+    fn list_done(&mut self) {
+        lock(&self.store).listed = true;
+    }
+}
+
+/// Starts the audit's rounds on a thread of their own and returns the sink the node's pod watch feeds it
+/// through. The repair agent's `opts` say what it does about a pod (nothing when it is disabled or has no
+/// mode); `rt` gives the host `/proc`, the plugin configuration and the interval.
+pub fn start(
+    client: crate::kube::Client,
+    opts: &crate::repair::options::Options,
+    rt: &crate::repair::Runtime,
+) -> crate::Result<AuditSink> {
+    let det = Detector::new(opts.clone())?;
+    let actor = crate::repair::action::Actor {
+        client,
+        opts: opts.clone(),
+        host_proc: rt.host_proc.clone(),
+        netconf: crate::repair::net_conf(rt)?,
+    };
+    let store = Shared::default();
+    let auditor = round::Auditor::new(store.clone(), rt.audit_interval, actor);
+    std::thread::Builder::new()
+        .name("audit".into())
+        .spawn(move || auditor.run())
+        .map_err(|e| crate::Error::io("audit: spawn its thread", e))?;
+    Ok(AuditSink { det, store })
+}
+
+#[cfg(test)]
+#[path = "mod_tests.rs"]
+mod tests;

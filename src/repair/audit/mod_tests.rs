@@ -1,0 +1,160 @@
+use super::once::{parse_args, report};
+use super::verdict::Verdict;
+use super::*;
+use crate::repair::options::Options;
+
+fn det() -> Detector {
+    Detector::new(Options {
+        node_name: "n1".into(),
+        ..Options::default()
+    })
+    .unwrap()
+}
+
+fn pod(extra_spec: &str, status: &str, meta: &str) -> Object {
+    json::parse_object(
+        &format!(
+            r#"{{"metadata":{{"name":"p","namespace":"ns","uid":"u-1","resourceVersion":"5"{meta},
+                 "annotations":{{"sidecar.istio.io/status":"{{}}"}}}},
+               "spec":{{"nodeName":"n1","containers":[{{"name":"app"}},{{"name":"istio-proxy"}}]{extra_spec}}},
+               "status":{{{status}}}}}"#
+        ),
+        "pod",
+    )
+    .unwrap()
+}
+
+const RUNNING: &str = r#""phase":"Running","podIP":"10.1.2.3","podIPs":[{"ip":"10.1.2.3"}]"#;
+
+#[test]
+fn only_running_redirected_pod_network_pods_are_audited() {
+    let d = det();
+    let p = admit(&d, &pod("", RUNNING, "")).expect("a running sidecar pod is audited");
+    assert_eq!(p.facts.key(), "ns/p");
+    assert_eq!(
+        (p.facts.uid.as_str(), p.facts.pod_ip.as_str()),
+        ("u-1", "10.1.2.3")
+    );
+    assert!(p.facts.selected);
+    // What the decision reads is kept, the rest is not.
+    assert!(json::obj_of(&p.object().unwrap(), "status").is_some());
+    assert!(admit(&d, &pod(r#","hostNetwork":true"#, RUNNING, "")).is_none());
+    assert!(
+        admit(&d, &pod("", r#""phase":"Pending""#, "")).is_none(),
+        "no pod IP yet"
+    );
+    assert!(admit(&d, &pod("", &RUNNING.replace("Running", "Succeeded"), "")).is_none());
+    assert!(admit(
+        &d,
+        &pod(
+            "",
+            RUNNING,
+            r#","deletionTimestamp":"2024-01-01T00:00:00Z""#
+        )
+    )
+    .is_none());
+    // No sidecar: the decision skips it.
+    let plain = json::parse_object(
+        r#"{"metadata":{"name":"q","namespace":"ns","uid":"u-2"},"spec":{"containers":[{"name":"app"}]},
+            "status":{"phase":"Running","podIP":"10.1.2.4"}}"#,
+        "pod",
+    )
+    .unwrap();
+    assert!(admit(&d, &plain).is_none());
+    // A pod whose decision fails (a bad annotation) stays: its verification says why.
+    let bad = pod("", RUNNING, "").clone();
+    let text = json::to_compact(&Value::Object(bad)).replace(
+        r#""sidecar.istio.io/status":"{}""#,
+        r#""sidecar.istio.io/status":"{}","traffic.sidecar.istio.io/includeInboundPorts":"x""#,
+    );
+    let bad = json::parse_object(&text, "pod").unwrap();
+    assert!(admit(&d, &bad).is_some());
+}
+
+#[test]
+fn the_sink_keeps_the_node_pods_and_forgets_gone_ones_by_uid() {
+    let store = Shared::default();
+    let mut s = AuditSink {
+        det: det(),
+        store: store.clone(),
+    };
+    s.pod(&pod("", RUNNING, ""));
+    assert!(!lock(&store).listed);
+    s.list_done();
+    assert!(lock(&store).listed);
+    // What the audit found stays with the pod through the watch's updates of it, not another UID's.
+    let seen = verdict::Seen {
+        uid: "u-1".into(),
+        verdict: Verdict::Missing("m".into()),
+        retry: false,
+    };
+    lock(&store).pods.get_mut("ns/p").unwrap().seen = Some(seen.clone());
+    s.pod(&pod("", RUNNING, ""));
+    assert_eq!(lock(&store).pods["ns/p"].seen, Some(seen));
+    let text = json::to_compact(&Value::Object(pod("", RUNNING, ""))).replace("u-1", "u-9");
+    s.pod(&json::parse_object(&text, "pod").unwrap());
+    assert_eq!(lock(&store).pods["ns/p"].seen, None);
+    s.gone("ns/p", "u-9");
+    s.pod(&pod("", RUNNING, ""));
+    s.gone("ns/p", "other-uid");
+    assert_eq!(
+        lock(&store).pods.len(),
+        1,
+        "another pod's DELETED does not remove it"
+    );
+    s.gone("ns/p", "u-1");
+    assert!(lock(&store).pods.is_empty());
+    s.pod(&pod("", RUNNING, ""));
+    s.pod(&pod(r#","hostNetwork":true"#, RUNNING, ""));
+    assert!(
+        lock(&store).pods.is_empty(),
+        "a pod that no longer qualifies is dropped"
+    );
+}
+
+#[test]
+fn the_one_shot_exits_1_only_for_a_missing_or_bypassed_pod() {
+    assert_eq!(parse_args(&[]), Ok(Some(super::once::Args::default())));
+    let a = parse_args(&["--json".into(), "--host-proc=/proc".into()])
+        .unwrap()
+        .unwrap();
+    assert!(a.json);
+    assert_eq!(a.host_proc.as_deref(), Some("/proc"));
+    assert_eq!(
+        parse_args(&["--host-proc=/p".into()])
+            .unwrap()
+            .unwrap()
+            .host_proc
+            .as_deref(),
+        Some("/p")
+    );
+    assert!(parse_args(&["--host-proc".into(), "/proc".into()]).is_err());
+    assert_eq!(parse_args(&["--help".into()]), Ok(None));
+    assert!(parse_args(&["--bogus".into()])
+        .unwrap_err()
+        .contains("--bogus"));
+    let ok = vec![
+        ("a/x".to_string(), Verdict::Redirected),
+        (
+            "a/y".to_string(),
+            Verdict::Unverifiable("no host /proc".into()),
+        ),
+    ];
+    assert_eq!(
+        report(&ok, false),
+        ("a/x redirected\na/y unverifiable no host /proc\n".into(), 0)
+    );
+    let mut bad = ok.clone();
+    bad.push((
+        "b/z".into(),
+        Verdict::Missing("IPv4: missing -t nat -N ISTIO_OUTPUT".into()),
+    ));
+    let (text, code) = report(&bad, true);
+    assert_eq!(code, 1);
+    let v = crate::json::parse(&text, "t").unwrap();
+    let crate::json::Value::Array(items) = v else {
+        panic!("{text}")
+    };
+    assert_eq!(items.len(), 3);
+    assert_eq!(report(&[], false), (String::new(), 0));
+}

@@ -1,0 +1,193 @@
+//! The audit's effects: one pod verified ([`verify`]: its namespace from the host's `/proc` as repair in
+//! place finds it, held open while CHECK reads it), a round over the node's pods spread over the interval
+//! ([`Auditor::round`]), and what follows a verdict: the log line and the Event on a change, the repair
+//! agent's mode ([`super::verdict::action_for`] through the repair actions), the metrics.
+
+use super::verdict::{action_for, Seen, Verdict};
+use super::{lock, metrics, pace, Pod, Shared};
+use crate::cni::NetConf;
+use crate::json;
+use crate::kube::ApiErrorExt;
+use crate::repair::action::Actor;
+use crate::repair::detect::Action;
+use crate::repair::procfs;
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Verifies one pod: the namespace holding its IP whose processes are in its cgroup (ambiguity refused),
+/// held open while CHECK reads it through the node's backend, and still the pod's afterwards. `scan`: the
+/// round's one pass over the host's `/proc`, its choice confirmed on the pod's own process before and
+/// after the read; whatever it does not settle (a pod started since, a process gone) is looked up afresh,
+/// as repair in place does. `None`: the pod no longer needs redirection (its annotations changed).
+pub fn verify(
+    pod: &Pod,
+    host_proc: &Path,
+    conf: &NetConf,
+    scan: Option<&procfs::Scan>,
+) -> Option<Verdict> {
+    let un = |s: String| Some(Verdict::Unverifiable(s));
+    // No host /proc: the lookup's error names the directory it could not read.
+    let f = &pod.facts;
+    let Ok(ip) = f.pod_ip.parse::<IpAddr>() else {
+        return un("status.podIP is not an address".into());
+    };
+    let found = scan.and_then(|s| s.pod_netns(host_proc, ip, &f.uid).ok());
+    let ns = match found.map_or_else(|| procfs::find_pod_netns(host_proc, ip, &f.uid), Ok) {
+        Ok(ns) => ns,
+        Err(e) => return un(e.to_string()),
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let found = match pod
+        .object()
+        .and_then(|body| crate::pod_rules::inspect_pod(&body, &ns.path(), conf, &env))
+    {
+        Ok(None) => return None,
+        Ok(Some(found)) => found,
+        Err(e) => return un(e.to_string()),
+    };
+    if scan.is_some() && procfs::still_holds(host_proc, &ns.holder, ip, &f.uid) {
+        return Some(Verdict::of(&found));
+    }
+    match procfs::find_pod_netns(host_proc, ip, &f.uid) {
+        Ok(again) if again.holder.ns == ns.holder.ns => Some(Verdict::of(&found)),
+        Ok(_) => un("the pod's network namespace changed while it was read".into()),
+        Err(e) => un(e.to_string()),
+    }
+}
+
+/// The audit's state across rounds.
+pub struct Auditor {
+    pub store: Shared,
+    pub interval: Duration,
+    /// The repair actions (its options' modes all off when the repair agent is disabled), the host
+    /// `/proc` and the plugin configuration the pods are verified with.
+    pub actor: Actor,
+    /// An Event was refused for lack of permission (logged once).
+    events_refused: bool,
+}
+
+impl Auditor {
+    pub fn new(store: Shared, interval: Duration, actor: Actor) -> Auditor {
+        Auditor {
+            store,
+            interval,
+            actor,
+            events_refused: false,
+        }
+    }
+
+    /// Rounds forever, the first once the watch's first list is complete.
+    pub fn run(mut self) {
+        metrics::enable();
+        while !lock(&self.store).listed {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        loop {
+            let start = Instant::now();
+            self.round(start);
+            std::thread::sleep(pace::wait(Instant::now(), start + self.interval));
+        }
+    }
+
+    /// One round: every pod of the store at its start, each at its due time, one at a time.
+    pub fn round(&mut self, start: Instant) {
+        let keys: Vec<String> = lock(&self.store).pods.keys().cloned().collect();
+        let n = keys.len();
+        let mut counts = [0u64; 4];
+        let mut busy = Duration::ZERO;
+        // One pass over the host's /proc for the whole round (a failure: each pod looks it up afresh and
+        // says why it could not).
+        let t = Instant::now();
+        let scan = procfs::Scan::read(&self.actor.host_proc).ok();
+        busy += t.elapsed();
+        for (i, key) in keys.iter().enumerate() {
+            std::thread::sleep(pace::wait(
+                Instant::now(),
+                pace::due(start, self.interval, n, i),
+            ));
+            // The pod as it is now (gone or changed since the round began: skipped or verified as it is).
+            let Some(pod) = lock(&self.store).pods.get(key).cloned() else {
+                continue;
+            };
+            let t = Instant::now();
+            if let Some(v) = verify(
+                &pod,
+                &self.actor.host_proc,
+                &self.actor.netconf,
+                scan.as_ref(),
+            ) {
+                counts[v.index()] += 1;
+                self.after(key, &pod, v);
+            }
+            busy += t.elapsed();
+        }
+        metrics::round(counts, busy.as_secs_f64());
+    }
+
+    /// What follows a verdict: the log line and the Event on a change, the mode's action.
+    fn after(&mut self, key: &str, pod: &Pod, v: Verdict) {
+        let f = &pod.facts;
+        let step = Seen::next(pod.seen.as_ref(), &f.uid, &v);
+        if step.log {
+            let level = match v {
+                Verdict::Redirected => log::Level::Info,
+                _ => log::Level::Warn,
+            };
+            log::log!(level, "audit: pod {key} is {}", v.describe());
+        }
+        if step.event {
+            self.event(pod, &v);
+        }
+        let mut retry = false;
+        if step.act {
+            let a = action_for(&v, f, &self.actor.opts);
+            if a != Action::None {
+                // A pod deleted meanwhile leaves the store: its retry never comes.
+                retry = pod
+                    .object()
+                    .and_then(|body| self.actor.act(a, f, Some(&body)))
+                    .is_err();
+            }
+        }
+        // Remembered with the pod (gone with it), unless it was replaced meanwhile.
+        if let Some(e) = lock(&self.store).pods.get_mut(key) {
+            if e.facts.uid == f.uid {
+                e.seen = Some(Seen {
+                    uid: f.uid.clone(),
+                    verdict: v,
+                    retry,
+                });
+            }
+        }
+    }
+
+    /// The pod's Event for an unredirected verdict; a refusal for lack of permission is logged once.
+    fn event(&mut self, pod: &Pod, v: &Verdict) {
+        let Some(reason) = v.event_reason() else {
+            return;
+        };
+        let f = &pod.facts;
+        let ev = crate::repair::request::event_json(
+            f,
+            reason,
+            &v.describe(),
+            crate::repair::action::unix_nanos(),
+            &self.actor.opts.node_name,
+        );
+        let r = json::parse(&ev, "event")
+            .and_then(|e| self.actor.client.create_event(&f.namespace, &e));
+        match r {
+            Ok(()) => {}
+            Err(e) if e.api_status() == Some(403) => {
+                if !std::mem::replace(&mut self.events_refused, true) {
+                    log::warn!("audit: events refused (needs events: create; logged once): {e}");
+                }
+            }
+            Err(e) => log::warn!(
+                "audit: could not record event {reason} on pod {}: {e}",
+                f.key()
+            ),
+        }
+    }
+}

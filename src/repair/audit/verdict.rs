@@ -1,0 +1,167 @@
+//! The audit's pure core: a pod's verdict from what CHECK read ([`Verdict::of`]), whether a verdict is a
+//! change worth a log line and an Event ([`Seen::next`]), what the repair agent's enabled mode does about it
+//! ([`action_for`]), and the one-shot's output (a line, a JSON object).
+
+use crate::json::write_string;
+use crate::netfilter::bypass::Findings;
+use crate::repair::detect::{Action, PodFacts};
+use crate::repair::options::Options;
+
+/// A running sidecar pod's verdict; the text names the rule (bypassed) or says why (missing,
+/// unverifiable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Redirected,
+    /// Our rules are not present and complete for the pod's current annotations.
+    Missing(String),
+    /// A rule the kernel runs before our redirect can take its traffic past it.
+    Bypassed(String),
+    /// The pod could not be verified (no namespace found, no host `/proc`, a read bound exceeded, ...).
+    Unverifiable(String),
+}
+
+/// The four states, in the order of `istio_cni_audit_pods{state}`.
+pub const STATES: [&str; 4] = ["redirected", "missing", "bypassed", "unverifiable"];
+
+impl Verdict {
+    /// From CHECK's findings: anything that bypasses our rules first (it is the one a repair in place
+    /// cannot fix: never "fixed" by deleting someone else's rules), then our rules' problems.
+    pub fn of(f: &Findings) -> Verdict {
+        if !f.bypass.is_empty() {
+            Verdict::Bypassed(f.bypass.join("; "))
+        } else if !f.ours.is_empty() {
+            Verdict::Missing(f.ours.join("; "))
+        } else {
+            Verdict::Redirected
+        }
+    }
+
+    /// Its index in [`STATES`].
+    pub fn index(&self) -> usize {
+        match self {
+            Verdict::Redirected => 0,
+            Verdict::Missing(_) => 1,
+            Verdict::Bypassed(_) => 2,
+            Verdict::Unverifiable(_) => 3,
+        }
+    }
+
+    /// `redirected`, `missing`, `bypassed` or `unverifiable`.
+    pub fn state(&self) -> &'static str {
+        STATES[self.index()]
+    }
+
+    /// The rule or the reason ("" when redirected).
+    pub fn detail(&self) -> &str {
+        match self {
+            Verdict::Redirected => "",
+            Verdict::Missing(s) | Verdict::Bypassed(s) | Verdict::Unverifiable(s) => s,
+        }
+    }
+
+    /// Missing or bypassed: the pod runs unredirected (an Event, the one-shot's exit 1).
+    pub fn unredirected(&self) -> bool {
+        matches!(self, Verdict::Missing(_) | Verdict::Bypassed(_))
+    }
+
+    /// The Event's reason for an unredirected verdict.
+    pub fn event_reason(&self) -> Option<&'static str> {
+        match self {
+            Verdict::Missing(_) => Some("RedirectMissing"),
+            Verdict::Bypassed(_) => Some("RedirectBypassed"),
+            _ => None,
+        }
+    }
+
+    /// The log line's and the Event's text: `missing: <what>` and so on.
+    pub fn describe(&self) -> String {
+        match self {
+            Verdict::Redirected => "redirected".into(),
+            v => format!("{}: {}", v.state(), v.detail()),
+        }
+    }
+}
+
+/// What the audit remembers of a pod between rounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub uid: String,
+    pub verdict: Verdict,
+    /// The last action on it failed: try again at the next round.
+    pub retry: bool,
+}
+
+/// What to do about a pod's verdict this round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Log the verdict (it changed).
+    pub log: bool,
+    /// Write the pod's Event (it became missing or bypassed, or the rule changed).
+    pub event: bool,
+    /// Act through the repair agent's mode (it became unredirected, or the last action failed).
+    pub act: bool,
+}
+
+impl Seen {
+    /// What a new `verdict` for the pod with `uid` calls for, given what was seen last (`prev`; another
+    /// UID is another pod). A pod first seen redirected is not news; any other change is, once.
+    pub fn next(prev: Option<&Seen>, uid: &str, verdict: &Verdict) -> Step {
+        let prev = prev.filter(|p| p.uid == uid);
+        let before = prev.map_or(&Verdict::Redirected, |p| &p.verdict);
+        let changed = before != verdict;
+        let news = verdict.unredirected() && changed;
+        Step {
+            log: changed,
+            event: news,
+            act: verdict.unredirected() && (news || prev.is_some_and(|p| p.retry)),
+        }
+    }
+}
+
+/// What the repair agent's enabled mode does about an unredirected pod (the first enabled wins, as for a
+/// broken pod): repair in place re-applies a `missing` pod's rules, and leaves a `bypassed` one alone (it
+/// would have to delete someone else's rules); delete and label act on both; no mode: nothing.
+pub fn action_for(v: &Verdict, f: &PodFacts, o: &Options) -> Action {
+    if !v.unredirected() || !o.enabled || !f.selected {
+        Action::None
+    } else if o.repair_pods {
+        match v {
+            Verdict::Missing(_) => Action::Repair,
+            _ => Action::None,
+        }
+    } else if o.delete_pods {
+        Action::Delete
+    } else if o.label_pods {
+        if f.labeled {
+            Action::LabelSkip
+        } else {
+            Action::Label
+        }
+    } else {
+        Action::None
+    }
+}
+
+/// The one-shot's line: `<ns>/<name> <verdict>[ <rule or reason>]`.
+pub fn line(key: &str, v: &Verdict) -> String {
+    match v.detail() {
+        "" => format!("{key} {}", v.state()),
+        d => format!("{key} {} {d}", v.state()),
+    }
+}
+
+/// The one-shot's JSON for one pod: `{"pod":"ns/name","verdict":"...","detail":"..."}`.
+pub fn json(key: &str, v: &Verdict) -> String {
+    let mut s = String::from(r#"{"pod":"#);
+    write_string(&mut s, key);
+    s.push_str(r#","verdict":"#);
+    write_string(&mut s, v.state());
+    s.push_str(r#","detail":"#);
+    write_string(&mut s, v.detail());
+    s.push('}');
+    s
+}
+
+#[cfg(test)]
+#[path = "verdict_tests.rs"]
+mod tests;
