@@ -131,7 +131,7 @@ pub const USAGE: &str = "usage: soak [SECONDS] [--seed N] [--layout owned|defaul
   --higher-name the higher-priority primary's file name (default 05-soak.conflist; 01-... sorts before
                 the owned file 02-istio-cni.conflist)
   --in-flight N sidecar pods handled at once (default 6)
-  --out FILE    the JSON report's path";
+  --out FILE    the JSON report's path (a directory: the default name in it)";
 
 /// Parses the arguments after the program name.
 pub fn parse(args: &[String]) -> Result<Options, String> {

@@ -217,13 +217,19 @@ impl Report {
 pub fn write_json(soak: &Soak, r: &Report, pods: &[PodEnd]) -> PathBuf {
     let ms = |t: Instant| (soak.ms(t) * 10.0).round() / 10.0;
     let o = &soak.opts;
-    let path = o.out.clone().unwrap_or_else(|| {
-        let repo = crate::util::repo();
-        repo.canonicalize()
-            .unwrap_or(repo)
-            .join("target/soak")
-            .join(format!("soak-{}-{}.json", o.layout.name(), o.seed))
-    });
+    // `--out` names the file, or a directory to write the default name into; nothing names one: target/soak.
+    let name = format!("soak-{}-{}.json", o.layout.name(), o.seed);
+    let path = match o.out.clone() {
+        Some(p) if p.is_dir() => p.join(name),
+        Some(p) => p,
+        None => {
+            let repo = crate::util::repo();
+            repo.canonicalize()
+                .unwrap_or(repo)
+                .join("target/soak")
+                .join(name)
+        }
+    };
     let events: Vec<_> = r
         .events
         .iter()
@@ -289,7 +295,12 @@ pub fn write_json(soak: &Soak, r: &Report, pods: &[PodEnd]) -> PathBuf {
     if let Some(d) = path.parent() {
         let _ = std::fs::create_dir_all(d);
     }
-    std::fs::write(&path, serde_json::to_vec_pretty(&doc).expect("JSON"))
-        .expect("write the JSON report");
+    // A report that cannot be written must not cost the run its summary: say so, and the summary follows.
+    if let Err(e) = std::fs::write(&path, serde_json::to_vec_pretty(&doc).expect("JSON")) {
+        eprintln!(
+            "soak: could not write the JSON report {}: {e}",
+            path.display()
+        );
+    }
     path
 }
