@@ -229,7 +229,7 @@ impl Installer {
             (Outcome::Valid { .. }, Ok(l)) if follows => {
                 let skip =
                     |n: &OsStr, b: &[u8]| self.unmergeable.iter().any(|(u, ub)| u == n && ub == b);
-                match super::config::layout::fallback_lacking(&l.valid, &entry, &read, &skip) {
+                match super::config::check::fallback_lacking(&l.valid, &entry, &read, &skip) {
                     Some(f) => Outcome::Invalid {
                         reason: format!(
                             "{}/{} lacks our entry, and the container runtime falls back to it if the \

@@ -8,10 +8,11 @@
 //! makes us [`Outcome::Preempted`]: not ready, nothing rewritten, the operator told what to do.
 
 use super::conflist::{self, PLUGIN_TYPE};
+use super::layout;
 use super::select::{shown, Listing};
 use crate::error::Result;
 use crate::json::{self, Object, Value};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 
 /// What the check needs to know about the installer's state.
 #[derive(Debug, Clone)]
@@ -131,7 +132,7 @@ pub fn check(
         return invalid(format!("no networks found in {}", ctx.dir));
     };
     if let (true, Some(owned)) = (ctx.chained, ctx.owned) {
-        return super::layout::check_owned(ctx, valid, owned, read);
+        return check_owned(ctx, valid, owned, read);
     }
     let path_of = |n: &OsStr| format!("{}/{}", ctx.dir, shown(n));
     let installed_path = ctx.installed.map(path_of).unwrap_or_default();
@@ -235,6 +236,118 @@ pub fn check(
         return invalid(why);
     }
     preempted.unwrap_or(Outcome::Valid { warning })
+}
+
+/// Default layout: the first valid file after the runtime's own (`valid[0]`) that lacks our entry
+/// (`entry`, exactly once), skipping those `skip` says we could not merge into with this content.
+pub fn fallback_lacking(
+    valid: &[OsString],
+    entry: &Object,
+    read: &dyn Fn(&OsStr) -> Option<Vec<u8>>,
+    skip: &dyn Fn(&OsStr, &[u8]) -> bool,
+) -> Option<OsString> {
+    valid.iter().skip(1).find_map(|f| {
+        let b = read(f)?;
+        (!holds_our_entry(&b, entry) && !skip(f, &b)).then(|| f.clone())
+    })
+}
+
+/// The owned layout's check (upstream's owned-mode rules, made strict): every valid file sorting before
+/// the owned one holds our entry (else reinstall: the runtime loads it instead of ours), the owned file
+/// exists and is exactly [`layout::owned_text`] of the primary as it is now (else reinstall: never a stale copy),
+/// and then we are ready only when nothing sorts before it and a primary exists. `read(name)`: the file's
+/// bytes, `None` when missing.
+pub fn check_owned(
+    ctx: &CheckCtx<'_>,
+    valid: &[OsString],
+    owned: &OsStr,
+    read: &dyn Fn(&OsStr) -> Option<Vec<u8>>,
+) -> Outcome {
+    let path_of = |n: &OsStr| format!("{}/{}", ctx.dir, shown(n));
+    let not_first = || {
+        let first = valid.first().map(|f| shown(f).into_owned());
+        format!(
+            "istio owned CNI config does not exist or is not the highest priority. Got {} instead",
+            first.as_deref().unwrap_or("nothing")
+        )
+    };
+    let before = layout::entry_files(valid, Some(owned));
+    let holds = |n: &OsStr| read(n).is_some_and(|b| holds_our_entry(&b, ctx.entry));
+    if let Some(f) = before.iter().find(|f| !holds(f)) {
+        return invalid(format!(
+            "{}: {} sorts before it, so the container runtime uses it: it gets our entry too",
+            not_first(),
+            path_of(f)
+        ));
+    }
+    if !valid.iter().any(|n| n == owned) {
+        return invalid(not_first());
+    }
+    let Some(bytes) = read(owned) else {
+        return invalid(format!("CNI config file removed: {}", path_of(owned)));
+    };
+    if !holds_entry(&bytes) {
+        return invalid(format!(
+            "istio-cni plugin not found in Istio CNI config at {}",
+            path_of(owned)
+        ));
+    }
+    // A pinned name that does not exist is found through its `.conf`/`.conflist` twin, as written.
+    let primary = layout::owned_primary(valid, owned, ctx.configured).map(|p| match read(&p) {
+        None => layout::twin(&p).filter(|t| read(t).is_some()).unwrap_or(p),
+        Some(_) => p,
+    });
+    let primary_text = match &primary {
+        Some(p) => match read(p) {
+            Some(b) => Some(super::libcni::go_text(&b)),
+            None => return invalid(format!("primary CNI config {} removed", path_of(p))),
+        },
+        None => None,
+    };
+    let want = match layout::owned_text(primary_text.as_deref(), ctx.entry) {
+        Ok(t) => t,
+        Err(e) => return invalid(e.to_string()),
+    };
+    if bytes != want.as_bytes() {
+        return invalid(match &primary {
+            Some(p) => format!(
+                "{} is not {} with our entry: the primary changed since it was written (or our \
+                 settings did); deriving it again",
+                path_of(owned),
+                path_of(p)
+            ),
+            None => format!(
+                "{} still copies a primary CNI config that no longer exists; replacing it with our \
+                 entry alone, which refuses every pod until a primary appears (fail closed)",
+                path_of(owned)
+            ),
+        });
+    }
+    if let Some(f) = before.first() {
+        return Outcome::Preempted {
+            runtime_file: f.clone(),
+            reason: format!(
+                "{} sorts before the Istio-owned {} and the container runtime uses it: our entry is in it \
+                 too, so pods are still redirected, but the owned layout is not in effect (the other \
+                 CNI's next rewrite of that file drops our entry until we add it back). Remove or rename \
+                 it, or set ISTIO_OWNED_CNI_CONFIG_FILENAME to a name that sorts before it",
+                path_of(f),
+                path_of(owned)
+            ),
+        };
+    }
+    if primary.is_none() {
+        return Outcome::Preempted {
+            runtime_file: owned.to_os_string(),
+            reason: format!(
+                "no primary CNI config in {}: {} holds only our entry, which refuses every pod (fail \
+                 closed) until the node's CNI writes its configuration",
+                ctx.dir,
+                path_of(owned)
+            ),
+        };
+    }
+    Outcome::Valid { warning: None }
 }
 
 #[cfg(test)]

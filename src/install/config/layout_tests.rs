@@ -1,6 +1,7 @@
 //! The layouts' pure rules: which files get our entry, the owned file's derivation and check.
 
 use super::*;
+use crate::install::config::check::{check_owned, fallback_lacking, CheckCtx, Outcome};
 
 fn names(v: &[&str]) -> Vec<OsString> {
     v.iter().map(OsString::from).collect()
