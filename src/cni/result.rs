@@ -142,10 +142,10 @@ fn parse_route(r: &Object) -> Result<Route> {
                     }
                 }
             }
-            "mtu" | "advmss" | "priority" | "table" | "scope" => {
-                if !matches!(v, Value::Null) && int(v, k)? != 0 {
-                    out.insert(k.clone(), v.clone());
-                }
+            "mtu" | "advmss" | "priority" | "table" | "scope"
+                if !matches!(v, Value::Null) && int(v, k)? != 0 =>
+            {
+                out.insert(k.clone(), v.clone());
             }
             _ => {}
         }
