@@ -178,7 +178,13 @@ class TestImage(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             plugin = node / "opt_cni_bin" / "istio-cni"
             self.assertEqual(plugin.read_bytes(), release_binary("amd64").read_bytes())
-            merged = json.loads(primary.read_text())
+            # Our manifests use the owned layout (README, "CNI configuration layouts"): our own file, sorting
+            # before the primary, holds the primary's plugins and ours; the primary is left as it was.
+            self.assertEqual(config.get("ISTIO_OWNED_CNI_CONFIG"), "true")
+            owned = conf_dir / (config.get("ISTIO_OWNED_CNI_CONFIG_FILENAME") or "02-istio-cni.conflist")
+            self.assertEqual([x["type"] for x in json.loads(primary.read_text())["plugins"]], ["calico", "portmap"])
+            merged = json.loads(owned.read_text())
+            self.assertEqual(merged["name"], "k8s-pod-network")
             self.assertEqual([x["type"] for x in merged["plugins"]], ["calico", "portmap", "istio-cni"])
             self.assertEqual(merged["plugins"][2]["exclude_namespaces"], config["EXCLUDE_NAMESPACES"].split(","))
             self.assertEqual(merged["plugins"][2]["plugin_log_level"], config["PLUGIN_LOG_LEVEL"])
@@ -189,6 +195,7 @@ class TestImage(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertFalse(plugin.exists())
             self.assertFalse(kubeconfig.exists())
+            self.assertFalse(owned.exists(), "the owned file outlived --uninstall")
             self.assertEqual([x["type"] for x in json.loads(primary.read_text())["plugins"]], ["calico", "portmap"])
         finally:
             buildah("rm", ctr)
