@@ -175,8 +175,20 @@ impl Action {
 pub fn choose_action(f: &PodFacts, o: &Options) -> Action {
     if !needs_repair(f, o) {
         Action::None
-    } else if o.repair_pods {
-        Action::Repair
+    } else {
+        mode_action(f, o, true)
+    }
+}
+
+/// The first enabled mode of repair, delete, label, for a pod that needs one; `repairable`: whether
+/// repair in place may act on it (the audit's bypassed pod may not: someone else's rules).
+pub fn mode_action(f: &PodFacts, o: &Options, repairable: bool) -> Action {
+    if o.repair_pods {
+        if repairable {
+            Action::Repair
+        } else {
+            Action::None
+        }
     } else if o.delete_pods {
         Action::Delete
     } else if o.label_pods {

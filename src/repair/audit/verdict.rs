@@ -124,21 +124,8 @@ impl Seen {
 pub fn action_for(v: &Verdict, f: &PodFacts, o: &Options) -> Action {
     if !v.unredirected() || !o.enabled || !f.selected {
         Action::None
-    } else if o.repair_pods {
-        match v {
-            Verdict::Missing(_) => Action::Repair,
-            _ => Action::None,
-        }
-    } else if o.delete_pods {
-        Action::Delete
-    } else if o.label_pods {
-        if f.labeled {
-            Action::LabelSkip
-        } else {
-            Action::Label
-        }
     } else {
-        Action::None
+        crate::repair::detect::mode_action(f, o, matches!(v, Verdict::Missing(_)))
     }
 }
 
