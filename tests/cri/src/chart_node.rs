@@ -297,3 +297,23 @@ impl Drop for Holder {
         Holder::leave();
     }
 }
+
+/// Waits (generously: the machine may be loaded) until `f` holds, polling every 20 ms; fails naming `what`
+/// with the agent's log. Returns how long it took.
+pub async fn wait_node(
+    node: &ChartNode,
+    what: &str,
+    secs: u64,
+    mut f: impl FnMut() -> bool,
+) -> Duration {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{what}: not within {secs} s; agent log:\n{}",
+            node.agent_log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    t.elapsed()
+}

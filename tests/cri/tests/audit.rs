@@ -7,24 +7,10 @@
 //! left where it is and nothing repaired.
 
 use cri_e2e::chart::Chart;
-use cri_e2e::chart_node::ChartNode;
+use cri_e2e::chart_node::{wait_node, ChartNode};
 use cri_e2e::churn::redirected;
 use cri_e2e::node::NETNS_COUNT;
 use cri_e2e::util::{require_root, run};
-use std::time::{Duration, Instant};
-
-/// Waits (generously: the machine may be loaded) until `f` holds; the agent's log in the failure message.
-async fn wait_node(node: &ChartNode, what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "{what}: not within {secs} s; agent log:\n{}",
-            node.agent_log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// GET http://<ip>:15014/metrics from the node (the chart's monitoring port); "" if none.
 fn metrics(node: &ChartNode, ip: &str) -> String {

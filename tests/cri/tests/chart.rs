@@ -6,7 +6,7 @@
 //! a sidecar pod started afterwards is redirected, and stopping the container removes what it added.
 
 use cri_e2e::chart::{cap_mask, Chart};
-use cri_e2e::chart_node::ChartNode;
+use cri_e2e::chart_node::{wait_node, ChartNode};
 use cri_e2e::churn::redirected;
 use cri_e2e::node::NETNS_COUNT;
 use cri_e2e::util::require_root;
@@ -19,25 +19,6 @@ async fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) -> Duratio
         assert!(
             t.elapsed() < Duration::from_secs(secs),
             "{what}: not within {secs} s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    t.elapsed()
-}
-
-/// [`wait_for`], with the agent's log in the failure message.
-async fn wait_node(
-    node: &ChartNode,
-    what: &str,
-    secs: u64,
-    mut f: impl FnMut() -> bool,
-) -> Duration {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "{what}: not within {secs} s; agent log:\n{}",
-            node.agent_log()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -12,11 +12,11 @@
 //!   ready), and an uninstall whose RBAC is already gone (403) leaving no file that fails every pod.
 
 use cri_e2e::chart::Chart;
-use cri_e2e::chart_node::{primary_conflist, ChartNode};
+use cri_e2e::chart_node::{primary_conflist, wait_node, ChartNode};
 use cri_e2e::node::NETNS_COUNT;
 use cri_e2e::util::{next_index, require_root};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const OWNED: &[(&str, &str)] = &[("ISTIO_OWNED_CNI_CONFIG", "true")];
 const OWNED_FILE: &str = "02-istio-cni.conflist";
@@ -118,18 +118,6 @@ async fn until_subnet(node: &ChartNode, tag: &str, prefix: &str, strict: bool) -
         "{tag}: no pod got an address in {prefix}0/24 in 80 tries\n{}",
         node.agent_log()
     );
-}
-
-async fn wait_node(node: &ChartNode, what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "{what}: not within {secs} s; agent log:\n{}",
-            node.agent_log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The agent's process stopped (SIGSTOP) until dropped.
