@@ -1,15 +1,7 @@
 //! The protocol rules of `handle`, without a process.
 
 use super::*;
-use std::collections::HashMap;
-
-fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let m: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    move |k| m.get(k).cloned()
-}
+use crate::settings::tests::env_of;
 
 const ENV: &[(&str, &str)] = &[
     ("CNI_CONTAINERID", "c1"),
