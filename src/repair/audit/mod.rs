@@ -143,12 +143,7 @@ pub fn start(
     rt: &crate::repair::Runtime,
 ) -> crate::Result<AuditSink> {
     let det = Detector::new(opts.clone())?;
-    let actor = crate::repair::action::Actor {
-        client,
-        opts: opts.clone(),
-        host_proc: rt.host_proc.clone(),
-        netconf: crate::repair::net_conf(rt)?,
-    };
+    let actor = crate::repair::action::Actor::new(client, opts, rt)?;
     let store = Shared::default();
     let auditor = round::Auditor::new(store.clone(), rt.audit_interval, actor);
     std::thread::Builder::new()
