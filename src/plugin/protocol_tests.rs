@@ -10,6 +10,11 @@ const ENV: &[(&str, &str)] = &[
     ("CNI_PATH", "/opt/cni/bin"),
 ];
 
+/// [`ENV`] without `var`.
+fn env_without(var: &str) -> Vec<(&'static str, &'static str)> {
+    ENV.iter().copied().filter(|(k, _)| *k != var).collect()
+}
+
 fn run(cmd: &str, env: &[(&str, &str)], stdin: &str) -> Outcome {
     handle(cmd, &env_of(env), Ok(stdin.to_string()))
 }
@@ -39,12 +44,7 @@ fn error_codes() {
         code_of(&run("ADD", ENV, r#"{"cniVersion":"9.9.9","name":"n"}"#)),
         1
     );
-    let no_id: Vec<_> = ENV
-        .iter()
-        .copied()
-        .filter(|(k, _)| *k != "CNI_CONTAINERID")
-        .collect();
-    let o = run("ADD", &no_id, CONF);
+    let o = run("ADD", &env_without("CNI_CONTAINERID"), CONF);
     assert_eq!((o.code, code_of(&o)), (1, 4));
     assert!(o.stdout.contains("CNI_CONTAINERID"));
     assert_eq!(code_of(&run("FOO", ENV, CONF)), 4);
@@ -52,11 +52,7 @@ fn error_codes() {
 
 #[test]
 fn del_always_succeeds() {
-    let no_netns: Vec<_> = ENV
-        .iter()
-        .copied()
-        .filter(|(k, _)| *k != "CNI_NETNS")
-        .collect();
+    let no_netns = env_without("CNI_NETNS");
     for stdin in [CONF, "not json", ""] {
         let o = run("DEL", &no_netns, stdin);
         assert_eq!(
