@@ -87,38 +87,28 @@ impl Error {
 
     /// The CNI error code (spec §"Error"); codes 100+ are ours.
     pub fn cni_code(&self) -> u32 {
-        match self.root() {
-            Error::IncompatibleVersion(_) => 1,
-            Error::UnsupportedField { .. } => 2,
-            Error::InvalidEnv { .. } => 4,
-            Error::Io { .. } => 5,
-            Error::Decode(_) => 6,
-            Error::InvalidConfig(_) => 7,
-            Error::NotAvailable(_) => 50,
-            Error::Annotation { .. } => 100,
-            Error::Api { .. } => 101,
-            Error::Exec { .. } => 102,
-            Error::Rules(_) => 103,
-            Error::Other(_) => 999,
-            Error::Context { .. } => 999,
-        }
+        self.code_and_headline().0
     }
 
     /// A short headline for the CNI `msg` field; the full chain goes to `details`.
     pub fn headline(&self) -> &'static str {
+        self.code_and_headline().1
+    }
+
+    fn code_and_headline(&self) -> (u32, &'static str) {
         match self.root() {
-            Error::IncompatibleVersion(_) => "incompatible CNI versions",
-            Error::UnsupportedField { .. } => "unsupported field",
-            Error::InvalidEnv { .. } => "invalid environment variable",
-            Error::Io { .. } => "I/O failure",
-            Error::Decode(_) => "decoding failure",
-            Error::InvalidConfig(_) => "invalid network configuration",
-            Error::NotAvailable(_) => "plugin not available",
-            Error::Annotation { .. } => "invalid pod annotation",
-            Error::Api { .. } => "kubernetes API error",
-            Error::Exec { .. } => "command failed",
-            Error::Rules(_) => "redirection rules",
-            Error::Other(_) | Error::Context { .. } => "istio-cni error",
+            Error::IncompatibleVersion(_) => (1, "incompatible CNI versions"),
+            Error::UnsupportedField { .. } => (2, "unsupported field"),
+            Error::InvalidEnv { .. } => (4, "invalid environment variable"),
+            Error::Io { .. } => (5, "I/O failure"),
+            Error::Decode(_) => (6, "decoding failure"),
+            Error::InvalidConfig(_) => (7, "invalid network configuration"),
+            Error::NotAvailable(_) => (50, "plugin not available"),
+            Error::Annotation { .. } => (100, "invalid pod annotation"),
+            Error::Api { .. } => (101, "kubernetes API error"),
+            Error::Exec { .. } => (102, "command failed"),
+            Error::Rules(_) => (103, "redirection rules"),
+            Error::Other(_) | Error::Context { .. } => (999, "istio-cni error"),
         }
     }
 }
@@ -132,11 +122,13 @@ pub fn quoted(value: &str) -> String {
     if value.len() <= QUOTE_LIMIT {
         return format!("{value:?}");
     }
-    let cut = (0..=QUOTE_LIMIT)
-        .rev()
-        .find(|i| value.is_char_boundary(*i))
-        .unwrap_or(0);
-    format!("{:?}... ({} bytes)", &value[..cut], value.len())
+    format!("{:?}... ({} bytes)", head(value, QUOTE_LIMIT), value.len())
+}
+
+/// The longest start of `text` of at most `limit` bytes that ends on a character boundary.
+fn head(text: &str, limit: usize) -> &str {
+    let cut = (0..=limit).rev().find(|i| text.is_char_boundary(*i));
+    &text[..cut.unwrap_or(0)]
 }
 
 /// Free text that may embed input (a reason quoting a token of the value, a message): bounded the same way,
@@ -146,11 +138,11 @@ fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
     if text.len() <= LIMIT {
         return std::borrow::Cow::Borrowed(text);
     }
-    let cut = (0..=LIMIT)
-        .rev()
-        .find(|i| text.is_char_boundary(*i))
-        .unwrap_or(0);
-    std::borrow::Cow::Owned(format!("{}... ({} bytes in all)", &text[..cut], text.len()))
+    std::borrow::Cow::Owned(format!(
+        "{}... ({} bytes in all)",
+        head(text, LIMIT),
+        text.len()
+    ))
 }
 
 impl fmt::Display for Error {

@@ -335,4 +335,4 @@ impl Named<'_> {
 
 #[cfg(test)]
 #[path = "settings_tests.rs"]
-mod tests;
+pub(crate) mod tests;

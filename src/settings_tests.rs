@@ -1,13 +1,24 @@
 //! Tests of the settings toolkit: Go's value syntax, argument rewriting, flag > env > default.
+//! Its helpers (argument lists, an environment) serve every applet's settings tests.
 use super::*;
 
-fn v(a: &[&str]) -> Vec<String> {
+/// `a` as owned strings (an argument list).
+pub(crate) fn v(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
 /// The space-separated words of `w`.
-fn words(w: &str) -> Vec<String> {
+pub(crate) fn words(w: &str) -> Vec<String> {
     w.split(' ').map(str::to_string).collect()
+}
+
+/// An environment holding exactly these variables.
+pub(crate) fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let m: std::collections::HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| m.get(k).cloned()
 }
 
 #[test]

@@ -139,15 +139,7 @@ pub fn validate_ifname(name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
+    use crate::settings::tests::env_of as env;
 
     const FULL: &[(&str, &str)] = &[
         ("CNI_CONTAINERID", "abc123"),

@@ -305,18 +305,14 @@ mod tests {
             let json = json_line(t, level, "cni-plugin", &msg);
             let text = text_line(t, level, super::PLUGIN_TARGET, &msg);
             let what = String::from_utf8_lossy(&d[..40]).to_string();
-            assert!(
-                json.len() <= d.len() + 160,
-                "{what}: JSON line {} for {}",
-                json.len(),
-                d.len()
-            );
-            assert!(
-                text.len() <= d.len() + 160,
-                "{what}: text line {} for {}",
-                text.len(),
-                d.len()
-            );
+            for (kind, line) in [("JSON", &json), ("text", &text)] {
+                let n = line.len();
+                assert!(
+                    n <= d.len() + 160,
+                    "{what}: {kind} line {n} for {}",
+                    d.len()
+                );
+            }
             crate::json::parse_object(&json, "line").unwrap();
             assert!(!msg.chars().any(|c| c.is_control() && c != '\t'), "{what}");
         }

@@ -16,7 +16,7 @@ use crate::cni::{conf, K8sArgs, NetConf};
 use crate::error::{Context, Error, IoContext, Result};
 use crate::json;
 use crate::redirect::plan::{self, decide_pod, shortcut, Addresses, NodeEnv, PodPlan, Shortcut};
-use crate::redirect::{render, CaptureConfig, Documents, PodInfo, TproxyRoute};
+use crate::redirect::{render, CaptureConfig, PodInfo, TproxyRoute};
 use argh::FromArgs;
 
 /// Print the iptables-restore documents (or, with --nft, the nftables script) ADD would apply, without a cluster.
@@ -101,26 +101,33 @@ fn explain_capture(path: &str, nft: bool) -> Result<String> {
     output(&cfg, nft, &[])
 }
 
-/// The iptables documents, or with `nft` the nftables script, then the comment lines.
+/// The iptables documents, or with `nft` the nftables script, then the comment lines: which text is
+/// which, the TPROXY routes, `notes`.
 fn output(cfg: &CaptureConfig, nft: bool, notes: &[String]) -> Result<String> {
-    if !nft {
-        return Ok(format_docs(&render(cfg)?, notes));
-    }
-    let mut out = crate::nftables::script(&crate::nftables::generate(cfg)?);
-    let mut all = vec![format!(
-        "# above: the nftables script (nft -f), applied natively as one netlink batch; IPv6 {}",
-        if cfg.enable_ipv6 {
-            "enabled, ::6/128 is added to lo"
-        } else {
-            "not enabled"
+    let (mut out, about) = if nft {
+        let script = crate::nftables::script(&crate::nftables::generate(cfg)?);
+        let about = format!(
+            "# above: the nftables script (nft -f), applied natively as one netlink batch; IPv6 {}",
+            if cfg.enable_ipv6 {
+                "enabled, ::6/128 is added to lo"
+            } else {
+                "not enabled"
+            }
+        );
+        (script, about)
+    } else {
+        let d = render(cfg)?;
+        match &d.v6 {
+            Some(v6) => (d.v4 + v6, "# above: the IPv4 document (iptables-restore --noflush), then the IPv6 document (ip6tables-restore --noflush); ::6/128 is added to lo".into()),
+            None => (d.v4, "# above: the IPv4 document (iptables-restore --noflush); IPv6 is not enabled".into()),
         }
-    )];
-    if let Some(t) = cfg.tproxy_route() {
-        all.extend(route_notes(&t));
-    }
-    all.extend(notes.iter().cloned());
-    for n in all {
-        out.push_str(&n);
+    };
+    let routes = cfg
+        .tproxy_route()
+        .map(|t| route_notes(&t))
+        .unwrap_or_default();
+    for n in [about].iter().chain(&routes).chain(notes) {
+        out.push_str(n);
         out.push('\n');
     }
     Ok(out)
@@ -188,30 +195,6 @@ fn route_notes(t: &TproxyRoute) -> Vec<String> {
         ));
     }
     v
-}
-
-/// The documents, then the comment lines.
-fn format_docs(d: &Documents, extra: &[String]) -> String {
-    let mut out = d.v4.clone();
-    let mut notes: Vec<String> = Vec::new();
-    match &d.v6 {
-        Some(v6) => {
-            out.push_str(v6);
-            notes.push("# above: the IPv4 document (iptables-restore --noflush), then the IPv6 document (ip6tables-restore --noflush); ::6/128 is added to lo".into());
-        }
-        None => notes.push(
-            "# above: the IPv4 document (iptables-restore --noflush); IPv6 is not enabled".into(),
-        ),
-    }
-    if let Some(t) = &d.tproxy_route {
-        notes.extend(route_notes(t));
-    }
-    notes.extend(extra.iter().cloned());
-    for n in notes {
-        out.push_str(&n);
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,28 +1,21 @@
 use super::*;
-use std::path::PathBuf;
+use crate::fsutil::test_dir;
+use std::path::Path;
 
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let d = std::env::temp_dir().join(format!(
-            "istio-cni-explain-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        Tmp(d)
-    }
-    fn file(&self, name: &str, body: &str) -> String {
-        let p = self.0.join(name);
-        std::fs::write(&p, body).unwrap();
-        p.to_string_lossy().into_owned()
-    }
+/// `body` written to `name` in `dir`; its path.
+fn file(dir: &Path, name: &str, body: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p.to_string_lossy().into_owned()
 }
 
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+/// The iptables (not `--nft`) arguments with these files.
+fn args(pod: Option<String>, conf: Option<String>, capture: Option<String>) -> ExplainArgs {
+    ExplainArgs {
+        pod,
+        conf,
+        capture,
+        nft: false,
     }
 }
 
@@ -39,17 +32,15 @@ fn pod(ns: &str, name: &str, annotations: &str, proxy: &str, ips: &[&str]) -> St
 const STATUS: &str = r#""sidecar.istio.io/status":"{}""#;
 
 fn run_pod(
-    t: &Tmp,
+    t: &Path,
     pod_json: &str,
     conf: Option<&str>,
 ) -> std::result::Result<String, ExplainError> {
-    let args = ExplainArgs {
-        pod: Some(t.file("pod.json", pod_json)),
-        conf: conf.map(|c| t.file("conf.json", c)),
-        capture: None,
-        nft: false,
-    };
-    explain(&args, &|_| None)
+    let pod = Some(file(t, "pod.json", pod_json));
+    explain(
+        &args(pod, conf.map(|c| file(t, "conf.json", c)), None),
+        &|_| None,
+    )
 }
 
 fn ok(r: std::result::Result<String, ExplainError>) -> String {
@@ -81,7 +72,7 @@ fn documents(s: &str) -> Vec<String> {
 
 #[test]
 fn shortcuts_and_skips_print_one_comment_line() {
-    let t = Tmp::new("skip");
+    let t = test_dir("explain-skip");
     let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni","exclude_namespaces":["kube-system"],"pod_namespace":"istio-system"}"#;
     for (p, want) in [
         (
@@ -128,7 +119,7 @@ fn shortcuts_and_skips_print_one_comment_line() {
 
 #[test]
 fn invalid_annotation_fails_naming_the_key() {
-    let t = Tmp::new("bad");
+    let t = test_dir("explain-bad");
     let p = pod(
         "ns",
         "p",
@@ -147,7 +138,7 @@ fn invalid_annotation_fails_naming_the_key() {
 
 #[test]
 fn ipv6_pod_gets_both_documents_and_dual_stack_is_honoured() {
-    let t = Tmp::new("v6");
+    let t = test_dir("explain-v6");
     let out = ok(run_pod(&t, &pod("ns", "p", STATUS, "", &["fd00::2"]), None));
     let docs = documents(&out);
     assert_eq!(docs.len(), 2, "{out}");
@@ -187,7 +178,7 @@ fn ipv6_pod_gets_both_documents_and_dual_stack_is_honoured() {
 
 #[test]
 fn tproxy_routes_are_comments_after_the_documents() {
-    let t = Tmp::new("tproxy");
+    let t = test_dir("explain-tproxy");
     let p = pod(
         "ns",
         "p",
@@ -209,7 +200,7 @@ fn tproxy_routes_are_comments_after_the_documents() {
 
 #[test]
 fn no_pod_ips_assumes_ipv4_with_a_note() {
-    let t = Tmp::new("noip");
+    let t = test_dir("explain-noip");
     let out = ok(run_pod(&t, &pod("ns", "p", STATUS, "", &[]), None));
     assert_eq!(documents(&out).len(), 1);
     assert!(out.contains("# the pod has no status.podIPs"), "{out}");
@@ -217,7 +208,7 @@ fn no_pod_ips_assumes_ipv4_with_a_note() {
 
 #[test]
 fn nftables_conf_prints_the_nft_script() {
-    let t = Tmp::new("nft");
+    let t = test_dir("explain-nft");
     let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni","native_nftables":true}"#;
     let out = ok(run_pod(
         &t,
@@ -230,48 +221,24 @@ fn nftables_conf_prints_the_nft_script() {
 
 #[test]
 fn usage_and_file_errors() {
-    let none = ExplainArgs {
-        pod: None,
-        conf: None,
-        capture: None,
-        nft: false,
-    };
+    let none = args(None, None, None);
     assert!(matches!(explain(&none, &|_| None), Err(Usage(_))));
-    let both = ExplainArgs {
-        pod: Some("a".into()),
-        conf: None,
-        capture: Some("b".into()),
-        nft: false,
-    };
+    let both = args(Some("a".into()), None, Some("b".into()));
     assert!(matches!(explain(&both, &|_| None), Err(Usage(_))));
-    let missing = ExplainArgs {
-        pod: Some("/nonexistent/pod.json".into()),
-        conf: None,
-        capture: None,
-        nft: false,
-    };
+    let missing = args(Some("/nonexistent/pod.json".into()), None, None);
     let e = failed(explain(&missing, &|_| None));
     assert!(e.to_string().contains("/nonexistent/pod.json"), "{e}");
-    let t = Tmp::new("files");
-    let bad = ExplainArgs {
-        pod: None,
-        conf: None,
-        capture: Some(t.file("c.json", "{")),
-        nft: false,
-    };
+    let t = test_dir("explain-files");
+    let bad = args(None, None, Some(file(&t, "c.json", "{")));
     let e = failed(explain(&bad, &|_| None));
     assert!(e.to_string().contains("c.json"), "{e}");
 }
 
 #[test]
 fn node_environment_is_validated() {
-    let t = Tmp::new("env");
-    let args = ExplainArgs {
-        pod: Some(t.file("pod.json", &pod("ns", "p", STATUS, "", &["10.0.0.2"]))),
-        conf: None,
-        capture: None,
-        nft: false,
-    };
+    let t = test_dir("explain-env");
+    let pod_file = file(&t, "pod.json", &pod("ns", "p", STATUS, "", &["10.0.0.2"]));
+    let args = args(Some(pod_file), None, None);
     let env = |k: &str| (k == "ISTIO_OUTBOUND_OWNER_GROUPS").then(|| "java -j ACCEPT".to_string());
     let e = failed(explain(&args, &env));
     assert!(e.to_string().contains("ISTIO_OUTBOUND_OWNER_GROUPS"), "{e}");

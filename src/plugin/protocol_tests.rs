@@ -1,15 +1,7 @@
 //! The protocol rules of `handle`, without a process.
 
 use super::*;
-use std::collections::HashMap;
-
-fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let m: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    move |k| m.get(k).cloned()
-}
+use crate::settings::tests::env_of;
 
 const ENV: &[(&str, &str)] = &[
     ("CNI_CONTAINERID", "c1"),
@@ -17,6 +9,11 @@ const ENV: &[(&str, &str)] = &[
     ("CNI_IFNAME", "eth0"),
     ("CNI_PATH", "/opt/cni/bin"),
 ];
+
+/// [`ENV`] without `var`.
+fn env_without(var: &str) -> Vec<(&'static str, &'static str)> {
+    ENV.iter().copied().filter(|(k, _)| *k != var).collect()
+}
 
 fn run(cmd: &str, env: &[(&str, &str)], stdin: &str) -> Outcome {
     handle(cmd, &env_of(env), Ok(stdin.to_string()))
@@ -47,12 +44,7 @@ fn error_codes() {
         code_of(&run("ADD", ENV, r#"{"cniVersion":"9.9.9","name":"n"}"#)),
         1
     );
-    let no_id: Vec<_> = ENV
-        .iter()
-        .copied()
-        .filter(|(k, _)| *k != "CNI_CONTAINERID")
-        .collect();
-    let o = run("ADD", &no_id, CONF);
+    let o = run("ADD", &env_without("CNI_CONTAINERID"), CONF);
     assert_eq!((o.code, code_of(&o)), (1, 4));
     assert!(o.stdout.contains("CNI_CONTAINERID"));
     assert_eq!(code_of(&run("FOO", ENV, CONF)), 4);
@@ -60,11 +52,7 @@ fn error_codes() {
 
 #[test]
 fn del_always_succeeds() {
-    let no_netns: Vec<_> = ENV
-        .iter()
-        .copied()
-        .filter(|(k, _)| *k != "CNI_NETNS")
-        .collect();
+    let no_netns = env_without("CNI_NETNS");
     for stdin in [CONF, "not json", ""] {
         let o = run("DEL", &no_netns, stdin);
         assert_eq!(

@@ -26,7 +26,7 @@ fn program(pod: &Object, ns_path: &str, conf: &NetConf) -> Result<String> {
     crate::pod_rules::program_pod(pod, ns_path, conf, &|k| std::env::var(k).ok()).map(|p| p.message)
 }
 
-pub fn unix_nanos() -> u128 {
+fn unix_nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -34,6 +34,21 @@ pub fn unix_nanos() -> u128 {
 }
 
 impl Actor {
+    /// The actions for `opts` with the agent's API client, the runtime's host `/proc` and the plugin
+    /// configuration a repaired pod is programmed with.
+    pub fn new(
+        client: Client,
+        opts: &super::options::Options,
+        rt: &super::Runtime,
+    ) -> Result<Actor> {
+        Ok(Actor {
+            client,
+            opts: opts.clone(),
+            host_proc: rt.host_proc.clone(),
+            netconf: super::net_conf(rt)?,
+        })
+    }
+
     /// Programs the pod's redirection inside its namespace (the one holding its IP whose processes are in
     /// the pod's cgroup, [`procfs::find_pod_netns`]), then reads back that the rules are there and that
     /// the namespace is still the pod's. Anything else is an error: the repair is retried and reported,
@@ -118,13 +133,16 @@ impl Actor {
     /// Records the Event for `a` on the pod (its failure text when `err`).
     fn event(&self, a: Action, f: &PodFacts, err: Option<&str>) {
         if let Some((reason, message)) = request::event_text(a, err) {
-            let ev = request::event_json(f, reason, &message, unix_nanos(), &self.opts.node_name);
-            match json::parse(&ev, "event").and_then(|v| self.client.create_event(&f.namespace, &v))
-            {
-                Ok(()) => {}
-                Err(e) => log::warn!("pod {}: could not record event {reason}: {e}", f.key()),
+            if let Err(e) = self.record(f, reason, &message) {
+                log::warn!("pod {}: could not record event {reason}: {e}", f.key());
             }
         }
+    }
+
+    /// Writes an Event about the pod with `reason` and `message` (this node as its source).
+    pub fn record(&self, f: &PodFacts, reason: &str, message: &str) -> Result<()> {
+        let ev = request::event_json(f, reason, message, unix_nanos(), &self.opts.node_name);
+        json::parse(&ev, "event").and_then(|v| self.client.create_event(&f.namespace, &v))
     }
 
     /// Repair in place is impossible on this node (no iptables the agent can run): the next modes, delete

@@ -179,10 +179,7 @@ pub fn normalize(args: &[String]) -> Result<Vec<String>, String> {
 mod tests {
     use super::super::options;
     use super::*;
-
-    fn v(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::settings::tests::v;
 
     /// What the entry point parses: the normalised arguments through argh (output and exit code on `Err`).
     fn parse(name: &str, args: &[String]) -> Result<Flags, (String, i32)> {

@@ -176,12 +176,7 @@ fn prepare(
     rt: &Runtime,
 ) -> Result<(detect::Detector, action::Actor)> {
     let det = check(opts)?;
-    let actor = action::Actor {
-        client: client.clone(),
-        opts: opts.clone(),
-        host_proc: rt.host_proc.clone(),
-        netconf: net_conf(rt)?,
-    };
+    let actor = action::Actor::new(client.clone(), opts, rt)?;
     if !opts.any_mode() {
         log::warn!(
             "no mode enabled (repair-pods, delete-pods, label-pods): broken pods are only logged"

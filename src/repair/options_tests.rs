@@ -1,12 +1,6 @@
 //! Tests of the repair settings: both eras' names, precedence, the two readers' empty-env rules.
 use super::*;
-use std::collections::HashMap;
-
-fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
-    kv.iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
+use crate::settings::tests::env_of;
 
 #[test]
 fn defaults() {
@@ -19,7 +13,7 @@ fn defaults() {
 
 #[test]
 fn both_eras_env_and_precedence() {
-    let env = map(&[
+    let env = env_of(&[
         ("REPAIR_LABEL-PODS", "true"),
         ("REPAIR_DELETE_PODS", "1"),
         ("REPAIR_NODE_NAME", "n1"),
@@ -29,11 +23,11 @@ fn both_eras_env_and_precedence() {
         ("REPAIR_FIELD_SELECTORS", "status.phase=Pending"),
         ("REPAIR_REPAIR_PODS", ""),
     ]);
-    let flags = map(&[
+    let flags = env_of(&[
         ("label-pods", "false"),
         ("repair-broken-pod-label-key", "k"),
     ]);
-    let (o, daemon) = resolve(&|k| flags.get(k).cloned(), &|k| env.get(k).cloned()).unwrap();
+    let (o, daemon) = resolve(&flags, &env).unwrap();
     assert!(!o.label_pods, "flag beats env");
     assert!(o.delete_pods && !o.repair_pods);
     assert_eq!(o.node_name, "n1");
@@ -48,16 +42,14 @@ fn both_eras_env_and_precedence() {
 
 #[test]
 fn bad_values_name_the_source() {
-    let env = map(&[("REPAIR_LABEL_PODS", "yes")]);
-    let e = from_env(&|k| env.get(k).cloned()).unwrap_err().to_string();
+    let env = env_of(&[("REPAIR_LABEL_PODS", "yes")]);
+    let e = from_env(&env).unwrap_err().to_string();
     assert!(
         e.contains("REPAIR_LABEL_PODS") && e.contains("\"yes\""),
         "{e}"
     );
-    let flags = map(&[("init-container-exit-code", "x1")]);
-    let e = resolve(&|k| flags.get(k).cloned(), &|_| None)
-        .unwrap_err()
-        .to_string();
+    let flags = env_of(&[("init-container-exit-code", "x1")]);
+    let e = resolve(&flags, &|_| None).unwrap_err().to_string();
     assert!(e.contains("--init-container-exit-code"), "{e}");
 }
 
@@ -76,8 +68,7 @@ fn installer_reads_empty_env_as_master_agent_as_release_1_9() {
         ("REPAIR_INIT_CONTAINER_NAME", ""),
         ("REPAIR_INIT_CONTAINER_EXIT_CODE", ""),
     ];
-    let env = map(&base);
-    let get = |k: &str| env.get(k).cloned();
+    let get = env_of(&base);
     // Installer (AllowEmptyEnv): "" is a value, the set master name wins, a blank number keeps its default.
     let inst = from_installer_env(&get).unwrap();
     assert_eq!(inst.sidecar_annotation, "");
@@ -103,10 +94,10 @@ fn installer_reads_empty_env_as_master_agent_as_release_1_9() {
     assert!(from_installer_env(&one("REPAIR_RUN_AS_DAEMON", "x")).is_ok());
     assert!(from_env(&one("REPAIR_RUN_AS_DAEMON", "x")).is_err());
     // Both refuse label mode without a key.
-    let env = map(&[
+    let env = env_of(&[
         ("REPAIR_LABEL_PODS", "true"),
         ("REPAIR_BROKEN_POD_LABEL_KEY", ""),
     ]);
-    let e = from_installer_env(&|k: &str| env.get(k).cloned()).unwrap_err();
+    let e = from_installer_env(&env).unwrap_err();
     assert!(e.to_string().contains("label key"), "{e}");
 }

@@ -83,9 +83,9 @@ struct Proc {
     cgroup: String,
 }
 
-/// The host's processes and the addresses of their network namespaces, read once: the [`holders`] of any
-/// IP, for any pod, from one pass over `/proc` (the audit reads it once per round). Per-process errors
-/// (exited, permission) skip the process.
+/// The host's processes and the addresses of their network namespaces, read once: the
+/// [`Scan::holders`] of any IP, for any pod, from one pass over `/proc` (the audit reads it once per
+/// round). Per-process errors (exited, permission) skip the process.
 pub struct Scan {
     procs: Vec<Proc>,
     /// netns → its local IPv4 and IPv6 addresses.
@@ -197,11 +197,6 @@ pub fn still_holds(proc_dir: &Path, h: &Holder, ip: IpAddr, uid: &str) -> bool {
     same && (pod || !h.is_pod) && netns_has(&dir, ip)
 }
 
-/// Every network namespace holding `ip` ([`Scan::holders`] of a fresh [`Scan`]).
-pub fn holders(proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<(Vec<Holder>, bool)> {
-    Ok(Scan::read(proc_dir)?.holders(ip, uid))
-}
-
 /// The pod's network namespace, held open so that the one chosen is the one programmed (a pid can be
 /// reused once its process exits).
 #[derive(Debug)]
@@ -219,9 +214,9 @@ impl PodNetns {
 }
 
 /// The network namespace of the pod with `uid` and `ip`, chosen by [`pod_netns::choose`] among the
-/// [`holders`] of the IP, and opened.
+/// [`Scan::holders`] of the IP (a fresh scan), and opened.
 pub fn find_pod_netns(proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<PodNetns> {
-    let (found, pod_elsewhere) = holders(proc_dir, ip, uid)?;
+    let (found, pod_elsewhere) = Scan::read(proc_dir)?.holders(ip, uid);
     let holder = pod_netns::choose(ip, uid, &found, pod_elsewhere)?.clone();
     open(proc_dir, ip, holder)
 }

@@ -80,7 +80,9 @@ const BOOLS: &[(Option<char>, &str)] = &[
     (Some('a'), "trace-logging"),
 ];
 
-fn port(v: &str, what: &str) -> Result<u16> {
+/// Flag `what`'s port, `default` when not given.
+fn port(what: &str, v: Option<String>, default: u16) -> Result<u16> {
+    let Some(v) = v else { return Ok(default) };
     v.trim()
         .parse::<u16>()
         .ok()
@@ -88,7 +90,9 @@ fn port(v: &str, what: &str) -> Result<u16> {
         .ok_or_else(|| Error::config(format!("{what}: {v:?} is not a port")))
 }
 
-fn id(v: &str, what: &str) -> Result<u32> {
+/// Flag `what`'s numeric id, `default` when not given.
+fn id(what: &str, v: Option<String>, default: u32) -> Result<u32> {
+    let Some(v) = v else { return Ok(default) };
     v.trim()
         .parse::<u32>()
         .map_err(|_| Error::config(format!("{what}: {v:?} is not a numeric id")))
@@ -176,23 +180,15 @@ impl Options {
             crate::settings::pick(flag, env, &vars, crate::settings::EmptyEnv::Unset)
                 .map(|f| f.value)
         };
-        let uid = get("proxy-uid")
-            .map(|v| id(&v, "--proxy-uid"))
-            .transpose()?
-            .unwrap_or(1337);
+        let uid = id("--proxy-uid", get("proxy-uid"), 1337)?;
         Ok(Options {
-            envoy_port: get("envoy-port")
-                .map(|v| port(&v, "--envoy-port"))
-                .transpose()?
-                .unwrap_or(15001),
-            inbound_capture_port: get("inbound-capture-port")
-                .map(|v| port(&v, "--inbound-capture-port"))
-                .transpose()?
-                .unwrap_or(15006),
-            probe_port: get("iptables-probe-port")
-                .map(|v| port(&v, "--iptables-probe-port"))
-                .transpose()?
-                .unwrap_or(15002),
+            envoy_port: port("--envoy-port", get("envoy-port"), 15001)?,
+            inbound_capture_port: port(
+                "--inbound-capture-port",
+                get("inbound-capture-port"),
+                15006,
+            )?,
+            probe_port: port("--iptables-probe-port", get("iptables-probe-port"), 15002)?,
             probe_timeout: match get("probe-timeout") {
                 None => Duration::from_secs(5),
                 Some(v) => crate::settings::go_duration(&v).ok_or_else(|| {
@@ -202,10 +198,7 @@ impl Options {
                 })?,
             },
             proxy_uid: uid,
-            proxy_gid: get("proxy-gid")
-                .map(|v| id(&v, "--proxy-gid"))
-                .transpose()?
-                .unwrap_or(uid),
+            proxy_gid: id("--proxy-gid", get("proxy-gid"), uid)?,
             log_level: get("log_output_level"),
             help,
             version,
@@ -254,15 +247,7 @@ Error codes:
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn a(s: &[&str]) -> Vec<String> {
-        s.iter().map(|x| x.to_string()).collect()
-    }
-
-    /// The space-separated words of `w`.
-    fn words(w: &str) -> Vec<String> {
-        w.split(' ').map(str::to_string).collect()
-    }
+    use crate::settings::tests::{v, words};
 
     #[test]
     fn injected_arguments_parse() {
@@ -288,7 +273,7 @@ mod tests {
             "IPTABLES_PROBE_PORT" => Some("16000".to_string()),
             _ => None,
         };
-        let o = Options::parse(&a(&["-p=1", "-z2", "--proxy-uid=5", "-g", "6"]), &env).unwrap();
+        let o = Options::parse(&v(&["-p=1", "-z2", "--proxy-uid=5", "-g", "6"]), &env).unwrap();
         assert_eq!(
             (
                 o.envoy_port,
@@ -303,7 +288,7 @@ mod tests {
             (16000, Duration::from_secs(90))
         );
         let o = Options::parse(
-            &a(&["--iptables-probe-port", "17", "--probe-timeout=250ms"]),
+            &v(&["--iptables-probe-port", "17", "--probe-timeout=250ms"]),
             &env,
         )
         .unwrap();
@@ -326,7 +311,7 @@ mod tests {
             (vec!["--run-validation", "maybe"], "run-validation"),
             (vec!["-n", "maybe"], "dry-run"),
         ] {
-            let e = Options::parse(&a(&args), &|_| None)
+            let e = Options::parse(&v(&args), &|_| None)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(want), "{args:?}: {e}");
@@ -345,7 +330,7 @@ mod tests {
             let o = Options::parse(&words(args), &|_| None).unwrap();
             assert_eq!(o.envoy_port, 1, "{args:?}");
         }
-        let o = Options::parse(&a(&["--version"]), &|_| None).unwrap();
+        let o = Options::parse(&v(&["--version"]), &|_| None).unwrap();
         assert!(o.version && !o.help);
     }
 }

@@ -99,14 +99,9 @@ pub struct AuditSink {
 
 impl PodSink for AuditSink {
     fn pod(&mut self, pod: &Object) {
-        let key = crate::kube::podwatch::sink::key(
-            json::obj_of(pod, "metadata")
-                .and_then(|m| json::str_of(m, "namespace"))
-                .unwrap_or(""),
-            json::obj_of(pod, "metadata")
-                .and_then(|m| json::str_of(m, "name"))
-                .unwrap_or(""),
-        );
+        let meta = json::obj_of(pod, "metadata");
+        let s = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
+        let key = crate::kube::podwatch::sink::key(s("namespace"), s("name"));
         let admitted = admit(&self.det, pod);
         let mut s = lock(&self.store);
         match admitted {
@@ -143,12 +138,7 @@ pub fn start(
     rt: &crate::repair::Runtime,
 ) -> crate::Result<AuditSink> {
     let det = Detector::new(opts.clone())?;
-    let actor = crate::repair::action::Actor {
-        client,
-        opts: opts.clone(),
-        host_proc: rt.host_proc.clone(),
-        netconf: crate::repair::net_conf(rt)?,
-    };
+    let actor = crate::repair::action::Actor::new(client, opts, rt)?;
     let store = Shared::default();
     let auditor = round::Auditor::new(store.clone(), rt.audit_interval, actor);
     std::thread::Builder::new()

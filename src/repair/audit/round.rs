@@ -6,7 +6,6 @@
 use super::verdict::{action_for, Seen, Verdict};
 use super::{lock, metrics, pace, Pod, Shared};
 use crate::cni::NetConf;
-use crate::json;
 use crate::kube::ApiErrorExt;
 use crate::repair::action::Actor;
 use crate::repair::detect::Action;
@@ -168,16 +167,7 @@ impl Auditor {
             return;
         };
         let f = &pod.facts;
-        let ev = crate::repair::request::event_json(
-            f,
-            reason,
-            &v.describe(),
-            crate::repair::action::unix_nanos(),
-            &self.actor.opts.node_name,
-        );
-        let r = json::parse(&ev, "event")
-            .and_then(|e| self.actor.client.create_event(&f.namespace, &e));
-        match r {
+        match self.actor.record(f, reason, &v.describe()) {
             Ok(()) => {}
             Err(e) if e.api_status() == Some(403) => {
                 if !std::mem::replace(&mut self.events_refused, true) {

@@ -51,18 +51,11 @@ fn a_change_is_logged_once_and_an_unredirected_one_gets_one_event_and_one_action
         verdict: v.clone(),
         retry,
     };
+    let step = |log, event, act| Step { log, event, act };
     // First seen redirected: nothing to say. First seen missing: all of it.
-    let quiet = Step {
-        log: false,
-        event: false,
-        act: false,
-    };
+    let quiet = step(false, false, false);
     assert_eq!(Seen::next(None, "u1", &Verdict::Redirected), quiet);
-    let all = Step {
-        log: true,
-        event: true,
-        act: true,
-    };
+    let all = step(true, true, true);
     assert_eq!(Seen::next(None, "u1", &missing), all);
     // Still missing the next round: nothing again, unless the action failed (then only the action).
     assert_eq!(
@@ -71,20 +64,12 @@ fn a_change_is_logged_once_and_an_unredirected_one_gets_one_event_and_one_action
     );
     assert_eq!(
         Seen::next(Some(&seen(&missing, true)), "u1", &missing),
-        Step {
-            log: false,
-            event: false,
-            act: true
-        }
+        step(false, false, true)
     );
     // Repaired: redirected again is logged, nothing else.
     assert_eq!(
         Seen::next(Some(&seen(&missing, false)), "u1", &Verdict::Redirected),
-        Step {
-            log: true,
-            event: false,
-            act: false
-        }
+        step(true, false, false)
     );
     // Missing → bypassed, or another rule: news again.
     let b1 = Verdict::Bypassed("r1".into());
@@ -101,11 +86,7 @@ fn a_change_is_logged_once_and_an_unredirected_one_gets_one_event_and_one_action
     let u = Verdict::Unverifiable("why".into());
     assert_eq!(
         Seen::next(Some(&seen(&Verdict::Redirected, false)), "u1", &u),
-        Step {
-            log: true,
-            event: false,
-            act: false
-        }
+        step(true, false, false)
     );
     // Another UID under the name is another pod: what the old one was does not count.
     assert_eq!(
