@@ -9,8 +9,8 @@
 //! its configuration (`source="api"`, `reason="disabled"`).
 
 use crate::support::e2e::Node;
+use crate::support::install::agent_dir::AgentDir;
 use crate::support::install::node::get;
-use crate::support::install::{installer_env, set_env, spawn_installer, InstallerDirs};
 use crate::support::*;
 use prometheus_parse::{LineInfo, SampleType, Scrape, Value};
 use std::time::Duration;
@@ -64,35 +64,20 @@ fn every_metric_is_there_after_start_and_an_add_and_parses() {
         return;
     }
     let node = Node::new(61);
-    let root = TempDir::new("metrics");
-    for d in ["conf", "bin", "sa"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    root.write("sa/token", node.srv.token());
-    root.write("sa/ca.crt", node.srv.ca_pem());
+    let root = AgentDir::new("metrics", node.srv.token(), node.srv.ca_pem());
     root.write("conf/10-ptp.conflist", PRIMARY);
     let (health, metrics) = (free_port(), free_port());
-    let run = node.dir.join("run");
-    let mut env = installer_env(&InstallerDirs {
-        conf: &root.join("conf"),
-        run: &run,
-        bin: &root.join("bin"),
-        sa: &root.join("sa"),
-        health,
-        metrics,
-    });
-    let addr = node.srv.addr();
-    set_env(
-        &mut env,
+    let env = root.env(
+        &node.dir.join("run"),
+        Some(node.srv.addr()),
+        (health, metrics),
         &[
-            ("KUBERNETES_SERVICE_HOST", addr.ip().to_string()),
-            ("KUBERNETES_SERVICE_PORT", addr.port().to_string()),
-            ("REPAIR_ENABLED", "true".into()),
-            ("REPAIR_NODE_NAME", "node1".into()),
-            ("NATIVE_NFTABLES", "true".into()),
+            ("REPAIR_ENABLED", "true"),
+            ("REPAIR_NODE_NAME", "node1"),
+            ("NATIVE_NFTABLES", "true"),
         ],
     );
-    let proc = spawn_installer(&env, &[], &root.join("stderr"));
+    let proc = root.spawn(&env);
     let metrics_text = || get(metrics, "/metrics").map(|(_, b)| b).unwrap_or_default();
     poll_until(
         "ready, and the pod watch listed",

@@ -14,7 +14,7 @@
 
 use crate::support::e2e::Node;
 use crate::support::install::node::get;
-use crate::support::install::{installer_env, set_env, spawn_installer, InstallerDirs, Proc};
+use crate::support::install::{agent_dir::AgentDir, Proc};
 use crate::support::monitoring::*;
 use crate::support::prometheus::*;
 use crate::support::*;
@@ -29,36 +29,21 @@ const NODE: &str = "node1";
 /// `install-cni` for `node` (the API double, the pod cache, the in-process repair agent), ready and its pod
 /// watch listed; its health and metrics ports. Started again on other ports should one it was given be
 /// taken in between (free ports are found by binding and releasing; other tests run alongside).
-fn start_agent(node: &Node, root: &TempDir) -> (Proc, u16, u16) {
-    for d in ["conf", "bin", "sa"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    root.write("sa/token", node.srv.token());
-    root.write("sa/ca.crt", node.srv.ca_pem());
+fn start_agent(node: &Node, root: &AgentDir) -> (Proc, u16, u16) {
     root.write("conf/10-ptp.conflist", PRIMARY);
     for attempt in 1.. {
         let (health, metrics) = (free_port(), free_port());
-        let run = node.dir.join("run");
-        let mut env = installer_env(&InstallerDirs {
-            conf: &root.join("conf"),
-            run: &run,
-            bin: &root.join("bin"),
-            sa: &root.join("sa"),
-            health,
-            metrics,
-        });
-        let addr = node.srv.addr();
-        set_env(
-            &mut env,
+        let env = root.env(
+            &node.dir.join("run"),
+            Some(node.srv.addr()),
+            (health, metrics),
             &[
-                ("KUBERNETES_SERVICE_HOST", addr.ip().to_string()),
-                ("KUBERNETES_SERVICE_PORT", addr.port().to_string()),
-                ("REPAIR_ENABLED", "true".into()),
-                ("REPAIR_NODE_NAME", NODE.into()),
-                ("AUDIT_INTERVAL", "1s".into()),
+                ("REPAIR_ENABLED", "true"),
+                ("REPAIR_NODE_NAME", NODE),
+                ("AUDIT_INTERVAL", "1s"),
             ],
         );
-        let mut agent = spawn_installer(&env, &[], &root.join("stderr"));
+        let mut agent = root.spawn(&env);
         let metrics_text = || get(metrics, "/metrics").map(|(_, b)| b).unwrap_or_default();
         let deadline = std::time::Instant::now() + BOUND;
         loop {
@@ -95,7 +80,7 @@ fn prometheus_scrapes_the_agent_and_every_dashboard_and_alert_query_works() {
     }
     let started = std::time::Instant::now();
     let node = Node::new(67);
-    let root = TempDir::new("monitoring");
+    let root = AgentDir::new("monitoring", node.srv.token(), node.srv.ca_pem());
     let (agent, health, metrics) = start_agent(&node, &root);
     let metrics_text = || get(metrics, "/metrics").map(|(_, b)| b).unwrap_or_default();
 

@@ -8,7 +8,7 @@
 //! the test waits for the count to reach the number of ADDs, and fails if it never does.
 
 use crate::support::install::node::get;
-use crate::support::install::{binary, installer_env, set_env, spawn_installer, InstallerDirs};
+use crate::support::install::{agent_dir::AgentDir, binary};
 use crate::support::*;
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -54,31 +54,21 @@ fn every_add_of_a_burst_is_counted_and_logged() {
     if !require_root() {
         return;
     }
-    let root = TempDir::new("burst");
-    for d in ["conf", "bin", "sa", "run"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    root.write("sa/token", "token");
-    root.write("sa/ca.crt", "");
+    let root = AgentDir::new("burst", "token", "");
     root.write(
         "conf/10-ptp.conflist",
         r#"{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"ptp"}]}"#,
     );
     let (health, metrics) = (free_port(), free_port());
     let run = root.join("run");
-    let mut env = installer_env(&InstallerDirs {
-        conf: &root.join("conf"),
-        run: &run,
-        bin: &root.join("bin"),
-        sa: &root.join("sa"),
-        health,
-        metrics,
-    });
-    set_env(
-        &mut env,
+    std::fs::create_dir_all(&run).unwrap();
+    let env = root.env(
+        &run,
+        None,
+        (health, metrics),
         &[("REPAIR_ENABLED", "false"), ("POD_CACHE_ENABLED", "false")],
     );
-    let agent = spawn_installer(&env, &[], &root.join("stderr"));
+    let agent = root.spawn(&env);
     let text = || get(metrics, "/metrics").map(|(_, b)| b).unwrap_or_default();
     poll_until("ready", Duration::from_secs(20), || {
         get(health, "/readyz").is_some_and(|(c, _)| c == 200) && run.join("log.sock").exists()

@@ -2,6 +2,7 @@
 //! README's deliberate deviations, a tiny YAML reader for the upstream kubeconfig goldens, and running
 //! `install-cni` ([`node`]: a node with the installer on it).
 
+pub mod agent_dir;
 pub mod cluster;
 pub mod node;
 

@@ -2,8 +2,8 @@
 //! double (its pod watch fills the cache it serves on `<run dir>/pod-cache.sock`), its metrics, and the
 //! double's record of pod GETs.
 
-use super::install::{installer_env, node::get, set_env, spawn_installer, InstallerDirs, Proc};
-use super::{free_port, poll_until, TempDir};
+use super::install::{agent_dir::AgentDir, node::get, set_env, Proc};
+use super::{free_port, poll_until};
 use kube_double::Server;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,7 +17,7 @@ pub const PRIMARY: &str =
 /// `install-cni` as the DaemonSet runs it, pointed at `srv`, with `run` as its run dir.
 pub struct Agent {
     pub proc: Proc,
-    pub dir: TempDir,
+    pub dir: AgentDir,
     pub run: PathBuf,
     pub health: u16,
     pub metrics: u16,
@@ -26,37 +26,22 @@ pub struct Agent {
 impl Agent {
     /// Starts the agent for `node` with the extra environment `extra` (e.g. `POD_CACHE_ENABLED=false`).
     pub fn start(srv: &Server, run: &Path, node: &str, extra: &[(&str, &str)]) -> Agent {
-        let dir = TempDir::new("agent");
-        for d in ["conf", "bin", "sa"] {
-            std::fs::create_dir_all(dir.join(d)).unwrap();
-        }
         std::fs::create_dir_all(run).unwrap();
-        dir.write("sa/token", srv.token());
-        dir.write("sa/ca.crt", srv.ca_pem());
+        let dir = AgentDir::new("agent", srv.token(), srv.ca_pem());
         dir.write("conf/10-primary.conflist", PRIMARY);
         let (health, metrics) = (free_port(), free_port());
-        let (conf, bin, sa) = (dir.join("conf"), dir.join("bin"), dir.join("sa"));
-        let mut env = installer_env(&InstallerDirs {
-            conf: &conf,
+        let mut env = dir.env(
             run,
-            bin: &bin,
-            sa: &sa,
-            health,
-            metrics,
-        });
-        let port = srv.addr().port().to_string();
-        set_env(
-            &mut env,
+            Some(srv.addr()),
+            (health, metrics),
             &[
-                ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
-                ("KUBERNETES_SERVICE_PORT", port.as_str()),
                 ("NODE_NAME", node),
                 ("REPAIR_ENABLED", "false"),
                 ("FORCE_IPTABLES_BINARY", "iptables-nft"),
             ],
         );
         set_env(&mut env, extra);
-        let proc = spawn_installer(&env, &[], &dir.join("stderr"));
+        let proc = dir.spawn(&env);
         Agent {
             proc,
             dir,
