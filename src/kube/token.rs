@@ -101,10 +101,9 @@ impl TokenSource {
             Inner::Fixed(t) => return (t.clone(), false),
             Inner::File { path, state } => (path, state),
         };
-        let mut st = match state.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut st = state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if !force && st.checked.elapsed() < RECHECK {
             return (st.token.clone(), false);
         }
