@@ -12,6 +12,13 @@ fn layout(size: usize, align: usize) -> Layout {
     Layout::from_size_align(size, align).unwrap()
 }
 
+/// Whether the `n` bytes at `p` are all `v`; `p` is always a block the test holds, of at least `n` bytes.
+fn holds(p: *mut u8, n: usize, v: u8) -> bool {
+    unsafe { std::slice::from_raw_parts(p, n) }
+        .iter()
+        .all(|&b| b == v)
+}
+
 #[test]
 fn blocks_are_aligned_disjoint_and_inside_the_region() {
     let a = arena();
@@ -46,14 +53,10 @@ fn only_the_most_recent_block_is_given_back() {
     unsafe { std::ptr::write_bytes(second, 0xff, 64) };
     let again = unsafe { a.alloc_zeroed(layout(96, 8)) };
     assert_eq!(again, second);
-    assert!(unsafe { std::slice::from_raw_parts(again, 96) }
-        .iter()
-        .all(|&b| b == 0));
+    assert!(holds(again, 96, 0));
     // Fresh space is zero without being written.
     let fresh = unsafe { a.alloc_zeroed(layout(4096, 8)) };
-    assert!(unsafe { std::slice::from_raw_parts(fresh, 4096) }
-        .iter()
-        .all(|&b| b == 0));
+    assert!(holds(fresh, 4096, 0));
 }
 
 #[test]
@@ -67,9 +70,7 @@ fn the_most_recent_block_grows_in_place_and_others_move_with_their_bytes() {
     let moved = unsafe { a.realloc(grown, layout(4000, 8), 8000) };
     assert_ne!(moved, grown);
     assert!(moved as usize > other as usize);
-    assert!(unsafe { std::slice::from_raw_parts(moved, 16) }
-        .iter()
-        .all(|&b| b == 7));
+    assert!(holds(moved, 16, 7));
 }
 
 #[test]
@@ -88,9 +89,7 @@ fn what_does_not_fit_comes_from_the_system_and_goes_back_there() {
     unsafe { std::ptr::write_bytes(r, 3, 32) };
     let s = unsafe { a.realloc(r, layout(32, 8), N * 2) };
     assert!(!a.owns(s));
-    assert!(unsafe { std::slice::from_raw_parts(s, 32) }
-        .iter()
-        .all(|&b| b == 3));
+    assert!(holds(s, 32, 3));
     unsafe { a.dealloc(s, layout(N * 2, 8)) };
 }
 
@@ -106,11 +105,6 @@ fn a_disabled_arena_hands_out_nothing_of_its_own() {
 /// One thread's share of the churn below: zeroed blocks that it fills with `t`, grows and shrinks (in place
 /// while they are the most recent block) and frees, checking its bytes at every step.
 fn churn(a: &Arena<N>, t: u8, rounds: usize) {
-    let holds = |p: *mut u8, n: usize, v: u8| {
-        unsafe { std::slice::from_raw_parts(p, n) }
-            .iter()
-            .all(|&b| b == v)
-    };
     for i in 0..rounds {
         let l = layout(24 + i % 40, 8);
         let p = unsafe { a.alloc_zeroed(l) };
@@ -163,11 +157,6 @@ fn bytes_given_back_on_one_thread_are_taken_safely_on_another() {
             std::thread::yield_now();
         }
     };
-    let zero = |p: *mut u8, n: usize| {
-        unsafe { std::slice::from_raw_parts(p, n) }
-            .iter()
-            .all(|&b| b == 0)
-    };
     // Should the main side fail an assertion, the helper must not wait for it forever (scope joins it).
     struct Unblock<'a>(&'a AtomicUsize);
     impl Drop for Unblock<'_> {
@@ -206,7 +195,7 @@ fn bytes_given_back_on_one_thread_are_taken_safely_on_another() {
             given.fetch_add(0, Relaxed),
             "the freed bytes were not reused"
         );
-        assert!(zero(z, 64), "claimed bytes were not zeroed");
+        assert!(holds(z, 64, 0), "claimed bytes were not zeroed");
         let x = unsafe { a.alloc(layout(32, 8)) };
         step.store(2, Relaxed);
         wait(3);
@@ -222,7 +211,10 @@ fn bytes_given_back_on_one_thread_are_taken_safely_on_another() {
             given.fetch_add(0, Relaxed),
             "the bytes a shrink gave back were not reused"
         );
-        assert!(zero(v, 64), "bytes given back by a shrink were not zeroed");
+        assert!(
+            holds(v, 64, 0),
+            "bytes given back by a shrink were not zeroed"
+        );
     });
 }
 
@@ -236,7 +228,5 @@ fn a_block_grown_in_place_then_freed_comes_back_zeroed() {
     unsafe { a.dealloc(grown, layout(4096, 8)) };
     let z = unsafe { a.alloc_zeroed(layout(4096, 8)) };
     assert_eq!(z, p);
-    assert!(unsafe { std::slice::from_raw_parts(z, 4096) }
-        .iter()
-        .all(|&b| b == 0));
+    assert!(holds(z, 4096, 0));
 }

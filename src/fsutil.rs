@@ -144,34 +144,36 @@ pub(crate) fn replace_inner(
     Ok(done)
 }
 
+/// The result of a file operation, `None` when the file (or directory) is not there; any other failure is
+/// an error naming `what`.
+pub fn existing<T>(r: std::io::Result<T>, what: impl FnOnce() -> String) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(crate::Error::io(what(), e)),
+    }
+}
+
 /// The permission bits of `path`, or `None` when it does not exist.
 pub fn mode_of(path: &Path) -> Result<Option<u32>> {
-    match fs::metadata(path) {
-        Ok(m) => Ok(Some(m.permissions().mode() & 0o7777)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(crate::Error::io(format!("stat {}", path.display()), e)),
-    }
+    let m = existing(fs::metadata(path), || format!("stat {}", path.display()))?;
+    Ok(m.map(|m| m.permissions().mode() & 0o7777))
 }
 
 /// Reads a file; `None` when it does not exist.
 pub fn read_opt(path: &Path) -> Result<Option<Vec<u8>>> {
-    match fs::read(path) {
-        Ok(b) => Ok(Some(b)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(crate::Error::io(format!("read {}", path.display()), e)),
-    }
+    existing(fs::read(path), || format!("read {}", path.display()))
 }
 
 /// Removes a file; a missing file is not an error. Returns whether something was removed.
 pub fn remove_if_exists(path: &Path) -> Result<bool> {
-    match fs::remove_file(path) {
-        Ok(()) => {
-            let _ = fsync_dir(&parent_of(path));
-            Ok(true)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(crate::Error::io(format!("remove {}", path.display()), e)),
+    let removed = existing(fs::remove_file(path), || {
+        format!("remove {}", path.display())
+    })?;
+    if removed.is_some() {
+        let _ = fsync_dir(&parent_of(path));
     }
+    Ok(removed.is_some())
 }
 
 /// True for a temp name this module makes: `<name>.tmp.<pid>.<n>` (two digit runs). Go's
@@ -197,10 +199,8 @@ pub fn remove_stale_temps_where(
     dir: &Path,
     keep: impl Fn(&str, &str, &fs::Metadata) -> bool,
 ) -> Result<Vec<PathBuf>> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(crate::Error::io(format!("list {}", dir.display()), e)),
+    let Some(rd) = existing(fs::read_dir(dir), || format!("list {}", dir.display()))? else {
+        return Ok(Vec::new());
     };
     let mut removed = Vec::new();
     for ent in rd {

@@ -1,7 +1,7 @@
 //! Guarded file access for configurations other programs own: bounded reads that refuse FIFOs, devices
 //! and huge files, and a replace that never loses a concurrent writer's update (issue 11 item 7).
 
-use super::replace_inner;
+use super::{existing, replace_inner};
 use crate::error::{IoContext, Result};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -42,10 +42,8 @@ pub fn read_config(path: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
             path.display()
         ))
     };
-    let meta = match fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(crate::Error::io(format!("stat {}", path.display()), e)),
+    let Some(meta) = existing(fs::metadata(path), || format!("stat {}", path.display()))? else {
+        return Ok(None);
     };
     if !meta.is_file() {
         return Err(not_regular(&meta));
@@ -53,14 +51,12 @@ pub fn read_config(path: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
     if meta.len() > limit {
         return Err(too_large(meta.len()));
     }
-    let f = match OpenOptions::new()
+    let f = OpenOptions::new()
         .read(true)
         .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(crate::Error::io(format!("open {}", path.display()), e)),
+        .open(path);
+    let Some(f) = existing(f, || format!("open {}", path.display()))? else {
+        return Ok(None);
     };
     let meta = f
         .metadata()
@@ -92,17 +88,14 @@ pub struct Stamp {
 /// The [`Stamp`] of `path` (links followed); `None` when it does not exist.
 pub fn stamp(path: &Path) -> Result<Option<Stamp>> {
     use std::os::unix::fs::MetadataExt;
-    match fs::metadata(path) {
-        Ok(m) => Ok(Some(Stamp {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        })),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(crate::Error::io(format!("stat {}", path.display()), e)),
-    }
+    let m = existing(fs::metadata(path), || format!("stat {}", path.display()))?;
+    Ok(m.map(|m| Stamp {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+        ctime: (m.ctime(), m.ctime_nsec()),
+    }))
 }
 
 /// Where a write to `path` must go: `path` itself, or, when it is a symlink, the file it points to (so

@@ -159,32 +159,30 @@ impl Client {
         (res, hint)
     }
 
-    /// One GET of a single object (`req` from [`request`]) bounded by `total`, named `what` in errors.
-    fn get_object_within(&self, req: &Request, what: &str, total: Duration) -> Result<Object> {
-        let body = self.execute(req, total).context(what.to_string())?;
-        parse_body(&body, what)
+    /// Sends `req` (as built by [`request`]) bounded by `total`; `what` names it in errors.
+    fn call(&self, req: Result<Request>, what: &str, total: Duration) -> Result<Vec<u8>> {
+        let req = req.context(what)?;
+        self.execute(&req, total).context(what)
     }
 
     /// `apps/v1` DaemonSet `ns/name`, bounded by `total`.
     pub fn get_daemonset_within(&self, ns: &str, name: &str, total: Duration) -> Result<Object> {
         let what = format!("get daemonset {ns}/{name}");
-        let req = request::get_daemonset(ns, name).context(what.clone())?;
-        self.get_object_within(&req, &what, total)
+        parse_body(
+            &self.call(request::get_daemonset(ns, name), &what, total)?,
+            &what,
+        )
     }
 
     /// Node `name`, bounded by `total`.
     pub fn get_node_within(&self, name: &str, total: Duration) -> Result<Object> {
         let what = format!("get node {name}");
-        let req = request::get_node(name).context(what.clone())?;
-        self.get_object_within(&req, &what, total)
+        parse_body(&self.call(request::get_node(name), &what, total)?, &what)
     }
 
     pub fn list_pods(&self, p: &ListParams) -> Result<PodList> {
         let what = "list pods";
-        let req = request::list_pods(p).context(what)?;
-        let body = self
-            .execute(&req, self.inner.timeouts.total)
-            .context(what)?;
+        let body = self.call(request::list_pods(p), what, self.inner.timeouts.total)?;
         let mut o = parse_body(&body, what)?;
         drop(body);
         // Move the items out of the parsed page instead of copying them: a LIST page is the agent's
@@ -248,12 +246,9 @@ impl Client {
 
     /// Merge-patches `pods/{name}/status`; returns the updated pod.
     pub fn patch_pod_status(&self, ns: &str, name: &str, merge_patch: &Value) -> Result<Object> {
-        let what = || format!("patch pod {ns}/{name} status");
-        let req = request::patch_pod_status(ns, name, merge_patch).with_context(what)?;
-        let body = self
-            .execute(&req, self.inner.timeouts.total)
-            .with_context(what)?;
-        parse_body(&body, &what())
+        let what = format!("patch pod {ns}/{name} status");
+        let req = request::patch_pod_status(ns, name, merge_patch);
+        parse_body(&self.call(req, &what, self.inner.timeouts.total)?, &what)
     }
 
     /// Deletes a pod, with optional uid / resourceVersion preconditions (409 Conflict on mismatch).
@@ -264,19 +259,15 @@ impl Client {
         uid: Option<&str>,
         resource_version: Option<&str>,
     ) -> Result<()> {
-        let what = || format!("delete pod {ns}/{name}");
-        let req = request::delete_pod(ns, name, uid, resource_version).with_context(what)?;
-        self.execute(&req, self.inner.timeouts.total)
-            .with_context(what)?;
-        Ok(())
+        let req = request::delete_pod(ns, name, uid, resource_version);
+        let what = format!("delete pod {ns}/{name}");
+        self.call(req, &what, self.inner.timeouts.total).map(drop)
     }
 
     pub fn create_event(&self, ns: &str, event: &Value) -> Result<()> {
-        let what = || format!("create event in namespace {ns}");
-        let req = request::create_event(ns, event).with_context(what)?;
-        self.execute(&req, self.inner.timeouts.total)
-            .with_context(what)?;
-        Ok(())
+        let what = format!("create event in namespace {ns}");
+        let req = request::create_event(ns, event);
+        self.call(req, &what, self.inner.timeouts.total).map(drop)
     }
 }
 

@@ -9,6 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+use ureq::tls::{Certificate, PemItem};
+
 use crate::error::{Error, IoContext, Result};
 use crate::json::{self, Object, Value};
 
@@ -159,17 +161,27 @@ fn data_or_file(o: &Object, field: &str, base: &Path, origin: &str) -> Result<Op
     }
 }
 
+/// The items of the PEM bundle `pem`; unparsable PEM is an error naming `field`.
+pub(crate) fn pem_items(pem: &[u8], origin: &str, field: &str) -> Result<Vec<PemItem<'static>>> {
+    ureq::tls::parse_pem(pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad(origin, field, &format!("invalid PEM: {e}")))
+}
+
+/// The certificates of the PEM bundle `pem` (other items skipped).
+pub(crate) fn certs(pem: &[u8], origin: &str, field: &str) -> Result<Vec<Certificate<'static>>> {
+    let items = pem_items(pem, origin, field)?.into_iter();
+    Ok(items
+        .filter_map(|i| match i {
+            PemItem::Certificate(c) => Some(c),
+            _ => None,
+        })
+        .collect())
+}
+
 /// Checks that `pem` holds at least one certificate (and only parsable PEM).
 pub(crate) fn check_certs(pem: &[u8], origin: &str, field: &str) -> Result<()> {
-    let mut n = 0;
-    for item in ureq::tls::parse_pem(pem) {
-        match item {
-            Ok(ureq::tls::PemItem::Certificate(_)) => n += 1,
-            Ok(_) => {}
-            Err(e) => return Err(bad(origin, field, &format!("invalid PEM: {e}"))),
-        }
-    }
-    if n == 0 {
+    if certs(pem, origin, field)?.is_empty() {
         return Err(bad(origin, field, "no PEM certificate found"));
     }
     Ok(())
@@ -297,18 +309,12 @@ impl Config {
         port: Option<String>,
         sa_dir: &Path,
     ) -> Result<Config> {
-        let host = host.filter(|h| !h.is_empty()).ok_or_else(|| {
-            Error::env(
-                "KUBERNETES_SERVICE_HOST",
-                "not set; is this not running within a pod?",
-            )
-        })?;
-        let port = port.filter(|p| !p.is_empty()).ok_or_else(|| {
-            Error::env(
-                "KUBERNETES_SERVICE_PORT",
-                "not set; is this not running within a pod?",
-            )
-        })?;
+        let set = |v: Option<String>, var| {
+            v.filter(|v| !v.is_empty())
+                .ok_or_else(|| Error::env(var, "not set; is this not running within a pod?"))
+        };
+        let host = set(host, "KUBERNETES_SERVICE_HOST")?;
+        let port = set(port, "KUBERNETES_SERVICE_PORT")?;
         if port.parse::<u16>().map_or(true, |p| p == 0) {
             return Err(Error::env(
                 "KUBERNETES_SERVICE_PORT",

@@ -128,89 +128,70 @@ fn refused(text: &str, dir: &Path, needles: &[&str]) {
 #[test]
 fn refusals_name_the_field() {
     let t = TempDir::new("refuse");
+    let refused_kc = |cluster: &str, user: &str, needles: &[&str]| {
+        refused(&json_kubeconfig(cluster, user), &t.0, needles)
+    };
     let ca = format!(r#""certificate-authority-data":"{}""#, b64(&ca_pem()));
     // No server: never fall back to localhost:8080.
-    refused(
-        &json_kubeconfig(&ca, r#""token":"x""#),
-        &t.0,
+    refused_kc(
+        &ca,
+        r#""token":"x""#,
         &["server", "missing", "localhost:8080"],
     );
-    refused(
-        &json_kubeconfig(&format!(r#""server":"",{ca}"#), r#""token":"x""#),
-        &t.0,
+    refused_kc(
+        &format!(r#""server":"",{ca}"#),
+        r#""token":"x""#,
         &["server"],
     );
     let srv = format!(r#""server":"https://h:443",{ca}"#);
-    refused(
-        &json_kubeconfig(
-            &srv,
-            r#""exec":{"command":"/bin/sh","apiVersion":"client.authentication.k8s.io/v1"}"#,
-        ),
-        &t.0,
+    refused_kc(
+        &srv,
+        r#""exec":{"command":"/bin/sh","apiVersion":"client.authentication.k8s.io/v1"}"#,
         &["user.exec", "not supported"],
     );
-    refused(
-        &json_kubeconfig(&srv, r#""auth-provider":{"name":"oidc"}"#),
-        &t.0,
+    refused_kc(
+        &srv,
+        r#""auth-provider":{"name":"oidc"}"#,
         &["user.auth-provider"],
     );
-    refused(
-        &json_kubeconfig(&srv, r#""username":"a","password":"b""#),
-        &t.0,
-        &["user.username"],
-    );
+    refused_kc(&srv, r#""username":"a","password":"b""#, &["user.username"]);
     // Never read a file named by the kubeconfig and send it as a credential.
     std::fs::write(t.0.join("secret"), "not-a-token").unwrap();
-    refused(
-        &json_kubeconfig(&srv, r#""tokenFile":"secret""#),
-        &t.0,
+    refused_kc(
+        &srv,
+        r#""tokenFile":"secret""#,
         &["user.tokenFile", "not supported"],
     );
     // Unreadable, empty or garbage CA.
-    refused(
-        &json_kubeconfig(
-            r#""server":"https://h:443","certificate-authority":"/nonexistent/ca.crt""#,
-            "",
-        ),
-        &t.0,
+    refused_kc(
+        r#""server":"https://h:443","certificate-authority":"/nonexistent/ca.crt""#,
+        "",
         &["certificate-authority", "/nonexistent/ca.crt"],
     );
     std::fs::write(t.0.join("empty.crt"), "\n").unwrap();
-    refused(
-        &json_kubeconfig(
-            r#""server":"https://h:443","certificate-authority":"empty.crt""#,
-            "",
-        ),
-        &t.0,
+    refused_kc(
+        r#""server":"https://h:443","certificate-authority":"empty.crt""#,
+        "",
         &["certificate-authority", "empty"],
     );
-    refused(
-        &json_kubeconfig(
-            r#""server":"https://h:443","certificate-authority-data":"bm90IGEgY2VydA==""#,
-            "",
-        ),
-        &t.0,
+    refused_kc(
+        r#""server":"https://h:443","certificate-authority-data":"bm90IGEgY2VydA==""#,
+        "",
         &["certificate-authority", "no PEM certificate"],
     );
-    refused(
-        &json_kubeconfig(
-            r#""server":"https://h:443","certificate-authority-data":"%%%""#,
-            "",
-        ),
-        &t.0,
+    refused_kc(
+        r#""server":"https://h:443","certificate-authority-data":"%%%""#,
+        "",
         &["certificate-authority-data", "base64"],
     );
-    refused(
-        &json_kubeconfig(
-            &format!(r#""server":"https://h:443","insecure-skip-tls-verify":true,{ca}"#),
-            "",
-        ),
-        &t.0,
+    refused_kc(
+        &format!(r#""server":"https://h:443","insecure-skip-tls-verify":true,{ca}"#),
+        "",
         &["insecure-skip-tls-verify"],
     );
-    refused(
-        &json_kubeconfig(&format!(r#""server":"ftp://h",{ca}"#), ""),
-        &t.0,
+    refused_kc(
+        &format!(r#""server":"ftp://h",{ca}"#),
+        "",
         &["cluster.server", "ftp://h"],
     );
     // Missing pieces of the context graph.
@@ -224,11 +205,7 @@ fn refusals_name_the_field() {
         &t.0,
         &["current-context"],
     );
-    refused(
-        &json_kubeconfig(&srv, r#""token":7"#),
-        &t.0,
-        &["\"token\"", "string"],
-    );
+    refused_kc(&srv, r#""token":7"#, &["\"token\"", "string"]);
 }
 
 #[test]

@@ -120,13 +120,13 @@ fn pod_path(ns: &str, name: &str) -> Result<String> {
     ))
 }
 
-fn opt(s: &Option<String>) -> String {
-    s.clone().unwrap_or_default()
+fn opt<T: ToString>(s: &Option<T>) -> String {
+    s.as_ref().map(T::to_string).unwrap_or_default()
 }
 
-/// `"true"` when set, else empty (dropped from the query).
-fn set(on: bool) -> String {
-    if on { "true" } else { "" }.to_string()
+/// `v` when `on`, else empty (dropped from the query).
+fn when(on: bool, v: &str) -> String {
+    if on { v } else { "" }.to_string()
 }
 
 fn get(path: String) -> Request {
@@ -163,7 +163,7 @@ pub fn list_pods(p: &ListParams) -> Result<Request> {
     let q = query(vec![
         ("labelSelector", opt(&p.label_selector)),
         ("fieldSelector", opt(&p.field_selector)),
-        ("limit", p.limit.map(|l| l.to_string()).unwrap_or_default()),
+        ("limit", opt(&p.limit)),
         ("continue", opt(&p.continue_token)),
         ("resourceVersion", opt(&p.resource_version)),
     ]);
@@ -176,20 +176,12 @@ pub fn watch_pods(p: &WatchParams) -> Result<Request> {
         ("labelSelector", opt(&p.label_selector)),
         ("fieldSelector", opt(&p.field_selector)),
         ("resourceVersion", opt(&p.resource_version)),
-        ("allowWatchBookmarks", set(p.allow_bookmarks)),
-        (
-            "timeoutSeconds",
-            p.timeout_seconds.map(|t| t.to_string()).unwrap_or_default(),
-        ),
-        ("sendInitialEvents", set(p.send_initial_events)),
+        ("allowWatchBookmarks", when(p.allow_bookmarks, "true")),
+        ("timeoutSeconds", opt(&p.timeout_seconds)),
+        ("sendInitialEvents", when(p.send_initial_events, "true")),
         (
             "resourceVersionMatch",
-            if p.send_initial_events {
-                "NotOlderThan"
-            } else {
-                ""
-            }
-            .to_string(),
+            when(p.send_initial_events, "NotOlderThan"),
         ),
     ]);
     Ok(get(format!("{}{q}", pods_path(p.namespace.as_deref())?)))

@@ -44,11 +44,7 @@ const HOST_NETWORK_TOLERATION: (&str, &str) =
 
 fn str_at<'a>(o: &'a Object, path: &[&str]) -> Option<&'a str> {
     let (last, parents) = path.split_last()?;
-    let mut cur = o;
-    for p in parents {
-        cur = json::obj_of(cur, p)?;
-    }
-    json::str_of(cur, last)
+    json::str_of(obj_at(o, parents)?, last)
 }
 
 fn obj_at<'a>(o: &'a Object, path: &[&str]) -> Option<&'a Object> {

@@ -63,14 +63,15 @@ fn affinity(terms: &str) -> String {
 #[test]
 fn every_operator_on_labels() {
     let n = linux();
-    let one = |op: &str, values: &str| {
+    let on = |key: &str, op: &str, values: &str| {
         runs(
             &affinity(&format!(
-                r#"[{{"matchExpressions":[{{"key":"zone","operator":"{op}","values":{values}}}]}}]"#
+                r#"[{{"matchExpressions":[{{"key":"{key}","operator":"{op}","values":{values}}}]}}]"#
             )),
             &n,
         )
     };
+    let one = |op: &str, values: &str| on("zone", op, values);
     assert!(one("In", r#"["a","b"]"#));
     assert!(!one("In", r#"["b"]"#));
     assert!(one("NotIn", r#"["b"]"#));
@@ -81,14 +82,6 @@ fn every_operator_on_labels() {
         !one("Bogus", r#"["a"]"#),
         "an unknown operator matches nothing"
     );
-    let on = |key: &str, op: &str, values: &str| {
-        runs(
-            &affinity(&format!(
-                r#"[{{"matchExpressions":[{{"key":"{key}","operator":"{op}","values":{values}}}]}}]"#
-            )),
-            &n,
-        )
-    };
     // A label the node lacks: NotIn and DoesNotExist hold, In and Exists do not.
     assert!(on("gpu", "NotIn", r#"["x"]"#));
     assert!(on("gpu", "DoesNotExist", "[]"));

@@ -101,26 +101,21 @@ impl TokenSource {
             Inner::Fixed(t) => return (t.clone(), false),
             Inner::File { path, state } => (path, state),
         };
-        let mut st = match state.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut st = state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if !force && st.checked.elapsed() < RECHECK {
             return (st.token.clone(), false);
         }
         st.checked = Instant::now();
-        let new_stamp = match stamp(path) {
-            Ok(s) => s,
-            Err(e) => {
-                log::warn!("token file {}: {e}; keeping the last token", path.display());
-                return (st.token.clone(), false);
-            }
-        };
-        if new_stamp == st.stamp && !force {
-            return (st.token.clone(), false);
-        }
-        match read_token(path) {
-            Ok(t) if !t.is_empty() => {
+        // The content is read only when the metadata changed (or after a 401).
+        let read = stamp(path).and_then(|s| match s == st.stamp && !force {
+            true => Ok(None),
+            false => Ok(Some((s, read_token(path)?))),
+        });
+        match read {
+            Ok(None) => (st.token.clone(), false),
+            Ok(Some((new_stamp, t))) if !t.is_empty() => {
                 st.stamp = new_stamp;
                 let changed = t != st.token;
                 if changed {

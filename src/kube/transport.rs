@@ -6,12 +6,12 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+use ureq::tls::{ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 use ureq::Agent;
 
-use super::config::Config;
+use super::config::{certs, pem_items, Config};
 use super::request::{Method, Request};
 use super::status::{self, REASON_BAD_RESPONSE};
 use crate::error::{Error, Result};
@@ -104,23 +104,11 @@ pub fn parse_retry_after(v: &str) -> Option<Duration> {
     Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
-fn pem_items(pem: &[u8], origin: &str, field: &str) -> Result<Vec<PemItem<'static>>> {
-    ureq::tls::parse_pem(pem)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::config(format!("{origin}: {field}: invalid PEM: {e}")))
-}
-
 fn client_cert(cfg: &Config) -> Result<Option<ClientCert>> {
     let (Some(cert), Some(key)) = (&cfg.client_cert_pem, &cfg.client_key_pem) else {
         return Ok(None);
     };
-    let chain: Vec<Certificate<'static>> = pem_items(cert, &cfg.origin, "client-certificate")?
-        .into_iter()
-        .filter_map(|i| match i {
-            PemItem::Certificate(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let chain = certs(cert, &cfg.origin, "client-certificate")?;
     let key: PrivateKey<'static> = pem_items(key, &cfg.origin, "client-key")?
         .into_iter()
         .find_map(|i| match i {
@@ -149,14 +137,7 @@ impl Transport {
             );
             tls = tls.disable_verification(true);
         } else if let Some(ca) = &cfg.ca_pem {
-            let roots: Vec<Certificate<'static>> =
-                pem_items(ca, &cfg.origin, "certificate-authority")?
-                    .into_iter()
-                    .filter_map(|i| match i {
-                        PemItem::Certificate(c) => Some(c),
-                        _ => None,
-                    })
-                    .collect();
+            let roots = certs(ca, &cfg.origin, "certificate-authority")?;
             tls = tls.root_certs(RootCerts::Specific(Arc::new(roots)));
         } else if cfg.server.starts_with("https://") {
             return Err(Error::config(format!(

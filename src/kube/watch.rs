@@ -100,25 +100,21 @@ impl WatchStream {
             let n = (&mut self.reader)
                 .take((MAX_EVENT + 1 - buf.len()) as u64)
                 .read_until(b'\n', &mut buf)?;
-            if n == 0 {
-                return Ok(if buf.iter().all(u8::is_ascii_whitespace) {
-                    None
-                } else {
-                    Some(String::from_utf8_lossy(&buf).into_owned())
-                });
-            }
             if buf.len() > MAX_EVENT {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!("watch event larger than {MAX_EVENT} bytes"),
                 ));
             }
-            if buf.ends_with(b"\n") {
-                if buf.iter().all(u8::is_ascii_whitespace) {
-                    buf.clear();
-                    continue;
+            // A line ends at a newline or at the end of the stream; blank lines are skipped.
+            if n == 0 || buf.ends_with(b"\n") {
+                if !buf.iter().all(u8::is_ascii_whitespace) {
+                    return Ok(Some(String::from_utf8_lossy(&buf).into_owned()));
                 }
-                return Ok(Some(String::from_utf8_lossy(&buf).into_owned()));
+                if n == 0 {
+                    return Ok(None);
+                }
+                buf.clear();
             }
         }
     }
@@ -149,15 +145,11 @@ impl Iterator for WatchStream {
             }
             Err(e) => {
                 self.done = true;
-                let reason = if e.kind() == std::io::ErrorKind::InvalidData {
-                    status::REASON_BAD_RESPONSE
-                } else if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-                ) {
-                    status::REASON_TIMEOUT
-                } else {
-                    status::REASON_RESET
+                use std::io::ErrorKind as K;
+                let reason = match e.kind() {
+                    K::InvalidData => status::REASON_BAD_RESPONSE,
+                    K::TimedOut | K::WouldBlock => status::REASON_TIMEOUT,
+                    _ => status::REASON_RESET,
                 };
                 return Some(Err(status::transport(
                     reason,

@@ -87,7 +87,7 @@ impl<'a> Parser<'a> {
             let rest = l.text[1..].trim_start_matches(' ');
             if rest.is_empty() {
                 self.pos += 1;
-                items.push(self.nested(indent, no, depth)?);
+                items.push(self.nested(indent, depth)?);
                 continue;
             }
             if split_key(rest).is_some() {
@@ -109,7 +109,7 @@ impl<'a> Parser<'a> {
 
     /// The value of a key or item whose text ended after `:`/`-`: a deeper block, a sequence at the same
     /// indentation (mapping values only), or null.
-    fn nested(&mut self, indent: usize, _no: usize, depth: usize) -> Result<Value> {
+    fn nested(&mut self, indent: usize, depth: usize) -> Result<Value> {
         match self.lines.get(self.pos) {
             Some(n) if n.indent > indent => {
                 let i = n.indent;
@@ -143,7 +143,7 @@ impl<'a> Parser<'a> {
                     Some(n) if n.indent == indent && is_item(n.text) => {
                         self.sequence(indent, depth + 1)?
                     }
-                    _ => self.nested(indent, no, depth)?,
+                    _ => self.nested(indent, depth)?,
                 }
             } else {
                 scalar(rest, self.what, no)?
@@ -214,18 +214,13 @@ fn scalar(text: &str, what: &str, no: usize) -> Result<Value> {
     Ok(Value::String(t.to_string()))
 }
 
+/// Where a single-quoted scalar ends: the first `'` that is not one of a doubled `''`.
 fn find_single_end(s: &str) -> Option<usize> {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\'' {
-            if b.get(i + 1) == Some(&b'\'') {
-                i += 2;
-                continue;
-            }
+    let mut bytes = s.bytes().enumerate().peekable();
+    while let Some((i, b)) = bytes.next() {
+        if b == b'\'' && bytes.next_if(|&(_, n)| n == b'\'').is_none() {
             return Some(i);
         }
-        i += 1;
     }
     None
 }

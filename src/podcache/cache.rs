@@ -43,25 +43,18 @@ impl Cache {
     }
 
     fn lock(&self) -> MutexGuard<'_, Store> {
-        match self.inner.store.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        self.inner.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Changes the store and wakes the server, so lookups waiting for a pod are answered at once.
     pub fn update<R>(&self, f: impl FnOnce(&mut Store) -> R) -> R {
         let mut s = self.lock();
         let r = f(&mut s);
-        self.changed(s);
-        r
-    }
-
-    fn changed(&self, s: MutexGuard<'_, Store>) {
         metrics::set_pods(s.len());
         drop(s);
         // Non-blocking: a full socket buffer already holds a wake-up.
         let _ = (&self.inner.wake_tx).write(&[1]);
+        r
     }
 
     pub fn lookup(&self, req: &Request, may_wait: bool) -> Lookup {

@@ -6,7 +6,7 @@
 //! one stays malformed, so the decision fails on it as it fails on the API server's object); whatever
 //! `from_pod` reads is there, so a cached pod decides exactly as the full object does. Pure.
 
-use crate::json::{self, Array, Object, Value};
+use crate::json::{self, Object, Value};
 use crate::redirect::pod::{PROXY_CONTAINER, READ_ANNOTATIONS, READ_LABELS, READ_PROXY_ENV};
 
 /// Largest reduced pod (compact JSON) the cache keeps; a bigger one is kept as "too large" and the plugin
@@ -30,26 +30,6 @@ fn str_at<'a>(o: Option<&'a Object>, k: &str) -> &'a str {
     o.and_then(|o| json::str_of(o, k)).unwrap_or("")
 }
 
-/// Copies the entries of `keys` present in `from` (verbatim) into a new object under `key` of `to`.
-fn copy_keys(from: &Object, key: &str, keys: &[&str], to: &mut Object) {
-    match from.get(key) {
-        None => {}
-        Some(Value::Object(m)) => {
-            let mut out = Object::new();
-            for k in keys {
-                if let Some(v) = m.get(*k) {
-                    out.insert(k.to_string(), v.clone());
-                }
-            }
-            to.insert(key.into(), Value::Object(out));
-        }
-        // Null or malformed: as it is (from_pod reads null as absent and fails on the rest).
-        Some(v) => {
-            to.insert(key.into(), v.clone());
-        }
-    }
-}
-
 fn copy_fields(from: &Object, keys: &[&str], to: &mut Object) {
     for k in keys {
         if let Some(v) = from.get(*k) {
@@ -58,24 +38,56 @@ fn copy_fields(from: &Object, keys: &[&str], to: &mut Object) {
     }
 }
 
-/// The proxy container's env entries the decision reads; malformed entries stay, so they fail alike.
-fn proxy_env(env: &Array) -> Array {
-    let mut out = Array::new();
-    for e in env.iter() {
-        match e {
-            Value::Object(o) => match o.get("name") {
-                Some(Value::String(n)) if !READ_PROXY_ENV.contains(&n.as_str()) => {}
-                Some(Value::String(_)) => {
-                    let mut r = Object::new();
-                    copy_fields(o, &["name", "value"], &mut r);
-                    out.push(Value::Object(r));
-                }
-                _ => out.push(e.clone()),
-            },
-            _ => out.push(e.clone()),
+/// An object with only the fields `keys` of `v` (any other value as it is).
+fn only(v: &Value, keys: &[&str]) -> Value {
+    let Value::Object(o) = v else {
+        return v.clone();
+    };
+    let mut r = Object::new();
+    copy_fields(o, keys, &mut r);
+    Value::Object(r)
+}
+
+/// `key` of `from` reduced by `fill` into `to`. Null or malformed: as it is (from_pod reads null as absent
+/// and fails on the rest).
+fn section(from: &Object, key: &str, to: &mut Object, fill: impl Fn(&Object, &mut Object)) {
+    match from.get(key) {
+        Some(Value::Object(s)) => {
+            let mut r = Object::new();
+            fill(s, &mut r);
+            to.insert(key.into(), Value::Object(r));
         }
+        Some(v) => {
+            to.insert(key.into(), v.clone());
+        }
+        None => {}
     }
-    out
+}
+
+/// `key` of `from` with each item mapped by `item` into `to` (a non-array value as it is).
+fn list(from: &Object, key: &str, to: &mut Object, item: impl Fn(&Value) -> Value) {
+    match from.get(key) {
+        Some(Value::Array(a)) => {
+            to.insert(key.into(), Value::Array(a.iter().map(item).collect()));
+        }
+        Some(v) => {
+            to.insert(key.into(), v.clone());
+        }
+        None => {}
+    }
+}
+
+/// A proxy container's env entry, `None` when the decision does not read it; malformed entries stay, so
+/// they fail alike.
+fn proxy_env(e: &Value) -> Option<Value> {
+    let Value::Object(o) = e else {
+        return Some(e.clone());
+    };
+    match o.get("name") {
+        Some(Value::String(n)) if !READ_PROXY_ENV.contains(&n.as_str()) => None,
+        Some(Value::String(_)) => Some(only(e, &["name", "value"])),
+        _ => Some(e.clone()),
+    }
 }
 
 fn container(c: &Value) -> Value {
@@ -87,13 +99,9 @@ fn container(c: &Value) -> Value {
     if json::str_of(c, "name") == Some(PROXY_CONTAINER) {
         // Each reduced when it has the expected shape, else copied as it is.
         let reduce = |key: &str, v: &Value| match (key, v) {
-            ("env", Value::Array(a)) => Value::Array(proxy_env(a)),
+            ("env", Value::Array(a)) => Value::Array(a.iter().filter_map(proxy_env).collect()),
             ("args", Value::Array(a)) => Value::Array(a.iter().take(2).cloned().collect()),
-            ("securityContext", Value::Object(sc)) => {
-                let mut s = Object::new();
-                copy_fields(sc, &["runAsUser", "runAsGroup"], &mut s);
-                Value::Object(s)
-            }
+            ("securityContext", v) => only(v, &["runAsUser", "runAsGroup"]),
             _ => v.clone(),
         };
         for key in ["env", "args", "securityContext"] {
@@ -105,80 +113,24 @@ fn container(c: &Value) -> Value {
     Value::Object(r)
 }
 
-fn containers(spec: &Object, key: &str, to: &mut Object) {
-    match spec.get(key) {
-        Some(Value::Array(a)) => {
-            let mut out = Array::new();
-            out.extend(a.iter().map(container));
-            to.insert(key.into(), Value::Array(out));
-        }
-        Some(v) => {
-            to.insert(key.into(), v.clone());
-        }
-        None => {}
-    }
-}
-
-fn pod_ips(status: &Object, to: &mut Object) {
-    copy_fields(status, &["podIP"], to);
-    match status.get("podIPs") {
-        Some(Value::Array(a)) => {
-            let mut out = Array::new();
-            for p in a.iter() {
-                out.push(match p {
-                    Value::Object(p) => {
-                        let mut r = Object::new();
-                        copy_fields(p, &["ip"], &mut r);
-                        Value::Object(r)
-                    }
-                    other => other.clone(),
-                });
-            }
-            to.insert("podIPs".into(), Value::Array(out));
-        }
-        Some(v) => {
-            to.insert("podIPs".into(), v.clone());
-        }
-        None => {}
-    }
-}
-
-/// `key` of `pod` reduced by `fill` into `out` (a non-object value as it is).
-fn section(pod: &Object, key: &str, out: &mut Object, fill: impl Fn(&Object, &mut Object)) {
-    match pod.get(key) {
-        Some(Value::Object(s)) => {
-            let mut r = Object::new();
-            fill(s, &mut r);
-            out.insert(key.into(), Value::Object(r));
-        }
-        Some(v) => {
-            out.insert(key.into(), v.clone());
-        }
-        None => {}
-    }
-}
-
 /// The reduced object (see the module doc).
 pub fn reduce_object(pod: &Object) -> Object {
     let mut out = Object::new();
-    match pod.get("metadata") {
-        Some(Value::Object(m)) => {
-            let mut r = Object::new();
-            copy_fields(m, &["name", "namespace", "uid"], &mut r);
-            copy_keys(m, "labels", &READ_LABELS, &mut r);
-            copy_keys(m, "annotations", &READ_ANNOTATIONS, &mut r);
-            out.insert("metadata".into(), Value::Object(r));
-        }
-        Some(v) => {
-            out.insert("metadata".into(), v.clone());
-        }
-        None => {}
-    }
-    section(pod, "spec", &mut out, |s, r| {
-        containers(s, "initContainers", r);
-        containers(s, "containers", r);
+    section(pod, "metadata", &mut out, |m, r| {
+        copy_fields(m, &["name", "namespace", "uid"], r);
+        section(m, "labels", r, |l, r| copy_fields(l, &READ_LABELS, r));
+        section(m, "annotations", r, |a, r| {
+            copy_fields(a, &READ_ANNOTATIONS, r)
+        });
     });
-    section(pod, "status", &mut out, pod_ips);
+    section(pod, "spec", &mut out, |s, r| {
+        list(s, "initContainers", r, container);
+        list(s, "containers", r, container);
+    });
+    section(pod, "status", &mut out, |s, r| {
+        copy_fields(s, &["podIP"], r);
+        list(s, "podIPs", r, |p| only(p, &["ip"]));
+    });
     out
 }
 

@@ -51,10 +51,25 @@ fn uid_of(o: &crate::json::Object) -> String {
         .to_string()
 }
 
-fn raw(path: &Path, send: &[u8]) -> String {
+/// The UID of the pod a lookup of `name` (with `uid`) is answered with.
+fn hit(path: &Path, name: &str, uid: &str) -> String {
+    uid_of(&client::lookup(path, &req(name, uid)).unwrap())
+}
+
+/// Why a lookup of `name` (with `uid`) is not answered with a pod.
+fn miss(path: &Path, name: &str, uid: &str) -> Miss {
+    client::lookup(path, &req(name, uid)).unwrap_err()
+}
+
+/// What the server answers to `send`; with `end`, the client then shuts its sending side.
+fn raw(path: &Path, send: &[u8], end: bool) -> String {
     let mut s = UnixStream::connect(path).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(send).unwrap();
+    // Not unwrapped: the server may close before an oversize request is all sent.
+    let _ = s.write_all(send);
+    if end {
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
@@ -64,15 +79,11 @@ fn raw(path: &Path, send: &[u8]) -> String {
 fn hits_misses_and_a_pod_that_arrives_while_waited_for() {
     let (cache, path) = served();
     assert_eq!(mode_of(&path), 0o600);
-    let p = client::lookup(&path, &req("a", "u1")).unwrap();
-    assert_eq!(uid_of(&p), "u1");
-    assert_eq!(uid_of(&client::lookup(&path, &req("a", "")).unwrap()), "u1");
+    assert_eq!(hit(&path, "a", "u1"), "u1");
+    assert_eq!(hit(&path, "a", ""), "u1");
     // Unseen: waits, then says so.
     let t = Instant::now();
-    assert_eq!(
-        client::lookup(&path, &req("b", "u2")).unwrap_err(),
-        Miss::Agent(Answer::Unknown)
-    );
+    assert_eq!(miss(&path, "b", "u2"), Miss::Agent(Answer::Unknown));
     assert!(t.elapsed() >= UNSEEN_WAIT, "{:?}", t.elapsed());
     // The pod's event arrives during the wait: answered then, with the pod.
     let c2 = cache.clone();
@@ -80,19 +91,12 @@ fn hits_misses_and_a_pod_that_arrives_while_waited_for() {
         std::thread::sleep(Duration::from_millis(30));
         c2.update(|s| s.apply(pod("c", "u3")));
     });
-    let p = client::lookup(&path, &req("c", "u3")).unwrap();
-    assert_eq!(uid_of(&p), "u3");
+    assert_eq!(hit(&path, "c", "u3"), "u3");
     adder.join().unwrap();
     // Recreated under the same name: the old UID no longer matches.
     cache.update(|s| s.apply(pod("a", "u9")));
-    assert_eq!(
-        client::lookup(&path, &req("a", "u1")).unwrap_err(),
-        Miss::Agent(Answer::UidMismatch)
-    );
-    assert_eq!(
-        uid_of(&client::lookup(&path, &req("a", "u9")).unwrap()),
-        "u9"
-    );
+    assert_eq!(miss(&path, "a", "u1"), Miss::Agent(Answer::UidMismatch));
+    assert_eq!(hit(&path, "a", "u9"), "u9");
 }
 
 fn mode_of(p: &Path) -> u32 {
@@ -103,17 +107,11 @@ fn mode_of(p: &Path) -> u32 {
 fn no_agent_a_dead_agent_and_a_hung_one() {
     let dir = test_dir("podcache");
     let path = dir.join("pod-cache.sock");
-    assert_eq!(
-        client::lookup(&path, &req("a", "u1")).unwrap_err(),
-        Miss::NoSocket
-    );
+    assert_eq!(miss(&path, "a", "u1"), Miss::NoSocket);
     // A socket file nobody listens on (the agent was SIGKILLed).
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     assert!(path.exists());
-    assert_eq!(
-        client::lookup(&path, &req("a", "u1")).unwrap_err(),
-        Miss::Refused
-    );
+    assert_eq!(miss(&path, "a", "u1"), Miss::Refused);
     // A listener that never answers (a stopped or hung agent): the first-reply bound, the short one once
     // its socket file shows no sign of life, the long one while it does.
     std::fs::remove_file(&path).unwrap();
@@ -125,11 +123,17 @@ fn no_agent_a_dead_agent_and_a_hung_one() {
             set_mtime_ago(&path, Duration::ZERO);
         }
         let t = Instant::now();
-        assert_eq!(
-            client::lookup(&path, &req("a", "u1")).unwrap_err(),
-            Miss::Timeout
-        );
+        assert_eq!(miss(&path, "a", "u1"), Miss::Timeout);
         assert!(t.elapsed() >= bound, "{:?} < {bound:?}", t.elapsed());
+    }
+}
+
+/// Waits until `done`, failing with `what` after `limit`.
+fn wait_until(limit: Duration, what: &str, done: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !done() {
+        assert!(t.elapsed() < limit, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -155,41 +159,31 @@ fn the_server_keeps_its_socket_files_heartbeat_fresh() {
     let (_cache, path) = served();
     set_mtime_ago(&path, Duration::from_secs(600));
     assert!(mtime_age(&path) >= Duration::from_secs(599));
-    let t = Instant::now();
-    while mtime_age(&path) > client::HEARTBEAT_FRESH {
-        assert!(t.elapsed() < HEARTBEAT * 10, "the heartbeat stopped");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(
-        uid_of(&client::lookup(&path, &req("a", "u1")).unwrap()),
-        "u1"
-    );
+    wait_until(HEARTBEAT * 10, "the heartbeat stopped", || {
+        mtime_age(&path) <= client::HEARTBEAT_FRESH
+    });
+    assert_eq!(hit(&path, "a", "u1"), "u1");
 }
 
 #[test]
 fn hostile_clients_get_bad_request_or_are_dropped_and_others_are_served() {
     let (_cache, path) = served();
-    let out = raw(&path, b"garbage\n");
+    let out = raw(&path, b"garbage\n", false);
     assert!(out.contains(r#""result":"bad_request""#), "{out}");
-    let out = raw(&path, b"{\"v\":7,\"namespace\":\"ns\",\"name\":\"a\"}\n");
+    let out = raw(
+        &path,
+        b"{\"v\":7,\"namespace\":\"ns\",\"name\":\"a\"}\n",
+        false,
+    );
     assert!(
         out.contains("bad_request") && out.contains("version"),
         "{out}"
     );
     // A request the client ends without a newline.
-    let mut s = UnixStream::connect(&path).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"{\"v\":1").unwrap();
-    s.shutdown(std::net::Shutdown::Write).unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
+    let out = raw(&path, b"{\"v\":1", true);
     assert!(out.contains("newline"), "{out}");
     // Oversize: refused after MAX_REQUEST bytes, not buffered.
-    let mut s = UnixStream::connect(&path).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let _ = s.write_all(&vec![b'x'; 64 * 1024]);
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
+    let out = raw(&path, &[b'x'; 64 * 1024], false);
     assert!(out.contains("too long"), "{out}");
     // Many connections, some sending a byte at a time, some silent, some never reading: a real lookup
     // still gets its answer.
@@ -201,8 +195,7 @@ fn hostile_clients_get_bad_request_or_are_dropped_and_others_are_served() {
         }
         idle.push(c);
     }
-    let p = client::lookup(&path, &req("a", "u1")).unwrap();
-    assert_eq!(uid_of(&p), "u1");
+    assert_eq!(hit(&path, "a", "u1"), "u1");
     // A slow client is dropped at its deadline.
     let mut slow = UnixStream::connect(&path).unwrap();
     slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -227,22 +220,15 @@ fn hostile_clients_get_bad_request_or_are_dropped_and_others_are_served() {
         ),
     }
     drop(idle);
-    assert_eq!(uid_of(&client::lookup(&path, &req("a", "")).unwrap()), "u1");
+    assert_eq!(hit(&path, "a", ""), "u1");
 }
 
 #[test]
 fn a_removed_socket_is_bound_again() {
     let (_cache, path) = served();
     std::fs::remove_file(&path).unwrap();
-    let t = Instant::now();
-    while !path.exists() {
-        assert!(t.elapsed() < RECHECK * 4, "socket not bound again");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(
-        uid_of(&client::lookup(&path, &req("a", "u1")).unwrap()),
-        "u1"
-    );
+    wait_until(RECHECK * 4, "socket not bound again", || path.exists());
+    assert_eq!(hit(&path, "a", "u1"), "u1");
 }
 
 /// A newer agent bound the socket over ours and was killed: its file is left, nobody listens on it; this
@@ -254,18 +240,12 @@ fn a_socket_left_by_a_dead_agent_is_bound_again() {
     drop(std::os::unix::net::UnixListener::bind(&other).unwrap());
     std::fs::rename(&other, &path).unwrap();
     let theirs = crate::rundir::identity(&path);
-    let t = Instant::now();
-    while crate::rundir::identity(&path) == theirs {
-        assert!(
-            t.elapsed() < RECHECK * 10,
-            "the dead agent's socket not bound again"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(
-        uid_of(&client::lookup(&path, &req("a", "u1")).unwrap()),
-        "u1"
+    wait_until(
+        RECHECK * 10,
+        "the dead agent's socket not bound again",
+        || crate::rundir::identity(&path) != theirs,
     );
+    assert_eq!(hit(&path, "a", "u1"), "u1");
 }
 
 #[test]
@@ -277,8 +257,5 @@ fn before_the_first_list_nothing_is_served() {
         s.watch_open();
         s.caught_up();
     });
-    assert_eq!(
-        client::lookup(&path, &req("a", "u1")).unwrap_err(),
-        Miss::Agent(Answer::NotSynced)
-    );
+    assert_eq!(miss(&path, "a", "u1"), Miss::Agent(Answer::NotSynced));
 }

@@ -55,21 +55,14 @@ fn of_agents_stopping_one_after_the_other_only_the_last_decides() {
         let d = test_dir("lease");
         let mut a = Lease::join(&d, "pod a").unwrap();
         let mut b = Lease::join(&d, "pod b").unwrap();
-        let (first, last) = if newer_first {
-            (&mut b, &mut a)
+        let (first, last, other) = if newer_first {
+            (&mut b, &mut a, "pod a, generation 1")
         } else {
-            (&mut a, &mut b)
+            (&mut a, &mut b, "pod b, generation 2")
         };
         let p = first.at_stop().expect("the other one still runs");
         assert_eq!(p.newer, !newer_first, "{p:?}");
-        assert_eq!(
-            p.who,
-            if newer_first {
-                "pod a, generation 1"
-            } else {
-                "pod b, generation 2"
-            }
-        );
+        assert_eq!(p.who, other);
         assert!(first.remove().unwrap().ends_with("left in place"));
         assert_eq!(last.at_stop(), None, "the last one out decides");
         assert!(last.remove().unwrap().ends_with("removed"));

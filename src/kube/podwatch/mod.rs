@@ -15,7 +15,7 @@ pub mod timing;
 use crate::error::Result;
 use crate::kube::{ApiErrorExt, Client, EventKind, ListParams, WatchParams};
 use catch_up::{Pending, Step};
-use pace::{held_note, random, LogLimit, Pace, LOG_WINDOW};
+use pace::{random, LogLimit, Pace, LOG_WINDOW};
 pub use sink::{key, Fanout, PodSink};
 use std::time::{Duration, Instant};
 use timing::Timing;
@@ -231,22 +231,16 @@ pub fn watch_forever(client: &Client, sel: &Selection, mut sinks: Fanout) {
             Some(r) => (Start::From, r),
             None => match list_all(client, sel, &mut sinks, &mut timing) {
                 Ok(r) => {
-                    if let Some(n) = logs.allow("listed", Instant::now()) {
-                        log::info!(
-                            "{what}: listed pods at resourceVersion {r}; watching{}",
-                            held_note(n, LOG_WINDOW)
-                        );
+                    if let Some(held) = logs.allow("listed", Instant::now()) {
+                        log::info!("{what}: listed pods at resourceVersion {r}; watching{held}");
                     }
                     (Start::From, r)
                 }
                 Err(e) => {
                     sinks.watch_down();
                     let d = pace.next(Duration::ZERO, false, random());
-                    if let Some(n) = logs.allow("list-failed", Instant::now()) {
-                        log::warn!(
-                            "{what}: list pods failed (retry in {d:.1?}): {e}{}",
-                            held_note(n, LOG_WINDOW)
-                        );
+                    if let Some(held) = logs.allow("list-failed", Instant::now()) {
+                        log::warn!("{what}: list pods failed (retry in {d:.1?}): {e}{held}");
                     }
                     std::thread::sleep(d);
                     continue;
@@ -282,18 +276,14 @@ pub fn watch_forever(client: &Client, sel: &Selection, mut sinks: Fanout) {
                 rv = Some(at).filter(|_| start == Start::From);
             }
             Ended::Gone(e) => {
-                if let Some(n) = logs.allow("gone", now) {
-                    log::info!(
-                        "{what}: watch expired ({e}); relisting in {d:.1?}{}",
-                        held_note(n, LOG_WINDOW)
-                    );
+                if let Some(held) = logs.allow("gone", now) {
+                    log::info!("{what}: watch expired ({e}); relisting in {d:.1?}{held}");
                 }
             }
             Ended::Failed(e) => {
-                if let Some(n) = logs.allow("watch-failed", now) {
+                if let Some(held) = logs.allow("watch-failed", now) {
                     log::warn!(
-                        "{what}: watch pods failed (re-watch from {at} in {d:.1?}): {e}{}",
-                        held_note(n, LOG_WINDOW)
+                        "{what}: watch pods failed (re-watch from {at} in {d:.1?}): {e}{held}"
                     );
                 }
                 rv = Some(at).filter(|_| start == Start::From);

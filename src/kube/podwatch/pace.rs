@@ -77,9 +77,9 @@ impl LogLimit {
         }
     }
 
-    /// `Some(held back since the last one written)` when a line of `kind` may be written at `now`;
-    /// `None` (and counted) otherwise.
-    pub fn allow(&mut self, kind: &'static str, now: Instant) -> Option<u64> {
+    /// When a line of `kind` may be written at `now`, `Some` [`held_note`] to end it with (how many were held
+    /// back since the last one written); `None` (and counted) otherwise.
+    pub fn allow(&mut self, kind: &'static str, now: Instant) -> Option<String> {
         match self.seen.get_mut(kind) {
             Some((last, held)) if now.saturating_duration_since(*last) < self.window => {
                 *held += 1;
@@ -88,11 +88,11 @@ impl LogLimit {
             Some((last, held)) => {
                 let n = *held;
                 (*last, *held) = (now, 0);
-                Some(n)
+                Some(held_note(n, self.window))
             }
             None => {
                 self.seen.insert(kind, (now, 0));
-                Some(0)
+                Some(String::new())
             }
         }
     }
@@ -149,11 +149,14 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         let mut l = LogLimit::new(s(60));
-        assert_eq!(l.allow("gone", t0), Some(0));
+        assert_eq!(l.allow("gone", t0).as_deref(), Some(""));
         assert_eq!(l.allow("gone", t0 + s(1)), None);
         assert_eq!(l.allow("gone", t0 + s(59)), None);
-        assert_eq!(l.allow("other", t0 + s(59)), Some(0));
-        assert_eq!(l.allow("gone", t0 + s(60)), Some(2));
+        assert_eq!(l.allow("other", t0 + s(59)).as_deref(), Some(""));
+        assert_eq!(
+            l.allow("gone", t0 + s(60)).as_deref(),
+            Some(" (2 similar messages in the last 60s not shown)")
+        );
         assert_eq!(l.allow("gone", t0 + s(61)), None);
         assert_eq!(held_note(0, s(60)), "");
         assert_eq!(
