@@ -70,12 +70,6 @@ impl Builder {
         self.push(false, table, chain, Op::Append, params.clone());
         self.push(true, table, chain, Op::Append, params);
     }
-    pub fn append_v4(&mut self, table: Table, chain: &'static str, params: Vec<String>) {
-        self.push(false, table, chain, Op::Append, params);
-    }
-    pub fn append_v6(&mut self, table: Table, chain: &'static str, params: Vec<String>) {
-        self.push(true, table, chain, Op::Append, params);
-    }
     pub fn insert(&mut self, table: Table, chain: &'static str, pos: u32, params: Vec<String>) {
         self.push(false, table, chain, Op::Insert(pos), params.clone());
         self.push(true, table, chain, Op::Insert(pos), params);

@@ -6,7 +6,7 @@ use super::annotations::InterceptionMode;
 pub use super::builder::RuleSet;
 use super::builder::*;
 use super::capture::{CaptureConfig, OwnerGroups, TproxyRoute};
-use super::restore::{restore_text, Table};
+use super::restore::{restore_text, Op, Table};
 use super::rules_dns::dns_rules;
 use super::rules_steps::{inbound, include_ranges, tproxy_rules};
 use crate::error::Result;
@@ -187,19 +187,9 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
         ISTIO_OUTPUT,
         args!["-d", VERSIONED, "-j", "RETURN"],
     );
-    for c in cfg
-        .outbound_ip_ranges_exclude
-        .iter()
-        .filter(|c| c.is_ipv4())
-    {
-        b.append_v4(Table::Nat, ISTIO_OUTPUT, args!["-d", c, "-j", "RETURN"]);
-    }
-    for c in cfg
-        .outbound_ip_ranges_exclude
-        .iter()
-        .filter(|c| !c.is_ipv4())
-    {
-        b.append_v6(Table::Nat, ISTIO_OUTPUT, args!["-d", c, "-j", "RETURN"]);
+    for c in &cfg.outbound_ip_ranges_exclude {
+        let rule = args!["-d", c, "-j", "RETURN"];
+        b.push(!c.is_ipv4(), Table::Nat, ISTIO_OUTPUT, Op::Append, rule);
     }
     // 16. Included outbound ports.
     for p in &cfg.outbound_ports_include {
