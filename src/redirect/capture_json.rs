@@ -149,10 +149,11 @@ impl CaptureConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    const BASE: &str = r#"{"proxy_port":"15001","inbound_capture_port":"15006","inbound_tunnel_port":"15008",
+    /// Upstream's `constructTestConfig` base (the rule tests' too).
+    pub(in crate::redirect) const BASE: &str = r#"{"proxy_port":"15001","inbound_capture_port":"15006","inbound_tunnel_port":"15008",
         "proxy_uid":"1337","proxy_gid":"1337","inbound_tproxy_mark":"1337","inbound_tproxy_route_table":"133",
         "owner_groups_include":"*","host_ipv4_loopback_cidr":"127.0.0.1/32"}"#;
 
