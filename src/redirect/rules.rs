@@ -119,41 +119,37 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
     );
     // 10, 11. Proxy uid/gid.
     let loopback_included = inc4.has_loopback || inc6.has_loopback;
-    for (ids, flag, multiport) in [
-        (&cfg.proxy_uids, "--uid-owner", dns),
-        (&cfg.proxy_gids, "--gid-owner", false),
-    ] {
-        for id in ids.iter() {
-            let mut p = args!["-o", "lo", "!", "-d", VERSIONED, "-p", "tcp"];
-            if multiport {
-                p.extend(args!["-m", "multiport", "!", "--dports", format!("53,{tunnel}")]);
-            } else {
-                p.extend(args!["!", "--dport", tunnel]);
-            }
-            p.extend(args!["-m", "owner", flag, id, "-j", ISTIO_IN_REDIRECT]);
-            b.versioned(&lo4, lo6, Table::Nat, ISTIO_OUTPUT, p);
-            if !loopback_included {
-                if dns {
-                    b.append(
-                        Table::Nat,
-                        ISTIO_OUTPUT,
-                        args!["-o", "lo", "-p", "tcp", "!", "--dport", "53", "-m", "owner", "!",
-                              flag, id, "-j", "RETURN"],
-                    );
-                } else {
-                    b.append(
-                        Table::Nat,
-                        ISTIO_OUTPUT,
-                        args!["-o", "lo", "-m", "owner", "!", flag, id, "-j", "RETURN"],
-                    );
-                }
-            }
-            b.append(
-                Table::Nat,
-                ISTIO_OUTPUT,
-                args!["-m", "owner", flag, id, "-j", "RETURN"],
-            );
+    for (flag, id) in owner_ids(cfg) {
+        let mut p = args!["-o", "lo", "!", "-d", VERSIONED, "-p", "tcp"];
+        // Only the uid rules skip the DNS ports.
+        if dns && flag == "--uid-owner" {
+            p.extend(args!["-m", "multiport", "!", "--dports", format!("53,{tunnel}")]);
+        } else {
+            p.extend(args!["!", "--dport", tunnel]);
         }
+        p.extend(args!["-m", "owner", flag, id, "-j", ISTIO_IN_REDIRECT]);
+        b.versioned(&lo4, lo6, Table::Nat, ISTIO_OUTPUT, p);
+        if !loopback_included {
+            if dns {
+                b.append(
+                    Table::Nat,
+                    ISTIO_OUTPUT,
+                    args!["-o", "lo", "-p", "tcp", "!", "--dport", "53", "-m", "owner", "!",
+                          flag, id, "-j", "RETURN"],
+                );
+            } else {
+                b.append(
+                    Table::Nat,
+                    ISTIO_OUTPUT,
+                    args!["-o", "lo", "-m", "owner", "!", flag, id, "-j", "RETURN"],
+                );
+            }
+        }
+        b.append(
+            Table::Nat,
+            ISTIO_OUTPUT,
+            args!["-m", "owner", flag, id, "-j", "RETURN"],
+        );
     }
     // 12. Owner groups.
     match &cfg.owner_groups {

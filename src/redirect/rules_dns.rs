@@ -40,24 +40,19 @@ pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
         }
     }
     // Conntrack zones: the proxy's own DNS traffic in zone 1 (upstream), its answers to apps in zone 2.
-    for (ids, flag) in [
-        (&cfg.proxy_uids, "--uid-owner"),
-        (&cfg.proxy_gids, "--gid-owner"),
-    ] {
-        for id in ids.iter() {
-            b.append(
-                Table::Raw,
-                ISTIO_OUTPUT_DNS,
-                args!["-p", "udp", "--dport", "53", "-m", "owner", flag, id,
-                      "-j", "CT", "--zone", "1"],
-            );
-            b.append(
-                Table::Raw,
-                ISTIO_OUTPUT_DNS,
-                args!["-p", "udp", "--sport", DNS_PORT, "-m", "owner", flag, id,
-                      "-j", "CT", "--zone", "2"],
-            );
-        }
+    for (flag, id) in owner_ids(cfg) {
+        b.append(
+            Table::Raw,
+            ISTIO_OUTPUT_DNS,
+            args!["-p", "udp", "--dport", "53", "-m", "owner", flag, id,
+                  "-j", "CT", "--zone", "1"],
+        );
+        b.append(
+            Table::Raw,
+            ISTIO_OUTPUT_DNS,
+            args!["-p", "udp", "--sport", DNS_PORT, "-m", "owner", flag, id,
+                  "-j", "CT", "--zone", "2"],
+        );
     }
     if all {
         b.append(Table::Raw, PREROUTING, args!["-j", ISTIO_INBOUND]);
