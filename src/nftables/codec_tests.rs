@@ -4,11 +4,11 @@
 
 use super::*;
 use crate::netlink::NLM_F_ACK;
-use crate::nftables::decode;
 use crate::nftables::generate::generate;
 use crate::nftables::lower::{lower, no_groups};
 use crate::nftables::model::*;
-use crate::redirect::values::IfaceName;
+use crate::nftables::{decode, emit};
+use crate::redirect::values::{Cidr, IfaceName};
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -17,38 +17,24 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-fn lo4() -> Item {
-    Item::Addr {
-        saddr: false,
-        neq: true,
-        text: "127.0.0.1/32".into(),
-        net: "127.0.0.1/32".parse().unwrap(),
-    }
-}
-
 /// The three rules and four chains captured from nft.
 fn sample() -> Ruleset {
     let inbound = vec![
         Item::L4(Proto::Tcp),
-        crate::nftables::emit::tcp_dport(false, 15008),
+        emit::tcp_dport(false, 15008),
         Item::Counter,
         Item::Return,
     ];
     let output = vec![
         Item::Oif(IfaceName::parse("lo").unwrap()),
         Item::L4(Proto::Tcp),
-        lo4(),
+        emit::cidr(false, true, &Cidr::parse("127.0.0.1/32").unwrap()),
         Item::PortSet {
             proto: Proto::Tcp,
             neq: true,
             ports: vec![53, 15008],
         },
-        Item::Owner {
-            gid: false,
-            meta: false,
-            neq: false,
-            id: Owner::Id(1337),
-        },
+        emit::owner(false, false, false, Owner::Id(1337)),
         Item::Counter,
         Item::Jump(ISTIO_IN_REDIRECT),
     ];
@@ -56,24 +42,14 @@ fn sample() -> Ruleset {
     Ruleset {
         tables: vec![TableSet {
             table: Table::Nat,
-            chains: vec![
-                Chain {
-                    name: OUTPUT,
-                    rules: vec![],
-                },
-                Chain {
-                    name: ISTIO_INBOUND,
-                    rules: vec![inbound],
-                },
-                Chain {
-                    name: ISTIO_IN_REDIRECT,
-                    rules: vec![redirect],
-                },
-                Chain {
-                    name: ISTIO_OUTPUT,
-                    rules: vec![output],
-                },
-            ],
+            chains: [
+                (OUTPUT, vec![]),
+                (ISTIO_INBOUND, vec![inbound]),
+                (ISTIO_IN_REDIRECT, vec![redirect]),
+                (ISTIO_OUTPUT, vec![output]),
+            ]
+            .map(|(name, rules)| Chain { name, rules })
+            .to_vec(),
         }],
     }
 }
