@@ -220,17 +220,21 @@ fn every_capture_vector_round_trips() {
     assert_eq!(n, 18);
 }
 
+/// A `NEWRULE` message around `body` (`nfgenmsg` + attributes), its header zeroed but for length and type.
+fn newrule(body: &[u8]) -> Vec<u8> {
+    let mut m = (16 + body.len() as u32).to_ne_bytes().to_vec();
+    m.extend_from_slice(&nft_type(NFT_MSG_NEWRULE).to_ne_bytes());
+    m.extend_from_slice(&[0; 10]);
+    m.extend_from_slice(body);
+    m
+}
+
 #[test]
 fn decoder_rejects_garbage_without_panicking() {
     assert!(decode::messages(&[1, 2, 3]).is_err());
     assert!(decode::messages(&hex("0800000000000000")).is_err()); // length 8 < header
-    let mut m = hex(NFT_RULE_INBOUND);
-    m.truncate(40);
-    let mut full = (16 + m.len() as u32).to_ne_bytes().to_vec();
-    full.extend_from_slice(&nft_type(NFT_MSG_NEWRULE).to_ne_bytes());
-    full.extend_from_slice(&[0; 10]);
-    full.extend_from_slice(&m);
-    let msgs = decode::messages(&full).unwrap();
+    let truncated = newrule(&hex(NFT_RULE_INBOUND)[..40]);
+    let msgs = decode::messages(&truncated).unwrap();
     assert!(decode::rule(&msgs[0]).is_err());
 }
 
@@ -241,12 +245,7 @@ fn mutated_messages_never_panic_the_decoder() {
     let b = batch(&sample(), &no_groups, Some(3), 1, true).unwrap();
     let mut inputs = vec![b.bytes.clone()];
     for body in [NFT_RULE_OUTPUT, NFT_RULE_INBOUND, NFT_SETELEM] {
-        let body = hex(body);
-        let mut m = (16 + body.len() as u32).to_ne_bytes().to_vec();
-        m.extend_from_slice(&nft_type(NFT_MSG_NEWRULE).to_ne_bytes());
-        m.extend_from_slice(&[0; 10]);
-        m.extend_from_slice(&body);
-        inputs.push(m);
+        inputs.push(newrule(&hex(body)));
     }
     let probe = |data: &[u8]| {
         if let Ok(msgs) = decode::messages(data) {
