@@ -39,6 +39,7 @@ fn only_our_own_closed_directories_count() {
 fn links_live_in_a_private_directory_reached_through_its_descriptor() {
     let _serial = SERIAL.lock();
     let (path, dir) = link("iptables-test-save", Path::new("/bin/true")).unwrap();
+    let link_to = |t: &str| link("iptables-test-save", Path::new(t)).unwrap().0;
     assert!(path.starts_with("/proc/self/fd/"), "{path:?}");
     assert_eq!(path.file_name().unwrap(), "iptables-test-save");
     assert_eq!(std::fs::read_link(&path).unwrap(), Path::new("/bin/true"));
@@ -46,25 +47,12 @@ fn links_live_in_a_private_directory_reached_through_its_descriptor() {
     assert_eq!(m.mode() & 0o7777, 0o700);
     assert_eq!(m.uid(), nix::unistd::geteuid().as_raw());
     // The same pair again: the same link; another target under the same name: another directory.
-    assert_eq!(
-        link("iptables-test-save", Path::new("/bin/true"))
-            .unwrap()
-            .0,
-        path
-    );
-    let other = link("iptables-test-save", Path::new("/bin/false"))
-        .unwrap()
-        .0;
-    assert_ne!(other, path);
+    assert_eq!(link_to("/bin/true"), path);
+    assert_ne!(link_to("/bin/false"), path);
     assert!(link("a/b", Path::new("/bin/true")).is_err());
     // A link a temp-dir cleaner removed (only root can) is made again.
     std::fs::remove_file(&path).unwrap();
-    assert_eq!(
-        link("iptables-test-save", Path::new("/bin/true"))
-            .unwrap()
-            .0,
-        path
-    );
+    assert_eq!(link_to("/bin/true"), path);
     assert_eq!(std::fs::read_link(&path).unwrap(), Path::new("/bin/true"));
     let name = DIR
         .lock()

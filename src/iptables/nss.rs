@@ -1,7 +1,5 @@
 //! Whether the node tools need files-only NSS (see [`super::tool::Tool::command`]).
 
-use std::path::{Path, PathBuf};
-
 /// NSS sources that answer locally and quickly; anything else (ldap, sss, nis, winbind, ...) may need the
 /// network, and then every iptables child gets the isolation described in [`super::tool::Tool::command`].
 const LOCAL_NSS_SOURCES: [&str; 4] = ["files", "compat", "systemd", "db"];
@@ -20,29 +18,18 @@ pub fn nss_may_block(nsswitch: &str) -> bool {
     })
 }
 
-/// [`nss_may_block`] for the nsswitch.conf the tools will see (under the host root when there is one).
-/// Read once per process and root: a dual-stack ADD starts two iptables children.
-pub fn isolate_nss(root: Option<&Path>) -> bool {
-    static SEEN: std::sync::Mutex<Option<(Option<PathBuf>, bool)>> = std::sync::Mutex::new(None);
-    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((r, isolate)) = seen.as_ref() {
-        if r.as_deref() == root {
-            return *isolate;
+/// [`nss_may_block`] for our own root's nsswitch.conf: a tool run through the node's loader reads ours too,
+/// so that is the one that counts. Read once per process: a dual-stack ADD starts two iptables children.
+pub fn isolate_nss() -> bool {
+    static SEEN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SEEN.get_or_init(|| {
+        let path = "/etc/nsswitch.conf";
+        let isolate = std::fs::read_to_string(path)
+            .map(|t| nss_may_block(&t))
+            .unwrap_or(false);
+        if isolate {
+            log::debug!("{path} names a remote passwd/group source: iptables get files-only NSS");
         }
-    }
-    let path = match root {
-        Some(r) => r.join("etc/nsswitch.conf"),
-        None => PathBuf::from("/etc/nsswitch.conf"),
-    };
-    let isolate = std::fs::read_to_string(&path)
-        .map(|t| nss_may_block(&t))
-        .unwrap_or(false);
-    if isolate {
-        log::debug!(
-            "{} names a remote passwd/group source: iptables get files-only NSS",
-            path.display()
-        );
-    }
-    *seen = Some((root.map(Path::to_path_buf), isolate));
-    isolate
+        isolate
+    })
 }

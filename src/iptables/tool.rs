@@ -141,7 +141,7 @@ impl Tool {
                 c.env("XTABLES_LIBDIR", x);
             }
         }
-        let isolate = isolate_nss(None);
+        let isolate = isolate_nss();
         if keep_open.is_none() && !isolate {
             return Ok(c);
         }

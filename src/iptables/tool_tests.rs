@@ -15,15 +15,11 @@ fn only_remote_nss_sources_need_isolation() {
     assert!(!nss_may_block("hosts: files ldap\n"));
 }
 
-fn tmp(tag: &str) -> PathBuf {
-    crate::fsutil::test_dir(&format!("tool-{tag}"))
-}
-
 #[test]
 fn absolute_symlinks_resolve_against_the_given_root() {
     use std::os::unix::fs::symlink;
     // A node root shaped like Debian's: usrmerge (/sbin -> usr/sbin), alternatives with absolute links.
-    let root = tmp("root");
+    let root = crate::fsutil::test_dir("tool-root");
     for d in ["usr/sbin", "etc/alternatives", "usr/lib/x86_64-linux-gnu"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }

@@ -4,11 +4,11 @@
 
 use super::*;
 use crate::netlink::NLM_F_ACK;
-use crate::nftables::decode;
 use crate::nftables::generate::generate;
 use crate::nftables::lower::{lower, no_groups};
 use crate::nftables::model::*;
-use crate::redirect::values::IfaceName;
+use crate::nftables::{decode, emit};
+use crate::redirect::values::{Cidr, IfaceName};
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -17,38 +17,24 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-fn lo4() -> Item {
-    Item::Addr {
-        saddr: false,
-        neq: true,
-        text: "127.0.0.1/32".into(),
-        net: "127.0.0.1/32".parse().unwrap(),
-    }
-}
-
 /// The three rules and four chains captured from nft.
 fn sample() -> Ruleset {
     let inbound = vec![
         Item::L4(Proto::Tcp),
-        crate::nftables::emit::tcp_dport(false, 15008),
+        emit::tcp_dport(false, 15008),
         Item::Counter,
         Item::Return,
     ];
     let output = vec![
         Item::Oif(IfaceName::parse("lo").unwrap()),
         Item::L4(Proto::Tcp),
-        lo4(),
+        emit::cidr(false, true, &Cidr::parse("127.0.0.1/32").unwrap()),
         Item::PortSet {
             proto: Proto::Tcp,
             neq: true,
             ports: vec![53, 15008],
         },
-        Item::Owner {
-            gid: false,
-            meta: false,
-            neq: false,
-            id: Owner::Id(1337),
-        },
+        emit::owner(false, false, false, Owner::Id(1337)),
         Item::Counter,
         Item::Jump(ISTIO_IN_REDIRECT),
     ];
@@ -56,24 +42,14 @@ fn sample() -> Ruleset {
     Ruleset {
         tables: vec![TableSet {
             table: Table::Nat,
-            chains: vec![
-                Chain {
-                    name: OUTPUT,
-                    rules: vec![],
-                },
-                Chain {
-                    name: ISTIO_INBOUND,
-                    rules: vec![inbound],
-                },
-                Chain {
-                    name: ISTIO_IN_REDIRECT,
-                    rules: vec![redirect],
-                },
-                Chain {
-                    name: ISTIO_OUTPUT,
-                    rules: vec![output],
-                },
-            ],
+            chains: [
+                (OUTPUT, vec![]),
+                (ISTIO_INBOUND, vec![inbound]),
+                (ISTIO_IN_REDIRECT, vec![redirect]),
+                (ISTIO_OUTPUT, vec![output]),
+            ]
+            .map(|(name, rules)| Chain { name, rules })
+            .to_vec(),
         }],
     }
 }
@@ -244,17 +220,21 @@ fn every_capture_vector_round_trips() {
     assert_eq!(n, 18);
 }
 
+/// A `NEWRULE` message around `body` (`nfgenmsg` + attributes), its header zeroed but for length and type.
+fn newrule(body: &[u8]) -> Vec<u8> {
+    let mut m = (16 + body.len() as u32).to_ne_bytes().to_vec();
+    m.extend_from_slice(&nft_type(NFT_MSG_NEWRULE).to_ne_bytes());
+    m.extend_from_slice(&[0; 10]);
+    m.extend_from_slice(body);
+    m
+}
+
 #[test]
 fn decoder_rejects_garbage_without_panicking() {
     assert!(decode::messages(&[1, 2, 3]).is_err());
     assert!(decode::messages(&hex("0800000000000000")).is_err()); // length 8 < header
-    let mut m = hex(NFT_RULE_INBOUND);
-    m.truncate(40);
-    let mut full = (16 + m.len() as u32).to_ne_bytes().to_vec();
-    full.extend_from_slice(&nft_type(NFT_MSG_NEWRULE).to_ne_bytes());
-    full.extend_from_slice(&[0; 10]);
-    full.extend_from_slice(&m);
-    let msgs = decode::messages(&full).unwrap();
+    let truncated = newrule(&hex(NFT_RULE_INBOUND)[..40]);
+    let msgs = decode::messages(&truncated).unwrap();
     assert!(decode::rule(&msgs[0]).is_err());
 }
 
@@ -265,12 +245,7 @@ fn mutated_messages_never_panic_the_decoder() {
     let b = batch(&sample(), &no_groups, Some(3), 1, true).unwrap();
     let mut inputs = vec![b.bytes.clone()];
     for body in [NFT_RULE_OUTPUT, NFT_RULE_INBOUND, NFT_SETELEM] {
-        let body = hex(body);
-        let mut m = (16 + body.len() as u32).to_ne_bytes().to_vec();
-        m.extend_from_slice(&nft_type(NFT_MSG_NEWRULE).to_ne_bytes());
-        m.extend_from_slice(&[0; 10]);
-        m.extend_from_slice(&body);
-        inputs.push(m);
+        inputs.push(newrule(&hex(body)));
     }
     let probe = |data: &[u8]| {
         if let Ok(msgs) = decode::messages(data) {

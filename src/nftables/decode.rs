@@ -78,6 +78,11 @@ fn be32(a: &[(u16, &[u8])], ty: u16) -> Result<u32> {
     Ok(u32::from_be_bytes(arr))
 }
 
+/// [`be32`] of an optional attribute, 0 when absent.
+fn be32_or0(a: &[(u16, &[u8])], ty: u16) -> Result<u32> {
+    get(a, ty).map_or(Ok(0), |_| be32(a, ty))
+}
+
 fn string(p: &[u8]) -> String {
     let end = p.iter().position(|&c| c == 0).unwrap_or(p.len());
     String::from_utf8_lossy(&p[..end]).into_owned()
@@ -159,7 +164,7 @@ fn known(name: &str, d: &[(u16, &[u8])]) -> Result<Expr> {
             sreg: be32(d, 2)?,
             set: str_attr(d, 1)?,
             set_id: if has(4) { Some(be32(d, 4)?) } else { None },
-            flags: if has(5) { be32(d, 5)? } else { 0 },
+            flags: be32_or0(d, 5)?,
         },
         "immediate" => Expr::Immediate {
             dreg: be32(d, 1)?,
@@ -168,7 +173,7 @@ fn known(name: &str, d: &[(u16, &[u8])]) -> Result<Expr> {
         "counter" => Expr::Counter,
         "redir" => Expr::Redir {
             reg_min: be32(d, 1)?,
-            flags: if has(3) { be32(d, 3)? } else { 0 },
+            flags: be32_or0(d, 3)?,
         },
         "tproxy" => Expr::Tproxy {
             family: be32(d, 1)?,
@@ -270,11 +275,7 @@ pub fn table_name(m: &Msg) -> Result<String> {
 /// A table's name and flags (`NFT_TABLE_F_DORMANT` = 1: none of its chains is hooked).
 pub fn table(m: &Msg) -> Result<(String, u32)> {
     let a = nft_attrs(m)?;
-    let flags = if get(&a, NFTA_TABLE_FLAGS).is_some() {
-        be32(&a, NFTA_TABLE_FLAGS)?
-    } else {
-        0
-    };
+    let flags = be32_or0(&a, NFTA_TABLE_FLAGS)?;
     Ok((str_attr(&a, NFTA_TABLE_NAME)?, flags))
 }
 

@@ -19,7 +19,6 @@ pub const NFT_MSG_GETCHAIN: u16 = 4;
 pub const NFT_MSG_NEWRULE: u16 = 6;
 pub const NFT_MSG_GETRULE: u16 = 7;
 pub const NFT_MSG_NEWSET: u16 = 9;
-pub const NFT_MSG_GETSET: u16 = 10;
 pub const NFT_MSG_NEWSETELEM: u16 = 12;
 pub const NFT_MSG_GETSETELEM: u16 = 13;
 pub const NFT_MSG_NEWGEN: u16 = 15;

@@ -2,18 +2,16 @@ use super::*;
 use crate::netfilter::{NF_DROP, NF_INET_LOCAL_OUT, NF_INET_PRE_ROUTING};
 
 fn ours() -> Vec<OurHook> {
-    vec![
-        OurHook {
-            hooknum: NF_INET_PRE_ROUTING,
-            priority: -100,
-            label: "inet istio-proxy-nat prerouting (priority -100)".into(),
-        },
-        OurHook {
-            hooknum: NF_INET_LOCAL_OUT,
-            priority: -100,
-            label: "inet istio-proxy-nat output (priority -100)".into(),
-        },
+    [
+        (NF_INET_PRE_ROUTING, "prerouting"),
+        (NF_INET_LOCAL_OUT, "output"),
     ]
+    .map(|(hooknum, c)| OurHook {
+        hooknum,
+        priority: -100,
+        label: format!("inet istio-proxy-nat {c} (priority -100)"),
+    })
+    .to_vec()
 }
 
 fn chain(family: u8, name: &str, hooknum: u32, priority: i32) -> BaseChain {

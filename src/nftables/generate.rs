@@ -63,18 +63,11 @@ pub fn generate(cfg: &CaptureConfig) -> Result<Transaction> {
     let l4 = || Item::L4(Tcp);
 
     // 1. Excluded interfaces.
-    for x in &cfg.exclude_interfaces {
-        tx.add(Nat, PREROUTING, vec![Item::Iif(x.clone()), Counter, Return]);
-        tx.add(Nat, OUTPUT, vec![Item::Oif(x.clone()), Counter, Return]);
-    }
-    if tproxy {
+    let tables: &[Table] = if tproxy { &[Nat, Mangle] } else { &[Nat] };
+    for &t in tables {
         for x in &cfg.exclude_interfaces {
-            tx.add(
-                Mangle,
-                PREROUTING,
-                vec![Item::Iif(x.clone()), Counter, Return],
-            );
-            tx.add(Mangle, OUTPUT, vec![Item::Oif(x.clone()), Counter, Return]);
+            tx.add(t, PREROUTING, vec![Item::Iif(x.clone()), Counter, Return]);
+            tx.add(t, OUTPUT, vec![Item::Oif(x.clone()), Counter, Return]);
         }
     }
     // 2. Virtual interfaces.

@@ -56,23 +56,18 @@ pub(super) fn inbound(tx: &mut Tx, cfg: &CaptureConfig, lo4: &dyn Fn(bool) -> It
         Ports::List(ports) => ports.iter().map(|&p| Some(p)).collect(),
     };
     for d in dports {
-        let dm: Vec<Item> = d.map(|p| tcp_dport(false, p)).into_iter().collect();
+        // `head`, then the port match of this capture rule (none with `*`), then the jump `to`.
+        let rule = |mut head: Vec<Item>, to: &'static str| {
+            head.extend(d.map(|p| tcp_dport(false, p)));
+            head.extend([Counter, Item::Jump(to)]);
+            head
+        };
         match target {
-            Some(t) => {
-                let mut r = vec![l4()];
-                r.extend(dm.iter().cloned());
-                r.extend([Counter, Item::Jump(t)]);
-                tx.add(Nat, ISTIO_INBOUND, r);
-            }
+            Some(t) => tx.add(Nat, ISTIO_INBOUND, rule(vec![l4()], t)),
             None => {
-                let mut r = vec![l4(), Item::CtState(CT_STATE_RELATED | CT_STATE_ESTABLISHED)];
-                r.extend(dm.iter().cloned());
-                r.extend([Counter, Item::Jump(ISTIO_DIVERT)]);
-                tx.add(Mangle, ISTIO_INBOUND, r);
-                let mut r = vec![l4()];
-                r.extend(dm);
-                r.extend([Counter, Item::Jump(ISTIO_TPROXY)]);
-                tx.add(Mangle, ISTIO_INBOUND, r);
+                let est = Item::CtState(CT_STATE_RELATED | CT_STATE_ESTABLISHED);
+                tx.add(Mangle, ISTIO_INBOUND, rule(vec![l4(), est], ISTIO_DIVERT));
+                tx.add(Mangle, ISTIO_INBOUND, rule(vec![l4()], ISTIO_TPROXY));
             }
         }
     }

@@ -10,7 +10,7 @@ use super::decode::{self, Msg};
 use super::encode::{self, Attrs, NFT_TABLE_F_DORMANT};
 use super::foreign::{self, BaseChain, Rules};
 use super::model::Table;
-use super::socket::{view, Socket};
+use super::socket::Socket;
 use super::state::{self, ChainState, Tables};
 use crate::error::{Error, Result};
 use crate::netfilter::{OurHook, NFPROTO_INET, NFPROTO_UNSPEC};
@@ -97,12 +97,15 @@ impl<'s> Reader<'s> {
 /// The ruleset generation id.
 pub fn genid(s: &mut Socket) -> Result<u32> {
     let seq = s.next_seq(1);
-    let gen = s.request("read the ruleset generation", &encode::getgen_request(seq))?;
-    gen.iter()
-        .find(|(k, _)| *k == encode::nft_type(encode::NFT_MSG_NEWGEN))
-        .map(|(k, b)| decode::gen_id(&view(*k, b)))
-        .transpose()?
-        .ok_or_else(|| Error::other("nftables: no generation id in the reply"))
+    let mut id = None;
+    let req = encode::getgen_request(seq);
+    s.dump("read the ruleset generation", &req, &mut |m| {
+        if id.is_none() && m.kind == encode::nft_type(encode::NFT_MSG_NEWGEN) {
+            id = Some(decode::gen_id(m)?);
+        }
+        Ok(())
+    })?;
+    id.ok_or_else(|| Error::other("nftables: no generation id in the reply"))
 }
 
 /// The first read: generation id, our tables with their flags, and the foreign tables that are dormant.

@@ -111,18 +111,6 @@ impl Socket {
         Ok(failures)
     }
 
-    /// Sends a request and returns every reply message body up to `NLMSG_DONE` (or a single non-multipart
-    /// reply), as owned `(kind, body)` pairs. A kernel error is returned as `Err`. For small replies (the
-    /// generation id); dumps go through [`Socket::dump`].
-    pub fn request(&mut self, what: &str, req: &[u8]) -> Result<Vec<(u16, Vec<u8>)>> {
-        let mut out = Vec::new();
-        self.dump(what, req, &mut |m| {
-            out.push((m.kind, m.body.to_vec()));
-            Ok(())
-        })?;
-        Ok(out)
-    }
-
     /// Sends a request and hands every reply message to `f` as it is received, up to `NLMSG_DONE` (or a
     /// single non-multipart reply): nothing is buffered beyond one receive. A kernel error is returned as
     /// `Err`, and so is an error from `f`, which leaves the rest of the dump unread: drop the socket then.
@@ -164,15 +152,5 @@ impl Socket {
                 return Ok(());
             }
         }
-    }
-}
-
-/// Rebuilds a [`Msg`] view over an owned reply.
-pub fn view(kind: u16, body: &[u8]) -> Msg<'_> {
-    Msg {
-        kind,
-        flags: 0,
-        seq: 0,
-        body,
     }
 }

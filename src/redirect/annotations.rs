@@ -55,16 +55,23 @@ fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Error {
     }
 }
 
+/// Annotation `key` of `pod` read by `parse` (`None` when absent); a bad value names the key.
+fn parsed<T>(
+    pod: &PodInfo,
+    key: &str,
+    parse: impl Fn(&str) -> std::result::Result<T, String>,
+) -> Result<Option<T>> {
+    let v = pod.annotations.get(key);
+    v.map(|v| parse(v).map_err(|r| invalid(key, v, r)))
+        .transpose()
+}
+
 /// Ports where `*` cannot be rendered as a rule (upstream accepts it and then fails in iptables-restore).
-fn port_list(key: &str, v: &str) -> Result<Vec<u16>> {
+fn port_list(v: &str) -> std::result::Result<Vec<u16>, String> {
     if v.trim() == "*" {
-        return Err(invalid(
-            key,
-            v,
-            "a wildcard is not supported here; list the ports",
-        ));
+        return Err("a wildcard is not supported here; list the ports".into());
     }
-    parse_port_list(v).map_err(|r| invalid(key, v, r))
+    parse_port_list(v)
 }
 
 fn proxy_id(v: Option<i64>, what: &str) -> Result<u32> {
@@ -102,7 +109,6 @@ impl Redirect {
             ),
         };
         let exclude_ip_ranges = match ann(EXCLUDE_OUTBOUND_IP_RANGES) {
-            None => Vec::new(),
             Some(v) if v.trim() == "*" => {
                 return Err(invalid(
                     EXCLUDE_OUTBOUND_IP_RANGES,
@@ -110,15 +116,14 @@ impl Redirect {
                     "a wildcard is not allowed in the exclude list",
                 ))
             }
-            Some(v) => parse_cidr_list(v).map_err(|r| invalid(EXCLUDE_OUTBOUND_IP_RANGES, v, r))?,
+            _ => parsed(pod, EXCLUDE_OUTBOUND_IP_RANGES, parse_cidr_list)?.unwrap_or_default(),
         };
         // Upstream reads the inbound excludes only when the include is `*`, so an exclude `*` is harmless
         // with an explicit (even empty) include list and cannot be programmed with `*`.
-        let exclude_inbound = ann(EXCLUDE_INBOUND_PORTS);
-        let exclude_wildcard = exclude_inbound.filter(|v| v.trim() == "*");
-        let mut exclude_inbound_ports = match exclude_inbound {
-            Some(v) if exclude_wildcard.is_none() => port_list(EXCLUDE_INBOUND_PORTS, v)?,
-            _ => Vec::new(),
+        let exclude_wildcard = ann(EXCLUDE_INBOUND_PORTS).filter(|v| v.trim() == "*");
+        let mut exclude_inbound_ports = match exclude_wildcard {
+            None => parsed(pod, EXCLUDE_INBOUND_PORTS, parse_port_list)?.unwrap_or_default(),
+            Some(_) => Vec::new(),
         };
         exclude_inbound_ports.extend(ALWAYS_EXCLUDED_INBOUND);
         let mut seen = Vec::new();
@@ -141,27 +146,16 @@ impl Redirect {
                  (includeInboundPorts \"*\"); list the ports",
             ));
         }
-        let exclude_outbound_ports = match ann(EXCLUDE_OUTBOUND_PORTS) {
-            None => vec![DEFAULT_EXCLUDED_OUTBOUND],
-            Some(v) => port_list(EXCLUDE_OUTBOUND_PORTS, v)?,
-        };
-        let include_outbound_ports = match ann(INCLUDE_OUTBOUND_PORTS) {
-            None => Vec::new(),
-            Some(v) => port_list(INCLUDE_OUTBOUND_PORTS, v)?,
-        };
-        let exclude_interfaces = match ann(EXCLUDE_INTERFACES) {
-            None => Vec::new(),
-            Some(v) => parse_iface_list(v).map_err(|r| invalid(EXCLUDE_INTERFACES, v, r))?,
-        };
+        let exclude_outbound_ports = parsed(pod, EXCLUDE_OUTBOUND_PORTS, port_list)?
+            .unwrap_or_else(|| vec![DEFAULT_EXCLUDED_OUTBOUND]);
+        let include_outbound_ports =
+            parsed(pod, INCLUDE_OUTBOUND_PORTS, port_list)?.unwrap_or_default();
+        let exclude_interfaces =
+            parsed(pod, EXCLUDE_INTERFACES, parse_iface_list)?.unwrap_or_default();
         let reroute_virtual_interfaces =
-            match (ann(REROUTE_VIRTUAL_INTERFACES), ann(KUBEVIRT_INTERFACES)) {
-                (Some(v), _) => {
-                    parse_iface_list(v).map_err(|r| invalid(REROUTE_VIRTUAL_INTERFACES, v, r))?
-                }
-                (None, Some(v)) => {
-                    parse_iface_list(v).map_err(|r| invalid(KUBEVIRT_INTERFACES, v, r))?
-                }
-                (None, None) => Vec::new(),
+            match parsed(pod, REROUTE_VIRTUAL_INTERFACES, parse_iface_list)? {
+                Some(l) => l,
+                None => parsed(pod, KUBEVIRT_INTERFACES, parse_iface_list)?.unwrap_or_default(),
             };
 
         let (uid, gid, env) = match &pod.proxy {

@@ -1,6 +1,7 @@
 //! The rule builder shared by the generation steps: per-family rule lists (IPv6 only when enabled),
 //! appends, inserts and "versioned" rules whose address differs per family (upstream `IptablesRuleBuilder`).
 
+use super::capture::CaptureConfig;
 use super::restore::{Op, Rule, Table};
 use super::values::{Cidr, IpRanges};
 
@@ -70,12 +71,6 @@ impl Builder {
         self.push(false, table, chain, Op::Append, params.clone());
         self.push(true, table, chain, Op::Append, params);
     }
-    pub fn append_v4(&mut self, table: Table, chain: &'static str, params: Vec<String>) {
-        self.push(false, table, chain, Op::Append, params);
-    }
-    pub fn append_v6(&mut self, table: Table, chain: &'static str, params: Vec<String>) {
-        self.push(true, table, chain, Op::Append, params);
-    }
     pub fn insert(&mut self, table: Table, chain: &'static str, pos: u32, params: Vec<String>) {
         self.push(false, table, chain, Op::Insert(pos), params.clone());
         self.push(true, table, chain, Op::Insert(pos), params);
@@ -104,6 +99,12 @@ impl Builder {
         self.push(false, table, chain, Op::Append, subst(v4));
         self.push(true, table, chain, Op::Append, subst(v6));
     }
+}
+
+/// The proxy's ids with their `-m owner` flag: every uid (`--uid-owner`), then every gid (`--gid-owner`).
+pub(crate) fn owner_ids(cfg: &CaptureConfig) -> impl Iterator<Item = (&'static str, u32)> + '_ {
+    let uids = cfg.proxy_uids.iter().map(|id| ("--uid-owner", *id));
+    uids.chain(cfg.proxy_gids.iter().map(|id| ("--gid-owner", *id)))
 }
 
 /// Include ranges of one family (upstream `NetworkRange`).

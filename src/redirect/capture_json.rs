@@ -43,11 +43,13 @@ fn bad(key: &str, reason: impl std::fmt::Display) -> Error {
     Error::Decode(format!("{WHAT}: field {key:?}: {reason}"))
 }
 
-fn cidrs(key: &str, s: &str) -> Result<Vec<Cidr>> {
-    s.split(',')
-        .filter(|c| !c.is_empty())
-        .map(|c| Cidr::parse(c).map_err(|r| bad(key, r)))
-        .collect()
+/// Field `key` (read by `s`) as a `config.Split` list, each element read by `parse`.
+fn list<T>(
+    s: &dyn Fn(&str) -> Result<String>,
+    key: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>> {
+    split_list(&s(key)?, parse).map_err(|r| bad(key, r))
 }
 
 impl CaptureConfig {
@@ -70,8 +72,6 @@ impl CaptureConfig {
             v.parse::<u32>()
                 .map_err(|_| bad(k, format!("{v} is out of range")))
         };
-        let ports =
-            |k: &str| -> Result<Vec<u16>> { split_list(&s(k)?, parse_port).map_err(|r| bad(k, r)) };
         let servers = |k: &str, v6: bool| -> Result<Vec<IpText>> {
             json::opt_string_list(o, k, WHAT)?
                 .unwrap_or_default()
@@ -101,16 +101,13 @@ impl CaptureConfig {
         };
         let inbound_ports_include = match s("inbound_ports_include")?.as_str() {
             "*" => Ports::All,
-            v => {
-                Ports::List(split_list(v, parse_port).map_err(|r| bad("inbound_ports_include", r))?)
-            }
+            _ => Ports::List(list(&s, "inbound_ports_include", parse_port)?),
         };
         let outbound_ip_ranges_include = match s("outbound_ip_ranges_include")?.as_str() {
             "*" => IpRanges::All,
-            v => IpRanges::List(cidrs("outbound_ip_ranges_include", v)?),
+            _ => IpRanges::List(list(&s, "outbound_ip_ranges_include", Cidr::parse)?),
         };
-        let exclude = s("outbound_ip_ranges_exclude")?;
-        if exclude == "*" {
+        if s("outbound_ip_ranges_exclude")? == "*" {
             return Err(bad(
                 "outbound_ip_ranges_exclude",
                 "invalid value for OUTBOUND_IP_RANGES_EXCLUDE (a wildcard cannot be excluded)",
@@ -121,29 +118,24 @@ impl CaptureConfig {
             proxy_port: port("proxy_port")?,
             inbound_capture_port: port("inbound_capture_port")?,
             inbound_tunnel_port: port("inbound_tunnel_port")?,
-            proxy_uids: split_list(&s("proxy_uid")?, parse_id).map_err(|r| bad("proxy_uid", r))?,
-            proxy_gids: split_list(&s("proxy_gid")?, parse_id).map_err(|r| bad("proxy_gid", r))?,
+            proxy_uids: list(&s, "proxy_uid", parse_id)?,
+            proxy_gids: list(&s, "proxy_gid", parse_id)?,
             mode,
             tproxy_mark: number("inbound_tproxy_mark")?,
             tproxy_route_table: number("inbound_tproxy_route_table")?,
             inbound_ports_include,
-            inbound_ports_exclude: ports("inbound_ports_exclude")?,
+            inbound_ports_exclude: list(&s, "inbound_ports_exclude", parse_port)?,
             owner_groups: OwnerGroups::parse(
                 &s("owner_groups_include")?,
                 &s("owner_groups_exclude")?,
             )
             .map_err(|r| bad("owner_groups_include/owner_groups_exclude", r))?,
-            outbound_ports_include: ports("outbound_ports_include")?,
-            outbound_ports_exclude: ports("outbound_ports_exclude")?,
+            outbound_ports_include: list(&s, "outbound_ports_include", parse_port)?,
+            outbound_ports_exclude: list(&s, "outbound_ports_exclude", parse_port)?,
             outbound_ip_ranges_include,
-            outbound_ip_ranges_exclude: cidrs("outbound_ip_ranges_exclude", &exclude)?,
-            reroute_virtual_interfaces: split_list(
-                &s("reroute_virtual_interfaces")?,
-                IfaceName::parse,
-            )
-            .map_err(|r| bad("reroute_virtual_interfaces", r))?,
-            exclude_interfaces: split_list(&s("exclude_interfaces")?, IfaceName::parse)
-                .map_err(|r| bad("exclude_interfaces", r))?,
+            outbound_ip_ranges_exclude: list(&s, "outbound_ip_ranges_exclude", Cidr::parse)?,
+            reroute_virtual_interfaces: list(&s, "reroute_virtual_interfaces", IfaceName::parse)?,
+            exclude_interfaces: list(&s, "exclude_interfaces", IfaceName::parse)?,
             redirect_dns: b("redirect_dns")?,
             drop_invalid: b("drop_invalid")?,
             capture_all_dns: b("capture_all_dns")?,
@@ -157,10 +149,11 @@ impl CaptureConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    const BASE: &str = r#"{"proxy_port":"15001","inbound_capture_port":"15006","inbound_tunnel_port":"15008",
+    /// Upstream's `constructTestConfig` base (the rule tests' too).
+    pub(in crate::redirect) const BASE: &str = r#"{"proxy_port":"15001","inbound_capture_port":"15006","inbound_tunnel_port":"15008",
         "proxy_uid":"1337","proxy_gid":"1337","inbound_tproxy_mark":"1337","inbound_tproxy_route_table":"133",
         "owner_groups_include":"*","host_ipv4_loopback_cidr":"127.0.0.1/32"}"#;
 

@@ -6,7 +6,7 @@ use super::annotations::InterceptionMode;
 pub use super::builder::RuleSet;
 use super::builder::*;
 use super::capture::{CaptureConfig, OwnerGroups, TproxyRoute};
-use super::restore::{restore_text, Table};
+use super::restore::{restore_text, Op, Table};
 use super::rules_dns::dns_rules;
 use super::rules_steps::{inbound, include_ranges, tproxy_rules};
 use crate::error::Result;
@@ -119,41 +119,37 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
     );
     // 10, 11. Proxy uid/gid.
     let loopback_included = inc4.has_loopback || inc6.has_loopback;
-    for (ids, flag, multiport) in [
-        (&cfg.proxy_uids, "--uid-owner", dns),
-        (&cfg.proxy_gids, "--gid-owner", false),
-    ] {
-        for id in ids.iter() {
-            let mut p = args!["-o", "lo", "!", "-d", VERSIONED, "-p", "tcp"];
-            if multiport {
-                p.extend(args!["-m", "multiport", "!", "--dports", format!("53,{tunnel}")]);
-            } else {
-                p.extend(args!["!", "--dport", tunnel]);
-            }
-            p.extend(args!["-m", "owner", flag, id, "-j", ISTIO_IN_REDIRECT]);
-            b.versioned(&lo4, lo6, Table::Nat, ISTIO_OUTPUT, p);
-            if !loopback_included {
-                if dns {
-                    b.append(
-                        Table::Nat,
-                        ISTIO_OUTPUT,
-                        args!["-o", "lo", "-p", "tcp", "!", "--dport", "53", "-m", "owner", "!",
-                              flag, id, "-j", "RETURN"],
-                    );
-                } else {
-                    b.append(
-                        Table::Nat,
-                        ISTIO_OUTPUT,
-                        args!["-o", "lo", "-m", "owner", "!", flag, id, "-j", "RETURN"],
-                    );
-                }
-            }
-            b.append(
-                Table::Nat,
-                ISTIO_OUTPUT,
-                args!["-m", "owner", flag, id, "-j", "RETURN"],
-            );
+    for (flag, id) in owner_ids(cfg) {
+        let mut p = args!["-o", "lo", "!", "-d", VERSIONED, "-p", "tcp"];
+        // Only the uid rules skip the DNS ports.
+        if dns && flag == "--uid-owner" {
+            p.extend(args!["-m", "multiport", "!", "--dports", format!("53,{tunnel}")]);
+        } else {
+            p.extend(args!["!", "--dport", tunnel]);
         }
+        p.extend(args!["-m", "owner", flag, id, "-j", ISTIO_IN_REDIRECT]);
+        b.versioned(&lo4, lo6, Table::Nat, ISTIO_OUTPUT, p);
+        if !loopback_included {
+            if dns {
+                b.append(
+                    Table::Nat,
+                    ISTIO_OUTPUT,
+                    args!["-o", "lo", "-p", "tcp", "!", "--dport", "53", "-m", "owner", "!",
+                          flag, id, "-j", "RETURN"],
+                );
+            } else {
+                b.append(
+                    Table::Nat,
+                    ISTIO_OUTPUT,
+                    args!["-o", "lo", "-m", "owner", "!", flag, id, "-j", "RETURN"],
+                );
+            }
+        }
+        b.append(
+            Table::Nat,
+            ISTIO_OUTPUT,
+            args!["-m", "owner", flag, id, "-j", "RETURN"],
+        );
     }
     // 12. Owner groups.
     match &cfg.owner_groups {
@@ -187,19 +183,9 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
         ISTIO_OUTPUT,
         args!["-d", VERSIONED, "-j", "RETURN"],
     );
-    for c in cfg
-        .outbound_ip_ranges_exclude
-        .iter()
-        .filter(|c| c.is_ipv4())
-    {
-        b.append_v4(Table::Nat, ISTIO_OUTPUT, args!["-d", c, "-j", "RETURN"]);
-    }
-    for c in cfg
-        .outbound_ip_ranges_exclude
-        .iter()
-        .filter(|c| !c.is_ipv4())
-    {
-        b.append_v6(Table::Nat, ISTIO_OUTPUT, args!["-d", c, "-j", "RETURN"]);
+    for c in &cfg.outbound_ip_ranges_exclude {
+        let rule = args!["-d", c, "-j", "RETURN"];
+        b.push(!c.is_ipv4(), Table::Nat, ISTIO_OUTPUT, Op::Append, rule);
     }
     // 16. Included outbound ports.
     for p in &cfg.outbound_ports_include {

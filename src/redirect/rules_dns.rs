@@ -14,11 +14,11 @@ pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
     // (IPv6?, servers, host prefix) for the per-server rules.
     let per_family = [(false, s4, "/32"), (true, s6, "/128")];
     b.append(Table::Raw, OUTPUT, args!["-j", ISTIO_OUTPUT_DNS]);
-    if all || !s4.is_empty() {
-        b.append_v4(Table::Nat, ISTIO_OUTPUT, args!["-j", ISTIO_OUTPUT_DNS]);
-    }
-    if all || !s6.is_empty() {
-        b.append_v6(Table::Nat, ISTIO_OUTPUT, args!["-j", ISTIO_OUTPUT_DNS]);
+    for (v6, servers, _) in per_family {
+        if all || !servers.is_empty() {
+            let rule = args!["-j", ISTIO_OUTPUT_DNS];
+            b.push(v6, Table::Nat, ISTIO_OUTPUT, Op::Append, rule);
+        }
     }
     // TCP, then UDP (`--to-port`, singular, as upstream).
     for (proto, to) in [("tcp", "--to-ports"), ("udp", "--to-port")] {
@@ -40,24 +40,19 @@ pub(crate) fn dns_rules(b: &mut Builder, cfg: &CaptureConfig) {
         }
     }
     // Conntrack zones: the proxy's own DNS traffic in zone 1 (upstream), its answers to apps in zone 2.
-    for (ids, flag) in [
-        (&cfg.proxy_uids, "--uid-owner"),
-        (&cfg.proxy_gids, "--gid-owner"),
-    ] {
-        for id in ids.iter() {
-            b.append(
-                Table::Raw,
-                ISTIO_OUTPUT_DNS,
-                args!["-p", "udp", "--dport", "53", "-m", "owner", flag, id,
-                      "-j", "CT", "--zone", "1"],
-            );
-            b.append(
-                Table::Raw,
-                ISTIO_OUTPUT_DNS,
-                args!["-p", "udp", "--sport", DNS_PORT, "-m", "owner", flag, id,
-                      "-j", "CT", "--zone", "2"],
-            );
-        }
+    for (flag, id) in owner_ids(cfg) {
+        b.append(
+            Table::Raw,
+            ISTIO_OUTPUT_DNS,
+            args!["-p", "udp", "--dport", "53", "-m", "owner", flag, id,
+                  "-j", "CT", "--zone", "1"],
+        );
+        b.append(
+            Table::Raw,
+            ISTIO_OUTPUT_DNS,
+            args!["-p", "udp", "--sport", DNS_PORT, "-m", "owner", flag, id,
+                  "-j", "CT", "--zone", "2"],
+        );
     }
     if all {
         b.append(Table::Raw, PREROUTING, args!["-j", ISTIO_INBOUND]);

@@ -113,20 +113,15 @@ pub(crate) fn tproxy_rules(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6:
         OUTPUT,
         args!["-p", "tcp", "-o", "lo", "-m", "mark", "--mark", mark, "-j", "RETURN"],
     );
-    for (ids, flag) in [
-        (&cfg.proxy_uids, "--uid-owner"),
-        (&cfg.proxy_gids, "--gid-owner"),
-    ] {
-        for id in ids.iter() {
-            b.versioned(
-                lo4,
-                lo6,
-                Table::Mangle,
-                OUTPUT,
-                args!["!", "-d", VERSIONED, "-p", "tcp", "-o", "lo", "-m", "owner", flag, id,
-                      "-j", "MARK", "--set-mark", OUTBOUND_MARK],
-            );
-        }
+    for (flag, id) in owner_ids(cfg) {
+        b.versioned(
+            lo4,
+            lo6,
+            Table::Mangle,
+            OUTPUT,
+            args!["!", "-d", VERSIONED, "-p", "tcp", "-o", "lo", "-m", "owner", flag, id,
+                  "-j", "MARK", "--set-mark", OUTBOUND_MARK],
+        );
     }
     b.append(
         Table::Mangle,

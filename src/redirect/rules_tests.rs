@@ -2,18 +2,13 @@
 
 use super::*;
 use crate::json;
+use crate::redirect::capture_json::tests::BASE;
 
-/// Upstream's `constructTestConfig` base, with `patch` (JSON members) on top.
+/// Upstream's `constructTestConfig` base ([`BASE`]), with `patch` (JSON members) on top.
 fn cfg(patch: &str) -> CaptureConfig {
-    let base = r#"{"proxy_port":"15001","inbound_capture_port":"15006","inbound_tunnel_port":"15008",
-        "proxy_uid":"1337","proxy_gid":"1337","inbound_tproxy_mark":"1337","inbound_tproxy_route_table":"133",
-        "owner_groups_include":"*","host_ipv4_loopback_cidr":"127.0.0.1/32""#;
-    let text = if patch.is_empty() {
-        format!("{base}}}")
-    } else {
-        format!("{base},{patch}}}")
-    };
-    CaptureConfig::from_json(&json::parse_object(&text, "t").unwrap()).unwrap()
+    let mut o = json::parse_object(BASE, "t").unwrap();
+    o.extend(json::parse_object(&format!("{{{patch}}}"), "patch").unwrap());
+    CaptureConfig::from_json(&o).unwrap()
 }
 
 fn lines(doc: &str) -> Vec<&str> {
