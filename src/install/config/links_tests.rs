@@ -190,8 +190,7 @@ fn the_watch_set_is_bounded_in_candidate_order() {
 
 #[test]
 fn the_effectful_walk_agrees_with_the_kernel() {
-    let root = std::env::temp_dir().join(format!("links-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = crate::fsutil::test_dir("links-test");
     for d in ["conf", "x", "e1"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
