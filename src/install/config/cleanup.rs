@@ -83,8 +83,5 @@ pub fn scan_and_remove(dir: &Path, owned_name: Option<&OsStr>) -> Result<Vec<Str
             }
         }
     }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(notes),
-    }
+    first_err.map_or(Ok(notes), Err)
 }
