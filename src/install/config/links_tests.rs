@@ -3,7 +3,7 @@
 use super::*;
 use std::collections::HashMap;
 
-const V: Version = Version {
+const V: Stamp = Stamp {
     dev: 1,
     ino: 7,
     size: 10,
@@ -124,7 +124,7 @@ fn links_to_links_and_linked_directories_record_every_directory() {
     fs2.0.insert(PathBuf::from("/y/e2"), Node::Dir);
     fs2.0.insert(
         PathBuf::from("/y/e2/c.conflist"),
-        Node::File(Version { ino: 8, ..V }),
+        Node::File(Stamp { ino: 8, ..V }),
     );
     assert_ne!(fs2.resolve("10.conflist"), c);
 }
