@@ -78,24 +78,31 @@ pub fn read_config(path: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
 /// rename by another writer changes the inode; an in-place write changes mtime/ctime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) size: u64,
+    pub(crate) mtime: (i64, i64),
+    pub(crate) ctime: (i64, i64),
+}
+
+impl Stamp {
+    /// The stamp of the file these metadata describe.
+    pub fn of(m: &fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
 }
 
 /// The [`Stamp`] of `path` (links followed); `None` when it does not exist.
 pub fn stamp(path: &Path) -> Result<Option<Stamp>> {
-    use std::os::unix::fs::MetadataExt;
     let m = existing(fs::metadata(path), || format!("stat {}", path.display()))?;
-    Ok(m.map(|m| Stamp {
-        dev: m.dev(),
-        ino: m.ino(),
-        size: m.size(),
-        mtime: (m.mtime(), m.mtime_nsec()),
-        ctime: (m.ctime(), m.ctime_nsec()),
-    }))
+    Ok(m.as_ref().map(Stamp::of))
 }
 
 /// Where a write to `path` must go: `path` itself, or, when it is a symlink, the file it points to (so

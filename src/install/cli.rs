@@ -141,13 +141,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
     preflight(&inst)?;
     if inst.settings.uninstall {
         // Removes what is there; creates nothing.
-        return Ok(match inst.cleanup() {
-            Ok(()) => 0,
-            Err(e) => {
-                log::error!("uninstall: {e}");
-                1
-            }
-        });
+        return Ok(cleaned_up(&inst, "uninstall"));
     }
     for d in [&inst.settings.mounted_cni_net_dir, &inst.settings.run_dir] {
         std::fs::create_dir_all(d).io_context(|| format!("create directory {}", d.display()))?;
@@ -215,25 +209,14 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
                 _ => "stop".to_string(),
             };
             // Replacement (a rolling update, a restart) or uninstall: read our DaemonSet first.
-            let started = std::time::Instant::now();
-            let d = super::handover::lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
-            log::info!(
-                "{sig}: {d} [decided in {} ms]",
-                started.elapsed().as_millis()
-            );
+            let d = decide_at_stop(&mut inst, &sig);
             if d.verdict == super::handover::Verdict::Keep {
                 if d.rule == super::handover::Rule::Replacement {
                     inst.release_no_primary();
                 }
                 return Ok(0);
             }
-            Ok(match inst.cleanup() {
-                Ok(()) => 0,
-                Err(e) => {
-                    log::error!("cleanup: {e}");
-                    1
-                }
-            })
+            Ok(cleaned_up(&inst, "cleanup"))
         }
         Err(e) => {
             // Upstream runs cleanup in a defer on every exit of the run. An error exit of the DaemonSet's
@@ -245,21 +228,34 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
                 // Whatever is still visible (the conf dir when a bin or run dir was the deleted one) keeps
                 // our entry, binary and kubeconfig for the next container.
                 log::info!("error exit for a restart: configuration, binary and kubeconfig kept");
-            } else if !inst.settings.once {
-                let started = std::time::Instant::now();
-                let d =
-                    super::handover::lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
-                log::info!(
-                    "error exit: {d} [decided in {} ms]",
-                    started.elapsed().as_millis()
-                );
-                if d.verdict != super::handover::Verdict::Keep {
-                    if let Err(ce) = inst.cleanup() {
-                        log::error!("cleanup: {ce}");
-                    }
-                }
+            } else if !inst.settings.once
+                && decide_at_stop(&mut inst, "error exit").verdict != super::handover::Verdict::Keep
+            {
+                cleaned_up(&inst, "cleanup");
             }
             Err(e)
+        }
+    }
+}
+
+/// The SIGTERM decision ([`super::handover`]), logged after `what` with the time it took.
+fn decide_at_stop(inst: &mut Installer, what: &str) -> super::handover::Decision {
+    let started = std::time::Instant::now();
+    let d = super::handover::lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
+    log::info!(
+        "{what}: {d} [decided in {} ms]",
+        started.elapsed().as_millis()
+    );
+    d
+}
+
+/// Cleans up; the exit code (a failure logged after `what`).
+fn cleaned_up(inst: &Installer, what: &str) -> i32 {
+    match inst.cleanup() {
+        Ok(()) => 0,
+        Err(e) => {
+            log::error!("{what}: {e}");
+            1
         }
     }
 }

@@ -204,45 +204,26 @@ impl Installer {
     }
 
     /// upstream `checkValidCNIConfig`, with the readiness invariant (see [`check::check`]).
-    pub fn check(&mut self) -> Outcome {
+    pub fn check(&self) -> Outcome {
         let s = &self.settings;
-        let dir_display = self.conf_dir_display();
         let listing = self.listing();
         let dir = self.conf_dir().to_path_buf();
         let entry = self.entry().to_object();
         let ctx = CheckCtx {
-            dir: &dir_display,
+            dir: &self.conf_dir_display(),
             chained: s.chained,
             owned: s.istio_owned.then_some(OsStr::new(&s.istio_owned_filename)),
             configured: self.configured.as_deref(),
             installed: self.installed.as_deref(),
             entry: &entry,
+            unmergeable: &self.unmergeable,
         };
         let read = |n: &OsStr| {
             fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)
                 .ok()
                 .flatten()
         };
-        let out = check::check(&ctx, &listing, &read);
-        let follows = s.chained && !s.istio_owned && self.configured.is_none();
-        match (&out, &listing) {
-            (Outcome::Valid { .. }, Ok(l)) if follows => {
-                let skip =
-                    |n: &OsStr, b: &[u8]| self.unmergeable.iter().any(|(u, ub)| u == n && ub == b);
-                match super::config::check::fallback_lacking(&l.valid, &entry, &read, &skip) {
-                    Some(f) => Outcome::Invalid {
-                        reason: format!(
-                            "{}/{} lacks our entry, and the container runtime falls back to it if the \
-                             files before it go",
-                            dir_display,
-                            shown(&f)
-                        ),
-                    },
-                    None => out,
-                }
-            }
-            _ => out,
-        }
+        check::check(&ctx, &listing, &read)
     }
 
     /// Removes stale temp files at start. In the conf dir, which the primary CNI shares, our own temp

@@ -19,9 +19,21 @@ pub(in crate::install) fn resolve_with(flags: &Flags, pairs: &[(&str, &str)]) ->
     resolve(flags, &env)
 }
 
+/// The settings resolved from this environment alone.
+fn env(pairs: &[(&str, &str)]) -> Result<Settings> {
+    resolve_with(&Flags::default(), pairs)
+}
+
+/// The error resolving `var=v` alone, which must name `var`.
+fn refused(var: &str, v: &str) -> String {
+    let e = env(&[(var, v)]).unwrap_err().to_string();
+    assert!(e.contains(var), "{e}");
+    e
+}
+
 #[test]
 fn defaults_are_upstreams() {
-    let s = resolve_with(&Flags::default(), &[]).unwrap();
+    let s = env(&[]).unwrap();
     assert_eq!(s.mounted_cni_net_dir, PathBuf::from("/host/etc/cni/net.d"));
     assert_eq!(s.run_dir, PathBuf::from("/var/run/istio-cni"));
     assert!(s.chained && !s.conf_group_read && !s.skip_tls_verify);
@@ -51,54 +63,35 @@ fn flag_beats_env_beats_default() {
     .unwrap();
     assert_eq!(s.cni_conf_name.as_deref(), Some("flag.conflist"));
     assert!(!s.chained);
-    let s = resolve_with(&Flags::default(), &[("CNI_CONF_NAME", "env.conf")]).unwrap();
+    let s = env(&[("CNI_CONF_NAME", "env.conf")]).unwrap();
     assert_eq!(s.cni_conf_name.as_deref(), Some("env.conf"));
 }
 
 #[test]
 fn malformed_values_name_the_setting() {
-    let e = resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", "yes")]).unwrap_err();
-    assert!(
-        e.to_string().contains("CHAINED_CNI_PLUGIN") && e.to_string().contains("yes"),
-        "{e}"
-    );
-    let e = resolve_with(&Flags::default(), &[("MONITORING_PORT", "99999")]).unwrap_err();
-    assert!(e.to_string().contains("MONITORING_PORT"), "{e}");
-    let e = resolve_with(&Flags::default(), &[("KUBECONFIG_MODE", "rw")]).unwrap_err();
-    assert!(e.to_string().contains("KUBECONFIG_MODE"), "{e}");
-    let e = resolve_with(
-        &Flags::default(),
-        &[("REPAIR_INIT_CONTAINER_EXIT_CODE", "x")],
-    )
-    .unwrap_err();
-    assert!(
-        e.to_string().contains("REPAIR_INIT_CONTAINER_EXIT_CODE"),
-        "{e}"
-    );
-    let e = resolve_with(&Flags::default(), &[("AMBIENT_ENABLED", "true")]).unwrap_err();
-    assert!(e.to_string().contains("AMBIENT_ENABLED"), "{e}");
-    assert!(resolve_with(&Flags::default(), &[("CNI_CONF_NAME", "../x")]).is_err());
+    let e = refused("CHAINED_CNI_PLUGIN", "yes");
+    assert!(e.contains("yes"), "{e}");
+    refused("MONITORING_PORT", "99999");
+    refused("KUBECONFIG_MODE", "rw");
+    refused("REPAIR_INIT_CONTAINER_EXIT_CODE", "x");
+    refused("AMBIENT_ENABLED", "true");
+    assert!(env(&[("CNI_CONF_NAME", "../x")]).is_err());
 }
 
 #[test]
 fn modes_and_lists() {
     // Go base-0 integers, as upstream's KUBECONFIG_MODE (differential kubeconfig-mode-decimal-420).
-    let mode = |v: &str| {
-        resolve_with(&Flags::default(), &[("KUBECONFIG_MODE", v)]).map(|s| s.kubeconfig_mode)
-    };
+    let mode = |v: &str| env(&[("KUBECONFIG_MODE", v)]).map(|s| s.kubeconfig_mode);
     assert_eq!(mode("420").unwrap(), 0o644);
     assert_eq!(mode("0600").unwrap(), 0o600);
     assert_eq!(mode("0o600").unwrap(), 0o600);
     assert_eq!(mode("0x1a4").unwrap(), 0o644);
     assert_eq!(mode("").unwrap(), 0o600);
     assert!(mode("640").unwrap_err().to_string().contains("0640"));
-    let s = resolve_with(
-        &Flags::default(),
-        &[
-            ("EXCLUDE_NAMESPACES", " a, ,b "),
-            ("SKIP_CNI_BINARIES", "x y,z"),
-        ],
-    )
+    let s = env(&[
+        ("EXCLUDE_NAMESPACES", " a, ,b "),
+        ("SKIP_CNI_BINARIES", "x y,z"),
+    ])
     .unwrap();
     assert_eq!(s.exclude_namespaces, Some(vec!["a".into(), "b".into()]));
     assert_eq!(s.skip_binaries, vec!["x", "y", "z"]);
@@ -112,52 +105,34 @@ fn modes_and_lists() {
 
 #[test]
 fn repair_names_of_both_eras() {
-    let s = resolve_with(
-        &Flags::default(),
-        &[
-            ("REPAIR_NODE-NAME", "n19"),
-            ("REPAIR_DELETE_PODS", "true"),
-            ("REPAIR_LABEL-PODS", "1"),
-        ],
-    )
-    .unwrap();
-    assert_eq!(s.repair.node_name, "n19");
-    assert!(s.repair.delete_pods && s.repair.label_pods);
-    // The same values as the repair agent's own parser reads from that environment.
-    let m = env_of(&[
+    let pairs = [
         ("REPAIR_NODE-NAME", "n19"),
         ("REPAIR_DELETE_PODS", "true"),
         ("REPAIR_LABEL-PODS", "1"),
-    ]);
+    ];
+    let s = env(&pairs).unwrap();
+    assert_eq!(s.repair.node_name, "n19");
+    assert!(s.repair.delete_pods && s.repair.label_pods);
+    // The same values as the repair agent's own parser reads from that environment.
+    let m = env_of(&pairs);
     let theirs = crate::repair::options::from_env(&|k: &str| m.get(k).cloned()).unwrap();
     assert_eq!(s.repair, theirs);
-    let d = resolve_with(&Flags::default(), &[]).unwrap();
+    let d = env(&[]).unwrap();
     assert_eq!(d.repair, crate::repair::options::Options::default());
-    let s = resolve_with(
-        &Flags::default(),
-        &[("REPAIR_NODE-NAME", "n19"), ("REPAIR_NODE_NAME", "master")],
-    )
-    .unwrap();
+    let s = env(&[("REPAIR_NODE-NAME", "n19"), ("REPAIR_NODE_NAME", "master")]).unwrap();
     assert_eq!(s.repair.node_name, "master");
 }
 
 #[test]
 fn enablement_selectors_are_read_with_ambient_off() {
     let chart = "- podSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n";
-    let s = resolve_with(
-        &Flags::default(),
-        &[
-            ("AMBIENT_ENABLED", "false"),
-            ("AMBIENT_ENABLEMENT_SELECTOR", chart),
-        ],
-    )
+    let s = env(&[
+        ("AMBIENT_ENABLED", "false"),
+        ("AMBIENT_ENABLEMENT_SELECTOR", chart),
+    ])
     .unwrap();
     assert_eq!(s.enablement_selectors.len(), 1);
-    let e = resolve_with(
-        &Flags::default(),
-        &[("AMBIENT_ENABLEMENT_SELECTOR", "a: [")],
-    )
-    .unwrap_err();
+    let e = env(&[("AMBIENT_ENABLEMENT_SELECTOR", "a: [")]).unwrap_err();
     assert!(
         e.to_string()
             .contains("failed to parse ambient enablement selector"),
@@ -168,7 +143,7 @@ fn enablement_selectors_are_read_with_ambient_off() {
 #[test]
 fn forced_iptables_binary() {
     use crate::iptables::Backend;
-    let b = |v: &str| resolve_with(&Flags::default(), &[("FORCE_IPTABLES_BINARY", v)]);
+    let b = |v: &str| env(&[("FORCE_IPTABLES_BINARY", v)]);
     assert_eq!(
         b("iptables-legacy").unwrap().forced_iptables_backend,
         Some(Backend::Legacy)
@@ -178,11 +153,8 @@ fn forced_iptables_binary() {
         Some(Backend::Nft)
     );
     assert_eq!(b("").unwrap().forced_iptables_backend, None);
-    let e = b("ebpf").unwrap_err().to_string();
-    assert!(
-        e.contains("FORCE_IPTABLES_BINARY") && e.contains("ebpf"),
-        "{e}"
-    );
+    let e = refused("FORCE_IPTABLES_BINARY", "ebpf");
+    assert!(e.contains("ebpf"), "{e}");
 }
 
 #[test]
@@ -192,11 +164,9 @@ fn legacy_template_settings_are_refused_at_start() {
         "CNI_NETWORK_CONFIG_FILE",
         "KUBECFG_FILE_NAME",
     ] {
-        let e = resolve_with(&Flags::default(), &[(var, "x")])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains(var) && e.contains("not supported"), "{e}");
-        assert!(resolve_with(&Flags::default(), &[(var, "")]).is_ok());
+        let e = refused(var, "x");
+        assert!(e.contains("not supported"), "{e}");
+        assert!(env(&[(var, "")]).is_ok());
     }
     let f = Flags {
         cni_network_config: Some("{}".into()),
@@ -213,19 +183,14 @@ fn legacy_template_settings_are_refused_at_start() {
 /// directory part is refused.
 #[test]
 fn chained_and_conf_name_deviations() {
-    assert!(
-        resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", "")])
-            .unwrap()
-            .chained
-    );
-    assert!(resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", "yes")]).is_err());
+    assert!(env(&[("CHAINED_CNI_PLUGIN", "")]).unwrap().chained);
+    assert!(env(&[("CHAINED_CNI_PLUGIN", "yes")]).is_err());
     for n in [
         "sub/10-calico.conflist",
         "/etc/cni/net.d/10-calico.conflist",
         "..",
     ] {
-        let e = resolve_with(&Flags::default(), &[("CNI_CONF_NAME", n)]).unwrap_err();
-        assert!(e.to_string().contains("CNI_CONF_NAME"), "{e}");
+        refused("CNI_CONF_NAME", n);
     }
 }
 
@@ -233,7 +198,7 @@ fn chained_and_conf_name_deviations() {
 /// AMBIENT_DISABLE_SAFE_UPGRADE too when ours is not set; a non-boolean is refused naming the variable.
 #[test]
 fn safe_upgrade_setting_and_handover_names() {
-    let off = |pairs: &[(&str, &str)]| resolve_with(&Flags::default(), pairs).unwrap().handover;
+    let off = |pairs: &[(&str, &str)]| env(pairs).unwrap().handover;
     assert_eq!(off(&[]), Handover::default());
     assert_eq!(
         off(&[("DISABLE_SAFE_UPGRADE", "true")])
@@ -269,13 +234,12 @@ fn safe_upgrade_setting_and_handover_names() {
     let s = resolve_with(&f, &[("DISABLE_SAFE_UPGRADE", "false")]).unwrap();
     assert!(s.handover.disabled_by.is_some());
     for var in ["DISABLE_SAFE_UPGRADE", "AMBIENT_DISABLE_SAFE_UPGRADE"] {
-        let e = resolve_with(&Flags::default(), &[(var, "yes")]).unwrap_err();
-        assert!(e.to_string().contains(var), "{e}");
+        refused(var, "yes");
     }
     // Our pod and node, as the chart's fieldRefs give them (NODE_NAME first, as upstream's chart sets it).
     // One rule for the node: the SIGTERM decision's is the pod watch's and the repair agent's.
     let node = |pairs: &[(&str, &str)]| {
-        let s = resolve_with(&Flags::default(), pairs).unwrap();
+        let s = env(pairs).unwrap();
         assert_eq!(s.repair.node_name, s.node_name);
         s.node_name
     };
@@ -302,30 +266,18 @@ fn safe_upgrade_setting_and_handover_names() {
 /// Differential round 3, item 1: ENABLE_AMBIENT_DETECTION_RETRY goes into the entry as given.
 #[test]
 fn ambient_detection_retry_as_given() {
-    let get = |pairs: &[(&str, &str)]| {
-        resolve_with(&Flags::default(), pairs)
-            .unwrap()
-            .enable_ambient_detection_retry
-    };
+    let get = |pairs: &[(&str, &str)]| env(pairs).unwrap().enable_ambient_detection_retry;
     assert!(!get(&[]));
     assert!(get(&[("ENABLE_AMBIENT_DETECTION_RETRY", "true")]));
     assert!(!get(&[("ENABLE_AMBIENT_DETECTION_RETRY", "false")]));
     assert!(!get(&[("ENABLE_AMBIENT_DETECTION_RETRY", "")]));
-    let e = resolve_with(
-        &Flags::default(),
-        &[("ENABLE_AMBIENT_DETECTION_RETRY", "yes")],
-    )
-    .unwrap_err();
-    assert!(
-        e.to_string().contains("ENABLE_AMBIENT_DETECTION_RETRY"),
-        "{e}"
-    );
+    refused("ENABLE_AMBIENT_DETECTION_RETRY", "yes");
 }
 
 /// Differential round 3, item 2: CHAINED_CNI_PLUGIN="" chains (upstream: standalone) and says so.
 #[test]
 fn empty_chained_cni_plugin_chains_with_a_warning() {
-    let s = resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", "")]).unwrap();
+    let s = env(&[("CHAINED_CNI_PLUGIN", "")]).unwrap();
     assert!(s.chained);
     assert!(
         s.warnings
@@ -335,7 +287,7 @@ fn empty_chained_cni_plugin_chains_with_a_warning() {
         s.warnings
     );
     for v in ["true", "false"] {
-        let s = resolve_with(&Flags::default(), &[("CHAINED_CNI_PLUGIN", v)]).unwrap();
+        let s = env(&[("CHAINED_CNI_PLUGIN", v)]).unwrap();
         assert!(!s.warnings.iter().any(|w| w.contains("CHAINED_CNI_PLUGIN")));
     }
 }

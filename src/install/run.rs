@@ -31,20 +31,20 @@ pub enum End {
 
 /// A token bucket limiting reinstalls.
 #[derive(Debug)]
-pub struct Bucket {
+struct Bucket {
     tokens: f64,
     last: Instant,
 }
 
 impl Bucket {
-    pub fn new() -> Bucket {
+    fn new() -> Bucket {
         Bucket {
             tokens: BURST,
             last: Instant::now(),
         }
     }
     /// Takes a token, or says how long until one is available.
-    pub fn take(&mut self) -> std::result::Result<(), Duration> {
+    fn take(&mut self) -> std::result::Result<(), Duration> {
         let now = Instant::now();
         self.tokens =
             (self.tokens + now.duration_since(self.last).as_secs_f64() * REFILL_PER_S).min(BURST);
@@ -55,12 +55,6 @@ impl Bucket {
         } else {
             Err(Duration::from_secs_f64((1.0 - self.tokens) / REFILL_PER_S))
         }
-    }
-}
-
-impl Default for Bucket {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

@@ -33,9 +33,8 @@ impl Installer {
         if let Some(name) = &self.installed {
             note(cleanup::remove_config(dir, name, !s.chained || owned));
         }
-        match self.installed.as_ref().filter(|_| !s.chained) {
-            Some(_) => {}
-            None => match cleanup::scan_and_remove(
+        if s.chained || self.installed.is_none() {
+            match cleanup::scan_and_remove(
                 dir,
                 s.istio_owned.then_some(OsStr::new(&s.istio_owned_filename)),
             ) {
@@ -44,7 +43,7 @@ impl Installer {
                 }
                 Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),
                 Err(e) => note(Err(e)),
-            },
+            }
         }
         // A running agent removes only the run-dir files it put there (crate::rundir): a newer agent
         // sharing the dir keeps its own. `--uninstall` put nothing there and removes them all, and so does
@@ -77,9 +76,6 @@ impl Installer {
             None if s.uninstall => note(lease::remove_unheld(&s.run_dir)),
             None => {}
         }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        first_err.map_or(Ok(()), Err)
     }
 }

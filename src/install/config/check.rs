@@ -29,6 +29,9 @@ pub struct CheckCtx<'a> {
     /// Our current entry ([`super::entry::PluginEntry::to_object`]): the file the runtime uses must
     /// hold exactly this, once — an entry someone edited (or a second copy) is reinstalled.
     pub entry: &'a Object,
+    /// Files the runtime falls back to that our entry could not be merged into, with the content tried
+    /// (default layout: such a file does not make us not ready until its content changes).
+    pub unmergeable: &'a [(OsString, Vec<u8>)],
 }
 
 /// The verdict.
@@ -235,20 +238,30 @@ pub fn check(
     if let Some(why) = entry_mismatch(plugins, ctx.entry, &installed_path) {
         return invalid(why);
     }
+    // Following the runtime (chained, default layout: owned returned above), every file it falls back
+    // to must hold our entry too.
+    if ctx.configured.is_none() {
+        if let Some(f) = fallback_lacking(valid, ctx, read) {
+            return invalid(format!(
+                "{} lacks our entry, and the container runtime falls back to it if the files before it go",
+                path_of(&f)
+            ));
+        }
+    }
     preempted.unwrap_or(Outcome::Valid { warning })
 }
 
-/// Default layout: the first valid file after the runtime's own (`valid[0]`) that lacks our entry
-/// (`entry`, exactly once), skipping those `skip` says we could not merge into with this content.
-pub fn fallback_lacking(
+/// Default layout: the first valid file after the runtime's own (`valid[0]`, checked above) that lacks
+/// our entry (exactly once), skipping those in `ctx.unmergeable` with this content.
+fn fallback_lacking(
     valid: &[OsString],
-    entry: &Object,
+    ctx: &CheckCtx<'_>,
     read: &dyn Fn(&OsStr) -> Option<Vec<u8>>,
-    skip: &dyn Fn(&OsStr, &[u8]) -> bool,
 ) -> Option<OsString> {
     valid.iter().skip(1).find_map(|f| {
         let b = read(f)?;
-        (!holds_our_entry(&b, entry) && !skip(f, &b)).then(|| f.clone())
+        let known = ctx.unmergeable.iter().any(|(n, ub)| n == f && *ub == b);
+        (!holds_our_entry(&b, ctx.entry) && !known).then(|| f.clone())
     })
 }
 

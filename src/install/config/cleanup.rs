@@ -59,37 +59,6 @@ pub fn remove_config(dir: &Path, name: &OsStr, delete_whole_file: bool) -> Resul
     )))
 }
 
-/// Takes our entry out of every list in `dir` other than `keep`: after a restart that finds the
-/// runtime's choice changed, the file we wrote before still holds an entry (a later uninstall would
-/// leave it naming a removed binary). Returns a log line per file changed; a failure is logged as a
-/// warning and does not stop the install.
-pub fn remove_from_others(dir: &Path, keep: &OsStr) -> Vec<String> {
-    let cands = match select::list_candidates(dir) {
-        Ok(c) => c,
-        Err(e) => {
-            log::warn!("could not look for stale istio-cni entries: {e}");
-            return Vec::new();
-        }
-    };
-    let mut notes = Vec::new();
-    for c in cands.iter().filter(|c| c.name != keep) {
-        let Ok(bytes) = &c.content else { continue };
-        let Ok(Value::Object(o)) = super::libcni::parse(bytes, &shown(&c.name)) else {
-            continue;
-        };
-        if super::check::list_has_entry(&o) {
-            match remove_config(dir, &c.name, false) {
-                Ok(n) => notes.push(format!("stale entry: {n}")),
-                Err(e) => log::warn!(
-                    "could not take a stale istio-cni entry out of {}: {e}",
-                    shown(&c.name)
-                ),
-            }
-        }
-    }
-    notes
-}
-
 /// `--uninstall` without a record of what was written: every candidate file that is ours (top-level type
 /// `istio-cni`, or the Istio-owned file) is deleted; every list holding an `istio-cni` plugin loses it.
 pub fn scan_and_remove(dir: &Path, owned_name: Option<&OsStr>) -> Result<Vec<String>> {
@@ -114,8 +83,5 @@ pub fn scan_and_remove(dir: &Path, owned_name: Option<&OsStr>) -> Result<Vec<Str
             }
         }
     }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(notes),
-    }
+    first_err.map_or(Ok(notes), Err)
 }

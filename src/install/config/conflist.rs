@@ -178,31 +178,6 @@ pub fn remove_entry(text: &str, what: &str) -> Result<Option<String>> {
     render(&Value::Object(conf)).map(Some)
 }
 
-/// The plugin types of a list (or the single `type` of a `.conf`) as libcni reads them, for the
-/// owned-config check.
-pub fn plugin_types(text: &str, what: &str) -> Result<Vec<String>> {
-    let conf = match json::parse_go_depth(text, what)? {
-        Value::Object(o) => o,
-        _ => return Err(Error::Decode(format!("{what}: expected a JSON object"))),
-    };
-    if conf.contains_key("type") {
-        return Ok(super::libcni::plugin_type(&conf)
-            .map(str::to_string)
-            .into_iter()
-            .collect());
-    }
-    let plugins = json::arr_of(&conf, "plugins").ok_or_else(|| {
-        Error::config(format!("{what}: error reading plugin list from CNI config"))
-    })?;
-    Ok(plugins
-        .iter()
-        .filter_map(|p| match p {
-            Value::Object(o) => super::libcni::plugin_type(o).map(str::to_string),
-            _ => None,
-        })
-        .collect())
-}
-
 /// How many `istio-cni` plugins a list holds (0 when it is not a list).
 pub fn count_entries(text: &str) -> usize {
     match json::parse_go_depth(text, "CNI config") {

@@ -1,7 +1,7 @@
 //! The layouts' pure rules: which files get our entry, the owned file's derivation and check.
 
 use super::*;
-use crate::install::config::check::{check_owned, fallback_lacking, CheckCtx, Outcome};
+use crate::install::config::check::{check_owned, CheckCtx, Outcome};
 
 fn names(v: &[&str]) -> Vec<OsString> {
     v.iter().map(OsString::from).collect()
@@ -106,6 +106,7 @@ fn owned_check(files: &[(&str, String)], configured: Option<&str>) -> Outcome {
         configured: configured.map(OsStr::new),
         installed: Some(OsStr::new(OWNED)),
         entry: &e,
+        unmergeable: &[],
     };
     let mut valid: Vec<OsString> = files.iter().map(|(n, _)| OsString::from(n)).collect();
     valid.sort();
@@ -199,33 +200,4 @@ fn a_file_sorting_before_the_owned_one_gets_our_entry_and_keeps_us_not_ready() {
         }
         other => panic!("not ready while a file sorts first, got {other:?}"),
     }
-}
-
-#[test]
-fn fallbacks_lacking_our_entry() {
-    let e = entry();
-    let with = conflist::merge(PTP, &e).unwrap();
-    let files = [
-        ("05-a.conflist", with.clone()),
-        ("10-b.conflist", with.clone()),
-        ("20-c.conflist", PTP.to_string()),
-    ];
-    let valid: Vec<OsString> = files.iter().map(|(n, _)| n.into()).collect();
-    let read = |n: &OsStr| {
-        files
-            .iter()
-            .find(|(f, _)| OsStr::new(f) == n)
-            .map(|(_, t)| t.clone().into_bytes())
-    };
-    let none = |_: &OsStr, _: &[u8]| false;
-    assert_eq!(
-        fallback_lacking(&valid, &e, &read, &none),
-        Some("20-c.conflist".into())
-    );
-    // One we could not merge into, with this content: skipped.
-    let known = |n: &OsStr, _: &[u8]| n == "20-c.conflist";
-    assert_eq!(fallback_lacking(&valid, &e, &read, &known), None);
-    // The runtime's own file is the check's business, not this one's.
-    let valid: Vec<OsString> = vec!["20-c.conflist".into(), "05-a.conflist".into()];
-    assert_eq!(fallback_lacking(&valid, &e, &read, &none), None);
 }

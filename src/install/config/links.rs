@@ -10,6 +10,7 @@
 //! ([`crate::install::run`]) is a backstop for a change no watch saw.
 
 use super::select;
+use crate::fsutil::Stamp;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -21,16 +22,6 @@ pub const MAX_LINKS: usize = 40;
 /// periodic re-resolve notices a change.
 pub const MAX_DIRS: usize = 64;
 
-/// One version of a file: device, inode, size, mtime and ctime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Version {
-    pub dev: u64,
-    pub ino: u64,
-    pub size: u64,
-    pub mtime: (i64, i64),
-    pub ctime: (i64, i64),
-}
-
 /// What a path names, a final link not followed (`lstat`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Node {
@@ -38,7 +29,7 @@ pub enum Node {
     Dir,
     Link(PathBuf),
     /// A file, FIFO, device, ...: its version.
-    File(Version),
+    File(Stamp),
     /// Could not be looked at (permissions, ...).
     Error(String),
 }
@@ -46,7 +37,7 @@ pub enum Node {
 /// Where a resolution ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
-    File(Version),
+    File(Stamp),
     Dir,
     /// A name on the way does not exist (a dangling link): watching its directory sees it appear.
     Missing,
@@ -156,7 +147,6 @@ pub fn watch_dirs(chains: &[Chain], max: usize) -> (BTreeMap<PathBuf, BTreeSet<O
 
 /// `lstat` as a [`Node`].
 pub fn lstat(path: &Path) -> Node {
-    use std::os::unix::fs::MetadataExt;
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(path) {
             Ok(t) => Node::Link(t),
@@ -164,13 +154,7 @@ pub fn lstat(path: &Path) -> Node {
             Err(e) => Node::Error(format!("readlink {}: {e}", path.display())),
         },
         Ok(m) if m.is_dir() => Node::Dir,
-        Ok(m) => Node::File(Version {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        }),
+        Ok(m) => Node::File(Stamp::of(&m)),
         Err(e)
             if e.kind() == std::io::ErrorKind::NotFound
                 || e.raw_os_error() == Some(nix::libc::ENOTDIR) =>

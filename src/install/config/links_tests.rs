@@ -3,7 +3,7 @@
 use super::*;
 use std::collections::HashMap;
 
-const V: Version = Version {
+const V: Stamp = Stamp {
     dev: 1,
     ino: 7,
     size: 10,
@@ -124,7 +124,7 @@ fn links_to_links_and_linked_directories_record_every_directory() {
     fs2.0.insert(PathBuf::from("/y/e2"), Node::Dir);
     fs2.0.insert(
         PathBuf::from("/y/e2/c.conflist"),
-        Node::File(Version { ino: 8, ..V }),
+        Node::File(Stamp { ino: 8, ..V }),
     );
     assert_ne!(fs2.resolve("10.conflist"), c);
 }
@@ -190,8 +190,7 @@ fn the_watch_set_is_bounded_in_candidate_order() {
 
 #[test]
 fn the_effectful_walk_agrees_with_the_kernel() {
-    let root = std::env::temp_dir().join(format!("links-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = crate::fsutil::test_dir("links-test");
     for d in ["conf", "x", "e1"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }

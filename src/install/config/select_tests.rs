@@ -273,49 +273,35 @@ fn a_single_plugin_file_the_runtime_loads_becomes_a_list_and_any_other_is_edited
     let list = r#"{"name":"k8s-pod-network","plugins":[{"type":"calico"}]}"#;
     let merged = r#"{"name":"k8s-pod-network","plugins":[{"type":"calico"},{"type":"istio-cni"}]}"#;
     let flannel = [OsString::from("20-flannel.conflist")];
-    for skipped in ["10-calico.json", "10-calico.conf"] {
-        let t = merge_target(
-            OsStr::new(skipped),
-            list.as_bytes(),
+    let target = |name: &str, text: &str, valid: &[OsString]| {
+        merge_target(
+            OsStr::new(name),
+            text.as_bytes(),
             merged,
-            &flannel,
+            valid,
             &loads,
             &absent,
-        );
+        )
+    };
+    for skipped in ["10-calico.json", "10-calico.conf"] {
+        let t = target(skipped, list, &flannel);
         assert_eq!(t, Ok(None), "{skipped}: in place, still skipped");
     }
     // With no network at all, a list in a pinned .conf becomes its .conflist, as upstream renames it
     // (upstream's e2e case "confFile env var point to missing file initially"); a .json stays in place.
-    let t = merge_target(
-        OsStr::new("x.conf"),
-        list.as_bytes(),
-        merged,
-        &[],
-        &loads,
-        &absent,
-    );
-    assert_eq!(t, Ok(Some("x.conflist".into())));
-    let t = merge_target(
-        OsStr::new("x.json"),
-        list.as_bytes(),
-        merged,
-        &[],
-        &loads,
-        &absent,
-    );
-    assert_eq!(t, Ok(None));
+    assert_eq!(target("x.conf", list, &[]), Ok(Some("x.conflist".into())));
+    assert_eq!(target("x.json", list, &[]), Ok(None));
     let single = r#"{"name":"c","type":"calico"}"#;
     let valid = [
         OsString::from("10-calico.json"),
         OsString::from("20-flannel.conflist"),
     ];
-    let name = OsStr::new("10-calico.json");
     assert_eq!(
-        merge_target(name, single.as_bytes(), merged, &valid, &loads, &absent),
+        target("10-calico.json", single, &valid),
         Ok(Some("10-calico.conflist".into()))
     );
     let e = merge_target(
-        name,
+        OsStr::new("10-calico.json"),
         single.as_bytes(),
         merged,
         &valid,

@@ -295,8 +295,16 @@ pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
     let template = json::obj_of(ds, "spec")
         .and_then(|s| json::obj_of(s, "template"))
         .unwrap_or(&empty);
+    // Without the node: no answer when the template depends on it.
+    let unknown_node = |why: String| match scheduling::daemon_pod_fits(template, None) {
+        Fit::NeedsNode => Err(no_answer(
+            format!("DaemonSet {daemonset} is present, but {why}"),
+            istio_owned,
+        )),
+        f => Ok(f),
+    };
     let fit = match node {
-        Some(Lookup::Found(n)) => scheduling::daemon_pod_fits(template, Some(n)),
+        Some(Lookup::Found(n)) => Ok(scheduling::daemon_pod_fits(template, Some(n))),
         Some(Lookup::NotFound) => {
             return Decision::new(
                 Verdict::Cleanup,
@@ -305,34 +313,16 @@ pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
             )
         }
         Some(Lookup::Unauthorized(e)) => return unauthorized(e),
-        Some(Lookup::Forbidden(e)) => match scheduling::daemon_pod_fits(template, None) {
-            Fit::NeedsNode => {
-                let why = forbidden(&format!("node {node_name}"), "get nodes", e);
-                return no_answer(
-                    format!("DaemonSet {daemonset} is present, but whether it still runs on this node depends on the node: {why}"),
-                    istio_owned,
-                );
-            }
-            f => f,
-        },
-        Some(Lookup::Failed(e)) => match scheduling::daemon_pod_fits(template, None) {
-            Fit::NeedsNode => {
-                return no_answer(
-                    format!("DaemonSet {daemonset} is present, but node {node_name}: no answer: {e}"),
-                    istio_owned,
-                )
-            }
-            f => f,
-        },
-        None => match scheduling::daemon_pod_fits(template, None) {
-            Fit::NeedsNode => {
-                return no_answer(
-                    format!("DaemonSet {daemonset} is present, but node {node_name} was not looked up in time"),
-                    istio_owned,
-                )
-            }
-            f => f,
-        },
+        Some(Lookup::Forbidden(e)) => unknown_node(format!(
+            "whether it still runs on this node depends on the node: {}",
+            forbidden(&format!("node {node_name}"), "get nodes", e)
+        )),
+        Some(Lookup::Failed(e)) => unknown_node(format!("node {node_name}: no answer: {e}")),
+        None => unknown_node(format!("node {node_name} was not looked up in time")),
+    };
+    let fit = match fit {
+        Ok(f) => f,
+        Err(no_answer) => return no_answer,
     };
     match fit {
         Fit::Runs => Decision::new(

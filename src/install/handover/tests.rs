@@ -42,12 +42,19 @@ fn api(code: u16) -> crate::Error {
     status::decode(code, b"").into_error()
 }
 
+/// A GET answered with this status.
+fn got(code: u16) -> Lookup {
+    Lookup::from_result(Err(api(code)))
+}
+
+/// Our DaemonSet found (as our manifests have it), and the node lookup's result.
+fn present(node: Option<Lookup>) -> Facts {
+    looked(Lookup::Found(daemonset("")), node)
+}
+
 #[test]
 fn present_not_deleting_and_still_scheduled_here_keeps() {
-    let f = looked(
-        Lookup::Found(daemonset("")),
-        Some(Lookup::Found(node("linux"))),
-    );
+    let f = present(Some(Lookup::Found(node("linux"))));
     for d in [decide(&f, false), decide(&f, true)] {
         assert_eq!((d.verdict, d.rule), (Verdict::Keep, Rule::Replacement));
         let line = d.to_string();
@@ -81,7 +88,7 @@ fn being_deleted_cleans_up() {
 
 #[test]
 fn absent_cleans_up() {
-    let f = looked(Lookup::from_result(Err(api(404))), None);
+    let f = looked(got(404), None);
     let (d, owned) = both(&f);
     assert_eq!((d.verdict, d.rule), (Verdict::Cleanup, Rule::DaemonSetGone));
     assert_eq!(owned.verdict, Verdict::Cleanup);
@@ -89,10 +96,7 @@ fn absent_cleans_up() {
 
 #[test]
 fn affinity_or_selector_no_longer_matching_cleans_up() {
-    let f = looked(
-        Lookup::Found(daemonset("")),
-        Some(Lookup::Found(node("windows"))),
-    );
+    let f = present(Some(Lookup::Found(node("windows"))));
     let (d, owned) = both(&f);
     assert_eq!(
         (d.verdict, d.rule),
@@ -122,23 +126,14 @@ fn affinity_or_selector_no_longer_matching_cleans_up() {
 
 #[test]
 fn node_gone_cleans_up() {
-    let f = looked(
-        Lookup::Found(daemonset("")),
-        Some(Lookup::from_result(Err(api(404)))),
-    );
+    let f = present(Some(got(404)));
     assert_eq!(decide(&f, true).rule, Rule::NodeGone);
     assert_eq!(decide(&f, true).verdict, Verdict::Cleanup);
 }
 
 #[test]
 fn unauthorized_cleans_up() {
-    for f in [
-        looked(Lookup::from_result(Err(api(401))), None),
-        looked(
-            Lookup::Found(daemonset("")),
-            Some(Lookup::from_result(Err(api(401)))),
-        ),
-    ] {
+    for f in [looked(got(401), None), present(Some(got(401)))] {
         let (d, owned) = both(&f);
         assert_eq!((d.verdict, d.rule), (Verdict::Cleanup, Rule::Unauthorized));
         assert_eq!(owned.verdict, Verdict::Cleanup);
@@ -148,11 +143,8 @@ fn unauthorized_cleans_up() {
 
 #[test]
 fn forbidden_is_no_answer_and_names_the_grant() {
-    let f = looked(Lookup::from_result(Err(api(403))), None);
-    assert!(matches!(
-        Lookup::from_result(Err(api(403))),
-        Lookup::Forbidden(_)
-    ));
+    let f = looked(got(403), None);
+    assert!(matches!(got(403), Lookup::Forbidden(_)));
     let (d, owned) = both(&f);
     assert_eq!((d.verdict, d.rule), (Verdict::Cleanup, Rule::NoAnswer));
     assert!(
@@ -170,10 +162,7 @@ fn forbidden_is_no_answer_and_names_the_grant() {
     );
 
     // Nodes forbidden: no answer when the template depends on the node...
-    let f = looked(
-        Lookup::Found(daemonset("")),
-        Some(Lookup::from_result(Err(api(403)))),
-    );
+    let f = present(Some(got(403)));
     let d = decide(&f, false);
     assert_eq!((d.verdict, d.rule), (Verdict::Cleanup, Rule::NoAnswer));
     assert!(d.reason.contains("get nodes"), "{}", d.reason);
@@ -182,10 +171,7 @@ fn forbidden_is_no_answer_and_names_the_grant() {
         r#"{"metadata":{"name":"istio-cni-node"},"spec":{"template":{"spec":{
             "tolerations":[{"operator":"Exists"}]}}}}"#,
     );
-    let f = looked(
-        Lookup::Found(anywhere.clone()),
-        Some(Lookup::from_result(Err(api(403)))),
-    );
+    let f = looked(Lookup::Found(anywhere.clone()), Some(got(403)));
     assert_eq!(decide(&f, false).verdict, Verdict::Keep);
     let f = looked(Lookup::Found(anywhere), None);
     assert_eq!(decide(&f, false).rule, Rule::Replacement);
@@ -207,12 +193,9 @@ fn hung_or_unreachable_is_no_answer() {
         assert_eq!((owned.verdict, owned.rule), (Verdict::Keep, Rule::NoAnswer));
     }
     // The DaemonSet answered but the node lookup ran out of time.
-    let f = looked(Lookup::Found(daemonset("")), None);
+    let f = present(None);
     assert_eq!(decide(&f, false).rule, Rule::NoAnswer);
-    let f = looked(
-        Lookup::Found(daemonset("")),
-        Some(Lookup::Failed("timeout".into())),
-    );
+    let f = present(Some(Lookup::Failed("timeout".into())));
     assert_eq!(decide(&f, true).verdict, Verdict::Keep);
     assert_eq!(decide(&f, false).verdict, Verdict::Cleanup);
 }

@@ -126,8 +126,7 @@ mod tests {
 
     #[test]
     fn a_removed_socket_is_bound_again_and_relays() {
-        let dir = std::env::temp_dir().join(format!("relay-bind-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::fsutil::test_dir("relay-bind");
         let path = dir.join("log.sock");
         let (sock, id) = bind(&path).unwrap();
         assert_eq!(rundir::claimed(&path), Some(id));

@@ -152,21 +152,13 @@ pub enum Endpoints {
 
 /// The answer for a request path on the `which` server.
 pub fn respond(state: &State, which: Endpoints, path: &str) -> httpd::Reply {
+    let probe = |ok: bool| match ok {
+        true => (200, "text/plain", "OK\n".into()),
+        false => (503, "text/plain", "Service Unavailable\n".into()),
+    };
     match (which, path) {
-        (Endpoints::Health, "/healthz") => {
-            if state.healthy() {
-                (200, "text/plain", "OK\n".into())
-            } else {
-                (503, "text/plain", "Service Unavailable\n".into())
-            }
-        }
-        (Endpoints::Health, "/readyz") => {
-            if state.ready() {
-                (200, "text/plain", "OK\n".into())
-            } else {
-                (503, "text/plain", "Service Unavailable\n".into())
-            }
-        }
+        (Endpoints::Health, "/healthz") => probe(state.healthy()),
+        (Endpoints::Health, "/readyz") => probe(state.ready()),
         (Endpoints::Metrics, "/metrics") => (200, metrics::CONTENT_TYPE, state.metrics_text()),
         _ => (404, "text/plain", "Not Found\n".into()),
     }

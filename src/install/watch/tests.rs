@@ -5,9 +5,7 @@ use super::*;
 
 #[test]
 fn sees_renames_and_ignores_filtered_names() {
-    let d = std::env::temp_dir().join(format!("watch-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    let d = crate::fsutil::test_dir("watch-test");
     let mut w = Watcher::new(Box::new(|_, n: &str| !n.contains(".tmp."))).unwrap();
     w.add(&d, Role::ConfDir).unwrap();
     assert_eq!(
@@ -30,20 +28,13 @@ fn sees_renames_and_ignores_filtered_names() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
-fn tempdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("watch-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 fn changed_conf(w: &mut Watcher) -> bool {
     matches!(w.wait(None, Some(Duration::from_secs(5))).unwrap(), Wake::Changed(c) if c.conf)
 }
 
 #[test]
 fn a_base_directory_removed_and_recreated_is_watched_again() {
-    let root = tempdir("base");
+    let root = crate::fsutil::test_dir("watch-base");
     let d = root.join("a/net.d");
     std::fs::create_dir_all(&d).unwrap();
     let mut w = Watcher::new(Box::new(|_, _: &str| true)).unwrap();
@@ -92,7 +83,7 @@ fn poll(mut f: impl FnMut() -> bool) {
 #[test]
 fn link_directories_are_watched_for_their_names_and_dropped_when_unused() {
     use std::os::unix::fs::symlink;
-    let root = tempdir("links");
+    let root = crate::fsutil::test_dir("watch-links");
     let conf = root.join("conf");
     for sub in ["conf", "t1", "t2"] {
         std::fs::create_dir_all(root.join(sub)).unwrap();

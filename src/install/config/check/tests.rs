@@ -13,6 +13,7 @@ fn run(chained: bool, name: &str, text: &str, e: &PluginEntry) -> Outcome {
         configured: None,
         installed: Some(std::ffi::OsStr::new(name)),
         entry: &obj,
+        unmergeable: &[],
     };
     let listing = Ok(Listing {
         valid: vec![name.into()],
@@ -71,4 +72,70 @@ fn standalone_file_as_written_is_valid_and_an_edit_is_not() {
         run(false, "YYY-istio-cni.conf", &edited, &e),
         Outcome::Invalid { .. }
     ));
+}
+
+/// Following the runtime (default layout), a file it falls back to must hold our entry too, unless our
+/// entry could not be merged into it with this content.
+#[test]
+fn fallbacks_lacking_our_entry() {
+    let e = entry().to_object();
+    let with = conflist::merge(PRIMARY, &e).unwrap();
+    let files = [
+        ("05-a.conflist", with.clone()),
+        ("10-b.conflist", with),
+        ("20-c.conflist", PRIMARY.to_string()),
+    ];
+    let read = |n: &OsStr| {
+        files
+            .iter()
+            .find(|(f, _)| OsStr::new(f) == n)
+            .map(|(_, t)| t.clone().into_bytes())
+    };
+    let valid: Vec<OsString> = files.iter().map(|(n, _)| n.into()).collect();
+    let run = |configured: Option<&str>, unmergeable: &[(OsString, Vec<u8>)]| {
+        let ctx = CheckCtx {
+            dir: "/d",
+            chained: true,
+            owned: None,
+            configured: configured.map(OsStr::new),
+            installed: Some(OsStr::new("05-a.conflist")),
+            entry: &e,
+            unmergeable,
+        };
+        let listing = Ok(Listing {
+            valid: valid.clone(),
+            ..Listing::default()
+        });
+        check(&ctx, &listing, &read)
+    };
+    let Outcome::Invalid { reason } = run(None, &[]) else {
+        panic!("a fallback without our entry must not be valid")
+    };
+    assert_eq!(
+        reason,
+        "/d/20-c.conflist lacks our entry, and the container runtime falls back to it if the files \
+         before it go"
+    );
+    // One we could not merge into, with this content: skipped; once its content changes, not.
+    let known = [("20-c.conflist".into(), PRIMARY.as_bytes().to_vec())];
+    assert!(matches!(run(None, &known), Outcome::Valid { .. }));
+    let changed = [("20-c.conflist".into(), b"{}".to_vec())];
+    assert!(matches!(run(None, &changed), Outcome::Invalid { .. }));
+    // Pinned (CNI_CONF_NAME): only the pinned file holds our entry.
+    assert!(matches!(
+        run(Some("05-a.conflist"), &[]),
+        Outcome::Valid { .. }
+    ));
+    // The runtime's own file is the check's main rule, not this one's.
+    let ctx = CheckCtx {
+        dir: "/d",
+        chained: true,
+        owned: None,
+        configured: None,
+        installed: None,
+        entry: &e,
+        unmergeable: &[],
+    };
+    let first = ["20-c.conflist".into(), "05-a.conflist".into()];
+    assert_eq!(fallback_lacking(&first, &ctx, &read), None);
 }
