@@ -4,12 +4,12 @@
 //! failed or empty read keeps the last good token.
 
 use std::fmt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
+use crate::fsutil::Stamp;
 
 /// How often a token file is looked at, at most.
 pub const RECHECK: Duration = Duration::from_secs(2);
@@ -20,14 +20,6 @@ pub struct TokenSource(Arc<Inner>);
 enum Inner {
     Fixed(String),
     File { path: PathBuf, state: Mutex<State> },
-}
-
-#[derive(PartialEq, Eq, Clone, Copy)]
-struct Stamp {
-    mtime: Option<SystemTime>,
-    len: u64,
-    ino: u64,
-    dev: u64,
 }
 
 struct State {
@@ -46,13 +38,7 @@ impl fmt::Debug for TokenSource {
 }
 
 fn stamp(path: &Path) -> std::io::Result<Stamp> {
-    let m = std::fs::metadata(path)?;
-    Ok(Stamp {
-        mtime: m.modified().ok(),
-        len: m.len(),
-        ino: m.ino(),
-        dev: m.dev(),
-    })
+    Ok(Stamp::of(&std::fs::metadata(path)?))
 }
 
 fn read_token(path: &Path) -> std::io::Result<String> {
