@@ -1,7 +1,22 @@
 use super::*;
 
+/// The routes (with table/scope/mtu) and DNS both results below end with, and the closing brace.
+macro_rules! routes_and_dns {
+    () => {
+        r#"
+  "routes": [
+    {"dst": "0.0.0.0/0", "gw": "10.1.0.1"},
+    {"dst": "::/0"},
+    {"dst": "10.2.0.0/16", "gw": "10.1.0.1", "mtu": 1400, "advmss": 1360, "priority": 10, "table": 100, "scope": 253}
+  ],
+  "dns": {"nameservers": ["10.96.0.10"], "domain": "cluster.local", "search": ["svc.cluster.local"], "options": ["ndots:5"]}
+}"#
+    };
+}
+
 /// A 1.1.0 result from a ptp-like plugin: three interfaces, dual-stack IPs, routes with table/scope/mtu, dns.
-const PREV_1X: &str = r#"{
+const PREV_1X: &str = concat!(
+    r#"{
   "cniVersion": "1.1.0",
   "interfaces": [
     {"name": "veth1234", "mac": "aa:bb:cc:dd:ee:01"},
@@ -11,17 +26,13 @@ const PREV_1X: &str = r#"{
   "ips": [
     {"interface": 2, "address": "10.1.0.5/24", "gateway": "10.1.0.1"},
     {"interface": 2, "address": "fd00:10::5/64", "gateway": "fd00:10::1"}
-  ],
-  "routes": [
-    {"dst": "0.0.0.0/0", "gw": "10.1.0.1"},
-    {"dst": "::/0"},
-    {"dst": "10.2.0.0/16", "gw": "10.1.0.1", "mtu": 1400, "advmss": 1360, "priority": 10, "table": 100, "scope": 253}
-  ],
-  "dns": {"nameservers": ["10.96.0.10"], "domain": "cluster.local", "search": ["svc.cluster.local"], "options": ["ndots:5"]}
-}"#;
+  ],"#,
+    routes_and_dns!()
+);
 
 /// The same result as a 0.3.x/0.4.0 plugin writes it (IP versions, interfaces without mtu).
-const PREV_04: &str = r#"{
+const PREV_04: &str = concat!(
+    r#"{
   "cniVersion": "0.4.0",
   "interfaces": [
     {"name": "veth1234", "mac": "aa:bb:cc:dd:ee:01"},
@@ -31,14 +42,9 @@ const PREV_04: &str = r#"{
   "ips": [
     {"version": "4", "interface": 2, "address": "10.1.0.5/24", "gateway": "10.1.0.1"},
     {"version": "6", "interface": 2, "address": "fd00:10::5/64", "gateway": "fd00:10::1"}
-  ],
-  "routes": [
-    {"dst": "0.0.0.0/0", "gw": "10.1.0.1"},
-    {"dst": "::/0"},
-    {"dst": "10.2.0.0/16", "gw": "10.1.0.1", "mtu": 1400, "advmss": 1360, "priority": 10, "table": 100, "scope": 253}
-  ],
-  "dns": {"nameservers": ["10.96.0.10"], "domain": "cluster.local", "search": ["svc.cluster.local"], "options": ["ndots:5"]}
-}"#;
+  ],"#,
+    routes_and_dns!()
+);
 
 fn v(s: &str) -> Value {
     json::parse(s, "test").unwrap()
