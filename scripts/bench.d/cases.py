@@ -95,7 +95,8 @@ def nftables_cases(b, n, tag, add_case):
         add_case(case, "ADD with redirect, IPv4 REDIRECT, nftables over netlink", impl, jobs,
                  floor="floor-nft-f", check=("nftables", [x[0] for x in pp]))
         add_case("check-nftables", "CHECK (nftables, redirected pod)", impl,
-                 [(j[0], dict(j[1], CNI_COMMAND="CHECK"), j[2], None) for j in jobs], floor="floor-noop")
+                 [(j[0], dict(j[1], CNI_COMMAND="CHECK"), j[2], None) for j in jobs], floor="floor-noop",
+                 group=case)
 
 
 def plan(b, n, tag):
@@ -110,6 +111,8 @@ def plan(b, n, tag):
     idle_ns = f"/run/netns/{b.idle[0]}"
     idle_prev = b.idle[1]
 
+    # group: an implementation's cases that run back to back on the same pods (ADD, then its CHECK and DEL);
+    # the timed loop swaps the implementations' groups every other round (timing.round_orders).
     def add_case(name, label, impl, jobs, floor=None, group=None, kind="plugin", check=None):
         cases.append({"name": name, "label": label, "impl": impl, "jobs": jobs, "floor": floor,
                       "group": group or name, "kind": kind, "samples": [], "check": check})
@@ -211,9 +214,9 @@ def plan(b, n, tag):
                 # CHECK and DEL of the same pods, run right after their ADD in the same round.
                 add_case("check", "CHECK (nft, redirected pod)", impl,
                          [(j[0], dict(j[1], CNI_COMMAND="CHECK"), j[2], None) for j in jobs],
-                         floor="floor-getsave")
+                         floor="floor-getsave", group=case)
                 add_case("del", "DEL", impl, [(j[0], dict(j[1], CNI_COMMAND="DEL"), j[2], None) for j in jobs],
-                         floor="floor-noop")
+                         floor="floor-noop", group=case)
         if case == "add-redirect-nft":
             fs = b.pods.make(n, False)
             names = [f"fs-{tag}{i}" for i in range(n)]
