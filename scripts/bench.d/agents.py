@@ -15,7 +15,7 @@ import signal
 import time
 
 from common import PATH_ENV, BenchError, atomic_write, cpu_s, free_port, fmt, http_get, log, median, ms, pct
-from common import setns, spawn, status_kb, stop, tail
+from common import paired, setns, spawn, status_kb, stop, tail
 from double import repair_pod
 
 HEALTH_PORT = 18321
@@ -34,80 +34,103 @@ PRIMARY = {"cniVersion": "1.0.0", "name": "bench-primary",
                        {"type": "portmap", "capabilities": {"portMappings": True}}]}
 
 
+def start_once(b, impl, run, node_fd):
+    """One fresh `install-cni` of `impl` in the node namespace: exec → `/readyz` 200, then 5 re-injections,
+    then SIGTERM (its entry must go). Returns (ms to ready, [re-injection ms], VmHWM KiB, VmRSS KiB)."""
+    exe = os.path.join(b.bins[impl], "install-cni")
+    d = os.path.join(b.work, f"installer-{impl}-{run}")
+    conf, bindir, rundir, sa = b.double.node_dirs(d, namespace="istio-system")
+    primary = os.path.join(conf, "10-bench.conflist")
+    primary_text = json.dumps(PRIMARY, indent=2)
+    atomic_write(primary, primary_text)
+    env = {"PATH": PATH_ENV, "MOUNTED_CNI_NET_DIR": conf, "CNI_NET_DIR": "/etc/cni/net.d",
+           "CNI_AGENT_RUN_DIR": rundir, "CNI_BIN_DIR": bindir, "SECONDARY_BIN_DIR": "",
+           "SERVICE_ACCOUNT_DIR": sa, "CHAINED_CNI_PLUGIN": "true",
+           "KUBERNETES_SERVICE_HOST": b.double.host, "KUBERNETES_SERVICE_PORT": b.double.port,
+           "EXCLUDE_NAMESPACES": "kube-system", "HEALTH_PORT": str(HEALTH_PORT), "MONITORING_PORT": "0",
+           "REPAIR_ENABLED": "false", "LOG_LEVEL": "info"}
+    logf = os.path.join(b.work, "logs", f"installer-{impl}-{run}.log")
+    # The installer listens on 0.0.0.0: run it (and probe it) inside the node namespace.
+    setns(node_fd)
+    try:
+        t0 = time.perf_counter_ns()
+        pid = spawn([exe], env, None, os.devnull, logf, exe=exe)
+        t_ready = None
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            st, _ = http_get(HEALTH_PORT, "/readyz")
+            if st == 200:
+                t_ready = time.perf_counter_ns()
+                break
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                raise BenchError(f"install-cni ({impl}) exited before ready; see {logf}:\n{tail(logf)}")
+            time.sleep(0.0005)
+    finally:
+        setns(b.nss.host_fd)
+    if t_ready is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise BenchError(f"install-cni ({impl}) not ready within 30 s:\n{tail(logf)}")
+    if "istio-cni" not in open(primary).read():
+        raise BenchError(f"install-cni ({impl}) reported ready but the primary conflist has no istio-cni entry")
+    reinject = []
+    for _ in range(5):
+        time.sleep(0.05)
+        t0r = time.perf_counter_ns()
+        atomic_write(primary, primary_text)
+        t1 = None
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                if "istio-cni" in open(primary).read():
+                    t1 = time.perf_counter_ns()
+                    break
+            except OSError:
+                pass
+            time.sleep(0.0002)
+        if t1 is None:
+            raise BenchError(f"install-cni ({impl}) did not re-inject within 10 s:\n{tail(logf)}")
+        reinject.append(ms(t1 - t0r))
+    hwm, rss = status_kb(pid, "VmHWM:"), status_kb(pid, "VmRSS:")
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise BenchError(f"install-cni ({impl}) exited {status} on SIGTERM:\n{tail(logf)}")
+    if "istio-cni" in open(primary).read():
+        raise BenchError(f"install-cni ({impl}) left its entry in the primary conflist after SIGTERM")
+    return ms(t_ready - t0), reinject, hwm, rss
+
+
 def installer(b):
+    """`b.a.agent_runs` starts of each of b.ours_impls, taken in turn (ours, before, ours, ...): ours' figures
+    at the top level, the other build's under its name with the paired ratios of time to ready."""
     a = b.a
-    exe = os.path.join(b.bins["ours"], "install-cni")
-    ready, reinject, hwm, rss = [], [], [], []
+    got = {impl: ([], [], [], []) for impl in b.ours_impls}
     node_fd = os.open(f"/run/netns/{b.node}", os.O_RDONLY)
-    log(f"==> installer: {a.agent_runs} starts, 5 re-injections each")
+    log(f"==> installer: {a.agent_runs} starts{' of each build, in turn' if len(got) > 1 else ''}, "
+        "5 re-injections each")
     try:
         for run in range(a.agent_runs):
-            d = os.path.join(b.work, f"installer-{run}")
-            conf, bindir, rundir, sa = b.double.node_dirs(d, namespace="istio-system")
-            primary = os.path.join(conf, "10-bench.conflist")
-            primary_text = json.dumps(PRIMARY, indent=2)
-            atomic_write(primary, primary_text)
-            env = {"PATH": PATH_ENV, "MOUNTED_CNI_NET_DIR": conf, "CNI_NET_DIR": "/etc/cni/net.d",
-                   "CNI_AGENT_RUN_DIR": rundir, "CNI_BIN_DIR": bindir, "SECONDARY_BIN_DIR": "",
-                   "SERVICE_ACCOUNT_DIR": sa, "CHAINED_CNI_PLUGIN": "true",
-                   "KUBERNETES_SERVICE_HOST": b.double.host, "KUBERNETES_SERVICE_PORT": b.double.port,
-                   "EXCLUDE_NAMESPACES": "kube-system", "HEALTH_PORT": str(HEALTH_PORT), "MONITORING_PORT": "0",
-                   "REPAIR_ENABLED": "false", "LOG_LEVEL": "info"}
-            logf = os.path.join(b.work, "logs", f"installer-{run}.log")
-            # The installer listens on 0.0.0.0: run it (and probe it) inside the node namespace.
-            setns(node_fd)
-            try:
-                t0 = time.perf_counter_ns()
-                pid = spawn([exe], env, None, os.devnull, logf, exe=exe)
-                t_ready = None
-                deadline = time.time() + 30
-                while time.time() < deadline:
-                    st, _ = http_get(HEALTH_PORT, "/readyz")
-                    if st == 200:
-                        t_ready = time.perf_counter_ns()
-                        break
-                    if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                        raise BenchError(f"install-cni exited before ready; see {logf}:\n{tail(logf)}")
-                    time.sleep(0.0005)
-            finally:
-                setns(b.nss.host_fd)
-            if t_ready is None:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                raise BenchError(f"install-cni not ready within 30 s:\n{tail(logf)}")
-            ready.append(ms(t_ready - t0))
-            if "istio-cni" not in open(primary).read():
-                raise BenchError("install-cni reported ready but the primary conflist has no istio-cni entry")
-            for _ in range(5):
-                time.sleep(0.05)
-                t0 = time.perf_counter_ns()
-                atomic_write(primary, primary_text)
-                t1 = None
-                deadline = time.time() + 10
-                while time.time() < deadline:
-                    try:
-                        if "istio-cni" in open(primary).read():
-                            t1 = time.perf_counter_ns()
-                            break
-                    except OSError:
-                        pass
-                    time.sleep(0.0002)
-                if t1 is None:
-                    raise BenchError(f"install-cni did not re-inject within 10 s:\n{tail(logf)}")
-                reinject.append(ms(t1 - t0))
-            hwm.append(status_kb(pid, "VmHWM:"))
-            rss.append(status_kb(pid, "VmRSS:"))
-            os.kill(pid, signal.SIGTERM)
-            _, status = os.waitpid(pid, 0)
-            if os.waitstatus_to_exitcode(status) != 0:
-                raise BenchError(f"install-cni exited {status} on SIGTERM:\n{tail(logf)}")
-            if "istio-cni" in open(primary).read():
-                raise BenchError("install-cni left its entry in the primary conflist after SIGTERM")
+            for impl in b.ours_impls:
+                ready, reinject, hwm, rss = start_once(b, impl, run, node_fd)
+                g = got[impl]
+                g[0].append(ready)
+                g[1].extend(reinject)
+                g[2].append(hwm)
+                g[3].append(rss)
     finally:
         os.close(node_fd)
-    return {"starts": a.agent_runs, "time_to_ready": stats(ready), "reinjection": stats(reinject),
-            "vmhwm_kb_max": max(x for x in hwm if x is not None) if any(hwm) else None,
-            "vmrss_kb_median": median([x for x in rss if x is not None])}
+
+    def summary(ready, reinject, hwm, rss):
+        return {"starts": a.agent_runs, "time_to_ready": stats(ready), "reinjection": stats(reinject),
+                "vmhwm_kb_max": max(x for x in hwm if x is not None) if any(hwm) else None,
+                "vmrss_kb_median": median([x for x in rss if x is not None])}
+
+    out = summary(*got["ours"])
+    for impl in b.ours_impls[1:]:
+        out[b.label(impl)] = x = summary(*got[impl])
+        x["ready_paired"] = paired(got["ours"][0], got[impl][0])
+    return out
 
 
 def _labels_done(port):
@@ -195,16 +218,27 @@ def repair(b):
 def markdown(section, d):
     f = fmt
     if section == "installer":
-        r, j = d["time_to_ready"], d["reinjection"]
-        return "\n".join([
-            "| installer (`install-cni`) | median ms | p99 ms | min ms | max ms | runs |",
-            "|---|---:|---:|---:|---:|---:|",
-            f"| start → `/readyz` 200 (fresh process) | {f(r['median_ms'])} | {f(r['p99_ms'])} | {f(r['min_ms'])} | "
-            f"{f(r['max_ms'])} | {r['n']} |",
-            f"| primary rewrites its conflist → our entry back | {f(j['median_ms'])} | {f(j['p99_ms'])} | "
-            f"{f(j['min_ms'])} | {f(j['max_ms'])} | {j['n']} |",
-            f"\nInstaller memory: VmHWM {d['vmhwm_kb_max']} KiB (max over starts), VmRSS {f(d['vmrss_kb_median'], 0)} KiB "
-            "(median, after the re-injections)."])
+        # Ours first, then any other build measured in turn with it (--before), under its name.
+        rows = [("", d)] + [(k, v) for k, v in d.items() if isinstance(v, dict) and "time_to_ready" in v]
+        out = ["| installer (`install-cni`) | median ms | p99 ms | min ms | max ms | runs |",
+               "|---|---:|---:|---:|---:|---:|"]
+        for who, x in rows:
+            r, j = x["time_to_ready"], x["reinjection"]
+            pre = f"{who}: " if who else ""
+            out += [f"| {pre}start → `/readyz` 200 (fresh process) | {f(r['median_ms'])} | {f(r['p99_ms'])} | "
+                    f"{f(r['min_ms'])} | {f(r['max_ms'])} | {r['n']} |",
+                    f"| {pre}primary rewrites its conflist → our entry back | {f(j['median_ms'])} | "
+                    f"{f(j['p99_ms'])} | {f(j['min_ms'])} | {f(j['max_ms'])} | {j['n']} |"]
+        for who, x in rows[1:]:
+            p = x["ready_paired"]
+            ci = f" [95 % interval {f(p['ci95'][0])}, {f(p['ci95'][1])}]" if p["ci95"] else ""
+            out.append(f"\nStart → `/readyz` 200, ours ÷ {who}, paired start by start: median {f(p['median'])}"
+                       f"{ci} over {p['n']} pairs.")
+        for who, x in rows:
+            name = f"Installer ({who})" if who else "Installer"
+            out.append(f"\n{name} memory: VmHWM {x['vmhwm_kb_max']} KiB (max over starts), "
+                       f"VmRSS {f(x['vmrss_kb_median'], 0)} KiB (median, after the re-injections).")
+        return "\n".join(out)
     e = d["event_to_repair"]
     return "\n".join([
         f"| repair agent (`istio-cni-repair`, {d['mode']} mode), {d['pods']} pods on the node, {d['broken']} broken "

@@ -7,6 +7,11 @@ interleaved run by run (ours, peer, floors) so machine noise hits all columns al
 are created (and wired by Debian's ptp + host-local inside a "node" namespace) before the timed loop; only the
 plugin exec is timed. The API is the HTTPS kube-double on 127.0.0.1.
 
+--peer BIN runs the plugin cases against another istio-cni too (its columns, its ratios). --before BIN is such
+a peer that is a build of this project (labelled "before"): its own install-cni also serves a pod cache of its
+own for its cached ADD cases, runs the nftables cases, and is started in turn with ours in the installer
+section; every comparison is paired run by run.
+
 The modules beside it: common (paths, errors, process and timing helpers, statistics and formatting), double
 (the API double and the pods it serves), netns (namespaces and pod wiring), cases (the plugin cases), timing
 (the timed loops), podcache, agents and cgprofile (the node's pod cache; the installer and the repair agent;
@@ -46,10 +51,14 @@ class Bench:
         self.backends = [x for x in ("nft", "legacy") if shutil.which(f"iptables-{x}-restore", path=PATH_ENV)]
         self.nss = Namespaces(f"ib{os.getpid() % 100000}-")
         self.double = None
-        self.cache = None
+        self.cache = None  # ours, in self.caches too
+        self.caches = {}  # per implementation in ours_impls: its install-cni serving the node's pod cache
         self.with_cache = True
         self.node = None
         self.notes = []
+        # The implementations that are builds of this project (their install-cni, nftables mode, pod cache).
+        self.ours_impls = ["ours", "peer"] if a.before else ["ours"]
+        self.peer_label = "before" if a.before else "peer"
 
     def setup(self):
         a = self.a
@@ -78,11 +87,22 @@ class Bench:
         if self.with_cache:
             podcache.start(self)
 
+    def label(self, impl):
+        """What the report calls `impl`: "ours", or the peer's label ("peer", or "before" for --before)."""
+        return self.peer_label if impl == "peer" else impl
+
     def plugin_dir(self, label, exe):
+        """A bin dir with a copy of `exe` under each applet name (hard links of one copy). A copy, as install-cni
+        puts the plugin into the node's CNI bin dir, not a link to the build's file: the same bytes exec'd
+        from the linker's output measured 0.1 ms slower per process than from a copy here (the page cache
+        keeps a file as it was written), which made two builds differ by how their files were made."""
         d = os.path.join(self.work, f"bin-{label}")
         os.makedirs(d)
-        for n in ("istio-cni", "install-cni", "istio-cni-repair"):
-            os.symlink(os.path.abspath(exe), os.path.join(d, n))
+        first = os.path.join(d, "istio-cni")
+        shutil.copyfile(exe, first)
+        os.chmod(first, 0o755)
+        for n in ("install-cni", "istio-cni-repair"):
+            os.link(first, os.path.join(d, n))
         return d
 
     def conf(self, backend, prev, cni_version="1.0.0", run_dir=None):
@@ -118,8 +138,8 @@ class Bench:
         return os.path.join(self.work, "logs", f"{case['name']}-{case['impl']}.log")
 
     def cleanup(self):
-        if self.cache:
-            self.cache.stop()
+        for agent in self.caches.values():
+            agent.stop()
         if self.double:
             self.double.stop()
         self.nss.cleanup()
@@ -132,7 +152,8 @@ class Bench:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
-    ap.add_argument("--peer")
+    ap.add_argument("--peer", help="another istio-cni plugin: the plugin cases against it too")
+    ap.add_argument("--before", help="an earlier build of ours: a peer whose install-cni is measured too")
     ap.add_argument("--noop", required=True)
     ap.add_argument("--floor", required=True)
     ap.add_argument("--double", required=True)
@@ -152,6 +173,9 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--profile-bin", help="a symbolized build: run one invocation per kind under callgrind")
     a = ap.parse_args()
+    if a.peer and a.before:
+        ap.error("--peer and --before are one peer each: give one")
+    a.peer = a.peer or a.before
     skip = set(filter(None, a.skip.split(",")))
     if os.geteuid() != 0:
         raise SystemExit("scripts/bench must run as root (it creates network namespaces)")

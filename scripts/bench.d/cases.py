@@ -4,7 +4,8 @@ plan(b, n, tag): every case for `n` interleaved rounds, each with its jobs (one 
 stdin file, the namespace the driver enters for it) and its floor: VERSION, the ADDs that need no pod or no API
 call, ADD of a pod without sidecar, ADD with redirect per iptables backend (TPROXY, dual-stack; CHECK and DEL
 of the same pods), nftables mode, and the ADDs served by the node's pod cache. The floors' documents come from
-our own binary (`istio-cni explain`).
+our own binary (`istio-cni explain`). A peer runs every case but nftables mode and the cache's; a --before peer
+(a build of ours) runs those too, its cached ADDs served by its own install-cni.
 """
 
 import json
@@ -13,6 +14,7 @@ import re
 import shutil
 import subprocess
 
+import podcache
 from common import PATH_ENV, BenchError
 from double import pod_object
 
@@ -67,12 +69,12 @@ def explain_nft(b, pod):
     return "".join(l + "\n" for l in r.stdout.splitlines() if not l.startswith("#"))
 
 
-def our_add_jobs(b, n, tag, case, backend, run_dir=None):
-    """`n` fresh pods (IPv4, a sidecar, served by the double as `ours-<case>-<tag><i>`) and our plugin's ADD
-    of each with `backend`'s configuration (and `run_dir`'s, when given): (pods, jobs)."""
+def our_add_jobs(b, impl, n, tag, case, backend, run_dir=None):
+    """`n` fresh pods (IPv4, a sidecar, served by the double as `<impl>-<case>-<tag><i>`) and `impl`'s (one of
+    b.ours_impls) ADD of each with `backend`'s configuration (and `run_dir`'s, when given): (pods, jobs)."""
     pp = b.pods.make(n, False)
-    names = [f"ours-{case}-{tag}{i}" for i in range(n)]
-    return pp, add_jobs(b, "ours", backend, pp, names, "stdin/ours-", run_dir=run_dir)
+    names = [f"{impl}-{case}-{tag}{i}" for i in range(n)]
+    return pp, add_jobs(b, impl, backend, pp, names, f"stdin/{impl}-", run_dir=run_dir)
 
 
 def nftables_cases(b, n, tag, add_case):
@@ -88,11 +90,13 @@ def nftables_cases(b, n, tag, add_case):
     jobs = [[([nft, "-f", script], b.base_env, None, nsname)] for nsname, _ in fr]
     add_case("floor-nft-f", "nft -f of the same script alone (upstream's way)", "floor", jobs,
              kind="floor", check=("nftables", [x[0] for x in fr]))
-    pp, jobs = our_add_jobs(b, n, tag, case, "nftables")
-    add_case(case, "ADD with redirect, IPv4 REDIRECT, nftables over netlink", "ours", jobs,
-             floor="floor-nft-f", check=("nftables", [x[0] for x in pp]))
-    add_case("check-nftables", "CHECK (nftables, redirected pod)", "ours",
-             [(j[0], dict(j[1], CNI_COMMAND="CHECK"), j[2], None) for j in jobs], floor="floor-noop")
+    for impl in b.ours_impls:
+        pp, jobs = our_add_jobs(b, impl, n, tag, case, "nftables")
+        add_case(case, "ADD with redirect, IPv4 REDIRECT, nftables over netlink", impl, jobs,
+                 floor="floor-nft-f", check=("nftables", [x[0] for x in pp]))
+        add_case("check-nftables", "CHECK (nftables, redirected pod)", impl,
+                 [(j[0], dict(j[1], CNI_COMMAND="CHECK"), j[2], None) for j in jobs], floor="floor-noop",
+                 group=case)
 
 
 def plan(b, n, tag):
@@ -107,6 +111,8 @@ def plan(b, n, tag):
     idle_ns = f"/run/netns/{b.idle[0]}"
     idle_prev = b.idle[1]
 
+    # group: an implementation's cases that run back to back on the same pods (ADD, then its CHECK and DEL);
+    # the timed loop swaps the implementations' groups every other round (timing.round_orders).
     def add_case(name, label, impl, jobs, floor=None, group=None, kind="plugin", check=None):
         cases.append({"name": name, "label": label, "impl": impl, "jobs": jobs, "floor": floor,
                       "group": group or name, "kind": kind, "samples": [], "check": check})
@@ -208,9 +214,9 @@ def plan(b, n, tag):
                 # CHECK and DEL of the same pods, run right after their ADD in the same round.
                 add_case("check", "CHECK (nft, redirected pod)", impl,
                          [(j[0], dict(j[1], CNI_COMMAND="CHECK"), j[2], None) for j in jobs],
-                         floor="floor-getsave")
+                         floor="floor-getsave", group=case)
                 add_case("del", "DEL", impl, [(j[0], dict(j[1], CNI_COMMAND="DEL"), j[2], None) for j in jobs],
-                         floor="floor-noop")
+                         floor="floor-noop", group=case)
         if case == "add-redirect-nft":
             fs = b.pods.make(n, False)
             names = [f"fs-{tag}{i}" for i in range(n)]
@@ -228,7 +234,8 @@ def plan(b, n, tag):
 
 def cache_cases(b, n, tag, add_case):
     """ADD with the pod from the node's cache (install-cni running, its socket in the run dir), per backend,
-    and ADD in nftables mode against a socket nobody listens on (a SIGKILLed agent): the API fallback."""
+    and ADD in nftables mode against a socket nobody listens on (a SIGKILLed agent): the API fallback. Each of
+    b.ours_impls is served by its own install-cni."""
     have_nft = shutil.which("nft", path=PATH_ENV) is not None
     variants = [("add-redirect-nft-cache", "ADD with redirect, IPv4 REDIRECT, nft, pod from the node's cache",
                  "nft", "cache", "floor-restore-add-redirect-nft", "nft" in b.backends)]
@@ -239,5 +246,7 @@ def cache_cases(b, n, tag, add_case):
     for case, label, backend, run_dir, floor, ok in variants:
         if not ok:
             continue
-        pp, jobs = our_add_jobs(b, n, tag, case, backend, run_dir)
-        add_case(case, label, "ours", jobs, floor=floor, check=(backend, [x[0] for x in pp]))
+        for impl in b.ours_impls:
+            rd = podcache.cache_run(impl) if run_dir == "cache" else run_dir
+            pp, jobs = our_add_jobs(b, impl, n, tag, case, backend, rd)
+            add_case(case, label, impl, jobs, floor=floor, check=(backend, [x[0] for x in pp]))

@@ -193,6 +193,26 @@ def median(vals):
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
+def median_ci(sorted_vals, level=0.95):
+    """A distribution-free confidence interval of the median (order statistics, binomial): (low, high), or
+    None when there are too few values for one."""
+    n, tail_p = len(sorted_vals), (1 - level) / 2
+    cdf, k = 0.0, 0
+    while k < n and cdf + math.comb(n, k) / 2**n <= tail_p:
+        cdf += math.comb(n, k) / 2**n
+        k += 1
+    return (sorted_vals[k - 1], sorted_vals[n - k]) if k else None
+
+
+def paired(a, b):
+    """Runs paired by index (a[i] and b[i] taken in turn, so load hits both alike): the median of the ratios
+    a[i] / b[i] and its 95 % interval; None without pairs."""
+    r = sorted(x / y for x, y in zip(a, b) if y)
+    if not r:
+        return None
+    return {"n": len(r), "median": median(r), "ci95": median_ci(r)}
+
+
 def fmt(v, d=2):
     if v is None:
         return "–"

@@ -3,6 +3,8 @@
 Agent: `install-cni` in the host namespace against the double, NODE_NAME=bench-node (every plugin case's pods
   are on that node), run dir `run-cache` (FORCE_IPTABLES_BINARY=iptables-nft). The `*-cache` ADD cases point
   their configuration at that run dir; before each chunk the driver waits until the cache holds every pod.
+  With --before, the earlier build's own install-cni serves a second cache (run dir `run-cache-peer`) to its
+  plugin's `*-cache` cases, alongside ours for the whole run.
 api_requests(b): pod GETs per 1,000 ADDs per case, from the double's request log, and the agent's own
   LIST/WATCH requests.
 memory(b): a second agent on a node of its own: VmRSS with 0 pods, then with 1,000 realistically sized
@@ -27,7 +29,7 @@ from double import NODE, pod_object, repair_pod
 
 
 class Agent:
-    def __init__(self, b, name, node):
+    def __init__(self, b, name, node, impl="ours"):
         self.b = b
         d = os.path.join(b.work, name)
         self.conf, self.bin, self.run, self.sa = b.double.node_dirs(d)
@@ -40,7 +42,7 @@ class Agent:
                "HEALTH_PORT": str(self.health), "MONITORING_PORT": str(self.metrics),
                "FORCE_IPTABLES_BINARY": "iptables-nft", "EXCLUDE_NAMESPACES": "kube-system", "LOG_LEVEL": "warn"}
         self.log = os.path.join(b.work, "logs", f"{name}.log")
-        exe = os.path.join(b.bins["ours"], "install-cni")
+        exe = os.path.join(b.bins[impl], "install-cni")
         self.pid = spawn([exe], env, None, os.devnull, self.log, exe=exe)
         self.wait(lambda: self.pods() is not None, 30, "its cache to sync")
 
@@ -83,8 +85,10 @@ class Agent:
 
 
 def start(b):
-    b.cache = Agent(b, "cache-agent", NODE)
-    b.run_dirs["cache"] = b.cache.run
+    for impl in b.ours_impls:
+        b.caches[impl] = Agent(b, "cache-agent" if impl == "ours" else f"cache-agent-{impl}", NODE, impl)
+        b.run_dirs[cache_run(impl)] = b.caches[impl].run
+    b.cache = b.caches["ours"]
     # A run dir whose socket nobody listens on: the agent was SIGKILLed and left it.
     d = b.double.run_dir(os.path.join(b.work, "run-stale"))
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -93,10 +97,16 @@ def start(b):
     b.run_dirs["stale"] = d
 
 
+def cache_run(impl):
+    """The key in b.run_dirs of the run dir whose socket `impl`'s own install-cni serves."""
+    return "cache" if impl == "ours" else f"cache-{impl}"
+
+
 def wait_synced(b):
-    """Until the cache holds every pod the driver has put on the bench node."""
+    """Until every cache holds every pod the driver has put on the bench node."""
     want = b.double.on_node
-    b.cache.wait(lambda: (b.cache.pods() or 0) >= want, 60, f"{want} pods")
+    for agent in b.caches.values():
+        agent.wait(lambda: (agent.pods() or 0) >= want, 60, f"{want} pods")
 
 
 # Cases whose pods also get a CHECK right after their ADD (one more GET each without the cache).
@@ -104,8 +114,8 @@ CHECKED = ("add-redirect-nft", "add-redirect-nftables")
 
 
 def api_requests(b, cases):
-    """Pod GETs per 1,000 ADDs for each ADD case of ours (a CHECK's GET of the same pod not counted), and the
-    agent's LIST/WATCH requests."""
+    """Pod GETs per 1,000 ADDs for each ADD case of each of b.ours_impls (a CHECK's GET of the same pod not
+    counted), the agents' LIST/WATCH requests (all of them together) and each cache's lookups by result."""
     reqs = b.double.request("GET", "/_double/requests")
     gets = {}
     lists = watches = 0
@@ -123,14 +133,17 @@ def api_requests(b, cases):
         if mm:
             gets[mm.group(1)] = gets.get(mm.group(1), 0) + 1
     out = []
-    for name in cases:
-        pat = re.compile(rf"^ours-{re.escape(name)}-c\d+-\d+$")
-        n = sum(v for k, v in gets.items() if pat.match(k))
-        adds = b.a.runs + b.a.warmup
-        if name in CHECKED:
-            n = max(0, n - adds)
-        out.append({"case": name, "adds": adds, "pod_gets": n, "per_1000": 1000.0 * n / adds})
-    return {"cases": out, "agent_lists": lists, "agent_watches": watches, "lookups": b.cache.lookups()}
+    for impl in b.ours_impls:
+        for name in cases:
+            pat = re.compile(rf"^{impl}-{re.escape(name)}-c\d+-\d+$")
+            n = sum(v for k, v in gets.items() if pat.match(k))
+            adds = b.a.runs + b.a.warmup
+            if name in CHECKED:
+                n = max(0, n - adds)
+            out.append({"case": name, "impl": b.label(impl), "adds": adds, "pod_gets": n,
+                        "per_1000": 1000.0 * n / adds})
+    return {"cases": out, "agent_lists": lists, "agent_watches": watches, "lookups": b.cache.lookups(),
+            "lookups_by_impl": {b.label(impl): agent.lookups() for impl, agent in b.caches.items()}}
 
 
 def memory(b, n=1000):
@@ -268,11 +281,15 @@ def hostile(b, clients=1000, secs=5.0):
 def markdown(d):
     f = fmt
     out = ["| API requests per 1,000 pod starts (the pod's GET; a CHECK's not counted) | pod GETs |", "|---|---:|"]
-    for c in d["requests"]["cases"]:
-        out.append(f"| {c['case']} ({c['adds']} ADDs) | {f(c['per_1000'], 1)} |")
     r = d["requests"]
-    out.append(f"\nThe agent's own requests during the whole run: {r['agent_lists']} LIST pages, {r['agent_watches']} "
-               f"WATCH; cache lookups by result: {r['lookups']}.")
+    by_impl = r.get("lookups_by_impl") or {"ours": r["lookups"]}
+    for c in r["cases"]:
+        who = f", {c['impl']}" if len(by_impl) > 1 else ""
+        out.append(f"| {c['case']} ({c['adds']} ADDs{who}) | {f(c['per_1000'], 1)} |")
+    agents = "agents'" if len(by_impl) > 1 else "agent's"
+    looked = "; ".join(f"{k}: {v}" for k, v in by_impl.items()) if len(by_impl) > 1 else str(r["lookups"])
+    out.append(f"\nThe {agents} own requests during the whole run: {r['agent_lists']} LIST pages, {r['agent_watches']} "
+               f"WATCH; cache lookups by result: {looked}.")
     if d.get("memory"):
         mm = d["memory"]
         out.append(f"\nPod cache memory: VmRSS {mm['vmrss_kb_empty']} KiB with 0 pods, {mm['vmrss_kb_full']} KiB with "

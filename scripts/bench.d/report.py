@@ -8,7 +8,15 @@ import agents
 import audit
 import cgprofile as cg_profile
 import podcache
-from common import fmt, machine, median, pct
+from common import fmt, machine, median, paired, pct
+
+
+def fmt_paired(p):
+    """A paired ratio as `median [low, high]` (its 95 % interval), or `median` alone when too few runs."""
+    if not p:
+        return "–"
+    ci = p.get("ci95")
+    return f"{fmt(p['median'])} [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else fmt(p["median"])
 
 
 def summarize(samples):
@@ -80,12 +88,16 @@ def report(b, a, extra):
                 p = summarize(by[(name, "peer")]["samples"])
                 row["peer"] = p
                 row["ratio_to_peer"] = s["median_ms"] / p["median_ms"]
+                # The same run's two processes, one right after the other: their ratio, run by run.
+                row["paired_to_peer"] = paired([x.ns for x in c["samples"]],
+                                               [x.ns for x in by[(name, "peer")]["samples"]])
                 if c["floor"]:
                     p["ratio_to_floor"] = p["median_ms"] / row["floor_median_ms"]
             rows.append(row)
     m = machine()
     doc = {"machine": m, "binary": {"path": a.bin, "size_bytes": os.path.getsize(a.bin)},
-           "peer": {"path": a.peer, "size_bytes": os.path.getsize(a.peer)} if a.peer else None,
+           "peer": {"path": a.peer, "size_bytes": os.path.getsize(a.peer), "label": b.peer_label}
+           if a.peer else None,
            "runs": a.runs, "warmup": a.warmup, "wiring": a.wiring, "cases": rows,
            "concurrent": b.burst_results, "breakdown": breakdown(b), "notes": b.notes, **extra}
     return doc
@@ -98,13 +110,16 @@ def markdown(doc):
                f"end {m['loadavg_at_end'][0]:.2f}); "
                f"{doc['runs']} runs per case (+{doc['warmup']} warm-up), fresh process per run, "
                f"pods wired by {doc['wiring']}. Binary: {doc['binary']['size_bytes']} bytes "
-               f"({doc['binary']['size_bytes'] / 1048576:.2f} MiB).\n")
+               f"({doc['binary']['size_bytes'] / 1048576:.2f} MiB)"
+               + (f"; {doc['peer']['label']}: {doc['peer']['size_bytes']} bytes" if doc.get("peer") else "") + ".\n")
     peer = doc.get("peer")
     hdr = "| case | median ms | p99 ms | min ms | max ms | peak RSS KiB | floor median ms | × floor |"
     sep = "|---|---:|---:|---:|---:|---:|---:|---:|"
     if peer:
-        hdr += " peer median ms | peer p99 ms | peer RSS KiB | peer × floor | ours ÷ peer |"
-        sep += "---:|---:|---:|---:|---:|"
+        who = peer.get("label", "peer")
+        hdr += (f" {who} median ms | {who} p99 ms | {who} RSS KiB | {who} × floor | ours ÷ {who} (medians) | "
+                f"ours ÷ {who}, paired run by run: median [95 % interval] |")
+        sep += "---:|---:|---:|---:|---:|---:|"
     if doc["cases"]:
         out += [hdr, sep]
     for r in doc["cases"]:
@@ -116,9 +131,10 @@ def markdown(doc):
             p = r.get("peer")
             if p:
                 line += (f" {fmt(p['median_ms'])} | {fmt(p['p99_ms'])} | {p['rss_kb_max']} | "
-                         f"{fmt(p.get('ratio_to_floor'))} | {fmt(r.get('ratio_to_peer'))} |")
+                         f"{fmt(p.get('ratio_to_floor'))} | {fmt(r.get('ratio_to_peer'))} | "
+                         f"{fmt_paired(r.get('paired_to_peer'))} |")
             else:
-                line += " | | | | |"
+                line += " | | | | | |"
         out.append(line)
     if doc.get("concurrent"):
         serial = {(r["case"], "ours"): r["median_ms"] for r in doc["cases"] if r["impl"] == "ours"}

@@ -1,8 +1,9 @@
 """scripts/bench.d: the timed loops (stdlib only). Imported by bench.py.
 
 run_cases(b): the plugin cases (cases.plan), interleaved run by run, in chunks whose pods exist only while
-  the chunk runs; every run a fresh process under the bench-spawn launcher; untimed afterwards, the first and
-  last pod of each redirect case checked for our chains.
+  the chunk runs; with a peer, ours goes first in even rounds and the peer in odd ones (round_orders); every
+  run a fresh process under the bench-spawn launcher; untimed afterwards, the first and last pod of each
+  redirect case checked for our chains.
 concurrency(b): bursts of concurrent ADDs (per iptables backend and implementation): all spawned at once, each
   timed by its own launcher.
 """
@@ -65,6 +66,20 @@ def verify(b, case):
                              f"after the run:\n{r.stdout[:1500]}")
 
 
+def round_orders(cases):
+    """The order of `cases` in even and in odd rounds. In odd rounds the implementations' groups of one case
+    (e.g. ours' ADD, CHECK, DEL, then the peer's) trade places: whichever runs first follows what precedes the
+    case (a floor that just programmed another namespace, say) and the other follows it, and over the rounds
+    each implementation has each place equally often. An implementation's own group keeps its order."""
+    first = {}
+    for i, c in enumerate(cases):
+        first.setdefault(c["group"], i)
+    impls = list(dict.fromkeys(c["impl"] for c in cases if c["impl"] != "floor"))
+    swapped = {impl: len(impls) - k for k, impl in enumerate(impls)}
+    odd = sorted(range(len(cases)), key=lambda i: (first[cases[i]["group"]], swapped.get(cases[i]["impl"], 0), i))
+    return list(range(len(cases))), odd
+
+
 def run_cases(b):
     """Interleaved rounds, in chunks: each chunk's pods (about 13 per round) exist only while it runs, so
     the node never holds more pod namespaces than a real one (each is a mount under /run/netns, and the
@@ -84,10 +99,12 @@ def run_cases(b):
         setup_s += time.time() - t
         most = max(most, len(b.nss.names))
         settle(b)
+        orders = round_orders(cases)
         gc.disable()
         t = time.time()
         for i in range(k):
-            for c in cases:
+            for j in orders[(done + i) % 2]:
+                c = cases[j]
                 run_job(b, c, c["jobs"][i], keep=done + i >= b.a.warmup)
         loop_s += time.time() - t
         gc.enable()
