@@ -136,17 +136,17 @@ fn watch(dir: &Path, written: Instant, want: u64) -> (f64, Option<f64>) {
     }
 }
 
-async fn write_and_watch(soak: &Soak, name: &str, text: String, want: u64) -> Result<Seen, String> {
+/// Writes the primary at generation `want` as `name` and watches the file the runtime reads.
+async fn write_and_watch(soak: &Soak, name: &str, want: u64) -> Result<Seen, String> {
     let d = dir(soak);
     let n = name.to_string();
-    let (written, (exposure_ms, converge_ms)) = tokio::task::spawn_blocking(move || {
+    let text = primary_text(&soak.node, soak.opts.seed, want);
+    let (exposure_ms, converge_ms) = tokio::task::spawn_blocking(move || {
         write_atomic(&d, &n, &text).map_err(|e| format!("write {n}: {e}"))?;
-        let at = Instant::now();
-        Ok::<_, String>((at, watch(&d, at, want)))
+        Ok::<_, String>(watch(&d, Instant::now(), want))
     })
     .await
     .map_err(|e| e.to_string())??;
-    let _ = written;
     Ok(Seen {
         detail: format!("{name} (generation {want})"),
         exposure_ms,
@@ -165,13 +165,7 @@ pub async fn rewrite(soak: &Soak, st: &mut ConfState) -> Result<Seen, String> {
         st.primary_gen = gen;
         soak.node.primary.clone()
     };
-    write_and_watch(
-        soak,
-        &name,
-        primary_text(&soak.node, soak.opts.seed, gen),
-        gen,
-    )
-    .await
+    write_and_watch(soak, &name, gen).await
 }
 
 /// A higher-priority primary appears.
@@ -181,13 +175,7 @@ pub async fn appear(soak: &Soak, st: &mut ConfState) -> Result<Seen, String> {
     st.higher = true;
     st.higher_gen = gen;
     let name = soak.opts.higher_name.clone();
-    write_and_watch(
-        soak,
-        &name,
-        primary_text(&soak.node, soak.opts.seed, gen),
-        gen,
-    )
-    .await
+    write_and_watch(soak, &name, gen).await
 }
 
 /// The higher-priority primary disappears: the runtime falls back to the primary.
