@@ -76,21 +76,17 @@ fn write_atomic(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
 /// The file the runtime loads (containerd's go-cni with `max_conf_num = 1`): the first by name among
 /// `*.conf`, `*.conflist`, `*.json` that parses; its name and content.
 pub fn effective(dir: &Path) -> Option<(String, serde_json::Value)> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    super::leaks::files(dir)
+        .into_iter()
         .filter(|n| {
             !n.starts_with('.')
                 && (n.ends_with(".conf") || n.ends_with(".conflist") || n.ends_with(".json"))
         })
-        .collect();
-    names.sort();
-    names.into_iter().find_map(|n| {
-        let text = std::fs::read_to_string(dir.join(&n)).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        Some((n, v))
-    })
+        .find_map(|n| {
+            let text = std::fs::read_to_string(dir.join(&n)).ok()?;
+            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+            Some((n, v))
+        })
 }
 
 fn plugins(v: &serde_json::Value) -> Vec<&serde_json::Value> {
