@@ -30,13 +30,7 @@ impl ChartNode {
     /// Like [`ChartNode::rules`], but an error when the namespace could not be read (gone, nsenter failed):
     /// a pod is never counted unredirected (nor redirected) on a failed read.
     pub fn try_rules(&self, netns: &str) -> Result<String, String> {
-        let backend = std::fs::read_to_string(self.host(&self.run_dir).join("iptables-backend"))
-            .unwrap_or_else(|_| "nft".into());
-        let prog = if backend.trim() == "legacy" {
-            "iptables-legacy-save"
-        } else {
-            "iptables-nft-save"
-        };
+        let prog = self.iptables_save();
         let ipt = self.in_pod_netns(netns, &[prog]);
         if !ipt.status.success() {
             return Err(format!(
@@ -69,14 +63,19 @@ impl ChartNode {
     }
 
     fn iptables_rules(&self, netns: &str) -> String {
+        String::from_utf8_lossy(&self.in_pod_netns(netns, &[self.iptables_save()]).stdout)
+            .into_owned()
+    }
+
+    /// The `iptables-*-save` of the backend the plugin recorded in the run dir (nft when none is).
+    fn iptables_save(&self) -> &'static str {
         let backend = std::fs::read_to_string(self.host(&self.run_dir).join("iptables-backend"))
             .unwrap_or_else(|_| "nft".into());
-        let prog = if backend.trim() == "legacy" {
+        if backend.trim() == "legacy" {
             "iptables-legacy-save"
         } else {
             "iptables-nft-save"
-        };
-        String::from_utf8_lossy(&self.in_pod_netns(netns, &[prog]).stdout).into_owned()
+        }
     }
 
     /// A workload pod with a sidecar, served by the double on this node (status filled in later).

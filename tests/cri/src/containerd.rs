@@ -37,30 +37,11 @@ impl Containerd {
         cni_bin: &Path,
         cni_conf: &Path,
     ) -> Containerd {
-        Containerd::start_in(dir, netns, None, sandbox_image, cni_bin, cni_conf)
+        Containerd::start_with(dir, netns, None, sandbox_image, cni_bin, cni_conf, false)
     }
 
-    /// Like [`Containerd::start`], in the mount namespace of process `mount_ns_of` when given.
-    pub fn start_in(
-        dir: &Path,
-        netns: &str,
-        mount_ns_of: Option<u32>,
-        sandbox_image: &str,
-        cni_bin: &Path,
-        cni_conf: &Path,
-    ) -> Containerd {
-        Containerd::start_with(
-            dir,
-            netns,
-            mount_ns_of,
-            sandbox_image,
-            cni_bin,
-            cni_conf,
-            false,
-        )
-    }
-
-    /// Like [`Containerd::start_in`]; `netns_under_state`: the pods' network namespaces are mounted under
+    /// Like [`Containerd::start`], in the mount namespace of process `mount_ns_of` when given;
+    /// `netns_under_state`: the pods' network namespaces are mounted under
     /// `<dir>/state/netns` instead of the host's shared `/var/run/netns` (containerd's
     /// `netns_mounts_under_state_dir`), so that every one this containerd made, leaked ones included, can be
     /// told from other runtimes' (the soak's leak count).

@@ -76,21 +76,17 @@ fn write_atomic(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
 /// The file the runtime loads (containerd's go-cni with `max_conf_num = 1`): the first by name among
 /// `*.conf`, `*.conflist`, `*.json` that parses; its name and content.
 pub fn effective(dir: &Path) -> Option<(String, serde_json::Value)> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    super::leaks::files(dir)
+        .into_iter()
         .filter(|n| {
             !n.starts_with('.')
                 && (n.ends_with(".conf") || n.ends_with(".conflist") || n.ends_with(".json"))
         })
-        .collect();
-    names.sort();
-    names.into_iter().find_map(|n| {
-        let text = std::fs::read_to_string(dir.join(&n)).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        Some((n, v))
-    })
+        .find_map(|n| {
+            let text = std::fs::read_to_string(dir.join(&n)).ok()?;
+            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+            Some((n, v))
+        })
 }
 
 fn plugins(v: &serde_json::Value) -> Vec<&serde_json::Value> {
@@ -136,17 +132,17 @@ fn watch(dir: &Path, written: Instant, want: u64) -> (f64, Option<f64>) {
     }
 }
 
-async fn write_and_watch(soak: &Soak, name: &str, text: String, want: u64) -> Result<Seen, String> {
+/// Writes the primary at generation `want` as `name` and watches the file the runtime reads.
+async fn write_and_watch(soak: &Soak, name: &str, want: u64) -> Result<Seen, String> {
     let d = dir(soak);
     let n = name.to_string();
-    let (written, (exposure_ms, converge_ms)) = tokio::task::spawn_blocking(move || {
+    let text = primary_text(&soak.node, soak.opts.seed, want);
+    let (exposure_ms, converge_ms) = tokio::task::spawn_blocking(move || {
         write_atomic(&d, &n, &text).map_err(|e| format!("write {n}: {e}"))?;
-        let at = Instant::now();
-        Ok::<_, String>((at, watch(&d, at, want)))
+        Ok::<_, String>(watch(&d, Instant::now(), want))
     })
     .await
     .map_err(|e| e.to_string())??;
-    let _ = written;
     Ok(Seen {
         detail: format!("{name} (generation {want})"),
         exposure_ms,
@@ -165,13 +161,7 @@ pub async fn rewrite(soak: &Soak, st: &mut ConfState) -> Result<Seen, String> {
         st.primary_gen = gen;
         soak.node.primary.clone()
     };
-    write_and_watch(
-        soak,
-        &name,
-        primary_text(&soak.node, soak.opts.seed, gen),
-        gen,
-    )
-    .await
+    write_and_watch(soak, &name, gen).await
 }
 
 /// A higher-priority primary appears.
@@ -181,13 +171,7 @@ pub async fn appear(soak: &Soak, st: &mut ConfState) -> Result<Seen, String> {
     st.higher = true;
     st.higher_gen = gen;
     let name = soak.opts.higher_name.clone();
-    write_and_watch(
-        soak,
-        &name,
-        primary_text(&soak.node, soak.opts.seed, gen),
-        gen,
-    )
-    .await
+    write_and_watch(soak, &name, gen).await
 }
 
 /// The higher-priority primary disappears: the runtime falls back to the primary.

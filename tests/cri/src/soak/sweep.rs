@@ -9,22 +9,13 @@
 //! and the mount-namespace holder (whose mounts name the node's dir) SIGKILLed, every mount below the dir
 //! unmounted, the dir removed, the node's network namespaces deleted.
 
+use super::leaks::files as entries;
 use crate::util::{run, unmount_below};
 use std::path::{Path, PathBuf};
 
 /// The marker a running soak keeps: its existence with a dead pid means leftovers to sweep.
 pub fn marker(pid: u32) -> PathBuf {
     std::env::temp_dir().join(format!("istio-cni-soak-{pid}"))
-}
-
-fn entries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The runtime's processes (by executable: containerd, its shims, runc, and nsenter, which execs containerd)
