@@ -202,103 +202,113 @@ impl ChartNode {
             .map_err(|e| format!("RunPodSandbox for the agent pod {name}: {}", e.message()))?
             .into_inner()
             .pod_sandbox_id;
-        let ip = self
-            .cri
-            .status(&sid)
-            .await
-            .map_err(|e| format!("PodSandboxStatus of the agent pod {name}: {e}"))?
-            .ip;
-        pod["status"]["podIP"] = ip.clone().into();
-        self.srv.add_pod(&pod.to_string()).unwrap();
-        // The service-account volume: the shared token, or (a DaemonSet pod) one bound to this pod.
-        let sa = if start.daemon {
-            let sa = self.dir.join(format!("sa-{name}"));
-            std::fs::create_dir_all(&sa).unwrap();
-            let token = format!("token-{name}");
-            std::fs::write(sa.join("token"), &token).unwrap();
-            std::fs::write(sa.join("ca.crt"), self.srv.ca_pem()).unwrap();
-            std::fs::write(sa.join("namespace"), "istio-system").unwrap();
-            self.srv.bind_token(&token, "istio-system", &name);
-            sa
-        } else {
-            self.dir.join("sa")
-        };
-        let port = self.srv.addr().port().to_string();
-        let agent = AgentPod {
-            name: name.clone(),
-            namespace: "istio-system".into(),
-            uid,
-            ip: ip.clone(),
-            service_env: vec![
-                ("KUBERNETES_SERVICE_HOST".into(), API_IP.into()),
-                ("KUBERNETES_SERVICE_PORT".into(), port.clone()),
-                ("KUBERNETES_SERVICE_PORT_HTTPS".into(), port),
-            ],
-        };
-        let c = self.chart.container();
-        let list = |v: &Value| -> Vec<String> {
-            v.as_sequence()
-                .map(|l| l.iter().map(s).collect())
-                .unwrap_or_default()
-        };
-        let mut mounts = self.chart.mounts();
-        mounts.push(cri::Mount {
-            container_path: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
-            host_path: sa.to_string_lossy().into_owned(),
-            readonly: true,
-            ..Default::default()
-        });
-        let config = cri::ContainerConfig {
-            metadata: Some(cri::ContainerMetadata {
-                name: "install-cni".into(),
-                attempt: 0,
-            }),
-            image: Some(cri::ImageSpec {
-                image: image.clone(),
+        // Everything after the sandbox in one block: on an error the sandbox is stopped and removed, so a
+        // retry under the same name and attempt is not refused as already reserved.
+        let rest = async {
+            let ip = self
+                .cri
+                .status(&sid)
+                .await
+                .map_err(|e| format!("PodSandboxStatus of the agent pod {name}: {e}"))?
+                .ip;
+            pod["status"]["podIP"] = ip.clone().into();
+            self.srv.add_pod(&pod.to_string()).unwrap();
+            // The service-account volume: the shared token, or (a DaemonSet pod) one bound to this pod.
+            let sa = if start.daemon {
+                let sa = self.dir.join(format!("sa-{name}"));
+                std::fs::create_dir_all(&sa).unwrap();
+                let token = format!("token-{name}");
+                std::fs::write(sa.join("token"), &token).unwrap();
+                std::fs::write(sa.join("ca.crt"), self.srv.ca_pem()).unwrap();
+                std::fs::write(sa.join("namespace"), "istio-system").unwrap();
+                self.srv.bind_token(&token, "istio-system", &name);
+                sa
+            } else {
+                self.dir.join("sa")
+            };
+            let port = self.srv.addr().port().to_string();
+            let agent = AgentPod {
+                name: name.clone(),
+                namespace: "istio-system".into(),
+                uid,
+                ip: ip.clone(),
+                service_env: vec![
+                    ("KUBERNETES_SERVICE_HOST".into(), API_IP.into()),
+                    ("KUBERNETES_SERVICE_PORT".into(), port.clone()),
+                    ("KUBERNETES_SERVICE_PORT_HTTPS".into(), port),
+                ],
+            };
+            let c = self.chart.container();
+            let list = |v: &Value| -> Vec<String> {
+                v.as_sequence()
+                    .map(|l| l.iter().map(s).collect())
+                    .unwrap_or_default()
+            };
+            let mut mounts = self.chart.mounts();
+            mounts.push(cri::Mount {
+                container_path: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
+                host_path: sa.to_string_lossy().into_owned(),
+                readonly: true,
                 ..Default::default()
-            }),
-            command: list(&c["command"]),
-            args: list(&c["args"]),
-            // The test's variables win over the chart's (a container must not see a name twice: which
-            // one a process reads would depend on its libc).
-            envs: self
-                .chart
-                .env(&agent)
-                .into_iter()
-                .filter(|(k, _)| !start.extra_env.iter().any(|(x, _)| x == k))
-                .chain(
-                    start
-                        .extra_env
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string())),
-                )
-                .map(|(key, value)| cri::KeyValue { key, value })
-                .collect(),
-            mounts,
-            log_path: "install-cni.log".into(),
-            linux: Some(cri::LinuxContainerConfig {
-                security_context: Some(self.chart.security_context()),
+            });
+            let config = cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata {
+                    name: "install-cni".into(),
+                    attempt: 0,
+                }),
+                image: Some(cri::ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                }),
+                command: list(&c["command"]),
+                args: list(&c["args"]),
+                // The test's variables win over the chart's (a container must not see a name twice: which
+                // one a process reads would depend on its libc).
+                envs: self
+                    .chart
+                    .env(&agent)
+                    .into_iter()
+                    .filter(|(k, _)| !start.extra_env.iter().any(|(x, _)| x == k))
+                    .chain(
+                        start
+                            .extra_env
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string())),
+                    )
+                    .map(|(key, value)| cri::KeyValue { key, value })
+                    .collect(),
+                mounts,
+                log_path: "install-cni.log".into(),
+                linux: Some(cri::LinuxContainerConfig {
+                    security_context: Some(self.chart.security_context()),
+                    ..Default::default()
+                }),
                 ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let cid = self
-            .cri
-            .create_container(&sid, config.clone(), &sandbox)
-            .await
-            .map_err(|e| format!("CreateContainer install-cni ({name}): {e}"))?;
-        self.cri
-            .start_container(&cid)
-            .await
-            .map_err(|e| format!("StartContainer install-cni ({name}): {e}"))?;
-        Ok(Agent {
-            name,
-            sandbox: sid,
-            container: cid,
-            ip,
-            config,
-            sandbox_config: sandbox,
-        })
+            };
+            let cid = self
+                .cri
+                .create_container(&sid, config.clone(), &sandbox)
+                .await
+                .map_err(|e| format!("CreateContainer install-cni ({name}): {e}"))?;
+            self.cri
+                .start_container(&cid)
+                .await
+                .map_err(|e| format!("StartContainer install-cni ({name}): {e}"))?;
+            Ok(Agent {
+                name,
+                sandbox: sid.clone(),
+                container: cid,
+                ip,
+                config,
+                sandbox_config: sandbox,
+            })
+        }
+        .await;
+        if rest.is_err() {
+            let _ = self.cri.stop(&sid).await;
+            let _ = self.cri.remove(&sid).await;
+        }
+        rest
     }
 
     /// The agent's log (CRI format, one line per log line).
