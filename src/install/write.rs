@@ -99,6 +99,8 @@ impl Installer {
                     // disk, a busy file) the check keeps finding it without our entry (not ready),
                     // and the reinstall tries again.
                     if matches!(e.root(), Error::InvalidConfig(_) | Error::Decode(_)) {
+                        // Its latest version only: a file rewritten again and again stays one entry.
+                        self.unmergeable.retain(|(n, _)| *n != f);
                         self.unmergeable.push((f, bytes));
                     }
                 }
