@@ -60,8 +60,9 @@ impl Installer {
     }
 
     /// Merges our entry into every valid file other than `primary` that lacks it (default layout). A file
-    /// we cannot merge into is logged once per content and skipped (the check skips it too): the runtime
-    /// uses it only after every file before it is gone, and it never makes us not ready by itself.
+    /// whose content we cannot merge into is logged once per content and skipped (the check skips it
+    /// too): the runtime uses it only after every file before it is gone, and it never makes us not ready
+    /// by itself. A file we failed to write is not skipped (the check says not ready; we retry).
     fn merge_fallbacks(&mut self, primary: &OsStr) {
         let dir = self.conf_dir().to_path_buf();
         let valid = self.listing_quiet().map(|l| l.valid).unwrap_or_default();
@@ -94,7 +95,14 @@ impl Installer {
                         dir.display(),
                         shown(&f)
                     );
-                    self.unmergeable.push((f, bytes));
+                    // Only the content can make a file unmergeable: after an I/O failure (a full
+                    // disk, a busy file) the check keeps finding it without our entry (not ready),
+                    // and the reinstall tries again.
+                    if matches!(e.root(), Error::InvalidConfig(_) | Error::Decode(_)) {
+                        // Its latest version only: a file rewritten again and again stays one entry.
+                        self.unmergeable.retain(|(n, _)| *n != f);
+                        self.unmergeable.push((f, bytes));
+                    }
                 }
             }
         }

@@ -112,11 +112,10 @@ fn apply_family(b: Backend, family: Family, doc: &str) -> Result<(Outcome, Vec<S
     let d = state::diff(&expected, &after);
     if !d.is_empty() {
         return Err(Error::Rules(format!(
-            "{} rules still differ after converging: missing {:?}, unexpected {:?}{:?}",
+            "{} rules still differ after converging: missing {:?}, unexpected {:?}",
             family.name(),
             d.missing,
-            d.unexpected,
-            d.before
+            [&d.unexpected[..], &d.before[..]].concat()
         )));
     }
     Ok((Outcome::Converged, found))

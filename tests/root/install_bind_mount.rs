@@ -89,3 +89,51 @@ fn start(n: &Node, host: &std::path::Path, env: &[(String, String)], log: &str) 
         stderr_path: stderr,
     }
 }
+
+/// A file the runtime falls back to that we fail to write (here: a mount point in the installer's mount
+/// namespace, so the rename over it fails with EBUSY) is not one whose content cannot take our entry:
+/// before, the I/O failure marked it unmergeable and the check skipped it, so /readyz said 200 while the
+/// fallback lacked our entry for as long as its content stayed the same. Now the check keeps finding it
+/// without our entry: not ready, and the reinstall tries again.
+#[test]
+fn a_fallback_we_fail_to_write_keeps_us_not_ready() {
+    if !require_root() {
+        return;
+    }
+    let n = Node::new("fallback-busy");
+    n.write("10-ptp.conflist", &list_text("ptp-net", "ptp"));
+    n.write("20-bridge.conflist", &list_text("bridge-net", "bridge"));
+    let fallback = n.conf.join("20-bridge.conflist");
+    let stderr = n.root.join("stderr");
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --bind "$1" "$1" && exec "$2" install-cni"#)
+        .arg("sh")
+        .arg(&fallback)
+        .arg(binary())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .envs(n.env(&[]).iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(&stderr).unwrap());
+    let mut p = Proc {
+        child: cmd.spawn().unwrap(),
+        stderr_path: stderr,
+    };
+    poll_until(
+        "the check names the fallback without our entry",
+        LONG,
+        || p.stderr().contains("20-bridge.conflist lacks our entry"),
+    );
+    assert!(
+        p.stderr().contains("could not add our entry to"),
+        "{}",
+        p.stderr()
+    );
+    assert!(n.not_ready(), "{}", p.stderr());
+    assert_eq!(entries_at(&n.conf.join("10-ptp.conflist")), 1);
+    assert_eq!(entries_at(&fallback), 0);
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}

@@ -71,3 +71,37 @@ fn no_lost_update_when_the_primary_writes_twice_during_our_merge() {
     assert!(lost.is_empty(), "lost updates in trials {lost:?}");
     fs::remove_dir_all(&root).unwrap();
 }
+
+/// A file the runtime falls back to that takes no merge (nested thousands of levels deep: libcni reads
+/// it, but with our entry it would print larger than we write) is remembered by its content, so it is
+/// tried once per version. Rewritten again and again (a CNI stamping a generation into it), only its
+/// latest version is remembered, not every one seen: the memory stays bounded.
+#[test]
+fn an_unmergeable_fallback_is_remembered_once() {
+    let root = tempdir("unmergeable-fallback");
+    let conf = root.join("conf");
+    fs::create_dir_all(&conf).unwrap();
+    let mut env: HashMap<String, String> = HashMap::new();
+    env.insert("MOUNTED_CNI_NET_DIR".into(), conf.display().to_string());
+    env.insert(
+        "CNI_AGENT_RUN_DIR".into(),
+        root.join("run").display().to_string(),
+    );
+    env.insert("REPAIR_ENABLED".into(), "false".into());
+    let settings =
+        options::resolve(&Flags::default(), &move |k: &str| env.get(k).cloned()).unwrap();
+    let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
+    atomic_write(&conf.join(PRIMARY), primary_text(1500).as_bytes(), 0o644);
+    let deep = format!("{}{}", "[".repeat(3000), "]".repeat(3000));
+    for generation in 0..5 {
+        let text = format!(
+            "{{\"cniVersion\": \"0.3.1\", \"name\": \"b-net\", \"plugins\": [{{\"type\": \"bridge\", \
+             \"generation\": {generation}, \"deep\": {deep}}}]}}\n"
+        );
+        atomic_write(&conf.join("20-b.conflist"), text.as_bytes(), 0o644);
+        let w = inst.write_config().unwrap();
+        assert!(matches!(w, ConfigWrite::Installed { .. }), "{w:?}");
+        assert_eq!(inst.unmergeable.len(), 1, "generation {generation}");
+    }
+    fs::remove_dir_all(&root).unwrap();
+}

@@ -307,7 +307,9 @@ pub fn check_owned(
     }
     // A pinned name that does not exist is found through its `.conf`/`.conflist` twin, as written.
     let primary = layout::owned_primary(valid, owned, ctx.configured).map(|p| match read(&p) {
-        None => layout::twin(&p).filter(|t| read(t).is_some()).unwrap_or(p),
+        None => super::select::twin(&p)
+            .filter(|t| read(t).is_some())
+            .unwrap_or(p),
         Some(_) => p,
     });
     let primary_text = match &primary {

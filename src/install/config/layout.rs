@@ -50,17 +50,6 @@ pub fn owned_primary(
     }
 }
 
-/// The `.conf`/`.conflist` twin of a name ([`super::select::choose`] looks a pinned name up through it).
-pub(super) fn twin(name: &OsStr) -> Option<OsString> {
-    use std::os::unix::ffi::OsStringExt;
-    super::select::list_name_for(name).or_else(|| {
-        let b = name.as_bytes();
-        b.strip_suffix(b"list")
-            .filter(|_| super::select::is_list_name(name))
-            .map(|s| OsString::from_vec(s.to_vec()))
-    })
-}
-
 /// The owned file's content: the primary's document (`primary`, its text) with our entry appended, as the
 /// default layout merges it; with no primary, a list holding only our entry marked [`NO_PRIMARY_KEY`].
 /// `Err` when the primary cannot be merged (the caller reports it; nothing is written).

@@ -78,6 +78,17 @@ pub fn list_name_for(name: &OsStr) -> Option<OsString> {
     Some(OsString::from_vec(b))
 }
 
+/// The `.conf`/`.conflist` twin of a name (`x.json`'s is `x.conflist`): what [`choose`] uses when the
+/// pinned name does not exist, and the owned layout's check looks the primary up through.
+pub fn twin(name: &OsStr) -> Option<OsString> {
+    list_name_for(name).or_else(|| {
+        let b = name.as_bytes();
+        b.strip_suffix(b"list")
+            .filter(|_| is_list_name(name))
+            .map(|s| OsString::from_vec(s.to_vec()))
+    })
+}
+
 /// A name as it appears in messages (invalid UTF-8 shown as U+FFFD).
 pub fn shown(name: &OsStr) -> std::borrow::Cow<'_, str> {
     name.to_string_lossy()
@@ -255,15 +266,7 @@ pub fn choose(
     if exists(&name) {
         return Choice::Use(name);
     }
-    let twin = match list_name_for(&name) {
-        Some(list) => Some(list),
-        None if is_list_name(&name) => {
-            let b = name.as_bytes();
-            Some(OsString::from_vec(b[..b.len() - "list".len()].to_vec()))
-        }
-        None => None,
-    };
-    if let Some(twin) = twin.filter(|t| exists(t)) {
+    if let Some(twin) = twin(&name).filter(|t| exists(t)) {
         return Choice::Use(twin);
     }
     Choice::Wait(format!(

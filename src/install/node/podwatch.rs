@@ -49,10 +49,11 @@ pub fn start(s: &Settings) {
         }
     };
     let mut sinks: Vec<Box<dyn PodSink + Send>> = Vec::new();
-    if let Some(cache) = cache_on.then(|| start_cache(s)).flatten() {
-        sinks.push(Box::new(cache));
+    let mut cache = false;
+    if let Some(c) = cache_on.then(|| start_cache(s)).flatten() {
+        sinks.push(Box::new(c));
+        cache = true;
     }
-    let cache = !sinks.is_empty();
     let rt = runtime(s);
     let mut audited = false;
     if audit {
@@ -64,16 +65,17 @@ pub fn start(s: &Settings) {
             Err(e) => log::error!("audit not started: {e}"),
         }
     }
+    let mut repair = false;
     if s.repair.enabled {
         match crate::repair::start_in_installer(client.clone(), s.repair.clone(), rt) {
             Ok(sink) => {
                 log::info!("repair agent started");
                 sinks.push(Box::new(sink));
+                repair = true;
             }
             Err(e) => log::error!("repair agent not started: {e}"),
         }
     }
-    let repair = sinks.len() > usize::from(cache) + usize::from(audited);
     let sel = match (cache || audited, repair) {
         (true, _) => Selection {
             label: None,
