@@ -27,7 +27,12 @@ struct Audited<'a> {
 
 impl<'a> Audited<'a> {
     fn new(node: &'a Node, name: &str, nft: bool) -> Audited<'a> {
-        let mut pod = node.pod(name, "", "", false);
+        Audited::in_namespace(node, "default", name, nft)
+    }
+
+    /// A pod of namespace `namespace`, ADD run on it as the node's configuration decides.
+    fn in_namespace(node: &'a Node, namespace: &str, name: &str, nft: bool) -> Audited<'a> {
+        let mut pod = node.pod_in_namespace(namespace, name, "", "", false);
         if nft {
             pod = pod.with_native_nftables();
         }
@@ -175,6 +180,17 @@ fn audit_iptables_a_flushed_pod_is_missing_then_repaired_and_a_fine_pod_is_never
 
 /// The one-shot (`install-cni audit`) with the agent's settings as its container has them.
 fn one_shot(node: &Node, sa: &std::path::Path, extra: &[&str], nft: bool) -> std::process::Output {
+    one_shot_with(node, sa, extra, nft, &[])
+}
+
+/// [`one_shot`] with more of the container's environment.
+fn one_shot_with(
+    node: &Node,
+    sa: &std::path::Path,
+    extra: &[&str],
+    nft: bool,
+    env: &[(&str, &str)],
+) -> std::process::Output {
     let addr = node.srv.addr();
     Command::new(BIN)
         .args(["install-cni", "audit", "--host-proc=/proc"])
@@ -187,6 +203,7 @@ fn one_shot(node: &Node, sa: &std::path::Path, extra: &[&str], nft: bool) -> std
         .env("KUBERNETES_SERVICE_HOST", addr.ip().to_string())
         .env("KUBERNETES_SERVICE_PORT", addr.port().to_string())
         .env("NATIVE_NFTABLES", nft.to_string())
+        .envs(env.iter().copied())
         .output()
         .unwrap()
 }
@@ -428,4 +445,77 @@ fn audit_nftables_a_flushed_pod_is_repaired_and_a_raw_notrack_is_named() {
         "the foreign rule is left alone"
     );
     assert!(pod_writes(&node).is_empty(), "{:?}", pod_writes(&node));
+}
+
+/// The service account files the one-shot reads in its container.
+fn service_account(node: &Node) -> std::path::PathBuf {
+    let sa = node.dir.join("sa");
+    std::fs::create_dir_all(&sa).unwrap();
+    std::fs::write(sa.join("token"), node.srv.token()).unwrap();
+    std::fs::write(sa.join("ca.crt"), node.srv.ca_pem()).unwrap();
+    sa
+}
+
+#[test]
+fn audit_a_sidecar_pod_of_an_excluded_namespace_is_not_audited_counted_or_written() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(85);
+    node.record_backend("nft");
+    // The base configuration: kube-system excluded (ADD leaves its pods alone), repair in place on.
+    let excluded = Audited::in_namespace(&node, "kube-system", "coredns", false);
+    let before = excluded.pod.save("iptables-nft-save");
+    assert!(
+        !before.contains("ISTIO_OUTPUT"),
+        "ADD skips an excluded namespace: {before}"
+    );
+    let _fine = Audited::new(&node, "fine", false);
+    let agent = Agent::start(
+        &node,
+        &["--audit-interval=1s"],
+        &[("EXCLUDE_NAMESPACES", "kube-system,istio-system")],
+    );
+    wait_metrics(&agent, "the sidecar pod redirected in a round", |m| {
+        pods_in(m, "redirected") == Some(1.0)
+    });
+    let r0 = rounds(&scrape(agent.port));
+    wait_metrics(&agent, "three more rounds", |m| rounds(m) >= r0 + 3.0);
+    let m = scrape(agent.port);
+    for state in ["missing", "bypassed", "unverifiable"] {
+        assert_eq!(pods_in(&m, state), Some(0.0), "{state}: {m}");
+    }
+    assert_eq!(pods_in(&m, "redirected"), Some(1.0), "{m}");
+    assert_eq!(
+        metric(&m, "repair", "success") + metric(&m, "repair", "fail"),
+        0,
+        "{m}"
+    );
+    assert!(node.srv.events().is_empty(), "{:?}", node.srv.events());
+    assert_eq!(
+        excluded.pod.save("iptables-nft-save"),
+        before,
+        "the audit wrote rules into a pod of an excluded namespace"
+    );
+    assert!(
+        !agent.log().contains("kube-system/coredns"),
+        "{}",
+        agent.log()
+    );
+    // The one-shot decides the same way: the excluded pod is not listed, exit 0.
+    let sa = service_account(&node);
+    let out = one_shot_with(
+        &node,
+        &sa,
+        &[],
+        false,
+        &[("EXCLUDE_NAMESPACES", "kube-system,istio-system")],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "default/fine redirected\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
 }

@@ -60,6 +60,7 @@ pub fn audit(
     };
     let mut sink = Fanout::new(vec![Box::new(AuditSink {
         det,
+        conf: conf.clone(),
         store: store.clone(),
     })]);
     let mut timing = podwatch::timing::Timing::start();
