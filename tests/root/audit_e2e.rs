@@ -519,3 +519,48 @@ fn audit_a_sidecar_pod_of_an_excluded_namespace_is_not_audited_counted_or_writte
     );
     assert_eq!(out.status.code(), Some(0));
 }
+
+#[test]
+fn audit_an_unverifiable_pod_gets_one_event_with_the_reason_and_the_one_shot_exits_3() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(86);
+    node.record_backend("nft");
+    let _fine = Audited::new(&node, "fine", false);
+    // Redirected by ADD, but no process of it in any namespace: the audit cannot find its namespace.
+    let ghost = node.pod("ghost", "", "", false);
+    ghost.add().assert_success();
+    let agent = Agent::start(&node, &["--audit-interval=1s"], &[]);
+    wait_metrics(&agent, "one redirected, one unverifiable", |m| {
+        pods_in(m, "redirected") == Some(1.0) && pods_in(m, "unverifiable") == Some(1.0)
+    });
+    wait_log(&agent, "audit: pod default/ghost is unverifiable: ");
+    let r0 = rounds(&scrape(agent.port));
+    wait_metrics(&agent, "three more rounds", |m| rounds(m) >= r0 + 3.0);
+    let ev = events(&node, "ghost", "RedirectUnverifiable");
+    assert_eq!(ev.len(), 1, "one Event, not one a round: {ev:?}");
+    let msg = json::str_of(&ev[0], "message").unwrap_or_default();
+    assert!(msg.starts_with("unverifiable: ") && msg.len() > 20, "{msg}");
+    assert_eq!(json::str_of(&ev[0], "type"), Some("Warning"), "{ev:?}");
+    assert!(events(&node, "fine", "RedirectUnverifiable").is_empty());
+    let m = scrape(agent.port);
+    assert_eq!(
+        metric(&m, "repair", "success") + metric(&m, "repair", "fail"),
+        0,
+        "never an action on an unverifiable pod: {m}"
+    );
+    // The one-shot: exit 3, the reason on the pod's line.
+    let sa = service_account(&node);
+    let out = one_shot(&node, &sa, &[], false);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let show = format!("{text}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{show}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{show}");
+    assert_eq!(lines[0], "default/fine redirected", "{show}");
+    assert!(
+        lines[1].starts_with("default/ghost unverifiable "),
+        "{show}"
+    );
+}

@@ -150,7 +150,7 @@ fn the_sink_keeps_the_node_pods_and_forgets_gone_ones_by_uid() {
 }
 
 #[test]
-fn the_one_shot_exits_1_only_for_a_missing_or_bypassed_pod() {
+fn the_one_shot_exits_1_for_a_missing_or_bypassed_pod_and_3_for_an_unverifiable_one() {
     assert_eq!(parse_args(&[]), Ok(Some(super::once::Args::default())));
     let a = parse_args(&["--json".into(), "--host-proc=/proc".into()])
         .unwrap()
@@ -179,8 +179,9 @@ fn the_one_shot_exits_1_only_for_a_missing_or_bypassed_pod() {
     ];
     assert_eq!(
         report(&ok, false),
-        ("a/x redirected\na/y unverifiable no host /proc\n".into(), 0)
+        ("a/x redirected\na/y unverifiable no host /proc\n".into(), 3)
     );
+    assert_eq!(report(&ok[..1], false).1, 0);
     let mut bad = ok.clone();
     bad.push((
         "b/z".into(),

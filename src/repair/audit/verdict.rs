@@ -64,12 +64,14 @@ impl Verdict {
         matches!(self, Verdict::Missing(_) | Verdict::Bypassed(_))
     }
 
-    /// The Event's reason for an unredirected verdict.
+    /// The Event's reason for a verdict other than redirected: `RedirectMissing`, `RedirectBypassed`, or
+    /// `RedirectUnverifiable` (the audit cannot tell whether the pod is redirected: never silence).
     pub fn event_reason(&self) -> Option<&'static str> {
         match self {
             Verdict::Missing(_) => Some("RedirectMissing"),
             Verdict::Bypassed(_) => Some("RedirectBypassed"),
-            _ => None,
+            Verdict::Unverifiable(_) => Some("RedirectUnverifiable"),
+            Verdict::Redirected => None,
         }
     }
 
@@ -96,7 +98,7 @@ pub struct Seen {
 pub struct Step {
     /// Log the verdict (it changed).
     pub log: bool,
-    /// Write the pod's Event (it became missing or bypassed, or the rule changed).
+    /// Write the pod's Event (it became missing or bypassed, or the rule changed; it became unverifiable).
     pub event: bool,
     /// Act through the repair agent's mode (it became unredirected, or the last action failed).
     pub act: bool,
@@ -104,15 +106,19 @@ pub struct Step {
 
 impl Seen {
     /// What a new `verdict` for the pod with `uid` calls for, given what was seen last (`prev`; another
-    /// UID is another pod). A pod first seen redirected is not news; any other change is, once.
+    /// UID is another pod). A pod first seen redirected is not news; any other change is, once. An
+    /// unverifiable pod gets its Event when it becomes unverifiable, not again while only the reason's
+    /// text changes (a pid, a count), so a pod that stays unreadable is one Event, not one a round.
     pub fn next(prev: Option<&Seen>, uid: &str, verdict: &Verdict) -> Step {
         let prev = prev.filter(|p| p.uid == uid);
         let before = prev.map_or(&Verdict::Redirected, |p| &p.verdict);
         let changed = before != verdict;
         let news = verdict.unredirected() && changed;
+        let blind =
+            matches!(verdict, Verdict::Unverifiable(_)) && before.index() != verdict.index();
         Step {
             log: changed,
-            event: news,
+            event: news || blind,
             act: verdict.unredirected() && (news || prev.is_some_and(|p| p.retry)),
         }
     }

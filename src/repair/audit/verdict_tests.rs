@@ -30,7 +30,8 @@ fn a_verdict_names_the_rule_and_a_bypass_comes_first() {
     assert!(v.unredirected());
     let u = Verdict::Unverifiable("no host /proc".into());
     assert!(!u.unredirected());
-    assert_eq!(u.event_reason(), None);
+    assert_eq!(u.event_reason(), Some("RedirectUnverifiable"));
+    assert_eq!(Verdict::Redirected.event_reason(), None);
     assert_eq!(
         STATES.map(|s| s.to_string()),
         [
@@ -82,10 +83,25 @@ fn a_change_is_logged_once_and_an_unredirected_one_gets_one_event_and_one_action
         ),
         all
     );
-    // Unverifiable is logged on a change, never an Event or an action.
+    // Unverifiable is logged on a change and gets its Event when it becomes so (not silence), never an
+    // action; a new reason text is logged, not another Event.
     let u = Verdict::Unverifiable("why".into());
     assert_eq!(
         Seen::next(Some(&seen(&Verdict::Redirected, false)), "u1", &u),
+        step(true, true, false)
+    );
+    assert_eq!(Seen::next(None, "u1", &u), step(true, true, false));
+    assert_eq!(
+        Seen::next(Some(&seen(&missing, false)), "u1", &u),
+        step(true, true, false)
+    );
+    assert_eq!(Seen::next(Some(&seen(&u, false)), "u1", &u), quiet);
+    assert_eq!(
+        Seen::next(
+            Some(&seen(&u, false)),
+            "u1",
+            &Verdict::Unverifiable("other".into())
+        ),
         step(true, false, false)
     );
     // Another UID under the name is another pod: what the old one was does not count.
