@@ -564,3 +564,38 @@ fn audit_an_unverifiable_pod_gets_one_event_with_the_reason_and_the_one_shot_exi
         "{show}"
     );
 }
+
+#[test]
+fn audit_a_repair_undone_before_the_next_round_is_repaired_again() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(87);
+    node.record_backend("nft");
+    let fine = Audited::new(&node, "fine", false);
+    let victim = Audited::new(&node, "victim", false);
+    // Two seconds between two verifications of a pod: the flush below lands between them.
+    let agent = Agent::start(&node, &["--audit-interval=2s"], &[]);
+    wait_metrics(&agent, "both pods redirected in a round", |m| {
+        pods_in(m, "redirected") == Some(2.0)
+    });
+    victim.sh("iptables-nft -t nat -F");
+    wait_metrics(&agent, "the first repair counted", |m| {
+        metric(m, "repair", "success") == 1
+    });
+    // Undone at once, before the round that would see it redirected: the verdict stays `missing`, which
+    // is no change, and must be repaired again all the same.
+    victim.sh("iptables-nft -t nat -F");
+    wait_metrics(&agent, "the second repair counted", |m| {
+        metric(m, "repair", "success") >= 2
+    });
+    wait_metrics(&agent, "both pods redirected again", |m| {
+        pods_in(m, "redirected") == Some(2.0)
+    });
+    assert_eq!(
+        victim.pod.save("iptables-nft-save"),
+        fine.pod.save("iptables-nft-save"),
+        "the repaired pod's rules vs ADD's"
+    );
+    assert!(pod_writes(&node).is_empty(), "{:?}", pod_writes(&node));
+}

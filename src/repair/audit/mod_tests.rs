@@ -123,7 +123,7 @@ fn the_sink_keeps_the_node_pods_and_forgets_gone_ones_by_uid() {
     let seen = verdict::Seen {
         uid: "u-1".into(),
         verdict: Verdict::Missing("m".into()),
-        retry: false,
+        backoff: verdict::Backoff::default(),
     };
     lock(&store).pods.get_mut("ns/p").unwrap().seen = Some(seen.clone());
     s.pod(&pod("", RUNNING, ""));
