@@ -9,6 +9,8 @@ pub mod audit;
 pub mod controller;
 pub mod detect;
 pub mod flags;
+pub mod gap;
+pub mod gap_end;
 pub mod metrics;
 pub mod options;
 pub mod pod_netns;
