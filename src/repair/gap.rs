@@ -12,6 +12,9 @@ use crate::redirect::values::{unmap, IpRanges, Ports};
 use crate::redirect::Redirect;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+/// The proxy's DNS port, where captured DNS goes (`ISTIO_OUTPUT_DNS`, [`crate::redirect::rules`]).
+const PROXY_DNS_PORT: u16 = 15053;
+
 /// A TCP socket of the namespace with a peer: its addresses and its owner's uid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sock {
@@ -115,7 +118,12 @@ fn inbound_captured(r: &Redirect, port: u16) -> Option<bool> {
 /// The fate of one conntrack entry of the pod's namespace, with the namespace's sockets `socks` and the
 /// pod's redirect configuration `r` (its proxy's uid).
 pub fn fate(e: &Entry, socks: &[Sock], r: &Redirect) -> Fate {
-    let proxy = [PROXY_PORT, INBOUND_CAPTURE_PORT, INBOUND_TUNNEL_PORT];
+    let proxy = [
+        PROXY_PORT,
+        INBOUND_CAPTURE_PORT,
+        INBOUND_TUNNEL_PORT,
+        PROXY_DNS_PORT,
+    ];
     let (src, dst) = (e.orig.src, e.orig.dst);
     let norm = |a: SocketAddr| SocketAddr::new(unmap(a.ip()), a.port());
     let (src, dst) = (norm(src), norm(dst));

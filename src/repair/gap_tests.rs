@@ -106,6 +106,12 @@ fn an_application_connection_the_rules_now_capture_is_ended_and_nothing_else() {
         ),
         Fate::Keep
     );
+    // DNS over TCP captured to the proxy's DNS port.
+    let dns = entry("10.0.0.2:40001", "10.96.0.10:53", "127.0.0.1:15053");
+    assert_eq!(
+        fate(&dns, &[sock("10.0.0.2:40001", "10.96.0.10:53", 1000)], &r),
+        Fate::Keep
+    );
     // UDP is left alone.
     let mut udp = gap.clone();
     udp.orig.proto = 17;
