@@ -115,9 +115,9 @@ fn inbound_captured(r: &Redirect, port: u16) -> Option<bool> {
     Some(!r.exclude_inbound_ports.contains(&port) && in_ports(&r.include_inbound_ports, port))
 }
 
-/// The fate of one conntrack entry of the pod's namespace, with the namespace's sockets `socks` and the
-/// pod's redirect configuration `r` (its proxy's uid).
-pub fn fate(e: &Entry, socks: &[Sock], r: &Redirect) -> Fate {
+/// The fate of one conntrack entry of the pod's namespace, with the namespace's sockets `socks`, its own
+/// addresses `local` and the pod's redirect configuration `r` (its proxy's uid).
+pub fn fate(e: &Entry, socks: &[Sock], local: &[IpAddr], r: &Redirect) -> Fate {
     let proxy = [
         PROXY_PORT,
         INBOUND_CAPTURE_PORT,
@@ -137,10 +137,14 @@ pub fn fate(e: &Entry, socks: &[Sock], r: &Redirect) -> Fate {
     {
         return Fate::Keep;
     }
+    // Inside the pod (to one of its own addresses, over lo): never redirected for an application.
+    if local.contains(&src.ip()) && local.contains(&dst.ip()) {
+        return Fate::Keep;
+    }
     let out = socks.iter().find(|s| s.local == src && s.remote == dst);
     let inb = socks.iter().find(|s| s.local == dst && s.remote == src);
     let sock = match (out, inb) {
-        // Both ends in the pod (to itself): never redirected. Neither: nothing of the pod's to end.
+        // Both ends in the pod: as above. Neither: nothing of the pod's to end.
         (Some(_), Some(_)) | (None, None) => return Fate::Keep,
         (Some(s), None) | (None, Some(s)) => s,
     };

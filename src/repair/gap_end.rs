@@ -25,13 +25,26 @@ pub struct Ended {
     pub left_open: usize,
 }
 
+/// The most bytes of each `/proc/net/tcp{,6}` read (about 50,000 sockets; a socket past it is not seen,
+/// and a connection without a socket seen is never ended).
+pub const MAX_SOCKETS_BYTES: u64 = 8 << 20;
+
+fn read_bounded(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut t = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_SOCKETS_BYTES)
+        .read_to_string(&mut t)?;
+    Ok(t)
+}
+
 fn sockets() -> Result<Vec<gap::Sock>> {
     let mut out = Vec::new();
     for (path, optional) in [
         ("/proc/thread-self/net/tcp", false),
         ("/proc/thread-self/net/tcp6", true),
     ] {
-        match std::fs::read_to_string(path) {
+        match read_bounded(path) {
             Ok(t) => out.extend(gap::sockets(&t)),
             Err(e) if optional && e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io(format!("read the pod's sockets ({path})"), e)),
@@ -45,6 +58,10 @@ fn sockets() -> Result<Vec<gap::Sock>> {
 pub fn end_gap_connections(ns_path: &str, r: Redirect) -> Result<Ended> {
     crate::netns::run_in(ns_path, move || {
         let socks = sockets()?;
+        let local: Vec<std::net::IpAddr> = crate::netlink::addresses()?
+            .into_iter()
+            .map(|(_, a)| crate::redirect::values::unmap(a))
+            .collect();
         let mut sock = Socket::open()?;
         let mut entries = Vec::new();
         let mut out = Ended::default();
@@ -55,7 +72,7 @@ pub fn end_gap_connections(ns_path: &str, r: Redirect) -> Result<Ended> {
                 &conntrack::dump_request(family, seq),
                 &mut |m| {
                     let e = conntrack::entry(m, family)?;
-                    match gap::fate(&e, &socks, &r) {
+                    match gap::fate(&e, &socks, &local, &r) {
                         Fate::Keep => {}
                         Fate::End if entries.len() < MAX_ENTRIES => entries.push(e),
                         Fate::End | Fate::Unsure => out.left_open += 1,

@@ -19,6 +19,12 @@ fn redirect(annotations: &[(&str, &str)]) -> Redirect {
     Redirect::from_pod(&p).unwrap()
 }
 
+/// The pod's own addresses.
+const LOCAL: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
+];
+
 fn a(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
@@ -76,25 +82,33 @@ fn an_application_connection_the_rules_now_capture_is_ended_and_nothing_else() {
     let app = [sock("10.0.0.2:40000", "10.9.9.9:80", 1000)];
     // Opened while the rules were missing: its reply comes from the server itself.
     let gap = entry("10.0.0.2:40000", "10.9.9.9:80", "10.9.9.9:80");
-    assert_eq!(fate(&gap, &app, &r), Fate::End);
+    assert_eq!(fate(&gap, &app, &LOCAL, &r), Fate::End);
     // The same connection redirected: its reply comes from the proxy's port.
     let through = entry("10.0.0.2:40000", "10.9.9.9:80", "127.0.0.1:15001");
-    assert_eq!(fate(&through, &app, &r), Fate::Keep);
+    assert_eq!(fate(&through, &app, &LOCAL, &r), Fate::Keep);
     // The proxy's own connection upstream (uid 1337, never redirected).
     let proxy = [sock("10.0.0.2:40000", "10.9.9.9:80", 1337)];
-    assert_eq!(fate(&gap, &proxy, &r), Fate::Keep);
+    assert_eq!(fate(&gap, &proxy, &LOCAL, &r), Fate::Keep);
     // No socket of the pod holds it (closed, TIME_WAIT): nothing to end.
-    assert_eq!(fate(&gap, &[], &r), Fate::Keep);
+    assert_eq!(fate(&gap, &[], &LOCAL, &r), Fate::Keep);
     // Both ends in the pod, loopback, to a proxy port: never redirected or already the proxy's.
     let both = [
         sock("10.0.0.2:40000", "10.0.0.2:8080", 1000),
         sock("10.0.0.2:8080", "10.0.0.2:40000", 1000),
     ];
     let own = entry("10.0.0.2:40000", "10.0.0.2:8080", "10.0.0.2:8080");
-    assert_eq!(fate(&own, &both, &r), Fate::Keep);
+    assert_eq!(fate(&own, &both, &LOCAL, &r), Fate::Keep);
+    // To itself even when only one end's socket was read.
+    assert_eq!(fate(&own, &both[..1], &LOCAL, &r), Fate::Keep);
+    assert_eq!(fate(&own, &both[..1], &[], &r), Fate::End);
     let lo = entry("127.0.0.1:40000", "127.0.0.1:80", "127.0.0.1:80");
     assert_eq!(
-        fate(&lo, &[sock("127.0.0.1:40000", "127.0.0.1:80", 1000)], &r),
+        fate(
+            &lo,
+            &[sock("127.0.0.1:40000", "127.0.0.1:80", 1000)],
+            &LOCAL,
+            &r
+        ),
         Fate::Keep
     );
     let direct = entry("10.0.0.2:40000", "10.9.9.9:15008", "10.9.9.9:15008");
@@ -102,6 +116,7 @@ fn an_application_connection_the_rules_now_capture_is_ended_and_nothing_else() {
         fate(
             &direct,
             &[sock("10.0.0.2:40000", "10.9.9.9:15008", 1000)],
+            &LOCAL,
             &r
         ),
         Fate::Keep
@@ -109,20 +124,25 @@ fn an_application_connection_the_rules_now_capture_is_ended_and_nothing_else() {
     // DNS over TCP captured to the proxy's DNS port.
     let dns = entry("10.0.0.2:40001", "10.96.0.10:53", "127.0.0.1:15053");
     assert_eq!(
-        fate(&dns, &[sock("10.0.0.2:40001", "10.96.0.10:53", 1000)], &r),
+        fate(
+            &dns,
+            &[sock("10.0.0.2:40001", "10.96.0.10:53", 1000)],
+            &LOCAL,
+            &r
+        ),
         Fate::Keep
     );
     // UDP is left alone.
     let mut udp = gap.clone();
     udp.orig.proto = 17;
-    assert_eq!(fate(&udp, &app, &r), Fate::Keep);
+    assert_eq!(fate(&udp, &app, &LOCAL, &r), Fate::Keep);
 }
 
 #[test]
 fn exclusions_keep_a_connection_and_what_cannot_be_judged_is_unsure() {
     let gap = entry("10.0.0.2:40000", "10.9.9.9:80", "10.9.9.9:80");
     let app = [sock("10.0.0.2:40000", "10.9.9.9:80", 1000)];
-    let keep = |ann: &[(&str, &str)]| fate(&gap, &app, &redirect(ann));
+    let keep = |ann: &[(&str, &str)]| fate(&gap, &app, &LOCAL, &redirect(ann));
     assert_eq!(
         keep(&[("traffic.sidecar.istio.io/excludeOutboundPorts", "80")]),
         Fate::Keep
@@ -165,11 +185,12 @@ fn exclusions_keep_a_connection_and_what_cannot_be_judged_is_unsure() {
     // Inbound, straight to the application while the rules were missing.
     let inbound = entry("10.9.9.9:50000", "10.0.0.2:8080", "10.0.0.2:8080");
     let accepted = [sock("10.0.0.2:8080", "10.9.9.9:50000", 1000)];
-    assert_eq!(fate(&inbound, &accepted, &redirect(&[])), Fate::End);
+    assert_eq!(fate(&inbound, &accepted, &LOCAL, &redirect(&[])), Fate::End);
     assert_eq!(
         fate(
             &inbound,
             &accepted,
+            &LOCAL,
             &redirect(&[("traffic.sidecar.istio.io/excludeInboundPorts", "8080")])
         ),
         Fate::Keep
@@ -178,6 +199,7 @@ fn exclusions_keep_a_connection_and_what_cannot_be_judged_is_unsure() {
         fate(
             &inbound,
             &accepted,
+            &LOCAL,
             &redirect(&[("traffic.sidecar.istio.io/includeInboundPorts", "9090")])
         ),
         Fate::Keep
@@ -186,6 +208,7 @@ fn exclusions_keep_a_connection_and_what_cannot_be_judged_is_unsure() {
         fate(
             &inbound,
             &accepted,
+            &LOCAL,
             &redirect(&[("sidecar.istio.io/interceptionMode", "TPROXY")])
         ),
         Fate::Unsure
@@ -196,6 +219,7 @@ fn exclusions_keep_a_connection_and_what_cannot_be_judged_is_unsure() {
         fate(
             &health,
             &[sock("10.0.0.2:15021", "10.9.9.9:50000", 1000)],
+            &LOCAL,
             &redirect(&[])
         ),
         Fate::Keep
