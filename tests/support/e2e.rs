@@ -104,9 +104,18 @@ impl Node {
         ips: &[IpAddr],
     ) -> String {
         let sep = if annotations.is_empty() { "" } else { "," };
+        // Unique across the tests running at once (each with its own API double, whose own UIDs start
+        // over) and across test processes: the pod's cgroup is named after it, and two pods sharing a
+        // cgroup make each other's namespace look like the pod's.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let uid = format!(
+            "{:08x}-0000-4000-8000-{:012x}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let ips_json: Vec<String> = ips.iter().map(|i| format!(r#"{{"ip":"{i}"}}"#)).collect();
         format!(
-            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{namespace}",
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{namespace}","uid":"{uid}",
                "annotations":{{"sidecar.istio.io/status":"{{}}"{sep}{annotations}}}}},
                "spec":{{"nodeName":"node1","containers":[{{"name":"app"}},{{"name":"istio-proxy",
                "args":["proxy","sidecar"],"env":[{env}]}}]}},
