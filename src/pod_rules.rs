@@ -9,7 +9,7 @@ use crate::cni::NetConf;
 use crate::error::Result;
 use crate::json::Object;
 use crate::netfilter::bypass::Findings;
-use crate::redirect::plan::{decide_pod, NodeEnv, PodPlan};
+use crate::redirect::plan::{decide_pod, decide_pod_in, NodeEnv, PodPlan};
 use crate::redirect::PodInfo;
 use std::time::Instant;
 
@@ -88,15 +88,15 @@ pub fn check_pod_with(
     }
 }
 
-/// The audit's CHECK: what [`check_pod`] reads, split ([`Findings`]); `None` when the pod needs no
-/// redirection (its current annotations say so).
+/// The audit's CHECK: what [`check_pod`] reads, split ([`Findings`]); `None` when the plugin's whole
+/// decision ([`decide_pod_in`]: its namespace excluded, or its current annotations) leaves it alone.
 pub fn inspect_pod(
     pod: &Object,
     netns_path: &str,
     conf: &NetConf,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<Findings>> {
-    match decide_pod(&PodInfo::from_pod(pod)?)? {
+    match decide_pod_in(conf, &PodInfo::from_pod(pod)?)? {
         PodPlan::Skip(_) => Ok(None),
         PodPlan::Redirect(redirect) => backend::for_conf(conf)?
             .inspect(netns_path, redirect, NodeEnv::take(env))

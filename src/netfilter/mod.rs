@@ -6,6 +6,7 @@
 //! the one text every reader reports that in (pure).
 
 pub mod bypass;
+pub mod conntrack;
 
 /// An IP family: which `iptables`/`ip6tables` tool set and which legacy tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -67,6 +67,21 @@ pub fn decide_pod(info: &PodInfo) -> Result<PodPlan> {
     Ok(PodPlan::Redirect(Redirect::from_pod(info)?))
 }
 
+/// The plugin's whole decision on a pod object, as ADD takes it: the shortcuts first (the agent's own pod,
+/// not a pod, a namespace in `exclude_namespaces`), then the pod's own decision ([`decide_pod`]). What the
+/// audit admits a pod by and verifies it against: a pod ADD leaves alone is never audited as a sidecar pod.
+pub fn decide_pod_in(conf: &NetConf, info: &PodInfo) -> Result<PodPlan> {
+    let args = K8sArgs {
+        pod_name: info.name.clone(),
+        pod_namespace: info.namespace.clone(),
+        ..K8sArgs::default()
+    };
+    if let Some(s) = shortcut(conf, &args) {
+        return Ok(PodPlan::Skip(s.reason().to_string()));
+    }
+    decide_pod(info)
+}
+
 /// Where the addresses IPv6 is decided from come from.
 #[derive(Debug, Clone, Copy)]
 pub enum Addresses<'a> {

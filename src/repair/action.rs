@@ -8,8 +8,13 @@ use crate::cni::NetConf;
 use crate::error::{Error, Result};
 use crate::json::{self, Object};
 use crate::kube::Client;
+use crate::redirect::plan::{decide_pod, PodPlan};
 use std::net::IpAddr;
 use std::path::PathBuf;
+
+/// The Event's reason after a repair in place that found connections opened while the pod's rules were
+/// missing (ended, left open, or not read).
+pub const REASON_GAP: &str = "RedirectGapConnections";
 
 /// What the actions need besides the pod.
 pub struct Actor {
@@ -74,8 +79,9 @@ impl Actor {
                 again.holder.pid, ns.holder.pid
             )));
         }
+        let gap = self.end_gap(f, pod, &ns.path());
         Ok(format!(
-            "{line} (netns of pid {}{})",
+            "{line} (netns of pid {}{}){gap}",
             ns.holder.pid,
             if ns.holder.is_pod {
                 ", in the pod's cgroup"
@@ -83,6 +89,44 @@ impl Actor {
                 ""
             }
         ))
+    }
+
+    /// After a repair in place: ends the pod's connections opened while its rules were missing that
+    /// bypass the proxy ([`super::gap_end`]), counts them, and records an Event (reason
+    /// [`REASON_GAP`]) when there were any or they could not be read. The text for the repair's line
+    /// ("" when there were none). Never fails the repair: the rules are back either way.
+    fn end_gap(&self, f: &PodFacts, pod: &Object, ns_path: &str) -> String {
+        let redirect = match crate::redirect::PodInfo::from_pod(pod).and_then(|i| decide_pod(&i)) {
+            Ok(PodPlan::Redirect(r)) => r,
+            _ => return String::new(),
+        };
+        let text = match super::gap_end::end_gap_connections(ns_path, redirect) {
+            Ok(e) if e.ended == 0 && e.left_open == 0 => return String::new(),
+            Ok(e) => {
+                metrics::gap("ended", e.ended as u64);
+                metrics::gap("left_open", e.left_open as u64);
+                let mut t = format!(
+                    "{} connections opened while the rules were missing ended",
+                    e.ended
+                );
+                if e.left_open > 0 {
+                    t.push_str(&format!(
+                        ", {} left open (whether the rules capture them cannot be judged here)",
+                        e.left_open
+                    ));
+                }
+                t
+            }
+            Err(e) => {
+                metrics::gap("unread", 1);
+                format!("its connections opened while the rules were missing were not read: {e}")
+            }
+        };
+        let message = format!("repaired; {text}");
+        if let Err(e) = self.record(f, REASON_GAP, &message) {
+            log::warn!("pod {}: could not record event {REASON_GAP}: {e}", f.key());
+        }
+        format!("; {text}")
     }
 
     /// Carries out `a` (Label, Delete or Repair; LabelSkip only counts), writes the Event and counts

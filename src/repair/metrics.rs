@@ -20,6 +20,24 @@ static REPAIRED: Family = Family {
 };
 static COUNTS: Counters<9> = Cells::new([const { AtomicU64::new(0) }; 9], 0);
 
+/// The connections a repair in place found opened while the pod's rules were missing.
+pub const GAP: &str = "istio_cni_repair_gap_connections_total";
+
+static GAP_FAMILY: Family = Family {
+    name: GAP,
+    help: "Connections a repair in place found opened while the pod's rules were missing: ended, left open (their capture could not be judged), or not read (the lookup failed).",
+    labels: &["result"],
+    value: |i, _| ["ended", "left_open", "unread"][i],
+};
+static GAP_COUNTS: Counters<3> = Cells::new([const { AtomicU64::new(0) }; 3], 0);
+
+/// Counts `n` connections from a repaired pod's gap with `result` ∈ ended/left_open/unread.
+pub fn gap(result: &str, n: u64) {
+    if let Some(c) = GAP_COUNTS.cell(&GAP_FAMILY, &[result]) {
+        c.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Counts one outcome; `kind` ∈ label/delete/repair, `result` ∈ success/skip/fail.
 pub fn inc(kind: &str, result: &str) {
     COUNTS.inc(&REPAIRED, &[result, kind]);
@@ -28,6 +46,7 @@ pub fn inc(kind: &str, result: &str) {
 /// The series seen so far (nothing before the first increment).
 pub fn render(out: &mut String) {
     COUNTS.render(&REPAIRED, out);
+    GAP_COUNTS.render(&GAP_FAMILY, out);
 }
 
 /// Serves the standalone agent's `GET /metrics` on `port` ([`httpd::serve`]: dual-stack, every connection
@@ -67,6 +86,19 @@ mod tests {
             text.contains("istio_cni_repair_pods_repaired_total{result=\"skip\",type=\"label\"}"),
             "{text}"
         );
+        gap("ended", 2);
+        gap("left_open", 1);
+        gap("bogus", 1);
+        let t = metrics::text(render);
+        assert!(
+            t.contains(
+                "# TYPE istio_cni_repair_gap_connections_total counter\n\
+                 istio_cni_repair_gap_connections_total{result=\"ended\"} 2\n\
+                 istio_cni_repair_gap_connections_total{result=\"left_open\"} 1\n"
+            ),
+            "{t}"
+        );
+        assert!(!t.contains("unread") && !t.contains("bogus"), "{t}");
         let addr = serve(0).unwrap();
         let mut c = std::net::TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
         c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")

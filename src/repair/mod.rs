@@ -9,6 +9,8 @@ pub mod audit;
 pub mod controller;
 pub mod detect;
 pub mod flags;
+pub mod gap;
+pub mod gap_end;
 pub mod metrics;
 pub mod options;
 pub mod pod_netns;
@@ -37,6 +39,10 @@ pub struct Runtime {
     pub run_as_daemon: bool,
     /// The audit's interval (`AUDIT_INTERVAL`; zero: no audit).
     pub audit_interval: std::time::Duration,
+    /// The plugin's `exclude_namespaces` (`EXCLUDE_NAMESPACES`), for the audit's decision.
+    pub exclude_namespaces: Vec<String>,
+    /// The agent's own namespace (`POD_NAMESPACE`): its own pods are never redirected, as in ADD.
+    pub pod_namespace: String,
 }
 
 /// The plugin configuration a repaired pod is programmed with (what ADD would see from our conflist).
@@ -45,6 +51,16 @@ pub fn net_conf(rt: &Runtime) -> Result<crate::cni::NetConf> {
         r#"{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":"#,
     );
     crate::json::write_string(&mut s, &rt.cni_agent_run_dir);
+    s.push_str(r#","pod_namespace":"#);
+    crate::json::write_string(&mut s, &rt.pod_namespace);
+    s.push_str(r#","exclude_namespaces":["#);
+    for (i, n) in rt.exclude_namespaces.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        crate::json::write_string(&mut s, n);
+    }
+    s.push(']');
     s.push_str(&format!(r#","native_nftables":{}}}"#, rt.native_nftables));
     crate::cni::conf::parse(&s).context("repair: plugin configuration")
 }
@@ -118,6 +134,14 @@ fn settings_of(flags: &flags::Flags, env: Env<'_>) -> Result<(options::Options, 
             audit::DEFAULT_INTERVAL,
             settings::parse_duration,
         )?,
+        exclude_namespaces: r
+            .text(&None, "EXCLUDE_NAMESPACES", "")
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect(),
+        pod_namespace: r.text(&None, "POD_NAMESPACE", ""),
     };
     if opts.enabled {
         check(&opts)?;

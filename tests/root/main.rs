@@ -7,6 +7,8 @@ mod support;
 
 mod apply_netns;
 mod audit_e2e;
+mod audit_gap_e2e;
+mod audit_verdicts_e2e;
 mod cni_chain;
 mod cni_hostns;
 mod handover_gap;

@@ -26,6 +26,8 @@ pub struct Pod<'a> {
     pub ip6: Option<Ipv6Addr>,
     /// `metadata.uid` the double gave the pod ("" when it has none): the runtime's `K8S_POD_UID`.
     pub uid: String,
+    /// `metadata.namespace` (the runtime's `K8S_POD_NAMESPACE`): `default` unless made in another.
+    pub namespace: String,
     conf: String,
 }
 
@@ -90,10 +92,30 @@ impl Node {
     }
 
     pub fn pod_object(name: &str, annotations: &str, env: &str, ips: &[IpAddr]) -> String {
+        Node::pod_object_in("default", name, annotations, env, ips)
+    }
+
+    /// [`Node::pod_object`] in namespace `namespace`.
+    pub fn pod_object_in(
+        namespace: &str,
+        name: &str,
+        annotations: &str,
+        env: &str,
+        ips: &[IpAddr],
+    ) -> String {
         let sep = if annotations.is_empty() { "" } else { "," };
+        // Unique across the tests running at once (each with its own API double, whose own UIDs start
+        // over) and across test processes: the pod's cgroup is named after it, and two pods sharing a
+        // cgroup make each other's namespace look like the pod's.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let uid = format!(
+            "{:08x}-0000-4000-8000-{:012x}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let ips_json: Vec<String> = ips.iter().map(|i| format!(r#"{{"ip":"{i}"}}"#)).collect();
         format!(
-            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default",
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{namespace}","uid":"{uid}",
                "annotations":{{"sidecar.istio.io/status":"{{}}"{sep}{annotations}}}}},
                "spec":{{"nodeName":"node1","containers":[{{"name":"app"}},{{"name":"istio-proxy",
                "args":["proxy","sidecar"],"env":[{env}]}}]}},
@@ -105,6 +127,18 @@ impl Node {
 
     /// A pod wired by ptp + host-local (IPv4, and IPv6 when `dual_stack`), served by the API double.
     pub fn pod(&self, name: &str, annotations: &str, env: &str, dual_stack: bool) -> Pod<'_> {
+        self.pod_in_namespace("default", name, annotations, env, dual_stack)
+    }
+
+    /// [`Node::pod`] in namespace `namespace` (its object in the double, the runtime's `K8S_POD_NAMESPACE`).
+    pub fn pod_in_namespace(
+        &self,
+        namespace: &str,
+        name: &str,
+        annotations: &str,
+        env: &str,
+        dual_stack: bool,
+    ) -> Pod<'_> {
         let ns = Netns::new("pod");
         let idx = self.idx;
         let v6 = if dual_stack {
@@ -146,10 +180,17 @@ impl Node {
         }
         let stored = self
             .srv
-            .add_pod(&Node::pod_object(name, annotations, env, &ips))
+            .add_pod(&Node::pod_object_in(
+                namespace,
+                name,
+                annotations,
+                env,
+                &ips,
+            ))
             .expect("add pod to the double");
         let mut p = self.pod_in(ns, name, result, ip4, ip6);
         p.uid = uid_of(&stored);
+        p.namespace = namespace.into();
         p
     }
 
@@ -171,6 +212,7 @@ impl Node {
             ip4,
             ip6,
             uid: String::new(),
+            namespace: "default".into(),
             conf,
         }
     }
@@ -253,7 +295,8 @@ impl Pod<'_> {
             &self.node.plugins.cni_path(),
         )
         .with_args(&format!(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={}{}",
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}{}",
+            self.namespace,
             self.name,
             if self.uid.is_empty() {
                 String::new()

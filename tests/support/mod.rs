@@ -2,8 +2,9 @@
 //! `tests/root.rs`, `tests/conformance.rs`, `tests/host_root.rs`). Here: root check, unique names, temp dirs,
 //! the conformance vectors, our binary, netns, exec a plugin as a runtime does, JSON comparison, ports,
 //! polling, base64. Below: [`install`] (installer nodes and vectors), [`kube`] (clients for the API double),
-//! [`repair`] (the agent and its vectors), [`e2e`] (a node with pods and traffic), [`traffic`] (what a redirected pod's traffic must show),
-//! [`monitoring`] (the monitoring kit, promtool, a real Prometheus).
+//! [`repair`] (the agent and its vectors), [`audit`] (the audit's end-to-end harness), [`e2e`] (a node with
+//! pods and traffic), [`traffic`] (what a redirected pod's traffic must show), [`monitoring`] (the
+//! monitoring kit, promtool, a real Prometheus).
 //!
 //! Root-only tests start with `if !crate::support::require_root() { return; }`.
 #![allow(dead_code, unused_imports)]
@@ -15,6 +16,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod audit;
 pub mod cmd;
 pub mod e2e;
 pub mod hostile;

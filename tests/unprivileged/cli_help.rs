@@ -176,6 +176,10 @@ fn readme_vars(applet: &str) -> std::collections::BTreeSet<String> {
         "NET_ADMIN",
         "NET_RAW",
         "DAC_OVERRIDE",
+        "ECONNRESET",
+        "NETLINK_NETFILTER",
+        "IPCTNL_MSG_CT_GET",
+        "IPCTNL_MSG_CT_DELETE",
     ];
     let is_name = |t: &str| {
         t.len() >= 4

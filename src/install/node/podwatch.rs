@@ -113,6 +113,8 @@ pub(in crate::install) fn runtime(s: &Settings) -> crate::repair::Runtime {
         monitoring_port: None,
         run_as_daemon: true,
         audit_interval: s.audit_interval,
+        exclude_namespaces: s.exclude_namespaces.clone().unwrap_or_default(),
+        pod_namespace: s.pod_namespace.clone(),
     }
 }
 

@@ -1,5 +1,6 @@
-//! The continuous audit: every running sidecar pod of the node (the decision says it must be redirected,
-//! it has a pod IP, it is not host-network) verified one at a time, spread over `AUDIT_INTERVAL`, exactly
+//! The continuous audit: every running sidecar pod of the node (the plugin's whole decision says it must
+//! be redirected, its namespace excluded or not, as ADD decides; it has a pod IP, it is not host-network)
+//! verified one at a time, spread over `AUDIT_INTERVAL`, exactly
 //! as CHECK verifies (our rules present and complete, nothing before them that moves traffic past them),
 //! in the namespace repair in place finds (pod IP + the pod's cgroup, ambiguity refused). Pure: which pods
 //! are due ([`admit`], [`pace`]), the verdict and its transitions ([`verdict`]). Effects: the pods the
@@ -12,9 +13,10 @@ pub mod pace;
 pub mod round;
 pub mod verdict;
 
+use crate::cni::NetConf;
 use crate::json::{self, Object, Value};
 use crate::kube::podwatch::PodSink;
-use crate::redirect::plan::{decide_pod, PodPlan};
+use crate::redirect::plan::{decide_pod_in, PodPlan};
 use crate::redirect::PodInfo;
 use crate::repair::detect::{Detector, PodFacts};
 use std::collections::BTreeMap;
@@ -51,9 +53,10 @@ pub fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Store> {
 }
 
 /// Whether `pod` is one to verify (pure): running (a pod IP, not terminal, not being deleted), not
-/// host-network, and one the decision redirects; a decision that fails (a bad annotation) keeps it, and
-/// its verification says why it cannot be verified.
-pub fn admit(det: &Detector, pod: &Object) -> Option<Pod> {
+/// host-network, and one the plugin's whole decision with `conf` redirects ([`decide_pod_in`]: a pod in
+/// `exclude_namespaces` or the agent's own is skipped, as ADD skips it: never counted, never repaired);
+/// a decision that fails (a bad annotation) keeps it, and its verification says why it cannot be verified.
+pub fn admit(det: &Detector, conf: &NetConf, pod: &Object) -> Option<Pod> {
     let spec = json::obj_of(pod, "spec");
     let status = json::obj_of(pod, "status");
     let meta = json::obj_of(pod, "metadata");
@@ -69,7 +72,7 @@ pub fn admit(det: &Detector, pod: &Object) -> Option<Pod> {
         return None;
     }
     let body = crate::podcache::reduce::reduce_object(pod);
-    let redirect = PodInfo::from_pod(&body).and_then(|i| decide_pod(&i));
+    let redirect = PodInfo::from_pod(&body).and_then(|i| decide_pod_in(conf, &i));
     if let Ok(PodPlan::Skip(_)) = redirect {
         return None;
     }
@@ -94,6 +97,8 @@ impl Pod {
 /// The audit's side of the node's pod watch.
 pub struct AuditSink {
     pub det: Detector,
+    /// The plugin configuration whose decision admits a pod (its `exclude_namespaces`).
+    pub conf: NetConf,
     pub store: Shared,
 }
 
@@ -102,7 +107,7 @@ impl PodSink for AuditSink {
         let meta = json::obj_of(pod, "metadata");
         let s = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
         let key = crate::kube::podwatch::sink::key(s("namespace"), s("name"));
-        let admitted = admit(&self.det, pod);
+        let admitted = admit(&self.det, &self.conf, pod);
         let mut s = lock(&self.store);
         match admitted {
             Some(mut p) => {
@@ -139,13 +144,14 @@ pub fn start(
 ) -> crate::Result<AuditSink> {
     let det = Detector::new(opts.clone())?;
     let actor = crate::repair::action::Actor::new(client, opts, rt)?;
+    let conf = actor.netconf.clone();
     let store = Shared::default();
     let auditor = round::Auditor::new(store.clone(), rt.audit_interval, actor);
     std::thread::Builder::new()
         .name("audit".into())
         .spawn(move || auditor.run())
         .map_err(|e| crate::Error::io("audit: spawn its thread", e))?;
-    Ok(AuditSink { det, store })
+    Ok(AuditSink { det, conf, store })
 }
 
 #[cfg(test)]

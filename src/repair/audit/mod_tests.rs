@@ -11,6 +11,15 @@ fn det() -> Detector {
     .unwrap()
 }
 
+/// The plugin configuration of the base install: kube-system excluded, the agent in istio-system.
+fn conf() -> NetConf {
+    crate::cni::conf::parse(
+        r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni","exclude_namespaces":["kube-system"],
+            "pod_namespace":"istio-system"}"#,
+    )
+    .unwrap()
+}
+
 fn pod(extra_spec: &str, status: &str, meta: &str) -> Object {
     json::parse_object(
         &format!(
@@ -29,7 +38,7 @@ const RUNNING: &str = r#""phase":"Running","podIP":"10.1.2.3","podIPs":[{"ip":"1
 #[test]
 fn only_running_redirected_pod_network_pods_are_audited() {
     let d = det();
-    let p = admit(&d, &pod("", RUNNING, "")).expect("a running sidecar pod is audited");
+    let p = admit(&d, &conf(), &pod("", RUNNING, "")).expect("a running sidecar pod is audited");
     assert_eq!(p.facts.key(), "ns/p");
     assert_eq!(
         (p.facts.uid.as_str(), p.facts.pod_ip.as_str()),
@@ -38,14 +47,20 @@ fn only_running_redirected_pod_network_pods_are_audited() {
     assert!(p.facts.selected);
     // What the decision reads is kept, the rest is not.
     assert!(json::obj_of(&p.object().unwrap(), "status").is_some());
-    assert!(admit(&d, &pod(r#","hostNetwork":true"#, RUNNING, "")).is_none());
+    assert!(admit(&d, &conf(), &pod(r#","hostNetwork":true"#, RUNNING, "")).is_none());
     assert!(
-        admit(&d, &pod("", r#""phase":"Pending""#, "")).is_none(),
+        admit(&d, &conf(), &pod("", r#""phase":"Pending""#, "")).is_none(),
         "no pod IP yet"
     );
-    assert!(admit(&d, &pod("", &RUNNING.replace("Running", "Succeeded"), "")).is_none());
     assert!(admit(
         &d,
+        &conf(),
+        &pod("", &RUNNING.replace("Running", "Succeeded"), "")
+    )
+    .is_none());
+    assert!(admit(
+        &d,
+        &conf(),
         &pod(
             "",
             RUNNING,
@@ -60,7 +75,7 @@ fn only_running_redirected_pod_network_pods_are_audited() {
         "pod",
     )
     .unwrap();
-    assert!(admit(&d, &plain).is_none());
+    assert!(admit(&d, &conf(), &plain).is_none());
     // A pod whose decision fails (a bad annotation) stays: its verification says why.
     let bad = pod("", RUNNING, "").clone();
     let text = json::to_compact(&Value::Object(bad)).replace(
@@ -68,7 +83,28 @@ fn only_running_redirected_pod_network_pods_are_audited() {
         r#""sidecar.istio.io/status":"{}","traffic.sidecar.istio.io/includeInboundPorts":"x""#,
     );
     let bad = json::parse_object(&text, "pod").unwrap();
-    assert!(admit(&d, &bad).is_some());
+    assert!(admit(&d, &conf(), &bad).is_some());
+}
+
+#[test]
+fn a_pod_the_plugin_leaves_alone_is_not_audited_whatever_its_sidecar() {
+    let d = det();
+    let in_ns = |ns: &str, name: &str| {
+        let text = json::to_compact(&Value::Object(pod("", RUNNING, "")))
+            .replace(r#""namespace":"ns""#, &format!(r#""namespace":"{ns}""#))
+            .replace(r#""name":"p""#, &format!(r#""name":"{name}""#));
+        json::parse_object(&text, "pod").unwrap()
+    };
+    assert!(admit(&d, &conf(), &in_ns("ns", "p")).is_some());
+    // exclude_namespaces: ADD's shortcut, so the audit's too.
+    assert!(admit(&d, &conf(), &in_ns("kube-system", "coredns")).is_none());
+    // The agent's own pod.
+    assert!(admit(&d, &conf(), &in_ns("istio-system", "istio-cni-node-x1")).is_none());
+    assert!(admit(&d, &conf(), &in_ns("istio-system", "other")).is_some());
+    // Without exclusions, the same pod is audited.
+    let open =
+        crate::cni::conf::parse(r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni"}"#).unwrap();
+    assert!(admit(&d, &open, &in_ns("kube-system", "coredns")).is_some());
 }
 
 #[test]
@@ -76,6 +112,7 @@ fn the_sink_keeps_the_node_pods_and_forgets_gone_ones_by_uid() {
     let store = Shared::default();
     let mut s = AuditSink {
         det: det(),
+        conf: conf(),
         store: store.clone(),
     };
     s.pod(&pod("", RUNNING, ""));
@@ -86,7 +123,7 @@ fn the_sink_keeps_the_node_pods_and_forgets_gone_ones_by_uid() {
     let seen = verdict::Seen {
         uid: "u-1".into(),
         verdict: Verdict::Missing("m".into()),
-        retry: false,
+        backoff: verdict::Backoff::default(),
     };
     lock(&store).pods.get_mut("ns/p").unwrap().seen = Some(seen.clone());
     s.pod(&pod("", RUNNING, ""));
@@ -113,7 +150,7 @@ fn the_sink_keeps_the_node_pods_and_forgets_gone_ones_by_uid() {
 }
 
 #[test]
-fn the_one_shot_exits_1_only_for_a_missing_or_bypassed_pod() {
+fn the_one_shot_exits_1_for_a_missing_or_bypassed_pod_and_3_for_an_unverifiable_one() {
     assert_eq!(parse_args(&[]), Ok(Some(super::once::Args::default())));
     let a = parse_args(&["--json".into(), "--host-proc=/proc".into()])
         .unwrap()
@@ -142,8 +179,9 @@ fn the_one_shot_exits_1_only_for_a_missing_or_bypassed_pod() {
     ];
     assert_eq!(
         report(&ok, false),
-        ("a/x redirected\na/y unverifiable no host /proc\n".into(), 0)
+        ("a/x redirected\na/y unverifiable no host /proc\n".into(), 3)
     );
+    assert_eq!(report(&ok[..1], false).1, 0);
     let mut bad = ok.clone();
     bad.push((
         "b/z".into(),

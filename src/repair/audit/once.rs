@@ -1,7 +1,9 @@
 //! The operators' one-shot: `install-cni audit [--json]` (in the agent's container, `kubectl exec`): lists
 //! this node's pods once, verifies every running sidecar pod as a round does (no pauses), and prints one
 //! line per pod, `<ns>/<name> <verdict>[ <rule or reason>]`, or with `--json` one JSON array. It only
-//! reads: no Event, no action, no metric. Exit 1 when a pod is missing or bypassed.
+//! reads: no Event, no action, no metric. Exit codes ([`EXIT_UNREDIRECTED`], [`EXIT_UNVERIFIABLE`]): 0 every
+//! pod redirected, 1 a pod missing or bypassed (whatever the others), 3 none of those but a pod unverifiable,
+//! 2 bad arguments.
 
 use super::verdict::{self, Verdict};
 use super::{lock, round, AuditSink, Shared};
@@ -19,7 +21,13 @@ Verify this node's running sidecar pods once, with the agent's settings, and pri
 Options:\n\
 \x20 --json            one JSON array of {pod, verdict, detail}\n\
 \x20 --host-proc       the host's /proc [default: /host/proc]\n\n\
-Exit 1 when a pod is missing or bypassed, 2 on bad arguments.\n";
+Exit 0 when every pod is redirected, 1 when a pod is missing or bypassed, 3 when none is\n\
+but a pod is unverifiable (its redirection could not be checked), 2 on bad arguments.\n";
+
+/// The one-shot's exit when a pod is missing or bypassed (it wins over an unverifiable one).
+pub const EXIT_UNREDIRECTED: i32 = 1;
+/// The one-shot's exit when no pod is missing or bypassed but one is unverifiable.
+pub const EXIT_UNVERIFIABLE: i32 = 3;
 
 /// The one-shot's arguments.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -60,6 +68,7 @@ pub fn audit(
     };
     let mut sink = Fanout::new(vec![Box::new(AuditSink {
         det,
+        conf: conf.clone(),
         store: store.clone(),
     })]);
     let mut timing = podwatch::timing::Timing::start();
@@ -72,9 +81,18 @@ pub fn audit(
         .collect())
 }
 
-/// The output and the exit code for `verdicts`.
+/// The output and the exit code for `verdicts` (see [`HELP`]).
 pub fn report(verdicts: &[(String, Verdict)], json: bool) -> (String, i32) {
-    let code = i32::from(verdicts.iter().any(|(_, v)| v.unredirected()));
+    let code = if verdicts.iter().any(|(_, v)| v.unredirected()) {
+        EXIT_UNREDIRECTED
+    } else if verdicts
+        .iter()
+        .any(|(_, v)| matches!(v, Verdict::Unverifiable(_)))
+    {
+        EXIT_UNVERIFIABLE
+    } else {
+        0
+    };
     let text = if json {
         let items: Vec<String> = verdicts.iter().map(|(k, v)| verdict::json(k, v)).collect();
         format!("[{}]\n", items.join(","))

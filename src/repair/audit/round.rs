@@ -64,6 +64,8 @@ pub struct Auditor {
     pub actor: Actor,
     /// An Event was refused for lack of permission (logged once).
     events_refused: bool,
+    /// The current round's number (from 1): the pods' back-off counts in rounds.
+    rounds: u64,
 }
 
 impl Auditor {
@@ -73,6 +75,7 @@ impl Auditor {
             interval,
             actor,
             events_refused: false,
+            rounds: 0,
         }
     }
 
@@ -91,6 +94,7 @@ impl Auditor {
 
     /// One round: every pod of the store at its start, each at its due time, one at a time.
     pub fn round(&mut self, start: Instant) {
+        self.rounds += 1;
         let keys: Vec<String> = lock(&self.store).pods.keys().cloned().collect();
         let n = keys.len();
         let mut counts = [0u64; 4];
@@ -127,7 +131,7 @@ impl Auditor {
     /// What follows a verdict: the log line and the Event on a change, the mode's action.
     fn after(&mut self, key: &str, pod: &Pod, v: Verdict) {
         let f = &pod.facts;
-        let step = Seen::next(pod.seen.as_ref(), &f.uid, &v);
+        let step = Seen::next(pod.seen.as_ref(), &f.uid, &v, self.rounds);
         if step.log {
             let level = match v {
                 Verdict::Redirected => log::Level::Info,
@@ -138,15 +142,20 @@ impl Auditor {
         if step.event {
             self.event(pod, &v);
         }
-        let mut retry = false;
+        let mut backoff = step.backoff;
         if step.act {
             let a = action_for(&v, f, &self.actor.opts);
             if a != Action::None {
-                // A pod deleted meanwhile leaves the store: its retry never comes.
-                retry = pod
-                    .object()
-                    .and_then(|body| self.actor.act(a, f, Some(&body)))
-                    .is_err();
+                // Done or failed (the actor logs and counts which), the next comes after the back-off
+                // if the pod is still unredirected then; a pod deleted meanwhile leaves the store.
+                backoff = backoff.acted(self.rounds);
+                match pod.object() {
+                    // The actor logs, counts and records a failure.
+                    Ok(body) => {
+                        let _ = self.actor.act(a, f, Some(&body));
+                    }
+                    Err(e) => log::warn!("audit: pod {key}: {e}"),
+                }
             }
         }
         // Remembered with the pod (gone with it), unless it was replaced meanwhile.
@@ -155,7 +164,7 @@ impl Auditor {
                 e.seen = Some(Seen {
                     uid: f.uid.clone(),
                     verdict: v,
-                    retry,
+                    backoff,
                 });
             }
         }

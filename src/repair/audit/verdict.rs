@@ -1,6 +1,7 @@
 //! The audit's pure core: a pod's verdict from what CHECK read ([`Verdict::of`]), whether a verdict is a
-//! change worth a log line and an Event ([`Seen::next`]), what the repair agent's enabled mode does about it
-//! ([`action_for`]), and the one-shot's output (a line, a JSON object).
+//! change worth a log line and an Event and whether to act on it this round ([`Seen::next`], with the
+//! pod's [`Backoff`]), what the repair agent's enabled mode does about it ([`action_for`]), and the
+//! one-shot's output (a line, a JSON object).
 
 use crate::json::write_string;
 use crate::netfilter::bypass::Findings;
@@ -64,12 +65,14 @@ impl Verdict {
         matches!(self, Verdict::Missing(_) | Verdict::Bypassed(_))
     }
 
-    /// The Event's reason for an unredirected verdict.
+    /// The Event's reason for a verdict other than redirected: `RedirectMissing`, `RedirectBypassed`, or
+    /// `RedirectUnverifiable` (the audit cannot tell whether the pod is redirected: never silence).
     pub fn event_reason(&self) -> Option<&'static str> {
         match self {
             Verdict::Missing(_) => Some("RedirectMissing"),
             Verdict::Bypassed(_) => Some("RedirectBypassed"),
-            _ => None,
+            Verdict::Unverifiable(_) => Some("RedirectUnverifiable"),
+            Verdict::Redirected => None,
         }
     }
 
@@ -82,13 +85,49 @@ impl Verdict {
     }
 }
 
+/// The most rounds between two actions on a pod that stays unredirected (the back-off's cap: 32 minutes
+/// at the default interval).
+pub const MAX_BACKOFF_ROUNDS: u64 = 32;
+
+/// The back-off of the actions on one pod that stays unredirected round after round (a repair undone
+/// again, an action that fails): after its n-th action in a row the next may come 2^(n-1) rounds later
+/// (the next round, then 2, 4, ... rounds, at most [`MAX_BACKOFF_ROUNDS`]). Reset when the pod is seen
+/// redirected; kept with the pod, so forgotten with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backoff {
+    /// Actions in a row since the pod was last seen redirected.
+    pub acts: u32,
+    /// The first round number at which the next action may come.
+    pub next_round: u64,
+}
+
+impl Backoff {
+    /// Whether an action may come in round `round`.
+    pub fn due(&self, round: u64) -> bool {
+        round >= self.next_round
+    }
+
+    /// The back-off after one more action, taken in round `round`.
+    pub fn acted(self, round: u64) -> Backoff {
+        let acts = self.acts.saturating_add(1);
+        let wait = 1u64
+            .checked_shl(acts - 1)
+            .unwrap_or(u64::MAX)
+            .min(MAX_BACKOFF_ROUNDS);
+        Backoff {
+            acts,
+            next_round: round.saturating_add(wait),
+        }
+    }
+}
+
 /// What the audit remembers of a pod between rounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seen {
     pub uid: String,
     pub verdict: Verdict,
-    /// The last action on it failed: try again at the next round.
-    pub retry: bool,
+    /// When the next action on it may come.
+    pub backoff: Backoff,
 }
 
 /// What to do about a pod's verdict this round.
@@ -96,24 +135,38 @@ pub struct Seen {
 pub struct Step {
     /// Log the verdict (it changed).
     pub log: bool,
-    /// Write the pod's Event (it became missing or bypassed, or the rule changed).
+    /// Write the pod's Event (it became missing or bypassed, or the rule changed; it became unverifiable).
     pub event: bool,
-    /// Act through the repair agent's mode (it became unredirected, or the last action failed).
+    /// Act through the repair agent's mode: it is unredirected and its back-off lets an action come now
+    /// (every round's `missing`, not only a change: a repair undone before the next round is repaired
+    /// again).
     pub act: bool,
+    /// The pod's back-off before this round's action (reset when it is redirected).
+    pub backoff: Backoff,
 }
 
 impl Seen {
     /// What a new `verdict` for the pod with `uid` calls for, given what was seen last (`prev`; another
-    /// UID is another pod). A pod first seen redirected is not news; any other change is, once.
-    pub fn next(prev: Option<&Seen>, uid: &str, verdict: &Verdict) -> Step {
+    /// UID is another pod). A pod first seen redirected is not news; any other change is, once. An
+    /// unverifiable pod gets its Event when it becomes unverifiable, not again while only the reason's
+    /// text changes (a pid, a count), so a pod that stays unreadable is one Event, not one a round.
+    /// `round` is the audit's round number (from 1).
+    pub fn next(prev: Option<&Seen>, uid: &str, verdict: &Verdict, round: u64) -> Step {
         let prev = prev.filter(|p| p.uid == uid);
         let before = prev.map_or(&Verdict::Redirected, |p| &p.verdict);
         let changed = before != verdict;
         let news = verdict.unredirected() && changed;
+        let blind =
+            matches!(verdict, Verdict::Unverifiable(_)) && before.index() != verdict.index();
+        let backoff = match (verdict, prev) {
+            (Verdict::Redirected, _) | (_, None) => Backoff::default(),
+            (_, Some(p)) => p.backoff,
+        };
         Step {
             log: changed,
-            event: news,
-            act: verdict.unredirected() && (news || prev.is_some_and(|p| p.retry)),
+            event: news || blind,
+            act: verdict.unredirected() && backoff.due(round),
+            backoff,
         }
     }
 }

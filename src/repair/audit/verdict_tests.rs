@@ -30,7 +30,8 @@ fn a_verdict_names_the_rule_and_a_bypass_comes_first() {
     assert!(v.unredirected());
     let u = Verdict::Unverifiable("no host /proc".into());
     assert!(!u.unredirected());
-    assert_eq!(u.event_reason(), None);
+    assert_eq!(u.event_reason(), Some("RedirectUnverifiable"));
+    assert_eq!(Verdict::Redirected.event_reason(), None);
     assert_eq!(
         STATES.map(|s| s.to_string()),
         [
@@ -44,58 +45,133 @@ fn a_verdict_names_the_rule_and_a_bypass_comes_first() {
 }
 
 #[test]
-fn a_change_is_logged_once_and_an_unredirected_one_gets_one_event_and_one_action() {
+fn a_change_is_logged_once_and_an_unredirected_one_gets_one_event_and_an_action_each_due_round() {
     let missing = Verdict::Missing("m".into());
-    let seen = |v: &Verdict, retry| Seen {
+    // Seen in round 1 with no action yet (its back-off lets one come at once).
+    let seen = |v: &Verdict| Seen {
         uid: "u1".into(),
         verdict: v.clone(),
-        retry,
+        backoff: Backoff::default(),
     };
-    let step = |log, event, act| Step { log, event, act };
+    // (log, event, act) of a verdict in round 2.
+    let next = |prev: Option<&Seen>, uid: &str, v: &Verdict| {
+        let s = Seen::next(prev, uid, v, 2);
+        (s.log, s.event, s.act)
+    };
     // First seen redirected: nothing to say. First seen missing: all of it.
-    let quiet = step(false, false, false);
-    assert_eq!(Seen::next(None, "u1", &Verdict::Redirected), quiet);
-    let all = step(true, true, true);
-    assert_eq!(Seen::next(None, "u1", &missing), all);
-    // Still missing the next round: nothing again, unless the action failed (then only the action).
+    let quiet = (false, false, false);
+    assert_eq!(next(None, "u1", &Verdict::Redirected), quiet);
+    let all = (true, true, true);
+    assert_eq!(next(None, "u1", &missing), all);
+    // Still missing the next round: no log line or Event again, but the action again (a repair undone
+    // before this round is repaired again), as its back-off allows.
     assert_eq!(
-        Seen::next(Some(&seen(&missing, false)), "u1", &missing),
-        quiet
+        next(Some(&seen(&missing)), "u1", &missing),
+        (false, false, true)
     );
-    assert_eq!(
-        Seen::next(Some(&seen(&missing, true)), "u1", &missing),
-        step(false, false, true)
-    );
-    // Repaired: redirected again is logged, nothing else.
-    assert_eq!(
-        Seen::next(Some(&seen(&missing, false)), "u1", &Verdict::Redirected),
-        step(true, false, false)
-    );
+    let waiting = Seen {
+        backoff: Backoff::default().acted(1).acted(2),
+        ..seen(&missing)
+    };
+    assert_eq!(next(Some(&waiting), "u1", &missing), quiet);
+    assert!(Seen::next(Some(&waiting), "u1", &missing, 4).act);
+    // Repaired: redirected again is logged, nothing else, and the back-off starts over.
+    let back = Seen::next(Some(&waiting), "u1", &Verdict::Redirected, 3);
+    assert_eq!((back.log, back.event, back.act), (true, false, false));
+    assert_eq!(back.backoff, Backoff::default());
     // Missing → bypassed, or another rule: news again.
     let b1 = Verdict::Bypassed("r1".into());
-    assert_eq!(Seen::next(Some(&seen(&missing, false)), "u1", &b1), all);
+    assert_eq!(next(Some(&seen(&missing)), "u1", &b1), all);
     assert_eq!(
-        Seen::next(
-            Some(&seen(&b1, false)),
-            "u1",
-            &Verdict::Bypassed("r2".into())
-        ),
+        next(Some(&seen(&b1)), "u1", &Verdict::Bypassed("r2".into())),
         all
     );
-    // Unverifiable is logged on a change, never an Event or an action.
+    // News does not jump the back-off: logged and an Event, the action when it is due.
+    assert_eq!(
+        next(
+            Some(&Seen {
+                verdict: b1.clone(),
+                ..waiting.clone()
+            }),
+            "u1",
+            &missing
+        ),
+        (true, true, false)
+    );
+    // Unverifiable is logged on a change and gets its Event when it becomes so (not silence), never an
+    // action; a new reason text is logged, not another Event. It keeps the back-off (only redirected
+    // resets it).
     let u = Verdict::Unverifiable("why".into());
     assert_eq!(
-        Seen::next(Some(&seen(&Verdict::Redirected, false)), "u1", &u),
-        step(true, false, false)
+        next(Some(&seen(&Verdict::Redirected)), "u1", &u),
+        (true, true, false)
     );
-    // Another UID under the name is another pod: what the old one was does not count.
+    assert_eq!(next(None, "u1", &u), (true, true, false));
+    assert_eq!(next(Some(&seen(&missing)), "u1", &u), (true, true, false));
+    assert_eq!(next(Some(&seen(&u)), "u1", &u), quiet);
     assert_eq!(
-        Seen::next(Some(&seen(&missing, false)), "u2", &missing),
-        all
+        next(
+            Some(&seen(&u)),
+            "u1",
+            &Verdict::Unverifiable("other".into())
+        ),
+        (true, false, false)
+    );
+    let blind = Seen::next(Some(&waiting), "u1", &u, 9);
+    assert_eq!(blind.backoff, waiting.backoff);
+    // Another UID under the name is another pod: what the old one was (and its back-off) does not count.
+    assert_eq!(next(Some(&seen(&missing)), "u2", &missing), all);
+    assert_eq!(next(Some(&waiting), "u2", &missing), all);
+    assert_eq!(next(Some(&waiting), "u2", &Verdict::Redirected), quiet);
+}
+
+#[test]
+fn the_back_off_doubles_per_action_in_a_row_up_to_its_cap() {
+    let b = Backoff::default();
+    assert!(b.due(0) && b.due(1));
+    // Acted in round 1: the next round may act again.
+    let b = b.acted(1);
+    assert_eq!(
+        b,
+        Backoff {
+            acts: 1,
+            next_round: 2
+        }
+    );
+    assert!(!b.due(1) && b.due(2));
+    // Then 2, 4, 8, 16, 32 rounds later, never more.
+    let mut b = b.acted(2);
+    assert_eq!(b.next_round, 4);
+    let mut waits = vec![];
+    let mut round = 4;
+    for _ in 0..10 {
+        let n = b.acted(round);
+        waits.push(n.next_round - round);
+        round = n.next_round;
+        b = n;
+    }
+    assert_eq!(waits, [4, 8, 16, 32, 32, 32, 32, 32, 32, 32]);
+    assert_eq!(MAX_BACKOFF_ROUNDS, 32);
+    // No overflow however long a pod stays unredirected.
+    let far = Backoff {
+        acts: u32::MAX,
+        next_round: u64::MAX,
+    };
+    assert_eq!(
+        far.acted(u64::MAX),
+        Backoff {
+            acts: u32::MAX,
+            next_round: u64::MAX
+        }
     );
     assert_eq!(
-        Seen::next(Some(&seen(&missing, true)), "u2", &Verdict::Redirected),
-        quiet
+        Backoff {
+            acts: 70,
+            next_round: 0
+        }
+        .acted(5)
+        .next_round,
+        5 + MAX_BACKOFF_ROUNDS
     );
 }
 

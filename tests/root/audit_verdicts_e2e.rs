@@ -1,0 +1,154 @@
+//! The audit's verdicts end to end (root), with the harness of `audit_e2e` ([`crate::support::audit`]): a
+//! sidecar pod of an excluded namespace is not audited (the plugin's whole decision), an unverifiable pod
+//! gets its Event and the one-shot exits 3, and a repair undone before the next round is repaired again.
+//! No timing is asserted: every wait is for a condition, with a generous bound.
+
+use crate::support::audit::*;
+use crate::support::e2e::*;
+use crate::support::repair::{metric, scrape, Agent};
+use crate::support::*;
+use istio_cni::json;
+
+#[test]
+fn audit_a_sidecar_pod_of_an_excluded_namespace_is_not_audited_counted_or_written() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(85);
+    node.record_backend("nft");
+    // The base configuration: kube-system excluded (ADD leaves its pods alone), repair in place on.
+    let excluded = Audited::in_namespace(&node, "kube-system", "coredns", false);
+    let before = excluded.pod.save("iptables-nft-save");
+    assert!(
+        !before.contains("ISTIO_OUTPUT"),
+        "ADD skips an excluded namespace: {before}"
+    );
+    let _fine = Audited::new(&node, "fine", false);
+    let agent = Agent::start(
+        &node,
+        &["--audit-interval=1s"],
+        &[("EXCLUDE_NAMESPACES", "kube-system,istio-system")],
+    );
+    wait_metrics(&agent, "the sidecar pod redirected in a round", |m| {
+        pods_in(m, "redirected") == Some(1.0)
+    });
+    let r0 = rounds(&scrape(agent.port));
+    wait_metrics(&agent, "three more rounds", |m| rounds(m) >= r0 + 3.0);
+    let m = scrape(agent.port);
+    for state in ["missing", "bypassed", "unverifiable"] {
+        assert_eq!(pods_in(&m, state), Some(0.0), "{state}: {m}");
+    }
+    assert_eq!(pods_in(&m, "redirected"), Some(1.0), "{m}");
+    assert_eq!(
+        metric(&m, "repair", "success") + metric(&m, "repair", "fail"),
+        0,
+        "{m}"
+    );
+    assert!(node.srv.events().is_empty(), "{:?}", node.srv.events());
+    assert_eq!(
+        excluded.pod.save("iptables-nft-save"),
+        before,
+        "the audit wrote rules into a pod of an excluded namespace"
+    );
+    assert!(
+        !agent.log().contains("kube-system/coredns"),
+        "{}",
+        agent.log()
+    );
+    // The one-shot decides the same way: the excluded pod is not listed, exit 0.
+    let sa = service_account(&node);
+    let out = one_shot_with(
+        &node,
+        &sa,
+        &[],
+        false,
+        &[("EXCLUDE_NAMESPACES", "kube-system,istio-system")],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "default/fine redirected\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn audit_an_unverifiable_pod_gets_one_event_with_the_reason_and_the_one_shot_exits_3() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(86);
+    node.record_backend("nft");
+    let _fine = Audited::new(&node, "fine", false);
+    // Redirected by ADD, but no process of it in any namespace: the audit cannot find its namespace.
+    let ghost = node.pod("ghost", "", "", false);
+    ghost.add().assert_success();
+    let agent = Agent::start(&node, &["--audit-interval=1s"], &[]);
+    wait_metrics(&agent, "one redirected, one unverifiable", |m| {
+        pods_in(m, "redirected") == Some(1.0) && pods_in(m, "unverifiable") == Some(1.0)
+    });
+    wait_log(&agent, "audit: pod default/ghost is unverifiable: ");
+    let r0 = rounds(&scrape(agent.port));
+    wait_metrics(&agent, "three more rounds", |m| rounds(m) >= r0 + 3.0);
+    let ev = events(&node, "ghost", "RedirectUnverifiable");
+    assert_eq!(ev.len(), 1, "one Event, not one a round: {ev:?}");
+    let msg = json::str_of(&ev[0], "message").unwrap_or_default();
+    assert!(msg.starts_with("unverifiable: ") && msg.len() > 20, "{msg}");
+    assert_eq!(json::str_of(&ev[0], "type"), Some("Warning"), "{ev:?}");
+    assert!(events(&node, "fine", "RedirectUnverifiable").is_empty());
+    let m = scrape(agent.port);
+    assert_eq!(
+        metric(&m, "repair", "success") + metric(&m, "repair", "fail"),
+        0,
+        "never an action on an unverifiable pod: {m}"
+    );
+    // The one-shot: exit 3, the reason on the pod's line.
+    let sa = service_account(&node);
+    let out = one_shot(&node, &sa, &[], false);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let show = format!("{text}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{show}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{show}");
+    assert_eq!(lines[0], "default/fine redirected", "{show}");
+    assert!(
+        lines[1].starts_with("default/ghost unverifiable "),
+        "{show}"
+    );
+}
+
+#[test]
+fn audit_a_repair_undone_before_the_next_round_is_repaired_again() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(87);
+    node.record_backend("nft");
+    let fine = Audited::new(&node, "fine", false);
+    let victim = Audited::new(&node, "victim", false);
+    // Two seconds between two verifications of a pod: the flush below lands between them.
+    let agent = Agent::start(&node, &["--audit-interval=2s"], &[]);
+    wait_metrics(&agent, "both pods redirected in a round", |m| {
+        pods_in(m, "redirected") == Some(2.0)
+    });
+    victim.sh("iptables-nft -t nat -F");
+    wait_metrics(&agent, "the first repair counted", |m| {
+        metric(m, "repair", "success") == 1
+    });
+    // Undone at once, before the round that would see it redirected: the verdict stays `missing`, which
+    // is no change, and must be repaired again all the same.
+    victim.sh("iptables-nft -t nat -F");
+    wait_metrics(&agent, "the second repair counted", |m| {
+        metric(m, "repair", "success") >= 2
+    });
+    wait_metrics(&agent, "both pods redirected again", |m| {
+        pods_in(m, "redirected") == Some(2.0)
+    });
+    assert_eq!(
+        victim.pod.save("iptables-nft-save"),
+        fine.pod.save("iptables-nft-save"),
+        "the repaired pod's rules vs ADD's"
+    );
+    assert!(pod_writes(&node).is_empty(), "{:?}", pod_writes(&node));
+}
