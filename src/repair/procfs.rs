@@ -1,20 +1,54 @@
-//! Finding a pod's network namespace from the host's `/proc` by the pod IP (upstream `netns_linux.go`),
-//! without entering any namespace: every process's `/proc/<pid>/net/fib_trie` (IPv4 local addresses) and
-//! `/proc/<pid>/net/if_inet6` (IPv6) describe the namespace that process lives in. Namespaces are
-//! deduplicated by the inode of `/proc/<pid>/ns/net`, so each is read once. Unlike upstream (the oldest
-//! process holding the IP wins), the IP only names candidates: the pod's own is the one whose processes are
-//! in the pod's cgroup, and anything ambiguous is refused ([`pod_netns::choose`]).
+//! Finding a pod's network namespace from the host's `/proc`, without entering any namespace: from its
+//! cgroup first. One pass reads each process's `/proc/<pid>/cgroup` (small, capped) and the identity of
+//! its network namespace; the namespaces of the processes in the pod's cgroup are the only candidates
+//! ([`pod_netns::choose`]), each checked to be owned by the node's user namespace and confirmed to hold the
+//! pod IP (`/proc/<pid>/net/fib_trie` for IPv4, `net/if_inet6` for IPv6, read up to [`MAX_NET_FILE`]
+//! bytes: a larger one makes that candidate unreadable, never "not holding"). Other namespaces are never
+//! read, however many routes they hold.
 
-use super::pod_netns::{self, Holder};
+use super::pod_netns::{self, Candidate, Holder};
 use crate::error::{Error, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
 use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// IPv4 addresses marked `/32 host LOCAL` in a `fib_trie` dump.
+/// The most read of one namespace's address list (`fib_trie`, `if_inet6`): a pod's is a few KiB.
+pub const MAX_NET_FILE: u64 = 1 << 20;
+/// The most read of one process's `cgroup` file.
+const MAX_CGROUP_FILE: u64 = 64 << 10;
+
+/// Bytes of namespaces' address lists read by this process (a test hook: which namespaces were read).
+static NET_BYTES_READ: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of namespaces' address lists (`fib_trie`, `if_inet6`) this process has read so far.
+pub fn net_bytes_read() -> u64 {
+    NET_BYTES_READ.load(Ordering::Relaxed)
+}
+
+/// At most `cap` bytes of `path`; more is an error naming the file.
+fn read_capped(path: &Path, cap: u64) -> std::result::Result<String, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let mut text = String::new();
+    f.take(cap + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("read {}: {e}", path.display()))?;
+    if text.len() as u64 > cap {
+        return Err(format!(
+            "{} is larger than {cap} bytes (a namespace with that many addresses or routes is not \
+             read)",
+            path.display()
+        ));
+    }
+    Ok(text)
+}
+
+/// IPv4 addresses marked `/32 host LOCAL` in a `fib_trie` dump, each once.
 pub fn fib_trie_local_v4(text: &str) -> Vec<std::net::Ipv4Addr> {
     let mut out = Vec::new();
+    let mut seen = HashSet::new();
     let mut last: Option<std::net::Ipv4Addr> = None;
     for line in text.lines() {
         let t = line.trim_start();
@@ -22,7 +56,7 @@ pub fn fib_trie_local_v4(text: &str) -> Vec<std::net::Ipv4Addr> {
             last = rest.trim().parse().ok();
         } else if t.starts_with("/32 host LOCAL") {
             if let Some(a) = last {
-                if !out.contains(&a) {
+                if seen.insert(a) {
                     out.push(a);
                 }
             }
@@ -48,15 +82,54 @@ pub fn start_time(stat: &str) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Whether the namespace of the process whose `/proc` directory is `dir` owns `ip`.
+/// Whether the namespace of the process whose `/proc` directory is `dir` owns `ip`; `Err` when its
+/// address list cannot be read or is larger than [`MAX_NET_FILE`].
+pub fn netns_holds(dir: &Path, ip: IpAddr) -> std::result::Result<bool, String> {
+    let file = match ip {
+        IpAddr::V4(_) => "net/fib_trie",
+        IpAddr::V6(_) => "net/if_inet6",
+    };
+    let text = read_capped(&dir.join(file), MAX_NET_FILE)?;
+    NET_BYTES_READ.fetch_add(text.len() as u64, Ordering::Relaxed);
+    Ok(match ip {
+        IpAddr::V4(v4) => fib_trie_local_v4(&text).contains(&v4),
+        IpAddr::V6(v6) => if_inet6_addrs(&text).contains(&v6),
+    })
+}
+
+/// Whether the namespace of the process whose `/proc` directory is `dir` owns `ip` (unreadable: no).
 pub fn netns_has(dir: &Path, ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => std::fs::read_to_string(dir.join("net/fib_trie"))
-            .map(|t| fib_trie_local_v4(&t).contains(&v4))
-            .unwrap_or(false),
-        IpAddr::V6(v6) => std::fs::read_to_string(dir.join("net/if_inet6"))
-            .map(|t| if_inet6_addrs(&t).contains(&v6))
-            .unwrap_or(false),
+    netns_holds(dir, ip) == Ok(true)
+}
+
+/// `(st_dev, st_ino)` of the user namespace owning the network namespace open as `netns`
+/// (`NS_GET_USERNS`).
+fn netns_owner(netns: &std::fs::File) -> std::io::Result<(u64, u64)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    nix::ioctl_none!(ns_get_userns, 0xb7, 0x1);
+    // SAFETY: NS_GET_USERNS takes no argument and only reads the descriptor, which `netns` keeps open for
+    // the call; on success it returns a new descriptor that nothing else owns, so `OwnedFd` may close it.
+    let fd = unsafe { ns_get_userns(netns.as_raw_fd()) }.map_err(std::io::Error::from)?;
+    // SAFETY: see above: `fd` is a fresh descriptor owned by no one else.
+    let owner = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    owner.metadata().map(|m| (m.dev(), m.ino()))
+}
+
+/// Why the network namespace of `h`'s process is not owned by the user namespace `node` (`None`: it is).
+fn foreign(proc_dir: &Path, h: &Holder, node: Option<(u64, u64)>) -> Option<String> {
+    let path = proc_dir.join(h.pid.to_string()).join("ns/net");
+    let owner = std::fs::File::open(&path).and_then(|f| {
+        let md = f.metadata()?;
+        if (md.dev(), md.ino()) != h.ns {
+            return Err(std::io::Error::other("the process left it"));
+        }
+        netns_owner(&f)
+    });
+    match (owner, node) {
+        (Ok(o), Some(n)) if o == n => None,
+        (Ok(_), Some(_)) => Some("owned by another user namespace than the node's".into()),
+        (Ok(_), None) => Some("the node's user namespace could not be read".into()),
+        (Err(e), _) => Some(format!("its owning user namespace could not be read: {e}")),
     }
 }
 
@@ -75,7 +148,7 @@ fn pod_paths(cgroup: &str) -> String {
     out
 }
 
-/// One process of a [`Scan`].
+/// One process of a [`Scan`] whose cgroup can name a pod.
 struct Proc {
     pid: u32,
     ns: (u64, u64),
@@ -83,15 +156,15 @@ struct Proc {
     cgroup: String,
 }
 
-/// The host's processes and the addresses of their network namespaces, read once: the
-/// [`Scan::holders`] of any IP, for any pod, from one pass over `/proc` (the audit reads it once per
-/// round). Per-process errors (exited, permission) skip the process.
+/// The host's processes that can be in a pod's cgroup, and their network namespaces, read once: the
+/// [`Scan::candidates`] of any pod from one pass over `/proc` (the audit reads it once per round). No
+/// namespace's addresses are read here. Per-process errors (exited, permission) skip the process.
 pub struct Scan {
     procs: Vec<Proc>,
-    /// netns → its local IPv4 and IPv6 addresses.
-    addrs: HashMap<(u64, u64), (Vec<std::net::Ipv4Addr>, Vec<std::net::Ipv6Addr>)>,
-    /// The host's (PID 1's) and our own namespace.
+    /// The host's (PID 1's) and our own network namespace.
     host: [Option<(u64, u64)>; 2],
+    /// The node's user namespace (PID 1's, else ours).
+    user: Option<(u64, u64)>,
 }
 
 impl Scan {
@@ -103,79 +176,87 @@ impl Scan {
         let id = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
         let mut scan = Scan {
             procs: Vec::new(),
-            addrs: HashMap::new(),
             host: [
                 id(&proc_dir.join("1/ns/net")),
                 id(Path::new("/proc/self/ns/net")),
             ],
+            user: id(&proc_dir.join("1/ns/user")).or_else(|| id(Path::new("/proc/self/ns/user"))),
         };
-        let read = |dir: &Path, f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
         for ent in entries.flatten() {
             let name = ent.file_name();
             let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
                 continue;
             };
             let dir = proc_dir.join(name);
+            let Ok(cgroup) = read_capped(&dir.join("cgroup"), MAX_CGROUP_FILE) else {
+                continue;
+            };
+            let cgroup = pod_paths(&cgroup);
+            if cgroup.is_empty() {
+                continue;
+            }
             let Ok(md) = std::fs::metadata(dir.join("ns/net")) else {
                 continue;
             };
-            let ns = (md.dev(), md.ino());
-            scan.addrs.entry(ns).or_insert_with(|| {
-                (
-                    fib_trie_local_v4(&read(&dir, "net/fib_trie")),
-                    if_inet6_addrs(&read(&dir, "net/if_inet6")),
-                )
-            });
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
             scan.procs.push(Proc {
                 pid,
-                ns,
-                start: start_time(&read(&dir, "stat")).unwrap_or(u64::MAX),
-                cgroup: pod_paths(&read(&dir, "cgroup")),
+                ns: (md.dev(), md.ino()),
+                start: start_time(&stat).unwrap_or(u64::MAX),
+                cgroup,
             });
         }
         Ok(scan)
     }
 
-    /// Every network namespace holding `ip` (its oldest process, whether a process of it is in the cgroup
-    /// of the pod with `uid`), and whether a process in the pod's cgroup lives in a namespace that does not
-    /// hold it.
-    pub fn holders(&self, ip: IpAddr, uid: &str) -> (Vec<Holder>, bool) {
-        let mut found: Vec<Holder> = Vec::new();
-        let mut pod_elsewhere = false;
-        for p in &self.procs {
-            let hit = self.addrs.get(&p.ns).is_some_and(|(v4, v6)| match ip {
-                IpAddr::V4(a) => v4.contains(&a),
-                IpAddr::V6(a) => v6.contains(&a),
+    /// The network namespaces of the processes in the cgroup of the pod with `uid` (each with its oldest
+    /// such process), whether each is owned by the node's user namespace, and whether each holds `ip`:
+    /// the only namespaces whose addresses are read.
+    pub fn candidates(&self, proc_dir: &Path, ip: IpAddr, uid: &str) -> Vec<Candidate> {
+        let mut by_ns: HashMap<(u64, u64), Holder> = HashMap::new();
+        for p in self
+            .procs
+            .iter()
+            .filter(|p| pod_netns::cgroup_names_pod(&p.cgroup, uid))
+        {
+            let h = by_ns.entry(p.ns).or_insert_with(|| Holder {
+                ns: p.ns,
+                start: p.start,
+                pid: p.pid,
+                is_pod: true,
+                host: self.host.contains(&Some(p.ns)),
             });
-            let is_pod = pod_netns::cgroup_names_pod(&p.cgroup, uid);
-            if !hit {
-                pod_elsewhere |= is_pod;
-                continue;
-            }
-            match found.iter_mut().find(|h| h.ns == p.ns) {
-                Some(h) => {
-                    h.is_pod |= is_pod;
-                    if (p.start, p.pid) < (h.start, h.pid) {
-                        (h.start, h.pid) = (p.start, p.pid);
-                    }
-                }
-                None => found.push(Holder {
-                    ns: p.ns,
-                    start: p.start,
-                    pid: p.pid,
-                    is_pod,
-                    host: self.host.contains(&Some(p.ns)),
-                }),
+            if (p.start, p.pid) < (h.start, h.pid) {
+                (h.start, h.pid) = (p.start, p.pid);
             }
         }
-        (found, pod_elsewhere)
+        let mut holders: Vec<Holder> = by_ns.into_values().collect();
+        holders.sort_by_key(|h| (h.start, h.pid));
+        holders
+            .into_iter()
+            .map(|holder| {
+                // The host's namespace is refused whatever it holds; a foreign one is not the pod's.
+                let foreign = (!holder.host)
+                    .then(|| foreign(proc_dir, &holder, self.user))
+                    .flatten();
+                let holds = if holder.host || foreign.is_some() {
+                    Ok(false)
+                } else {
+                    netns_holds(&proc_dir.join(holder.pid.to_string()), ip)
+                };
+                Candidate {
+                    holder,
+                    foreign,
+                    holds,
+                }
+            })
+            .collect()
     }
 
     /// The namespace of the pod with `uid` and `ip` as this scan saw it, opened, if its process is still
     /// there as seen ([`still_holds`]).
     pub fn pod_netns(&self, proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<PodNetns> {
-        let (found, pod_elsewhere) = self.holders(ip, uid);
-        let holder = pod_netns::choose(ip, uid, &found, pod_elsewhere)?.clone();
+        let holder = pod_netns::choose(ip, uid, &self.candidates(proc_dir, ip, uid))?;
         let ns = open(proc_dir, ip, holder)?;
         if !still_holds(proc_dir, &ns.holder, ip, uid) {
             return Err(Error::other(format!(
@@ -187,14 +268,14 @@ impl Scan {
     }
 }
 
-/// Whether `h`'s process still lives in its namespace, that namespace still holds `ip`, and (when it was
-/// in the cgroup of the pod with `uid`) it still is.
+/// Whether `h`'s process still lives in its namespace, is still in the cgroup of the pod with `uid`,
+/// and that namespace still holds `ip`.
 pub fn still_holds(proc_dir: &Path, h: &Holder, ip: IpAddr, uid: &str) -> bool {
     let dir = proc_dir.join(h.pid.to_string());
     let same = std::fs::metadata(dir.join("ns/net")).is_ok_and(|m| (m.dev(), m.ino()) == h.ns);
-    let pod = std::fs::read_to_string(dir.join("cgroup"))
+    let pod = read_capped(&dir.join("cgroup"), MAX_CGROUP_FILE)
         .is_ok_and(|c| pod_netns::cgroup_names_pod(&c, uid));
-    same && (pod || !h.is_pod) && netns_has(&dir, ip)
+    same && pod && netns_has(&dir, ip)
 }
 
 /// The pod's network namespace, held open so that the one chosen is the one programmed (a pid can be
@@ -214,10 +295,10 @@ impl PodNetns {
 }
 
 /// The network namespace of the pod with `uid` and `ip`, chosen by [`pod_netns::choose`] among the
-/// [`Scan::holders`] of the IP (a fresh scan), and opened.
+/// [`Scan::candidates`] of the pod (a fresh scan), and opened.
 pub fn find_pod_netns(proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<PodNetns> {
-    let (found, pod_elsewhere) = Scan::read(proc_dir)?.holders(ip, uid);
-    let holder = pod_netns::choose(ip, uid, &found, pod_elsewhere)?.clone();
+    let scan = Scan::read(proc_dir)?;
+    let holder = pod_netns::choose(ip, uid, &scan.candidates(proc_dir, ip, uid))?;
     open(proc_dir, ip, holder)
 }
 
@@ -304,13 +385,33 @@ Local:
     }
 
     #[test]
-    fn never_returns_the_host_namespace() {
-        // 127.0.0.1 is local in every namespace, the host's among them: refused.
+    fn nothing_is_found_for_a_pod_without_processes_whatever_holds_its_ip() {
+        // 127.0.0.1 is local in every namespace, the host's among them: no process is in the pod's cgroup.
         let uid = "6c1a2f4e-0b9d-4e55-9a3c-1f2e3d4c5b6a";
-        let e = find_pod_netns(Path::new("/proc"), "127.0.0.1".parse().unwrap(), uid).unwrap_err();
-        assert!(e.to_string().contains("network namespace; refusing"), "{e}");
-        let e =
-            find_pod_netns(Path::new("/proc"), "203.0.113.77".parse().unwrap(), uid).unwrap_err();
-        assert!(e.to_string().contains("203.0.113.77"), "{e}");
+        for ip in ["127.0.0.1", "203.0.113.77"] {
+            let e = find_pod_netns(Path::new("/proc"), ip.parse().unwrap(), uid).unwrap_err();
+            assert!(
+                e.to_string().contains("no process is in the cgroup of pod"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_address_list_over_the_cap_is_an_error_not_an_absence() {
+        let dir = std::env::temp_dir().join(format!("procfs-cap-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("net")).unwrap();
+        let mut big = FIB.to_string();
+        while (big.len() as u64) <= MAX_NET_FILE {
+            big.push_str("           |-- 10.9.9.9\n              /32 host LOCAL\n");
+        }
+        std::fs::write(dir.join("net/fib_trie"), &big).unwrap();
+        let e = netns_holds(&dir, "10.1.1.3".parse().unwrap()).unwrap_err();
+        assert!(e.contains("larger than"), "{e}");
+        assert!(!netns_has(&dir, "10.1.1.2".parse().unwrap()));
+        std::fs::write(dir.join("net/fib_trie"), FIB).unwrap();
+        assert_eq!(netns_holds(&dir, "10.1.1.2".parse().unwrap()), Ok(true));
+        assert_eq!(netns_holds(&dir, "10.1.1.3".parse().unwrap()), Ok(false));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -319,3 +319,44 @@ fn audit_nftables_a_flushed_pod_is_repaired_and_a_raw_notrack_is_named() {
     );
     assert!(pod_writes(&node).is_empty(), "{:?}", pod_writes(&node));
 }
+
+#[test]
+fn audit_a_decoy_namespace_with_the_pod_ip_leaves_a_kind_pod_missing_not_unverifiable() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(87);
+    node.record_backend("nft");
+    let pod = node.pod("kindpod", "", "", false);
+    pod.add().assert_success();
+    // kind's cgroup layout; beside the pod, a namespace any user can make (`unshare -Urn`) holding its IP.
+    let cgroup = PodCgroup::kind(&pod.uid);
+    let pause = Pause::start(&pod.ns);
+    cgroup.add(pause.pid());
+    let ip = pod.ip4.to_string();
+    let script = format!("ip link set lo up && ip addr add {ip}/32 dev lo && exec sleep 3600");
+    let mut decoy = Command::new("unshare")
+        .args(["-Urn", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(30, || std::fs::read_to_string(format!(
+            "/proc/{}/comm",
+            decoy.id()
+        ))
+        .is_ok_and(|c| c.trim() == "sleep")),
+        "the decoy never started"
+    );
+    pod.ns.exec_ok(&["iptables-nft", "-t", "nat", "-F"]);
+    let sa = node.dir.join("sa");
+    std::fs::create_dir_all(&sa).unwrap();
+    std::fs::write(sa.join("token"), node.srv.token()).unwrap();
+    std::fs::write(sa.join("ca.crt"), node.srv.ca_pem()).unwrap();
+    let out = one_shot(&node, &sa, &[], false);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let show = format!("{text}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    let _ = decoy.kill();
+    let _ = decoy.wait();
+    assert!(text.starts_with("default/kindpod missing"), "{show}");
+    assert_eq!(out.status.code(), Some(1), "{show}");
+}

@@ -23,6 +23,7 @@ mod nft_e2e;
 mod nft_limits;
 mod nft_netns;
 mod nft_repair_e2e;
+mod pod_netns_find;
 mod podcache_e2e;
 mod podcache_wall;
 mod redirect_bypass_e2e;

@@ -4,7 +4,7 @@
 
 use crate::support::e2e::*;
 use crate::support::repair::{
-    assert_validation_passes, validation_in, Agent, Pause, BROKEN_STATUS,
+    assert_validation_passes, validation_in, Agent, Pause, PodCgroup, BROKEN_STATUS,
 };
 use crate::support::*;
 
@@ -36,7 +36,10 @@ fn nftables_race_victim_is_repaired_in_place() {
     }
     let node = Node::new(57);
     let pod = node.pod("victim", "", "", false);
-    let _pause = Pause::start(&pod.ns);
+    // Its process in its cgroup, where the kubelet puts it: the only way its namespace is known.
+    let cgroup = PodCgroup::new(&pod.uid);
+    let pause = Pause::start(&pod.ns);
+    cgroup.add(pause.pid());
     node.srv
         .patch_pod("default", "victim", BROKEN_STATUS)
         .unwrap();

@@ -20,7 +20,10 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
     }
     let node = Node::new(41);
     let pod = node.pod("victim", "", "", false);
-    let _pause = Pause::start(&pod.ns);
+    // Its process in its cgroup, where the kubelet puts it: the only way its namespace is known.
+    let cgroup = PodCgroup::new(&pod.uid);
+    let pause = Pause::start(&pod.ns);
+    cgroup.add(pause.pid());
     node.srv
         .patch_pod("default", "victim", BROKEN_STATUS)
         .unwrap();
@@ -110,8 +113,8 @@ fn has_istio_rules(ns: &Netns) -> bool {
 }
 
 /// M5: another namespace holding the pod's IP with an older process (a hostile pod with NET_ADMIN puts the
-/// victim's IP on its own `lo`) is never programmed. While nothing tells the two apart the repair is
-/// refused as ambiguous: counted as a failure, neither namespace touched. Once the pod's process is in the
+/// victim's IP on its own `lo`) is never programmed. While no process is in the pod's cgroup the repair
+/// is refused (the IP alone never names the pod's namespace): counted as a failure, neither namespace touched. Once the pod's process is in the
 /// pod's cgroup (where the kubelet puts it) and the pod changes, the pod's own namespace is repaired,
 /// validation passes there, and the hostile namespace still has no rules. Upstream (and we before) took
 /// the oldest process's namespace: the hostile one got the rules and the repair counted as a success.
@@ -154,7 +157,7 @@ fn a_namespace_squatting_the_pod_ip_is_never_programmed() {
     );
     assert_eq!(count("success"), 0, "agent log:\n{}", agent.log());
     assert!(
-        agent.log().contains("refusing to guess"),
+        agent.log().contains("no process is in the cgroup of pod"),
         "agent log:\n{}",
         agent.log()
     );

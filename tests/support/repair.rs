@@ -235,12 +235,31 @@ pub struct PodCgroup {
 impl PodCgroup {
     pub fn new(uid: &str) -> PodCgroup {
         let pod = format!("kubepods-besteffort-pod{}.slice", uid.replace('-', "_"));
-        let rel = [
+        PodCgroup::at(&[
             "kubepods.slice",
             "kubepods-besteffort.slice",
             pod.as_str(),
             "cri-containerd-e2e.scope",
-        ];
+        ])
+    }
+
+    /// As kind's kubelet names a pod's container (systemd driver, `kubelet.slice` root).
+    pub fn kind(uid: &str) -> PodCgroup {
+        let pod = format!(
+            "kubelet-kubepods-besteffort-pod{}.slice",
+            uid.replace('-', "_")
+        );
+        PodCgroup::at(&[
+            "kubelet.slice",
+            "kubelet-kubepods.slice",
+            "kubelet-kubepods-besteffort.slice",
+            pod.as_str(),
+            "cri-containerd-e2e.scope",
+        ])
+    }
+
+    /// The cgroup at the path `rel` below the first hierarchy that takes it.
+    pub fn at(rel: &[&str]) -> PodCgroup {
         for root in [
             "/sys/fs/cgroup",
             "/sys/fs/cgroup/unified",

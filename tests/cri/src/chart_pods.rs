@@ -80,7 +80,7 @@ impl ChartNode {
 
     /// A workload pod with a sidecar, served by the double on this node (status filled in later).
     pub fn sidecar_pod(&self, name: &str) -> PodSpec {
-        let uid = format!("uid-{name}-{}", std::process::id());
+        let uid = crate::cri::pod_uid(name);
         self.put_pod(name, &uid, "", false);
         PodSpec {
             name: name.into(),

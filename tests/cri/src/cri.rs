@@ -70,6 +70,8 @@ impl Cri {
                 ("io.kubernetes.pod.uid".to_string(), pod.uid.clone()),
             ]),
             linux: Some(LinuxPodSandboxConfig {
+                // Where the kubelet's cgroupfs driver puts a pod: the agent finds a pod's namespace by it.
+                cgroup_parent: format!("/kubepods/besteffort/pod{}", pod.uid),
                 security_context: Some(LinuxSandboxSecurityContext {
                     namespace_options: Some(NamespaceOption {
                         network: NamespaceMode::Pod as i32,
@@ -288,4 +290,26 @@ pub fn remove_all_sandboxes(sock: PathBuf) {
         });
     })
     .join();
+}
+
+/// A pod UID as the API server makes them (hex digits and dashes, what a kubelet cgroup path can name),
+/// unique per call.
+pub fn pod_uid(name: &str) -> String {
+    // FNV-1a over the name, the pid and a count of the UIDs made.
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let tail = std::process::id()
+        .to_le_bytes()
+        .into_iter()
+        .chain(n.to_le_bytes());
+    for b in name.bytes().chain(tail) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!(
+        "{:08x}-{:04x}-4000-8000-{:012x}",
+        h >> 32,
+        (h >> 16) & 0xffff,
+        h & 0xffff_ffff_ffff
+    )
 }

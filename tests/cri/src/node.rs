@@ -152,7 +152,7 @@ impl Node {
         annotations: &[(&str, &str)],
         sidecar: bool,
     ) -> PodSpec {
-        let uid = format!("uid-{name}-{}", std::process::id());
+        let uid = crate::cri::pod_uid(name);
         let mut ann: std::collections::HashMap<String, String> = annotations
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -138,8 +138,12 @@ impl Store {
             (Some(u), _) if !u.is_empty() => u.to_string(),
             (_, Some(o)) => str_at(o, &["metadata", "uid"]).unwrap_or("").to_string(),
             _ => {
+                // Unique across every double of the process: tests running at once put their pods'
+                // processes in cgroups named by these UIDs (a pod's namespace is found by its cgroup).
+                static UIDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 self.uid_seq += 1;
-                format!("00000000-0000-4000-8000-{:012x}", self.uid_seq)
+                let n = UIDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                format!("00000000-0000-4000-8000-{n:012x}")
             }
         };
         let rv = self.bump();
