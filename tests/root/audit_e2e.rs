@@ -10,7 +10,8 @@
 
 use crate::support::audit::*;
 use crate::support::e2e::*;
-use crate::support::repair::{metric, scrape, wait_until, Agent};
+use crate::support::repair::{metric, scrape, wait_until, Agent, Pause, PodCgroup};
+use std::process::Command;
 use crate::support::*;
 use istio_cni::json;
 
