@@ -189,25 +189,6 @@ fn ipv4_still_served_in_a_namespace_with_ipv6_disabled() {
 // ---------------------------------------------------------------------------------------------------
 
 #[test]
-#[ignore = "measurement"]
-fn measure_readyz_latency_under_attack() {
-    let st = State::new();
-    st.set_ready(true);
-    let h = serve(0, st, Endpoints::Health).unwrap();
-    let stop = attack(local(h.port()), 100, 10, Duration::from_millis(1500));
-    let mut lat = Vec::new();
-    for _ in 0..3 {
-        let t = Instant::now();
-        let r = get(local(h.port()), "/readyz", Duration::from_secs(400));
-        lat.push((t.elapsed(), r));
-    }
-    stop.store(true, Ordering::SeqCst);
-    for (d, r) in &lat {
-        println!("MEASURE /readyz under 100 idle + 10 trickling: {d:?} {r:?}");
-    }
-}
-
-#[test]
 fn the_standalone_repair_agents_metrics_server_is_as_robust() {
     let addr = istio_cni::repair::metrics::serve(0).unwrap();
     let stop = attack(local(addr.port()), 100, 10, Duration::from_millis(300));

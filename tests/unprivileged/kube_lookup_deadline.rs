@@ -3,13 +3,12 @@
 //! is honoured without sleeping past the deadline. Loopback only.
 //!
 //! The bounds are generous except where the requirement itself is a bound (return within the deadline
-//! + 0.25 s); the wall-time measurements for a 30 s deadline are the ignored `measure_*` tests:
-//!   cargo test --test kube_lookup_deadline -- --ignored --nocapture measure
+//! + 0.25 s).
 
 use std::time::{Duration, Instant};
 
 use istio_cni::kube::status::REASON_TIMEOUT;
-use istio_cni::kube::{get_pod_with_retry, ApiErrorExt, Client};
+use istio_cni::kube::{get_pod_with_retry, ApiErrorExt};
 use kube_double::{Fault, Server};
 
 use crate::support::kube::*;
@@ -122,41 +121,4 @@ fn one_attempt_is_singular() {
     srv.clear_fault();
     let msg = e.to_string();
     assert!(msg.contains("gave up after 1 attempt "), "{msg}");
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Measurements (not assertions): wall time of a lookup with the plugin's default 30 s deadline.
-
-fn measure(fault: Fault, c: impl Fn(&Server, &TempDir) -> Client) {
-    let srv = pod_server();
-    let dir = TempDir::new("measure");
-    srv.set_fault(fault.clone(), None);
-    let c = c(&srv, &dir);
-    let t = Instant::now();
-    let r = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30));
-    println!(
-        "\nMEASURE {fault:?}: {:.3}s for a 30 s deadline, {} requests: {}",
-        t.elapsed().as_secs_f64(),
-        srv.requests().len(),
-        r.err().map(|e| e.to_string()).unwrap_or_default()
-    );
-    srv.clear_fault();
-}
-
-#[test]
-#[ignore = "measurement, 30 s"]
-fn measure_hung_server() {
-    measure(Fault::Hang, client);
-}
-
-#[test]
-#[ignore = "measurement, 30 s"]
-fn measure_stalled_server() {
-    measure(Fault::Stall, client);
-}
-
-#[test]
-#[ignore = "measurement, 30 s"]
-fn measure_429_retry_after_7() {
-    measure(Fault::RetryAfter(7), client);
 }

@@ -50,6 +50,56 @@ pub fn status_kb(pid: u32, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("{key} not in /proc/{pid}/status"))
 }
 
+/// CPU seconds the process `pid` has used (user + system; `/proc/<pid>/stat` counts in USER_HZ, which
+/// Linux fixes at 100 for userspace on every architecture).
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces) start at field 3 (state); utime, stime are 14, 15.
+    let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum::<u64>() as f64 / 100.0
+}
+
+/// CPU seconds the agent may spend reaching a step (it needs well under 2 on an idle machine).
+const CPU_BUDGET: f64 = 60.0;
+/// Wall seconds the agent may go without using any CPU before it counts as stuck.
+const STALL_SECS: u64 = 120;
+
+/// Waits until `done`, bounded by the agent's progress rather than by wall time: fails when the agent has
+/// spent [`CPU_BUDGET`] CPU seconds (busy but not getting there) or used no CPU at all for [`STALL_SECS`]
+/// (stuck). A machine shared with other builds slows the agent down but does not fail this; a fixed wall
+/// deadline (120 s) did when the agent's share of the CPU fell below a few percent.
+fn wait_on_agent(pid: u32, mut done: impl FnMut() -> bool) -> Result<(), String> {
+    let start = cpu_secs(pid);
+    let mut last = (start, std::time::Instant::now());
+    loop {
+        if done() {
+            return Ok(());
+        }
+        let used = cpu_secs(pid);
+        if used - start > CPU_BUDGET {
+            return Err(format!(
+                "the agent spent {:.1} CPU s without getting there",
+                used - start
+            ));
+        }
+        if used > last.0 {
+            last = (used, std::time::Instant::now());
+        } else if last.1.elapsed() > std::time::Duration::from_secs(STALL_SECS) {
+            return Err(format!(
+                "the agent used no CPU for {STALL_SECS} s ({:.1} CPU s in all)",
+                used - start
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Runs the agent on a node with `n` pods (`n / 50` broken), waits until they are labeled and every pod
 /// has been modified once more; returns (VmHWM, VmRSS) in kB.
 fn measure(n: usize) -> (u64, u64) {
@@ -70,13 +120,15 @@ fn measure(n: usize) -> (u64, u64) {
         &log,
     );
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        wait_until(120, || metric(&scrape(port), "label", "success")
-            == broken as u64),
-        "{n} pods: labels not done\n{}\n{}",
-        scrape(port),
-        logs()
-    );
+    if let Err(e) = wait_on_agent(child.id(), || {
+        metric(&scrape(port), "label", "success") == broken as u64
+    }) {
+        panic!(
+            "{n} pods: labels not done: {e}\n{}\n{}",
+            scrape(port),
+            logs()
+        );
+    }
     // A MODIFIED event for every pod.
     let rv0 = api.srv.resource_version();
     for i in 0..n {
@@ -92,13 +144,15 @@ fn measure(n: usize) -> (u64, u64) {
     // A sentinel broken pod after all those changes: once it is labeled, the agent has consumed every
     // earlier event (one ordered watch stream, one FIFO to the worker).
     api.srv.add_pod(&pod(n, true)).unwrap();
-    assert!(
-        wait_until(120, || metric(&scrape(port), "label", "success")
-            == broken as u64 + 1),
-        "{n} pods: sentinel not labeled\n{}\n{}",
-        scrape(port),
-        logs()
-    );
+    if let Err(e) = wait_on_agent(child.id(), || {
+        metric(&scrape(port), "label", "success") == broken as u64 + 1
+    }) {
+        panic!(
+            "{n} pods: sentinel not labeled: {e}\n{}\n{}",
+            scrape(port),
+            logs()
+        );
+    }
     let hwm = status_kb(child.id(), "VmHWM:");
     let rss = status_kb(child.id(), "VmRSS:");
     let _ = child.kill();
