@@ -75,7 +75,7 @@ cluster_build() {
 		*) pkg=./cmd/$c ;;
 		esac
 		note "go build $pkg"
-		(cd "$K8S_MOD" && CGO_ENABLED=0 GOFLAGS="-p=${CLUSTER_BUILD_JOBS:-2} -mod=readonly" nice -n 10 \
+		(cd "$K8S_MOD" && CGO_ENABLED=0 GOFLAGS="-p=${CLUSTER_BUILD_JOBS:-2} -mod=readonly -buildvcs=false" nice -n 10 \
 			"$go" build -trimpath -ldflags "$ldflags" -o "$bin.tmp/$c" "$pkg") || die "go build $pkg failed"
 		mkdir -p "$bin"
 		mv "$bin.tmp/$c" "$bin/$c"
