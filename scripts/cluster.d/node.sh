@@ -127,6 +127,15 @@ node_cgroups() {
 
 node_cni() {
 	local p
+	# The config files the node had, byte for byte: a CNI agent in the primary's-file layout (upstream's
+	# chart) rewrites the files it adds its entry to, fallbacks included (e.g. podman's
+	# 87-podman-bridge.conflist), and its uninstall removes the entry but writes the JSON its own way.
+	if [ ! -d "$CLUSTER_DIR/before/cni-net.d" ]; then
+		mkdir -p "$CLUSTER_DIR/before/cni-net.d"
+		if [ -d "$CNI_CONF_DIR" ]; then
+			find "$CNI_CONF_DIR" -maxdepth 1 -type f -exec cp -p {} "$CLUSTER_DIR/before/cni-net.d/" \;
+		fi
+	fi
 	remember_dir "$CNI_CONF_DIR"
 	remember_dir "$CNI_BIN_DIR"
 	remember_dir "${CNI_BIN_DIR%/*}"
@@ -406,7 +415,7 @@ kill_cgroup_tree() {
 
 # cluster_down: everything up made, gone; what it changed, restored.
 cluster_down() {
-	local d pid m s
+	local d pid m s f
 	[ -d "$CLUSTER_DIR" ] || [ -e "$NETNS_PATH" ] || {
 		note "no cluster"
 		return 0
@@ -439,6 +448,11 @@ cluster_down() {
 		while IFS= read -r s; do sysctl -qw "$s" || warn "could not restore $s"; done <"$CLUSTER_DIR/before/sysctl"
 	fi
 	restore_dir "$CNI_CONF_DIR"
+	# Files that were there, changed since: back to their bytes and times from before up.
+	for f in "$CLUSTER_DIR/before/cni-net.d"/*; do
+		[ -f "$f" ] || continue
+		cmp -s "$f" "$CNI_CONF_DIR/${f##*/}" || cp -p "$f" "$CNI_CONF_DIR/${f##*/}"
+	done
 	restore_dir "$CNI_BIN_DIR"
 	restore_dir "${CNI_BIN_DIR%/*}"
 	for d in "${AGENT_HOST_DIRS[@]}"; do restore_dir "$d"; done
