@@ -372,7 +372,13 @@ cluster_deploy() {
 		kubectl_ create namespace "$ns" --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
 	fi
 	mv "$CLUSTER_DIR/deployed.yaml.tmp" "$CLUSTER_DIR/deployed.yaml"
-	# What the node's CNI config dir held before our first deploy (the uninstall test compares with it).
+	# What the node's CNI config dir held before our first deploy, files and hashes (the uninstall tests
+	# compare with it).
+	if [ ! -d "$CLUSTER_DIR/cni-before" ]; then
+		mkdir -p "$CLUSTER_DIR/cni-before"
+		find "$CNI_CONF_DIR" -maxdepth 1 -type f \( -name '*.conf' -o -name '*.conflist' -o -name '*.json' \) \
+			-exec cp -p {} "$CLUSTER_DIR/cni-before/" \;
+	fi
 	[ -f "$CLUSTER_DIR/cni-before.txt" ] ||
 		(cd "$CNI_CONF_DIR" && find . -type f \( -name '*.conf' -o -name '*.conflist' -o -name '*.json' \) -exec sha256sum {} + |
 			LC_ALL=C sort -k2) >"$CLUSTER_DIR/cni-before.txt"
