@@ -180,70 +180,6 @@ impl Client {
         parse_body(&self.call(request::get_node(name), &what, total)?, &what)
     }
 
-    pub fn list_pods(&self, p: &ListParams) -> Result<PodList> {
-        let what = "list pods";
-        let body = self.call(request::list_pods(p), what, self.inner.timeouts.total)?;
-        let mut o = parse_body(&body, what)?;
-        drop(body);
-        // Move the items out of the parsed page instead of copying them: a LIST page is the agent's
-        // largest allocation.
-        let items = match o.remove("items") {
-            Some(Value::Array(a)) => a
-                .into_iter()
-                .map(|i| match i {
-                    Value::Object(o) => Ok(o),
-                    _ => Err(Error::Decode(format!("{what}: an item is not an object"))),
-                })
-                .collect::<Result<Vec<_>>>()?,
-            None | Some(Value::Null) => Vec::new(),
-            Some(_) => return Err(Error::Decode(format!("{what}: \"items\" is not a list"))),
-        };
-        let meta = json::obj_of(&o, "metadata");
-        let resource_version = meta
-            .and_then(|m| json::str_of(m, "resourceVersion"))
-            .unwrap_or("")
-            .to_string();
-        let continue_token = meta
-            .and_then(|m| json::str_of(m, "continue"))
-            .filter(|c| !c.is_empty())
-            .map(str::to_string);
-        Ok(PodList {
-            items,
-            resource_version,
-            continue_token,
-        })
-    }
-
-    /// Opens a watch. A non-200 answer (410 included) is the `Err` here; events, `ERROR` events and
-    /// stream failures come from the returned iterator. Without `timeout_seconds`,
-    /// [`DEFAULT_WATCH_TIMEOUT`] is sent; the client gives up [`WATCH_MARGIN`] after it.
-    pub fn watch_pods(&self, p: &WatchParams) -> Result<super::WatchStream> {
-        let what = "watch pods";
-        let mut p = p.clone();
-        let secs = *p.timeout_seconds.get_or_insert(DEFAULT_WATCH_TIMEOUT);
-        let req = request::watch_pods(&p).context(what)?;
-        let (total, per_read) = (Some(Duration::from_secs(secs.into()) + WATCH_MARGIN), None);
-        let t = &self.inner.transport;
-        let (mut code, mut reader) = t
-            .stream(&req, self.token().as_deref(), total, per_read)
-            .context(what)?;
-        if code == 401 && self.inner.token.as_ref().is_some_and(TokenSource::refresh) {
-            (code, reader) = t
-                .stream(&req, self.token().as_deref(), total, per_read)
-                .context(what)?;
-        }
-        if code != 200 {
-            let mut body = Vec::new();
-            let _ = reader.take(1 << 20).read_to_end(&mut body);
-            return Err(status::decode(code, &body).into_error()).context(what);
-        }
-        Ok(WatchStream::new(
-            reader,
-            p.resource_version.clone(),
-            format!("{what} ({})", self.server()),
-        ))
-    }
-
     /// Merge-patches `pods/{name}/status`; returns the updated pod.
     pub fn patch_pod_status(&self, ns: &str, name: &str, merge_patch: &Value) -> Result<Object> {
         let what = format!("patch pod {ns}/{name} status");
@@ -296,5 +232,79 @@ mod tests {
         let e = parse_body(deep.as_bytes(), "list pods").unwrap_err();
         assert!(e.to_string().contains("nested deeper"), "{e}");
         assert!(parse_body(b"\xff\xfe", "get pod").is_err());
+    }
+}
+
+/// Where pods are listed and watched from: the API server ([`Client`]), or a scripted double in the tests
+/// of the node's pod watch ([`super::podwatch`]).
+pub trait PodSource {
+    fn list_pods(&self, p: &ListParams) -> Result<PodList>;
+    /// Opens a watch. A non-200 answer (410 included) is the `Err` here; events, `ERROR` events and
+    /// stream failures come from the returned iterator.
+    fn watch_pods(&self, p: &WatchParams) -> Result<WatchStream>;
+}
+
+impl PodSource for Client {
+    fn list_pods(&self, p: &ListParams) -> Result<PodList> {
+        let what = "list pods";
+        let body = self.call(request::list_pods(p), what, self.inner.timeouts.total)?;
+        let mut o = parse_body(&body, what)?;
+        drop(body);
+        // Move the items out of the parsed page instead of copying them: a LIST page is the agent's
+        // largest allocation.
+        let items = match o.remove("items") {
+            Some(Value::Array(a)) => a
+                .into_iter()
+                .map(|i| match i {
+                    Value::Object(o) => Ok(o),
+                    _ => Err(Error::Decode(format!("{what}: an item is not an object"))),
+                })
+                .collect::<Result<Vec<_>>>()?,
+            None | Some(Value::Null) => Vec::new(),
+            Some(_) => return Err(Error::Decode(format!("{what}: \"items\" is not a list"))),
+        };
+        let meta = json::obj_of(&o, "metadata");
+        let resource_version = meta
+            .and_then(|m| json::str_of(m, "resourceVersion"))
+            .unwrap_or("")
+            .to_string();
+        let continue_token = meta
+            .and_then(|m| json::str_of(m, "continue"))
+            .filter(|c| !c.is_empty())
+            .map(str::to_string);
+        Ok(PodList {
+            items,
+            resource_version,
+            continue_token,
+        })
+    }
+
+    /// Without `timeout_seconds`, [`DEFAULT_WATCH_TIMEOUT`] is sent; the client gives up [`WATCH_MARGIN`]
+    /// after it.
+    fn watch_pods(&self, p: &WatchParams) -> Result<super::WatchStream> {
+        let what = "watch pods";
+        let mut p = p.clone();
+        let secs = *p.timeout_seconds.get_or_insert(DEFAULT_WATCH_TIMEOUT);
+        let req = request::watch_pods(&p).context(what)?;
+        let (total, per_read) = (Some(Duration::from_secs(secs.into()) + WATCH_MARGIN), None);
+        let t = &self.inner.transport;
+        let (mut code, mut reader) = t
+            .stream(&req, self.token().as_deref(), total, per_read)
+            .context(what)?;
+        if code == 401 && self.inner.token.as_ref().is_some_and(TokenSource::refresh) {
+            (code, reader) = t
+                .stream(&req, self.token().as_deref(), total, per_read)
+                .context(what)?;
+        }
+        if code != 200 {
+            let mut body = Vec::new();
+            let _ = reader.take(1 << 20).read_to_end(&mut body);
+            return Err(status::decode(code, &body).into_error()).context(what);
+        }
+        Ok(WatchStream::new(
+            reader,
+            p.resource_version.clone(),
+            format!("{what} ({})", self.server()),
+        ))
     }
 }
