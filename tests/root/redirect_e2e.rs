@@ -12,27 +12,11 @@ use crate::support::traffic::*;
 use crate::support::*;
 use std::net::SocketAddr;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    Iptables,
-    Nftables,
-}
 use Backend::*;
 
-impl Backend {
-    /// Node `n` of this backend's tests (iptables 11.., nftables 51..: each test its own addresses).
-    fn node(self, n: u8) -> Node {
-        Node::new(n + if self == Nftables { 50 } else { 10 })
-    }
-
-    /// `node`'s pod in this backend's mode.
-    fn pod<'a>(self, node: &'a Node, name: &str, ann: &str, env: &str, v6: bool) -> Pod<'a> {
-        let pod = node.pod(name, ann, env, v6);
-        match self {
-            Iptables => pod,
-            Nftables => pod.with_native_nftables(),
-        }
-    }
+/// Node `n` of backend `b`'s tests (iptables 11.., nftables 51..: each test its own addresses).
+fn node(b: Backend, n: u8) -> Node {
+    Node::new(n + if b == Nftables { 50 } else { 10 })
 }
 
 pub(crate) fn nft_list(pod: &Pod) -> String {
@@ -43,7 +27,7 @@ fn captures_outbound_and_inbound_and_honours_bypasses(b: Backend) {
     if !require_root() {
         return;
     }
-    let node = b.node(1);
+    let node = node(b, 1);
     let extra = bypass_annotations(&node);
     let pod = b.pod(&node, "app", &extra, "", false);
     let out = pod.add();
@@ -79,7 +63,7 @@ fn tproxy_delivers_inbound_transparently(b: Backend) {
     if !require_root() {
         return;
     }
-    let node = b.node(2);
+    let node = node(b, 2);
     let ann = r#""sidecar.istio.io/interceptionMode": "TPROXY""#;
     let pod = b.pod(&node, "tp", ann, "", false);
     pod.add().assert_success();
@@ -107,7 +91,7 @@ fn dual_stack_captures_ipv6(b: Backend) {
     if !require_root() {
         return;
     }
-    let node = b.node(3);
+    let node = node(b, 3);
     let env = r#"{"name": "ISTIO_DUAL_STACK", "value": "true"}"#;
     let pod = b.pod(&node, "v6", "", env, true);
     pod.add().assert_success();
