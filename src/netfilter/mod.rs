@@ -6,7 +6,6 @@
 //! the one text every reader reports that in (pure).
 
 pub mod bypass;
-pub mod conntrack;
 
 /// What programming a pod's rules did (per family with iptables), for the decision log; both backends'.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
