@@ -207,34 +207,6 @@ impl Client {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn client_and_streams_can_move_between_threads() {
-        fn send_sync<T: Send + Sync>() {}
-        fn send<T: Send>() {}
-        send_sync::<Client>();
-        send::<WatchStream>();
-    }
-
-    #[test]
-    fn large_bodies_are_parsed_with_a_depth_bound() {
-        let big = format!(
-            r#"{{"items":[{}],"metadata":{{"resourceVersion":"1"}}}}"#,
-            vec![r#"{"metadata":{"name":"x"}}"#; 200_000].join(",")
-        );
-        assert!(big.len() > json::MAX_INPUT);
-        let o = parse_body(big.as_bytes(), "list pods").unwrap();
-        assert_eq!(json::arr_of(&o, "items").unwrap().len(), 200_000);
-        let deep = format!("{}{}", "[".repeat(100), "]".repeat(100)) + &" ".repeat(json::MAX_INPUT);
-        let e = parse_body(deep.as_bytes(), "list pods").unwrap_err();
-        assert!(e.to_string().contains("nested deeper"), "{e}");
-        assert!(parse_body(b"\xff\xfe", "get pod").is_err());
-    }
-}
-
 /// Where pods are listed and watched from: the API server ([`Client`]), or a scripted double in the tests
 /// of the node's pod watch ([`super::podwatch`]).
 pub trait PodSource {
@@ -306,5 +278,33 @@ impl PodSource for Client {
             p.resource_version.clone(),
             format!("{what} ({})", self.server()),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_and_streams_can_move_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<Client>();
+        send::<WatchStream>();
+    }
+
+    #[test]
+    fn large_bodies_are_parsed_with_a_depth_bound() {
+        let big = format!(
+            r#"{{"items":[{}],"metadata":{{"resourceVersion":"1"}}}}"#,
+            vec![r#"{"metadata":{"name":"x"}}"#; 200_000].join(",")
+        );
+        assert!(big.len() > json::MAX_INPUT);
+        let o = parse_body(big.as_bytes(), "list pods").unwrap();
+        assert_eq!(json::arr_of(&o, "items").unwrap().len(), 200_000);
+        let deep = format!("{}{}", "[".repeat(100), "]".repeat(100)) + &" ".repeat(json::MAX_INPUT);
+        let e = parse_body(deep.as_bytes(), "list pods").unwrap_err();
+        assert!(e.to_string().contains("nested deeper"), "{e}");
+        assert!(parse_body(b"\xff\xfe", "get pod").is_err());
     }
 }
