@@ -6,9 +6,10 @@
 
 mod support;
 
-use istio_cni::iptables::apply::{apply, Addresses, Outcome, Plan};
+use istio_cni::iptables::apply::{apply, Addresses, Plan};
 use istio_cni::iptables::{backend, tool, Backend};
 use istio_cni::netfilter::Family;
+use istio_cni::netfilter::Outcome;
 use support::{conformance_dir, require_root, Netns};
 
 #[test]

@@ -11,7 +11,7 @@
 
 use super::{exec, foreign, save, state, Backend};
 use crate::error::{Context, Error, Result};
-use crate::netfilter::{bypass, is_builtin, is_our_chain, Family, OurHook, OUR_HOOKS};
+use crate::netfilter::{bypass, is_builtin, is_our_chain, Family, OurHook, Outcome, OUR_HOOKS};
 use crate::netns;
 use std::net::IpAddr;
 use std::time::Instant;
@@ -26,9 +26,6 @@ pub struct Plan {
     /// Add `::6/128` to `lo` (Envoy's IPv6 inbound-passthrough source) when IPv6 is programmed.
     pub ipv6_passthrough: bool,
 }
-
-/// What happened per family, for the decision log: the same three outcomes as nftables'.
-pub use crate::nftables::apply::Outcome;
 
 /// What was programmed, for the decision log.
 #[derive(Debug, Clone)]

@@ -180,7 +180,44 @@ impl Client {
         parse_body(&self.call(request::get_node(name), &what, total)?, &what)
     }
 
-    pub fn list_pods(&self, p: &ListParams) -> Result<PodList> {
+    /// Merge-patches `pods/{name}/status`; returns the updated pod.
+    pub fn patch_pod_status(&self, ns: &str, name: &str, merge_patch: &Value) -> Result<Object> {
+        let what = format!("patch pod {ns}/{name} status");
+        let req = request::patch_pod_status(ns, name, merge_patch);
+        parse_body(&self.call(req, &what, self.inner.timeouts.total)?, &what)
+    }
+
+    /// Deletes a pod, with optional uid / resourceVersion preconditions (409 Conflict on mismatch).
+    pub fn delete_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) -> Result<()> {
+        let req = request::delete_pod(ns, name, uid, resource_version);
+        let what = format!("delete pod {ns}/{name}");
+        self.call(req, &what, self.inner.timeouts.total).map(drop)
+    }
+
+    pub fn create_event(&self, ns: &str, event: &Value) -> Result<()> {
+        let what = format!("create event in namespace {ns}");
+        let req = request::create_event(ns, event);
+        self.call(req, &what, self.inner.timeouts.total).map(drop)
+    }
+}
+
+/// Where pods are listed and watched from: the API server ([`Client`]), or a scripted double in the tests
+/// of the node's pod watch ([`super::podwatch`]).
+pub trait PodSource {
+    fn list_pods(&self, p: &ListParams) -> Result<PodList>;
+    /// Opens a watch. A non-200 answer (410 included) is the `Err` here; events, `ERROR` events and
+    /// stream failures come from the returned iterator.
+    fn watch_pods(&self, p: &WatchParams) -> Result<WatchStream>;
+}
+
+impl PodSource for Client {
+    fn list_pods(&self, p: &ListParams) -> Result<PodList> {
         let what = "list pods";
         let body = self.call(request::list_pods(p), what, self.inner.timeouts.total)?;
         let mut o = parse_body(&body, what)?;
@@ -214,10 +251,9 @@ impl Client {
         })
     }
 
-    /// Opens a watch. A non-200 answer (410 included) is the `Err` here; events, `ERROR` events and
-    /// stream failures come from the returned iterator. Without `timeout_seconds`,
-    /// [`DEFAULT_WATCH_TIMEOUT`] is sent; the client gives up [`WATCH_MARGIN`] after it.
-    pub fn watch_pods(&self, p: &WatchParams) -> Result<super::WatchStream> {
+    /// Without `timeout_seconds`, [`DEFAULT_WATCH_TIMEOUT`] is sent; the client gives up [`WATCH_MARGIN`]
+    /// after it.
+    fn watch_pods(&self, p: &WatchParams) -> Result<super::WatchStream> {
         let what = "watch pods";
         let mut p = p.clone();
         let secs = *p.timeout_seconds.get_or_insert(DEFAULT_WATCH_TIMEOUT);
@@ -242,32 +278,6 @@ impl Client {
             p.resource_version.clone(),
             format!("{what} ({})", self.server()),
         ))
-    }
-
-    /// Merge-patches `pods/{name}/status`; returns the updated pod.
-    pub fn patch_pod_status(&self, ns: &str, name: &str, merge_patch: &Value) -> Result<Object> {
-        let what = format!("patch pod {ns}/{name} status");
-        let req = request::patch_pod_status(ns, name, merge_patch);
-        parse_body(&self.call(req, &what, self.inner.timeouts.total)?, &what)
-    }
-
-    /// Deletes a pod, with optional uid / resourceVersion preconditions (409 Conflict on mismatch).
-    pub fn delete_pod(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: Option<&str>,
-        resource_version: Option<&str>,
-    ) -> Result<()> {
-        let req = request::delete_pod(ns, name, uid, resource_version);
-        let what = format!("delete pod {ns}/{name}");
-        self.call(req, &what, self.inner.timeouts.total).map(drop)
-    }
-
-    pub fn create_event(&self, ns: &str, event: &Value) -> Result<()> {
-        let what = format!("create event in namespace {ns}");
-        let req = request::create_event(ns, event);
-        self.call(req, &what, self.inner.timeouts.total).map(drop)
     }
 }
 

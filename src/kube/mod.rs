@@ -23,7 +23,7 @@ pub mod transport;
 pub mod watch;
 pub(crate) mod yaml;
 
-pub use client::Client;
+pub use client::{Client, PodSource};
 pub use config::Config;
 pub use request::{ListParams, WatchParams};
 pub use retry::{get_pod_with_retry, Backoff};

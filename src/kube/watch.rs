@@ -76,11 +76,7 @@ pub struct WatchStream {
 }
 
 impl WatchStream {
-    pub(crate) fn new(
-        reader: Box<dyn Read + Send>,
-        start_rv: Option<String>,
-        what: String,
-    ) -> Self {
+    pub fn new(reader: Box<dyn Read + Send>, start_rv: Option<String>, what: String) -> Self {
         WatchStream {
             reader: BufReader::with_capacity(64 << 10, reader),
             done: false,

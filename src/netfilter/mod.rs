@@ -6,7 +6,14 @@
 //! the one text every reader reports that in (pure).
 
 pub mod bypass;
-pub mod conntrack;
+
+/// What programming a pod's rules did (per family with iptables), for the decision log; both backends'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    AlreadyInPlace,
+    Converged,
+}
 
 /// An IP family: which `iptables`/`ip6tables` tool set and which legacy tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,24 +3,16 @@
 //! batch guarded by the generation id. Then `::6/128` on lo and the TPROXY policy routing through the
 //! existing rtnetlink code. Runs on a thread inside the pod's namespace ([`crate::netns::run_in`]).
 
-use super::encode;
+use super::batch::{self, Batch};
 use super::model::{rule_text, Ruleset};
 use super::observe::{self, Reader};
 use super::socket::{Failure, Socket};
 use super::state;
 use crate::error::{Context, Error, Result};
-use crate::netfilter::{bypass, FAMILIES};
+use crate::netfilter::{bypass, Outcome, FAMILIES};
 use crate::redirect::{CaptureConfig, TproxyRoute};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
-
-/// What ADD did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Applied,
-    AlreadyInPlace,
-    Converged,
-}
 
 /// Resolves a group name through the host's NSS (what nft does while parsing).
 pub fn resolve_group(name: &str) -> Result<u32> {
@@ -49,7 +41,7 @@ fn rule_text_at(rs: &Ruleset, table: &str, chain: &str, i: usize) -> String {
 
 /// The operator's message for failed batch messages: the operation in nft syntax, the kernel's error and,
 /// for `ENOENT`, the modules the message's expressions need.
-fn failure_text(b: &encode::Batch, rs: &Ruleset, failures: &[Failure]) -> String {
+fn failure_text(b: &Batch, rs: &Ruleset, failures: &[Failure]) -> String {
     let first = b.what.first().map(|w| w.seq);
     let parts: Vec<String> = failures
         .iter()
@@ -119,7 +111,7 @@ fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32, mut replace: bool) -> Resu
     let mut held = None;
     for attempt in 1..=ATTEMPTS {
         let seq0 = s.next_seq(0);
-        let b = encode::batch(rs, &resolve_group, Some(genid), seq0, replace)?;
+        let b = batch::batch(rs, &resolve_group, Some(genid), seq0, replace)?;
         s.next_seq(b.what.len() as u32 + 2);
         let failures = s.run_batch(&b)?;
         if failures.is_empty() {

@@ -1,7 +1,7 @@
 use super::*;
 use crate::nftables::lower::no_groups;
 
-fn tproxy_batch() -> (Ruleset, encode::Batch) {
+fn tproxy_batch() -> (Ruleset, batch::Batch) {
     let o = crate::json::parse_object(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -14,7 +14,7 @@ fn tproxy_batch() -> (Ruleset, encode::Batch) {
     let cfg = crate::redirect::CaptureConfig::from_json(&o).unwrap();
     let rs = crate::nftables::generate(&cfg).unwrap().ruleset();
     let groups = |_: &str| -> Result<u32> { Ok(0) };
-    let b = encode::batch(&rs, &groups, None, 10, true).unwrap();
+    let b = batch::batch(&rs, &groups, None, 10, true).unwrap();
     (rs, b)
 }
 

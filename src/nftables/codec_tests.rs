@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::netlink::NLM_F_ACK;
+use crate::nftables::batch::{batch, Batch};
 use crate::nftables::generate::generate;
 use crate::nftables::lower::{lower, no_groups};
 use crate::nftables::model::*;

@@ -1,7 +1,6 @@
 //! Pure netlink encoding (spec nftables.md §4): constants, attributes, expressions, messages and dump
 //! requests. The batch itself is built in [`super::batch`].
 
-pub use super::batch::{batch, Batch, What};
 use super::expr::{Data, Expr};
 use crate::netfilter::NFPROTO_UNSPEC;
 use crate::netlink::{NLA_F_NESTED, NLM_F_DUMP, NLM_F_REQUEST};

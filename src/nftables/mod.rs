@@ -4,12 +4,13 @@
 //! a transaction and its final rule set), [`mod@script`] (the knftables text of the goldens), [`expr`] (kernel
 //! expressions) and [`lower`] (rules → expressions), [`encode`] / [`decode`] (the netlink codec), [`state`]
 //! (comparable form, diff), [`foreign`] (foreign base chains that run before ours, walked with
-//! [`crate::netfilter::bypass`]).
+//! [`crate::netfilter::bypass`]); [`conntrack`]: the little of ctnetlink repair needs, in the same codec.
 //! Effects, thin: [`socket`] (one NETLINK_NETFILTER socket), [`observe`] (the bounded read-back), [`apply`]
 //! (ADD and CHECK in the pod netns).
 
 pub mod apply;
 pub mod batch;
+pub mod conntrack;
 pub mod decode;
 mod emit;
 pub mod encode;

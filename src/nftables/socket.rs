@@ -2,8 +2,8 @@
 //! a thread inside the pod's namespace, [`crate::netns::run_in`]), a batch sent in one `sendmsg` with every
 //! reply drained, and dumps read to `NLMSG_DONE`.
 
+use super::batch::Batch;
 use super::decode::{self, Msg};
-use super::encode::Batch;
 use crate::error::{Error, Result};
 use crate::netlink::{NLMSG_DONE, NLMSG_ERROR, NLM_F_MULTI};
 use nix::errno::Errno;

@@ -2,12 +2,13 @@
 //! [`Store`] behind a lock, and a wake-up (a socket pair) so the server's poll loop answers lookups waiting
 //! for a pod as soon as it lands.
 
+use super::metrics;
 use super::proto::Request;
 use super::store::{Lookup, Store};
-use super::{metrics, reduce};
 use crate::error::{IoContext, Result};
 use crate::json::Object;
 use crate::kube::podwatch::PodSink;
+use crate::redirect::reduce;
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;

@@ -1,6 +1,6 @@
 //! The node-local pod cache: `install-cni` keeps this node's pods (one LIST + WATCH with
 //! `fieldSelector=spec.nodeName=<node>`, [`crate::kube::podwatch`], shared with the in-process repair
-//! agent), reduced to what the decision reads ([`reduce`]), in a [`store`] the watch fills ([`cache`], the
+//! agent), reduced to what the decision reads ([`crate::redirect::reduce`]), in a [`store`] the watch fills ([`cache`], the
 //! watch's sink) and a unix stream socket in the run dir serves (`pod-cache.sock`, [`server`]). The plugin asks it first ([`client`]) and falls back to the API GET on
 //! any miss, so the API server is off the pod-start path while it answers and nothing changes when it
 //! does not.
@@ -22,7 +22,6 @@ pub mod cache;
 pub mod client;
 pub mod metrics;
 pub mod proto;
-pub mod reduce;
 pub mod server;
 pub mod store;
 
@@ -38,7 +37,7 @@ pub enum Answer {
     UidMismatch,
     /// No completed list yet; or, for a request without a UID, the watch is not live.
     NotSynced,
-    /// The pod's reduced object is over [`reduce::MAX_POD_BYTES`]: the API serves it.
+    /// The pod's reduced object is over [`crate::redirect::reduce::MAX_POD_BYTES`]: the API serves it.
     TooLarge,
     /// The request could not be read.
     BadRequest,

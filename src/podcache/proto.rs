@@ -13,9 +13,9 @@
 //! [`MAX_REQUEST`] bytes; a reply at most [`MAX_REPLY`]. A request with another `v` gets `bad_request`.
 //! Pure.
 
-use super::reduce::MAX_POD_BYTES;
 use super::Answer;
 use crate::json::{self, Object, Value};
+use crate::redirect::reduce::MAX_POD_BYTES;
 
 pub const VERSION: u64 = 1;
 /// Largest request line: a namespace (63), a name (253) and a UID fit many times over.

@@ -1,8 +1,8 @@
 use super::*;
 use crate::fsutil::test_dir;
 use crate::podcache::client::{self, FIRST_REPLY, FIRST_REPLY_UNPROVEN};
-use crate::podcache::reduce::Reduced;
 use crate::podcache::Miss;
+use crate::redirect::reduce::Reduced;
 use crate::serve::socket_file::RECHECK;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

@@ -3,9 +3,9 @@
 //! server. Pure.
 
 use super::proto::{hit_line, Request};
-use super::reduce::Reduced;
 use super::Answer;
 use crate::kube::podwatch::key;
+use crate::redirect::reduce::Reduced;
 use std::collections::HashMap;
 use std::sync::Arc;
 

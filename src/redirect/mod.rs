@@ -1,4 +1,4 @@
-//! Sidecar redirection, pure (no OS effects): pod facts ([`pod`], read for the [`keys`]) → decision ([`decide`]) → redirect
+//! Sidecar redirection, pure (no OS effects): pod facts ([`pod`], read for the [`keys`]; [`reduce`]d to them for the node's pod cache) → decision ([`decide`]) → redirect
 //! configuration from annotations ([`annotations`]) → istio-iptables configuration ([`capture`]) → rules
 //! and their `iptables-restore` text ([`rules`], [`restore`]). [`plan`] composes that chain once, for
 //! every caller:
@@ -18,6 +18,7 @@ pub mod decide;
 pub mod keys;
 pub mod plan;
 pub mod pod;
+pub mod reduce;
 pub mod restore;
 pub mod rules;
 mod rules_dns;

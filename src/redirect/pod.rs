@@ -4,7 +4,7 @@
 //! ([`READ_PROXY_ENV`]), proxy type and securityContext ids, and the pod's IPs.
 //!
 //! Only those keys are read (and validated), so the node's pod cache can keep exactly them
-//! ([`crate::podcache::reduce`]) and a cached pod decides exactly as the API server's object does.
+//! ([`super::reduce`]) and a cached pod decides exactly as the API server's object does.
 
 use super::keys::*;
 use crate::error::{Error, Result};

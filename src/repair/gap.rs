@@ -1,11 +1,11 @@
 //! Which of a repaired pod's connections were opened while its rules were missing and bypass the proxy
-//! (pure): its conntrack entries ([`crate::netfilter::conntrack`]) matched with its TCP sockets
+//! (pure): its conntrack entries ([`crate::nftables::conntrack`]) matched with its TCP sockets
 //! (`/proc/net/tcp{,6}` read inside its namespace, [`sockets`]), each judged by [`fate`] against the pod's
 //! redirect configuration. Conntrack alone cannot tell the proxy's own connections (uid 1337, never
 //! redirected) from an application's: the socket's owner can. What cannot be judged exactly is
 //! [`Fate::Unsure`], left open and counted, never ended.
 
-use crate::netfilter::conntrack::{Entry, IPPROTO_TCP};
+use crate::nftables::conntrack::{Entry, IPPROTO_TCP};
 use crate::redirect::annotations::InterceptionMode;
 use crate::redirect::capture::{INBOUND_CAPTURE_PORT, INBOUND_TUNNEL_PORT, PROXY_PORT};
 use crate::redirect::values::{unmap, IpRanges, Ports};

@@ -8,7 +8,7 @@
 
 use super::gap::{self, Fate};
 use crate::error::{Error, Result};
-use crate::netfilter::conntrack::{self, AF_INET, AF_INET6};
+use crate::nftables::conntrack::{self, AF_INET, AF_INET6};
 use crate::nftables::socket::Socket;
 use crate::redirect::Redirect;
 

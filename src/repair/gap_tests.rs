@@ -1,5 +1,5 @@
 use super::*;
-use crate::netfilter::conntrack::{Tuple, AF_INET};
+use crate::nftables::conntrack::{Tuple, AF_INET};
 use crate::redirect::pod::ProxyContainer;
 use crate::redirect::PodInfo;
 

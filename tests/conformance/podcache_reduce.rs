@@ -1,12 +1,12 @@
 //! The node's pod cache keeps each pod reduced to what the decision reads
-//! (`istio_cni::podcache::reduce`). For every pod object among the vectors (`pod/`, `differential/pod/`,
+//! (`istio_cni::redirect::reduce`). For every pod object among the vectors (`pod/`, `differential/pod/`,
 //! and every pod of `repair/cases.json`) the reduced object gives the same `PodInfo`, the same decision and
 //! the same rules as the full object, and it is smaller: a cached pod starts exactly as one read from the
 //! API server would.
 
 use istio_cni::json::{self, Object, Value};
-use istio_cni::podcache::reduce::{reduce, reduce_object};
 use istio_cni::redirect::plan::{decide_pod, plan_pod, Addresses, NodeEnv, Planned, PodPlan};
+use istio_cni::redirect::reduce::{reduce, reduce_object};
 use istio_cni::redirect::PodInfo;
 use std::path::Path;
 

@@ -3,9 +3,10 @@
 //! Root only (see tests/common).
 
 use crate::support::{conformance_dir, require_root, words, Netns};
-use istio_cni::iptables::apply::{self, Addresses, Outcome, Plan, Report};
+use istio_cni::iptables::apply::{self, Addresses, Plan, Report};
 use istio_cni::iptables::Backend;
 use istio_cni::netfilter::Family;
+use istio_cni::netfilter::Outcome;
 
 fn doc(rel: &str) -> String {
     let p = conformance_dir().join(rel);

@@ -7,7 +7,8 @@
 use crate::nft_netns::{config, ruleset};
 use crate::support::e2e::Node;
 use crate::support::{conformance_dir, require_root, Netns, TempDir};
-use istio_cni::nftables::apply::{apply, check, Outcome};
+use istio_cni::netfilter::Outcome;
+use istio_cni::nftables::apply::{apply, check};
 
 /// Loads `n` rules `rule` into `table`/`chain` (created with `chain_spec`) with `nft -f`, in batches.
 fn load_rules(

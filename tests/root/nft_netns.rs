@@ -8,8 +8,9 @@ use crate::support::{
     conformance_dir, explain_nft_script, require_root, sh, sh_ok, Netns, TempDir,
 };
 use istio_cni::json;
-use istio_cni::nftables::apply::{apply, check, Outcome};
-use istio_cni::nftables::{encode, generate, socket::Socket, Ruleset};
+use istio_cni::netfilter::Outcome;
+use istio_cni::nftables::apply::{apply, check};
+use istio_cni::nftables::{batch, generate, socket::Socket, Ruleset};
 use istio_cni::redirect::CaptureConfig;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -98,7 +99,7 @@ fn load_reference(ns: &Netns, script: &Path, tmp: &TempDir) {
 fn program(ns: &Netns, rs: Ruleset) {
     istio_cni::netns::run_in(&ns.path(), move || {
         let mut s = Socket::open()?;
-        let b = encode::batch(&rs, &test_groups, None, 100, false)?;
+        let b = batch::batch(&rs, &test_groups, None, 100, false)?;
         let f = s.run_batch(&b)?;
         assert!(f.is_empty(), "batch failed: {f:?}");
         Ok(())

@@ -1,19 +1,113 @@
-//! Issue 23 M3 with real traffic, iptables mode, both backends (root): raw `CT --notrack` in our own backend,
-//! raw notrack and a nat DNAT in the *other* backend (legacy x_tables vs iptables-nft), and native nftables
-//! notrack at netdev ingress. Each really takes traffic past our redirect (the premise); CHECK fails naming
-//! it and re-ADD fails naming it instead of answering "already in place". Foreign rules that cannot move
-//! traffic leave CHECK and re-ADD alone.
+//! Issue 23 M2 and M3 with real traffic, one suite for both rule backends (root): every way around our
+//! redirect that the kernel offers inside the pod's namespace. nftables mode: our table flagged dormant, a
+//! foreign nat chain at our priority added after ours, notrack at raw priority, notrack at netdev or inet
+//! ingress, legacy x_tables rules. iptables mode, with either backend recorded: raw `CT --notrack` in our
+//! own backend, raw notrack and a nat DNAT in the *other* backend (legacy x_tables vs iptables-nft), and
+//! native nftables notrack at netdev ingress or raw priority. For each, the traffic really goes past the
+//! redirect (the premise), CHECK fails naming it, and re-ADD either converges (dormant: our tables are
+//! re-created) or fails naming the foreign rule, never "already in place". Foreign rules that cannot move
+//! traffic (counters, logs, accept) leave CHECK and re-ADD alone.
 
 use crate::support::e2e::*;
 use crate::support::traffic::*;
 use crate::support::*;
+use Backend::*;
+
+/// The nodes a test of backend `b` runs on, each with the iptables backend it records: nftables mode one
+/// (`nft_idx`, none); iptables mode two (`ipt_idx` with `nft`, the next with `legacy`).
+fn runs(b: Backend, nft_idx: u8, ipt_idx: u8) -> Vec<(u8, Option<&'static str>)> {
+    match b {
+        Nftables => vec![(nft_idx, None)],
+        Iptables => vec![(ipt_idx, Some("nft")), (ipt_idx + 1, Some("legacy"))],
+    }
+}
 
 /// `iptables-<b>` for a backend record name.
 fn tool(b: &str) -> String {
     format!("iptables-{b}")
 }
 
-fn bypasses(node: &Node, ours: &str) -> Vec<Bypass<'static>> {
+/// The ways around the redirect in nftables mode.
+fn nft_bypasses(node: &Node) -> Vec<Bypass<'static>> {
+    let dst = format!("10.252.{}.1", node.idx());
+    vec![
+        Bypass {
+            what: "a foreign nat chain at our priority, added after ours (runs first)",
+            setup: vec![
+                "nft add table ip sneaky".into(),
+                "nft 'add chain ip sneaky out { type nat hook output priority -100 ; }'".into(),
+                format!("nft add rule ip sneaky out ip daddr {dst} tcp dport 9090 dnat to {dst}:9090"),
+            ],
+            inbound: false,
+            names: cmds(&["foreign chain ip sneaky out (hook output, priority -100"]),
+            undo: cmds(&["nft delete table ip sneaky"]),
+        },
+        Bypass {
+            what: "notrack at raw priority",
+            setup: cmds(&[
+                "nft add table ip rawish",
+                "nft 'add chain ip rawish out { type filter hook output priority -300 ; }'",
+                "nft add rule ip rawish out notrack",
+            ]),
+            inbound: false,
+            names: cmds(&["foreign chain ip rawish out (hook output, priority -300", "[ notrack ]"]),
+            undo: cmds(&["nft delete table ip rawish"]),
+        },
+        Bypass {
+            what: "notrack at netdev ingress on the pod's interface",
+            setup: cmds(&[
+                "nft add table netdev edge",
+                "nft 'add chain netdev edge in { type filter hook ingress device eth0 priority 0 ; }'",
+                "nft add rule netdev edge in notrack",
+            ]),
+            inbound: true,
+            names: cmds(&["foreign chain netdev edge in (hook ingress device eth0, priority 0", "[ notrack ]"]),
+            undo: cmds(&["nft delete table netdev edge"]),
+        },
+        Bypass {
+            what: "notrack at inet ingress",
+            setup: cmds(&[
+                "nft add table inet edge",
+                "nft 'add chain inet edge in { type filter hook ingress device eth0 priority 0 ; }'",
+                "nft add rule inet edge in notrack",
+            ]),
+            inbound: true,
+            names: cmds(&["foreign chain inet edge in (hook ingress device eth0, priority 0"]),
+            undo: cmds(&["nft delete table inet edge"]),
+        },
+        Bypass {
+            what: "a jump from a harmless-looking base chain to a chain that does notrack",
+            setup: cmds(&[
+                "nft add table ip hop",
+                "nft add chain ip hop deeper",
+                "nft add rule ip hop deeper notrack",
+                "nft 'add chain ip hop out { type filter hook output priority -300 ; }'",
+                "nft add rule ip hop out counter jump deeper",
+            ]),
+            inbound: false,
+            names: cmds(&["foreign chain ip hop out", "(via ip hop deeper)", "[ notrack ]"]),
+            undo: cmds(&["nft delete table ip hop"]),
+        },
+        Bypass {
+            what: "legacy x_tables raw notrack",
+            setup: cmds(&["iptables-legacy -t raw -A OUTPUT -j CT --notrack"]),
+            inbound: false,
+            names: cmds(&["legacy iptables (IPv4) -t raw OUTPUT rule 1: target CT"]),
+            undo: cmds(&["iptables-legacy -t raw -F OUTPUT"]),
+        },
+        Bypass {
+            what: "legacy x_tables nat DNAT (registered after ours: runs first)",
+            setup: vec![format!(
+                "iptables-legacy -t nat -A OUTPUT -p tcp --dport 9090 -j DNAT --to-destination {dst}:9090"
+            )],
+            inbound: false,
+            names: cmds(&["legacy iptables (IPv4) -t nat OUTPUT rule 1: target DNAT"]),
+            undo: cmds(&["iptables-legacy -t nat -F OUTPUT"]),
+        },
+    ]
+}
+
+fn iptables_bypasses(node: &Node, ours: &str) -> Vec<Bypass<'static>> {
     let other = if ours == "nft" { "legacy" } else { "nft" };
     let (mine, theirs) = (tool(ours), tool(other));
     let dst = format!("10.252.{}.1", node.idx());
@@ -91,52 +185,134 @@ fn bypasses(node: &Node, ours: &str) -> Vec<Bypass<'static>> {
     ]
 }
 
-#[test]
-fn bypasses_in_either_backend_or_native_nftables_fail_check_and_re_add() {
+/// Each of the backend's bypasses really goes past the redirect, and CHECK and re-ADD name it.
+fn bypasses_fail_check_and_re_add(b: Backend) {
     if !require_root() {
         return;
     }
-    for (idx, ours) in [(64, "nft"), (65, "legacy")] {
+    for (idx, ours) in runs(b, 62, 64) {
         let node = Node::new(idx);
-        node.record_backend(ours);
-        let pod = node.pod("bypass", "", "", false);
+        let name = match ours {
+            Some(r) => {
+                node.record_backend(r);
+                "bypass"
+            }
+            None => "foreign",
+        };
+        let pod = b.pod(&node, name, "", "", false);
         pod.add().assert_success();
-        pod.run("CHECK").assert_success();
-        for b in &bypasses(&node, ours) {
-            eprintln!("--- {ours}: {}", b.what);
-            assert_named_and_refused(&node, &pod, b);
+        let bypasses = match ours {
+            Some(r) => {
+                pod.run("CHECK").assert_success();
+                iptables_bypasses(&node, r)
+            }
+            None => nft_bypasses(&node),
+        };
+        for c in &bypasses {
+            eprintln!("--- {}: {}", ours.unwrap_or("nftables"), c.what);
+            assert_named_and_refused(&node, &pod, c);
         }
     }
 }
 
 #[test]
-fn foreign_rules_that_cannot_move_traffic_pass_in_iptables_mode() {
+fn foreign_chains_before_ours_fail_check_and_re_add_naming_them() {
+    bypasses_fail_check_and_re_add(Nftables)
+}
+
+#[test]
+fn bypasses_in_either_backend_or_native_nftables_fail_check_and_re_add() {
+    bypasses_fail_check_and_re_add(Iptables)
+}
+
+/// Foreign rules that cannot move traffic, in backend `b`'s pod whose iptables backend is `ours`.
+fn harmless_rules(ours: Option<&str>) -> Vec<String> {
+    let Some(ours) = ours else {
+        return cmds(&[
+            "nft add table inet watch",
+            "nft 'add chain inet watch out { type filter hook output priority -300 ; }'",
+            "nft add rule inet watch out counter",
+            "nft add rule inet watch out tcp dport 9090 log prefix seen",
+            "nft add rule inet watch out accept",
+            "nft 'add chain inet watch late { type filter hook output priority 0 ; }'",
+            "nft add rule inet watch late notrack",
+            "nft 'add chain inet watch in { type filter hook input priority -300 ; }'",
+            "nft add rule inet watch in notrack",
+            "iptables-legacy -t raw -A OUTPUT -j ACCEPT",
+            "iptables-legacy -t raw -A PREROUTING -p tcp",
+            "iptables-legacy -t filter -A INPUT -p udp --dport 1 -j DROP",
+        ]);
+    };
+    let other = if ours == "nft" { "legacy" } else { "nft" };
+    vec![
+        format!("{} -t raw -A OUTPUT -j ACCEPT", tool(ours)),
+        format!("{} -t raw -A PREROUTING -p tcp", tool(ours)),
+        format!("{} -t raw -A OUTPUT -p tcp -j ACCEPT", tool(other)),
+        format!(
+            "{} -t filter -A INPUT -p udp --dport 1 -j DROP",
+            tool(other)
+        ),
+        "nft add table inet watch".into(),
+        "nft 'add chain inet watch out { type filter hook output priority -300 ; }'".into(),
+        "nft add rule inet watch out counter accept".into(),
+    ]
+}
+
+fn harmless_rules_leave_check_and_re_add_alone(b: Backend) {
     if !require_root() {
         return;
     }
-    for (idx, ours) in [(66, "nft"), (67, "legacy")] {
-        let other = if ours == "nft" { "legacy" } else { "nft" };
+    for (idx, ours) in runs(b, 63, 66) {
         let node = Node::new(idx);
-        node.record_backend(ours);
-        let pod = node.pod("harmless", "", "", false);
+        if let Some(r) = ours {
+            node.record_backend(r);
+        }
+        let pod = b.pod(&node, "harmless", "", "", false);
         pod.add().assert_success();
-        for c in [
-            format!("{} -t raw -A OUTPUT -j ACCEPT", tool(ours)),
-            format!("{} -t raw -A PREROUTING -p tcp", tool(ours)),
-            format!("{} -t raw -A OUTPUT -p tcp -j ACCEPT", tool(other)),
-            format!(
-                "{} -t filter -A INPUT -p udp --dport 1 -j DROP",
-                tool(other)
-            ),
-            "nft add table inet watch".into(),
-            "nft 'add chain inet watch out { type filter hook output priority -300 ; }'".into(),
-            "nft add rule inet watch out counter accept".into(),
-        ] {
+        for c in harmless_rules(ours) {
             pod.ns.exec_ok(&["sh", "-c", &c]);
         }
         pod.run("CHECK").assert_success();
         assert_re_add(&pod, "AlreadyInPlace");
-        assert!(outbound_captured(&node, &pod), "{ours}");
-        assert!(inbound_captured(&node, &pod), "{ours}");
+        let mode = ours.unwrap_or("nftables");
+        assert!(outbound_captured(&node, &pod), "{mode}");
+        assert!(inbound_captured(&node, &pod), "{mode}");
     }
+}
+
+#[test]
+fn foreign_rules_that_cannot_move_traffic_leave_check_and_re_add_alone() {
+    harmless_rules_leave_check_and_re_add_alone(Nftables)
+}
+
+#[test]
+fn foreign_rules_that_cannot_move_traffic_pass_in_iptables_mode() {
+    harmless_rules_leave_check_and_re_add_alone(Iptables)
+}
+
+#[test]
+fn a_dormant_table_fails_check_and_re_add_wakes_it() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(61);
+    let pod = node.pod("dormant", "", "", false).with_native_nftables();
+    pod.add().assert_success();
+    assert!(outbound_captured(&node, &pod));
+    pod.ns
+        .exec_ok(&["nft", "add table inet istio-proxy-nat { flags dormant; }"]);
+    assert!(
+        !outbound_captured(&node, &pod),
+        "a dormant nat table should stop capture (the test's premise)"
+    );
+    assert!(!inbound_captured(&node, &pod));
+    let msg = pod.run("CHECK").assert_cni_error(103);
+    assert!(
+        msg.contains("table inet istio-proxy-nat is dormant"),
+        "{msg}"
+    );
+    assert_re_add(&pod, "Converged");
+    pod.run("CHECK").assert_success();
+    assert!(outbound_captured(&node, &pod));
+    assert!(inbound_captured(&node, &pod));
 }

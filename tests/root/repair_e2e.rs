@@ -2,9 +2,10 @@
 //! plugin (the node-startup race), a pause process in it, and the pod object in the HTTPS API double
 //! showing a failed `istio-validation`. The validation applet, run in the pod as uid 1337, exits 126; the
 //! agent finds the namespace from /proc by the pod IP and programs it through the plugin's code; then the
-//! applet exits 0, and the pod has exactly the rules ADD gives a twin pod. A later update of the
-//! still-broken pod is not repaired a second time (same UID). And a second namespace squatting the pod's
-//! IP is never the one programmed.
+//! applet exits 0, and the pod has exactly the rules ADD gives a twin pod: in iptables mode, and in
+//! nftables mode (the agent with `NATIVE_NFTABLES=true`, the same code path as ADD over netlink: no chroot,
+//! no host binary, no iptables rules). A later update of the still-broken pod is not repaired a second time
+//! (same UID). And a second namespace squatting the pod's IP is never the one programmed.
 
 use crate::support::e2e::*;
 use crate::support::repair::{
@@ -12,13 +13,35 @@ use crate::support::repair::{
     PodCgroup, BROKEN_STATUS,
 };
 use crate::support::*;
+use Backend::*;
 
-#[test]
-fn race_victim_is_repaired_in_place_and_validation_then_passes() {
+/// Our tables as `nft list` prints them, counters removed.
+fn tables(ns: &Netns) -> String {
+    let mut out = String::new();
+    for t in ["istio-proxy-nat", "istio-proxy-mangle", "istio-proxy-raw"] {
+        let o = ns.exec(&["nft", "list", "table", "inet", t]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        for l in text.lines() {
+            let l = match l.find("counter packets") {
+                Some(i) => {
+                    let tail: Vec<&str> = l[i..].split_whitespace().skip(5).collect();
+                    format!("{}counter {}", &l[..i], tail.join(" "))
+                }
+                None => l.to_string(),
+            };
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn race_victim_is_repaired_in_place(b: Backend) {
     if !require_root() {
         return;
     }
-    let node = Node::new(41);
+    let nft = b == Nftables;
+    let node = Node::new(if nft { 57 } else { 41 });
     let pod = node.pod("victim", "", "", false);
     // Its process in its cgroup, where the kubelet puts it: the only way its namespace is known.
     let cgroup = PodCgroup::new(&pod.uid);
@@ -28,7 +51,7 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
         .patch_pod("default", "victim", BROKEN_STATUS)
         .unwrap();
 
-    let before = validation_in(&pod.ns, false);
+    let before = validation_in(&pod.ns, nft);
     assert_eq!(
         before.status.code(),
         Some(126),
@@ -36,20 +59,40 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
         crate::support::repair::show(&before)
     );
 
-    let agent = Agent::start(
-        &node,
-        &["--repair-delete-pods=true", "--repair-label-pods=true"],
-        &[],
-    );
-    let log_text = || agent.log();
+    let mut agent = match b {
+        Iptables => Agent::start(
+            &node,
+            &["--repair-delete-pods=true", "--repair-label-pods=true"],
+            &[],
+        ),
+        Nftables => Agent::start(&node, &[], &[("NATIVE_NFTABLES", "true")]),
+    };
     let repaired = agent.wait_repaired();
+    if nft {
+        agent.stop();
+    }
+    let log_text = || agent.log();
     assert!(repaired, "no repair counted; agent log:\n{}", log_text());
+    if nft {
+        assert!(log_text().contains("nftables"), "{}", log_text());
+    }
 
-    assert_validation_passes(&pod.ns, false, &log_text());
+    assert_validation_passes(&pod.ns, nft, &log_text());
 
     // Exactly what ADD applies: a twin pod that went through the plugin has the same rules.
-    let twin = node.pod("twin", "", "", false);
+    let twin = b.pod(&node, "twin", "", "", false);
     twin.add().assert_success();
+    if nft {
+        let (ours, add) = (tables(&pod.ns), tables(&twin.ns));
+        assert!(ours.contains("chain istio-output"), "{ours}");
+        assert_eq!(ours, add, "repaired pod vs pod set up by ADD");
+        assert!(
+            !pod.save("iptables-save").contains("ISTIO"),
+            "iptables rules in nftables mode"
+        );
+        assert!(!node.dir.join("run/iptables-backend").exists());
+        return;
+    }
     let mut rules = String::new();
     for prog in [
         "iptables-legacy-save",
@@ -103,6 +146,16 @@ fn race_victim_is_repaired_in_place_and_validation_then_passes() {
             .any(|e| istio_cni::json::str_of(e, "reason") == Some("RepairBrokenPod")),
         "no RepairBrokenPod event: {events:?}"
     );
+}
+
+#[test]
+fn race_victim_is_repaired_in_place_and_validation_then_passes() {
+    race_victim_is_repaired_in_place(Iptables)
+}
+
+#[test]
+fn nftables_race_victim_is_repaired_in_place() {
+    race_victim_is_repaired_in_place(Nftables)
 }
 
 /// Whether any of our chains is in `ns`, in either iptables backend.

@@ -285,6 +285,24 @@ impl Node {
     }
 }
 
+/// The rule backend a test's pods use: iptables mode, or nftables mode (`native_nftables: true`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Iptables,
+    Nftables,
+}
+
+impl Backend {
+    /// `node`'s pod ([`Node::pod`]) in this backend's mode.
+    pub fn pod<'a>(self, node: &'a Node, name: &str, ann: &str, env: &str, v6: bool) -> Pod<'a> {
+        let pod = node.pod(name, ann, env, v6);
+        match self {
+            Backend::Iptables => pod,
+            Backend::Nftables => pod.with_native_nftables(),
+        }
+    }
+}
+
 impl Pod<'_> {
     /// The environment a runtime gives the plugin for `command` on this pod.
     fn cni_env(&self, command: &str) -> CniEnv {

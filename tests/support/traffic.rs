@@ -1,5 +1,5 @@
-//! The sidecar traffic a redirected pod must show, whichever rule backend programmed it (iptables in
-//! tests/root/redirect_e2e.rs, nftables in tests/root/nft_e2e.rs): the same connections, the same verdicts.
+//! The sidecar traffic a redirected pod must show, whichever rule backend programmed it (both in
+//! tests/root/redirect_e2e.rs): the same connections, the same verdicts.
 //! Destinations are the node's addresses 10.252.<idx>.1 and .2 and fd00:252:<idx>::1 ([`Node::new`]).
 
 use super::e2e::{

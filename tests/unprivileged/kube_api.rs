@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use istio_cni::json;
-use istio_cni::kube::{ApiErrorExt, EventKind, ListParams, WatchParams};
+use istio_cni::kube::{ApiErrorExt, EventKind, ListParams, PodSource, WatchParams};
 use kube_double::{Fault, Options, Server};
 
 use crate::support::kube::*;

@@ -5,7 +5,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use istio_cni::kube::status::{REASON_TIMEOUT, REASON_TLS_VERIFY};
-use istio_cni::kube::{get_pod_with_retry, ApiErrorExt, Client, Config, EventKind, WatchParams};
+use istio_cni::kube::{
+    get_pod_with_retry, ApiErrorExt, Client, Config, EventKind, PodSource, WatchParams,
+};
 use kube_double::{Fault, Options, Server};
 
 use crate::support::kube::*;

@@ -27,6 +27,7 @@ mod install_supersede;
 mod kube_api;
 mod kube_client;
 mod kube_lookup_deadline;
+mod kube_podwatch;
 mod monitoring_dashboard;
 mod monitoring_rules;
 mod podcache_agent;

@@ -1,6 +1,7 @@
 //! The node's pod LIST + WATCH loop, below the roles that use it: a paginated LIST, then WATCH with
-//! bookmarks from the list's resourceVersion; 410 → relist; otherwise re-watch; every restart paced by
-//! backoff 800 ms … 30 s with jitter ([`pace`]). It feeds [`PodSink`]s through one [`Fanout`]: the
+//! bookmarks from the list's resourceVersion; 410 → relist; otherwise re-watch ([`next`], pure); every
+//! restart paced by backoff 800 ms … 30 s with jitter ([`pace`]). It reads a [`PodSource`]: the API server,
+//! or a scripted double in the tests. It feeds [`PodSink`]s through one [`Fanout`]: the
 //! standalone repair agent's, or in `install-cni` the pod cache and the repair worker together; the fan-out
 //! keeps the relist bookkeeping, so after a relist every sink hears which pods vanished.
 //! A sink that needs to know when a watch has caught up with the server (the pod cache) gets a streaming
@@ -13,7 +14,7 @@ pub mod sink;
 pub mod timing;
 
 use crate::error::Result;
-use crate::kube::{ApiErrorExt, Client, EventKind, ListParams, WatchParams};
+use crate::kube::{ApiErrorExt, Client, EventKind, ListParams, PodSource, WatchParams};
 use catch_up::{Pending, Step};
 use pace::{random, LogLimit, Pace, LOG_WINDOW};
 pub use sink::{key, Fanout, PodSink};
@@ -34,7 +35,7 @@ pub struct Selection {
 /// Lists every selected pod page by page into `sink`. Returns the list's RV. `timing` learns when the first
 /// page arrived and when the last one was handled.
 pub fn list_all(
-    client: &Client,
+    client: &impl PodSource,
     sel: &Selection,
     sink: &mut Fanout,
     timing: &mut Timing,
@@ -63,41 +64,46 @@ pub fn list_all(
     }
 }
 
-/// A watch timeout in [300, 600) s, spread like client-go's.
-fn watch_timeout() -> u32 {
-    let n = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    300 + n % 300
-}
-
 /// How one watch ended.
-enum Ended {
-    /// The server closed the stream (its timeout, or at once): re-watch from the last RV.
+#[derive(Debug)]
+pub enum Ended {
+    /// The server closed the stream (its timeout, or at once).
     Closed,
-    /// 410: the RV is too old; relist.
+    /// 410: the RV is too old.
     Gone(crate::error::Error),
-    /// Anything else: re-watch from the last RV.
+    /// Anything else.
     Failed(crate::error::Error),
-    /// The server does not serve the streaming watch-list (refused it, or ignored `sendInitialEvents`):
-    /// list and watch from now on.
+    /// The server does not serve the streaming watch-list (refused it, or ignored `sendInitialEvents`).
     NoWatchList(String),
 }
 
-/// How a watch starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Start {
+/// How the next (re)start begins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// A paginated LIST ([`list_all`]), then a watch from its resourceVersion.
+    List,
+    /// A watch from this resourceVersion (a LIST's, or the last event's); caught up, if the sink wants
+    /// it, at an event or BOOKMARK at or past a probe's resourceVersion ([`catch_up`]).
+    From(String),
     /// The streaming watch-list: its initial events are the list, its end BOOKMARK the proof of catch-up.
     WatchList,
-    /// From `rv` (a LIST's, or the last event's); caught up, if the sink wants it, at an event or BOOKMARK
-    /// at or past a probe's resourceVersion ([`catch_up`]).
-    From,
+}
+
+/// The restart decision (pure): after a watch begun at `start` (advanced to the last resourceVersion it
+/// saw) ended as `ended`, how the next (re)start begins and whether it waits ([`Pace`]) first. A
+/// watch-list stays one until the server shows it has none (then list and watch from now on, at once); a
+/// 410 relists; any other end re-watches from where the watch got to.
+pub fn next(start: Start, ended: &Ended) -> (Start, bool) {
+    match (ended, start) {
+        (Ended::NoWatchList(_), _) => (Start::List, false),
+        (Ended::Gone(_), Start::From(_)) => (Start::List, true),
+        (_, start) => (start, true),
+    }
 }
 
 /// The resourceVersion of a consistent read made now: a LIST of one pod, no selector, no
 /// resourceVersion (one key read on the server, whatever the cluster's size).
-fn probe(client: &Client) -> Result<String> {
+fn probe(client: &impl PodSource) -> Result<String> {
     let p = ListParams {
         limit: Some(1),
         ..ListParams::default()
@@ -105,26 +111,29 @@ fn probe(client: &Client) -> Result<String> {
     Ok(client.list_pods(&p)?.resource_version)
 }
 
-/// Opens one watch (`start`; from `rv` unless a watch-list) and forwards its events; returns how it ended
-/// and whether it delivered any change (and advances `rv`). With `catch_up`, tells the sink when the watch
-/// has caught up with the server ([`catch_up`]).
+/// Opens one watch (`start`: a watch-list, or from a resourceVersion) and forwards its events; returns how
+/// it ended and whether it delivered any change (and advances `start`'s resourceVersion). With `catch_up`,
+/// tells the sink when the watch has caught up with the server ([`catch_up`]).
 fn watch_once(
-    client: &Client,
+    client: &impl PodSource,
     sel: &Selection,
     sinks: &mut Fanout,
-    rv: &mut String,
-    start: Start,
+    start: &mut Start,
     restart: bool,
     timing: &mut Timing,
 ) -> (Ended, bool) {
-    let listing = start == Start::WatchList;
+    let listing = *start == Start::WatchList;
     let params = WatchParams {
         label_selector: sel.label.clone(),
         field_selector: Some(sel.field.clone()),
-        resource_version: Some(rv.clone()).filter(|r| !r.is_empty() && !listing),
+        resource_version: match start {
+            Start::From(r) if !r.is_empty() => Some(r.clone()),
+            _ => None,
+        },
         allow_bookmarks: true,
         send_initial_events: listing,
-        timeout_seconds: Some(watch_timeout()),
+        // In [300, 600) s, spread like client-go's.
+        timeout_seconds: Some(300 + (random() % 300) as u32),
         ..WatchParams::default()
     };
     let mut stream = match client.watch_pods(&params) {
@@ -197,7 +206,7 @@ fn watch_once(
             sinks.caught_up();
         }
     }
-    if let Some(r) = stream.resource_version().filter(|_| !listing) {
+    if let (Start::From(rv), Some(r)) = (start, stream.resource_version()) {
         *rv = r.to_string();
     }
     let ended = match failure {
@@ -208,33 +217,44 @@ fn watch_once(
     (ended, delivered)
 }
 
-/// Runs forever: list, watch, relist on 410, re-watch otherwise. Every restart (a failed list, a watch
-/// closed by the server, a 410, a failed watch) first waits with backoff and jitter ([`Pace`]), reset
-/// only after a watch that delivered changes or stayed up [`pace::HEALTHY_WATCH`]; so a server
-/// that ends every watch at once sees a few requests per minute, not thousands. Lines that would repeat on every restart are
-/// written at most once per [`LOG_WINDOW`] each.
+/// Runs forever over the API server: list, watch, relist on 410, re-watch otherwise ([`watch`]).
+pub fn watch_forever(client: &Client, sel: &Selection, sinks: Fanout) {
+    watch(client, sel, sinks, |d| {
+        std::thread::sleep(d);
+        true
+    })
+}
+
+/// The loop over `source`: list, watch, relist on 410, re-watch otherwise ([`next`]). Every restart (a failed
+/// list, a watch closed by the server, a 410, a failed watch) first waits with backoff and jitter
+/// ([`Pace`]), reset only after a watch that delivered changes or stayed up [`pace::HEALTHY_WATCH`]; so a
+/// server that ends every watch at once sees a few requests per minute, not thousands. Lines that would
+/// repeat on every restart are written at most once per [`LOG_WINDOW`] each. `pause` waits before each
+/// restart and says whether to go on (the tests stop after a few).
 ///
 /// A sink that [`PodSink::wants_catch_up`] (the pod cache) gets a streaming watch-list at every (re)start
 /// instead, as long as the server serves one ([`catch_up`]): the list and the proof in one request.
-pub fn watch_forever(client: &Client, sel: &Selection, mut sinks: Fanout) {
+pub fn watch(
+    source: &impl PodSource,
+    sel: &Selection,
+    mut sinks: Fanout,
+    mut pause: impl FnMut(Duration) -> bool,
+) {
     let what = sel.what;
     let mut pace = Pace::default();
     let mut logs = LogLimit::new(LOG_WINDOW);
-    let mut rv: Option<String> = None;
+    let mut start = [Start::List, Start::WatchList][usize::from(sinks.wants_catch_up())].clone();
     let mut watched = false;
-    let mut watch_list = sinks.wants_catch_up();
     loop {
         let began = Instant::now();
         let mut timing = Timing::start();
-        let (start, mut at) = match rv.take() {
-            _ if watch_list => (Start::WatchList, String::new()),
-            Some(r) => (Start::From, r),
-            None => match list_all(client, sel, &mut sinks, &mut timing) {
+        if start == Start::List {
+            match list_all(source, sel, &mut sinks, &mut timing) {
                 Ok(r) => {
                     if let Some(held) = logs.allow("listed", Instant::now()) {
                         log::info!("{what}: listed pods at resourceVersion {r}; watching{held}");
                     }
-                    (Start::From, r)
+                    start = Start::From(r);
                 }
                 Err(e) => {
                     sinks.watch_down();
@@ -242,38 +262,32 @@ pub fn watch_forever(client: &Client, sel: &Selection, mut sinks: Fanout) {
                     if let Some(held) = logs.allow("list-failed", Instant::now()) {
                         log::warn!("{what}: list pods failed (retry in {d:.1?}): {e}{held}");
                     }
-                    std::thread::sleep(d);
-                    continue;
+                    match pause(d) {
+                        true => continue,
+                        false => return,
+                    }
                 }
-            },
-        };
-        let (ended, delivered) = watch_once(
-            client,
-            sel,
-            &mut sinks,
-            &mut at,
-            start,
-            watched,
-            &mut timing,
-        );
+            }
+        }
+        let (ended, delivered) =
+            watch_once(source, sel, &mut sinks, &mut start, watched, &mut timing);
         watched = true;
         let d = pace.next(began.elapsed(), delivered, random());
         let now = Instant::now();
-        if start == Start::WatchList {
-            at = "a new watch-list".into();
-        }
+        let wait;
+        (start, wait) = next(start, &ended);
+        let at = match &start {
+            Start::From(r) => r.as_str(),
+            _ => "a new watch-list",
+        };
         // Whatever ended, events may be missed until the next watch has caught up.
         sinks.watch_down();
         match ended {
             Ended::NoWatchList(why) => {
                 log::info!("{what}: the API server does not stream the initial list ({why}); listing and watching instead");
-                watch_list = false;
-                // No wait: the list goes ahead at once.
-                continue;
             }
             Ended::Closed => {
                 log::debug!("{what}: watch closed by the server; re-watching from {at} in {d:.1?}");
-                rv = Some(at).filter(|_| start == Start::From);
             }
             Ended::Gone(e) => {
                 if let Some(held) = logs.allow("gone", now) {
@@ -286,9 +300,11 @@ pub fn watch_forever(client: &Client, sel: &Selection, mut sinks: Fanout) {
                         "{what}: watch pods failed (re-watch from {at} in {d:.1?}): {e}{held}"
                     );
                 }
-                rv = Some(at).filter(|_| start == Start::From);
             }
         }
-        std::thread::sleep(d);
+        // Without a watch-list, the list goes ahead at once.
+        if !pause(if wait { d } else { Duration::ZERO }) {
+            return;
+        }
     }
 }

@@ -71,7 +71,7 @@ pub fn admit(det: &Detector, conf: &NetConf, pod: &Object) -> Option<Pod> {
     if host_network || terminal || deleting || facts.pod_ip.is_empty() {
         return None;
     }
-    let body = crate::podcache::reduce::reduce_object(pod);
+    let body = crate::redirect::reduce::reduce_object(pod);
     let redirect = PodInfo::from_pod(&body).and_then(|i| decide_pod_in(conf, &i));
     if let Ok(PodPlan::Skip(_)) = redirect {
         return None;

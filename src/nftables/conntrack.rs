@@ -2,12 +2,13 @@
 //! (`IPCTNL_MSG_CT_GET` with `NLM_F_DUMP`), an entry decoded from the dump (its original and reply tuples,
 //! its id and zone), and the request deleting exactly that entry (`IPCTNL_MSG_CT_DELETE` with its original
 //! tuple, zone and id: an entry recycled meanwhile has another id and is not touched). The messages go
-//! over the nf_tables socket ([`crate::nftables::socket`]), the same `NETLINK_NETFILTER` family.
+//! over the nf_tables socket ([`super::socket`]), the same `NETLINK_NETFILTER` family, in the same codec
+//! ([`super::encode`], [`super::decode`]).
 
+use super::decode::{self, Msg};
+use super::encode::{message, Attrs};
 use crate::error::{Error, Result};
 use crate::netlink::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
-use crate::nftables::decode::{self, Msg};
-use crate::nftables::encode::{message, Attrs};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;

@@ -6,8 +6,8 @@
 //! one stays malformed, so the decision fails on it as it fails on the API server's object); whatever
 //! `from_pod` reads is there, so a cached pod decides exactly as the full object does. Pure.
 
+use super::pod::{PROXY_CONTAINER, READ_ANNOTATIONS, READ_LABELS, READ_PROXY_ENV};
 use crate::json::{self, Object, Value};
-use crate::redirect::pod::{PROXY_CONTAINER, READ_ANNOTATIONS, READ_LABELS, READ_PROXY_ENV};
 
 /// Largest reduced pod (compact JSON) the cache keeps; a bigger one is kept as "too large" and the plugin
 /// reads it from the API server. A typical injected pod reduces to well under 1 KiB.
