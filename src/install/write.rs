@@ -5,6 +5,7 @@
 
 use super::config::cleanup;
 use super::config::layout;
+use super::config::originals;
 use super::config::select::{self, shown, Choice};
 use super::installer::{write_if_changed, ConfigWrite, Installer};
 use crate::error::{Context, Error, Result};
@@ -80,6 +81,23 @@ impl Installer {
                 || self.unmergeable.iter().any(|(n, b)| *n == f && *b == bytes)
             {
                 continue;
+            }
+            // As we found it, recorded before we change it: the uninstall gives it back (originals).
+            let original = originals::Original {
+                name: f.clone(),
+                mode: fsutil::mode_of(&dir.join(&f))
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0o644),
+                bytes: bytes.clone(),
+            };
+            if let Err(e) = originals::save(&self.settings.run_dir, &original) {
+                log::warn!(
+                    "could not record {}/{} as we found it (the uninstall will only take our entry \
+                     out of it): {e}",
+                    dir.display(),
+                    shown(&f)
+                );
             }
             match self.merge_into(&f, false) {
                 Ok((name, _)) => log::info!(
