@@ -33,7 +33,7 @@ impl Installer {
         // The files the runtime falls back to that we changed go back as we found them (name, bytes,
         // mode), unless their owner changed them since: then only our entry is taken out, below.
         if s.chained {
-            match super::config::originals::restore_all(dir, &s.run_dir) {
+            match super::config::originals::restore_all(dir, &self.originals) {
                 Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),
                 Err(e) => note(Err(e)),
             }

@@ -91,7 +91,7 @@ impl Installer {
                     .unwrap_or(0o644),
                 bytes: bytes.clone(),
             };
-            if let Err(e) = originals::save(&self.settings.run_dir, &original) {
+            if let Err(e) = originals::save(&self.originals, &original) {
                 log::warn!(
                     "could not record {}/{} as we found it (the uninstall will only take our entry \
                      out of it): {e}",

@@ -94,6 +94,14 @@ fn settings_for(st: &json::Object, conf: &Path, run: &Path) -> Settings {
     s
 }
 
+/// An installer whose records of the files it changes (README: uninstall gives them back) go to a
+/// temporary directory: the vectors' run dir (`/path/to/kubeconfig`) is named in the entry only.
+fn new_installer(settings: Settings, exe: PathBuf) -> Installer {
+    let mut inst = Installer::new(settings, exe);
+    inst.originals = tempdir("originals").join("records");
+    inst
+}
+
 fn subst(text: &str, conf: &Path) -> String {
     text.replace("${CONF_DIR}", &conf.display().to_string())
 }
@@ -142,7 +150,7 @@ fn select_cases() {
         let conf = tempdir("select");
         copy_dir(&case.join("before"), &conf, 0o644);
         let before = names(&conf);
-        let inst = Installer::new(
+        let inst = new_installer(
             settings_for(&st, &conf, &conf),
             PathBuf::from("/proc/self/exe"),
         );
@@ -261,7 +269,7 @@ fn install_cases() {
         let conf = tempdir("install");
         copy_dir(&case.join("before"), &conf, 0o644);
         let before_names = names(&conf);
-        let mut inst = Installer::new(
+        let mut inst = new_installer(
             settings_for(&st, &conf, &conf),
             PathBuf::from("/proc/self/exe"),
         );
@@ -465,7 +473,7 @@ fn check_cases() {
         let ex = expect_json(&case);
         let conf = tempdir("check");
         copy_dir(&case.join("before"), &conf, 0o644);
-        let mut inst = Installer::new(
+        let mut inst = new_installer(
             settings_for(&st, &conf, &conf),
             PathBuf::from("/proc/self/exe"),
         );
@@ -530,7 +538,7 @@ fn cleanup_cases() {
         fs::rename(conf.join(kc_rel), run.join(RunDir::KUBECONFIG)).unwrap();
         // This installer wrote it (a running agent's cleanup removes only its own: rundir::claim).
         istio_cni::rundir::claim(&run.join(RunDir::KUBECONFIG));
-        let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
+        let mut inst = new_installer(settings, PathBuf::from("/proc/self/exe"));
         inst.installed = Some(s(&st, "installed_config").into());
         inst.cleanup().unwrap();
         assert_eq!(names(&conf), strs(&ex, "after_cleanup_files"), "{name}");
@@ -631,7 +639,7 @@ fn watch_cases() {
         fs::create_dir_all(&run).unwrap();
         let mut settings = settings_for(&st, &conf, &run);
         settings.run_dir = run.clone();
-        let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
+        let mut inst = new_installer(settings, PathBuf::from("/proc/self/exe"));
         inst.installed = Some(s(&st, "installed_config").into());
         let state = std::sync::Arc::new(State::default());
         let mut watcher = istio_cni::install::cli::watcher_for(&inst).unwrap();
@@ -793,7 +801,7 @@ fn kubeconfig_cases() {
         }
         let settings =
             options::resolve(&Flags::default(), &move |k: &str| env.get(k).cloned()).unwrap();
-        let inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
+        let inst = new_installer(settings, PathBuf::from("/proc/self/exe"));
         let path = run.join(RunDir::KUBECONFIG);
         if let Some(before) = json::str_of(&inp, "existing_kubeconfig") {
             fs::write(&path, fs::read(case.join(before)).unwrap()).unwrap();

@@ -71,17 +71,16 @@ impl Original {
     }
 }
 
-/// The record of the conf-dir file `name` in `run_dir`.
-pub fn record_path(run_dir: &Path, name: &OsStr) -> PathBuf {
-    run_dir.join(DIR).join(hex(name.as_bytes()))
+/// The record of the conf-dir file `name` in the records directory `dir`.
+pub fn record_path(dir: &Path, name: &OsStr) -> PathBuf {
+    dir.join(hex(name.as_bytes()))
 }
 
-/// Records `o` (atomically; replacing an earlier record of the same name: the owner's latest version is
+/// Records `o` in `dir` (atomically; replacing an earlier record of the same name: the owner's latest version is
 /// the one to give back).
-pub fn save(run_dir: &Path, o: &Original) -> Result<()> {
-    let dir = run_dir.join(DIR);
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
-    fsutil::write_atomic(&record_path(run_dir, &o.name), &o.encode(), 0o600)
+pub fn save(dir: &Path, o: &Original) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    fsutil::write_atomic(&record_path(dir, &o.name), &o.encode(), 0o600)
 }
 
 /// Whether `current` (the file now, under its name or the `.conflist` it became) is our merge of
@@ -114,9 +113,8 @@ pub fn restorable(original: &[u8], current: &[u8]) -> bool {
 /// At cleanup: every recorded file still as we left it is given back under its own name, with its own
 /// bytes and mode (the `.conflist` it became removed); the others are left to lose our entry only. Every
 /// record is then dropped. Returns a line per file for the log.
-pub fn restore_all(conf_dir: &Path, run_dir: &Path) -> Result<Vec<String>> {
-    let dir = run_dir.join(DIR);
-    let rd = match std::fs::read_dir(&dir) {
+pub fn restore_all(conf_dir: &Path, dir: &Path) -> Result<Vec<String>> {
+    let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io(format!("list {}", dir.display()), e)),
@@ -159,7 +157,7 @@ pub fn restore_all(conf_dir: &Path, run_dir: &Path) -> Result<Vec<String>> {
         }
         fsutil::remove_if_exists(&rec)?;
     }
-    let _ = std::fs::remove_dir(&dir);
+    let _ = std::fs::remove_dir(dir);
     Ok(notes)
 }
 
