@@ -845,3 +845,86 @@ fn select_listing_is_the_same_through_the_pure_api() {
     );
     assert_eq!(l.skipped.len(), 2);
 }
+
+/// Issue 38, O1: every differential conf dir (`differential/install/*/before/`) under the owned layout, with
+/// CNI_CONF_NAME unset and pinned to each candidate file in turn. The owned file sorts first, so it is the
+/// node's network: it must always be derived from the file the runtime loads without it (its first valid
+/// file), never from a pinned file the runtime skips or loads later; and such a pin is never ready.
+#[test]
+fn owned_layout_never_switches_the_nodes_network_in_any_differential_scenario() {
+    use istio_cni::install::config::{layout, libcni, plugin_dir};
+    const OWNED: &str = "02-istio-cni.conflist";
+    let mut runs = 0;
+    let mut switched = Vec::new();
+    let mut pins_refused = 0;
+    for case in cases("differential/install") {
+        let before = case.join("before");
+        let mut pins: Vec<Option<String>> = vec![None];
+        pins.extend(names(&before).into_iter().map(Some));
+        for pin in pins {
+            let conf = tempdir("owned-diff");
+            copy_dir(&before, &conf, 0o644);
+            let mut st = json::Object::new();
+            st.insert("chained".into(), json::Value::Bool(true));
+            st.insert("istio_owned".into(), json::Value::Bool(true));
+            st.insert("istio_owned_filename".into(), json::string(OWNED));
+            st.insert(
+                "cni_conf_name".into(),
+                json::string(pin.as_deref().unwrap_or("")),
+            );
+            let run = conf.join("run-unused");
+            let mut inst = new_installer(settings_for(&st, &conf, &run), "/proc/self/exe".into());
+            // The runtime's own choice, before we write anything.
+            let cands = select::list_candidates(&conf).unwrap();
+            let runtime = select::valid_configs("d", &cands, &|n| plugin_dir::read(&conf, n))
+                .ok()
+                .and_then(|l| layout::owned_primary(&l.valid, std::ffi::OsStr::new(OWNED)));
+            // A file sorting before the owned one is the runtime's choice whatever we write: it gets our
+            // entry and keeps us not ready (its own tests); the owned layout is not in effect there.
+            if runtime
+                .as_ref()
+                .is_some_and(|r| r.as_encoded_bytes() < OWNED.as_bytes())
+            {
+                fs::remove_dir_all(&conf).unwrap();
+                continue;
+            }
+            let _ = inst.write_config();
+            runs += 1;
+            let what = format!("{} pinned {pin:?}", case_name(&case));
+            let Ok(owned) = fs::read(conf.join(OWNED)) else {
+                continue;
+            };
+            let entry = inst.entry().to_object();
+            let want = match &runtime {
+                Some(r) => {
+                    let text = libcni::go_text(&fs::read(conf.join(r)).unwrap());
+                    layout::owned_text(Some(&text), &entry).ok()
+                }
+                None => layout::owned_text(None, &entry).ok(),
+            };
+            if want.as_deref().map(str::as_bytes) != Some(owned.as_slice()) {
+                switched.push(what.clone());
+            }
+            let pinned_other = pin.as_deref().is_some_and(|p| {
+                runtime.as_ref().and_then(|r| r.to_str()) != Some(p)
+                    && select::twin(std::ffi::OsStr::new(p)).as_deref() != runtime.as_deref()
+            });
+            if pinned_other {
+                pins_refused += 1;
+                assert!(
+                    !matches!(inst.check(), Outcome::Valid { .. }),
+                    "{what}: ready although the runtime does not use the pinned file"
+                );
+            }
+            fs::remove_dir_all(&conf).unwrap();
+        }
+    }
+    assert!(
+        runs > 18 && pins_refused > 0,
+        "{runs} runs, {pins_refused} refused pins"
+    );
+    assert!(
+        switched.is_empty(),
+        "the owned file switched the network: {switched:?}"
+    );
+}
