@@ -41,11 +41,15 @@ pub struct Installer {
     /// Files the runtime falls back to that our entry could not be merged into, with the content tried
     /// (tried again once it changes; [`super::write`]).
     pub unmergeable: Vec<(OsString, Vec<u8>)>,
+    /// Where the fallbacks we change are recorded as we found them, for the uninstall to give them back
+    /// ([`super::config::originals`]): `<run dir>/cni-conf-originals`.
+    pub originals: PathBuf,
 }
 
 impl Installer {
     pub fn new(settings: Settings, exe: PathBuf) -> Installer {
         let configured = settings.cni_conf_name.clone().map(OsString::from);
+        let originals = settings.run_dir.join(super::config::originals::DIR);
         Installer {
             settings,
             exe,
@@ -54,6 +58,7 @@ impl Installer {
             bin_dirs: Vec::new(),
             lease: None,
             unmergeable: Vec::new(),
+            originals,
         }
     }
 

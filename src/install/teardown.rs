@@ -30,6 +30,14 @@ impl Installer {
         // sorting before the owned one: config::layout): after the file we wrote last, every other one
         // loses it too.
         let owned = s.chained && s.istio_owned;
+        // The files the runtime falls back to that we changed go back as we found them (name, bytes,
+        // mode), unless their owner changed them since: then only our entry is taken out, below.
+        if s.chained {
+            match super::config::originals::restore_all(dir, &self.originals) {
+                Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),
+                Err(e) => note(Err(e)),
+            }
+        }
         if let Some(name) = &self.installed {
             note(cleanup::remove_config(dir, name, !s.chained || owned));
         }

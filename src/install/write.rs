@@ -5,6 +5,7 @@
 
 use super::config::cleanup;
 use super::config::layout;
+use super::config::originals;
 use super::config::select::{self, shown, Choice};
 use super::installer::{write_if_changed, ConfigWrite, Installer};
 use crate::error::{Context, Error, Result};
@@ -81,6 +82,23 @@ impl Installer {
             {
                 continue;
             }
+            // As we found it, recorded before we change it: the uninstall gives it back (originals).
+            let original = originals::Original {
+                name: f.clone(),
+                mode: fsutil::mode_of(&dir.join(&f))
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0o644),
+                bytes: bytes.clone(),
+            };
+            if let Err(e) = originals::save(&self.originals, &original) {
+                log::warn!(
+                    "could not record {}/{} as we found it (the uninstall will only take our entry \
+                     out of it): {e}",
+                    dir.display(),
+                    shown(&f)
+                );
+            }
             match self.merge_into(&f, false) {
                 Ok((name, _)) => log::info!(
                     "our entry is in {}/{} too: the container runtime falls back to it if the files \
@@ -140,17 +158,27 @@ impl Installer {
                 ),
             }
         }
-        let no_primary = self.configured.is_none()
+        let runtime = layout::owned_primary(&valid, &owned);
+        let no_primary = runtime.is_none()
             && match &listing {
-                Ok(l) => {
-                    l.blocked.is_none() && layout::owned_primary(&l.valid, &owned, None).is_none()
-                }
+                Ok(l) => l.blocked.is_none(),
                 Err(_) => true,
             };
+        // The owned file is derived from the runtime's own choice only: a pinned CNI_CONF_NAME naming
+        // another file (one the runtime skips, or loads later) never becomes the node's network; the
+        // check keeps us not ready, naming it (layout::pin_refusal).
+        let choice = match (choice, runtime) {
+            (Choice::Use(_), Some(r)) => Choice::Use(r),
+            (Choice::Use(p), None) if p != owned => Choice::Wait(format!(
+                "the container runtime does not load CNI_CONF_NAME={}",
+                shown(&p)
+            )),
+            (c, _) => c,
+        };
         let (name, changed) = match choice {
-            Choice::Use(primary) => self.merge_into(&primary, true)?,
+            Choice::Use(primary) if primary != owned => self.merge_into(&primary, true)?,
             Choice::Wait(why) if !no_primary => return Ok(ConfigWrite::Waiting(why)),
-            Choice::Wait(_) => {
+            Choice::Use(_) | Choice::Wait(_) => {
                 let text = layout::owned_text(None, &self.entry().to_object())?;
                 let changed =
                     write_if_changed(&dir.join(&owned), text.as_bytes(), s.created_mode())?;

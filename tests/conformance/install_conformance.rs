@@ -94,6 +94,14 @@ fn settings_for(st: &json::Object, conf: &Path, run: &Path) -> Settings {
     s
 }
 
+/// An installer whose records of the files it changes (README: uninstall gives them back) go to a
+/// temporary directory: the vectors' run dir (`/path/to/kubeconfig`) is named in the entry only.
+fn new_installer(settings: Settings, exe: PathBuf) -> Installer {
+    let mut inst = Installer::new(settings, exe);
+    inst.originals = tempdir("originals").join("records");
+    inst
+}
+
 fn subst(text: &str, conf: &Path) -> String {
     text.replace("${CONF_DIR}", &conf.display().to_string())
 }
@@ -142,7 +150,7 @@ fn select_cases() {
         let conf = tempdir("select");
         copy_dir(&case.join("before"), &conf, 0o644);
         let before = names(&conf);
-        let inst = Installer::new(
+        let inst = new_installer(
             settings_for(&st, &conf, &conf),
             PathBuf::from("/proc/self/exe"),
         );
@@ -240,6 +248,14 @@ fn merge_cases() {
     assert_eq!(deviated, vec!["master-merge-regular-network-file"]);
 }
 
+/// The owned-layout cases whose pin names a file the runtime does not load first (bridge.conf sorts
+/// before list.conflist, and it never loads undetectable.file; issue 38, O1).
+const OWNED_PIN_DEVIATION: [&str; 3] = [
+    "master-install-istio-owned-conf-name-finds-conflist",
+    "master-install-istio-owned-conflist-primary",
+    "master-install-istio-owned-undetectable-primary",
+];
+
 #[test]
 fn install_cases() {
     let cs = cases_of("install");
@@ -253,7 +269,7 @@ fn install_cases() {
         let conf = tempdir("install");
         copy_dir(&case.join("before"), &conf, 0o644);
         let before_names = names(&conf);
-        let mut inst = Installer::new(
+        let mut inst = new_installer(
             settings_for(&st, &conf, &conf),
             PathBuf::from("/proc/self/exe"),
         );
@@ -335,6 +351,15 @@ fn install_cases() {
                 }
                 golden = g;
             }
+            // README deviation (issue 38, O1): CNI_CONF_NAME names list.conflist or undetectable.file, but
+            // the runtime loads bridge.conf: the owned file is derived from bridge.conf (the node keeps
+            // its network), not from the pinned list (upstream's golden), and the check says not ready.
+            if OWNED_PIN_DEVIATION.contains(&name.as_str()) && f == s(&st, "istio_owned_filename") {
+                let bridge = fs::read_to_string(case.join("before/bridge.conf")).unwrap();
+                let entry = entry_of(&golden).expect("the owned golden holds an entry");
+                golden = conflist::merge(&bridge, &entry).unwrap();
+                deviated.push(name.clone());
+            }
             // Ambient is not supported: our entry always says ambient_enabled false.
             if b(&st, "ambient_enabled") {
                 golden = golden.replace("\"ambient_enabled\": true", "\"ambient_enabled\": false");
@@ -356,7 +381,8 @@ fn install_cases() {
         // pinned while bridge.conf, without our entry, sorts first and is the runtime's choice: we report
         // not ready (preempted) where upstream says valid.
         let out = inst.check();
-        let deviation = name == "master-install-specified-existing-conflist"
+        let deviation = (name == "master-install-specified-existing-conflist"
+            || OWNED_PIN_DEVIATION.contains(&name.as_str()))
             && matches!(&out, Outcome::Preempted { runtime_file, .. } if runtime_file == "bridge.conf");
         assert!(
             matches!(out, Outcome::Valid { .. }) || deviation,
@@ -372,12 +398,19 @@ fn install_cases() {
     assert_eq!(
         deviated,
         vec![
+            OWNED_PIN_DEVIATION[0],
+            OWNED_PIN_DEVIATION[1],
+            OWNED_PIN_DEVIATION[2],
             "master-install-specified-conflist-name-finds-conf",
             "master-install-unspecified-conf-primary-to-conflist"
         ]
     );
     // Together with the merge case, exactly the README's list.
-    let mut all: Vec<&str> = deviated.iter().map(String::as_str).collect();
+    let mut all: Vec<&str> = deviated
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !OWNED_PIN_DEVIATION.contains(n))
+        .collect();
     all.push("master-merge-regular-network-file");
     all.sort();
     assert_eq!(all, DEVIATION_1_CASES.to_vec());
@@ -440,7 +473,7 @@ fn check_cases() {
         let ex = expect_json(&case);
         let conf = tempdir("check");
         copy_dir(&case.join("before"), &conf, 0o644);
-        let mut inst = Installer::new(
+        let mut inst = new_installer(
             settings_for(&st, &conf, &conf),
             PathBuf::from("/proc/self/exe"),
         );
@@ -505,7 +538,7 @@ fn cleanup_cases() {
         fs::rename(conf.join(kc_rel), run.join(RunDir::KUBECONFIG)).unwrap();
         // This installer wrote it (a running agent's cleanup removes only its own: rundir::claim).
         istio_cni::rundir::claim(&run.join(RunDir::KUBECONFIG));
-        let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
+        let mut inst = new_installer(settings, PathBuf::from("/proc/self/exe"));
         inst.installed = Some(s(&st, "installed_config").into());
         inst.cleanup().unwrap();
         assert_eq!(names(&conf), strs(&ex, "after_cleanup_files"), "{name}");
@@ -606,7 +639,7 @@ fn watch_cases() {
         fs::create_dir_all(&run).unwrap();
         let mut settings = settings_for(&st, &conf, &run);
         settings.run_dir = run.clone();
-        let mut inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
+        let mut inst = new_installer(settings, PathBuf::from("/proc/self/exe"));
         inst.installed = Some(s(&st, "installed_config").into());
         let state = std::sync::Arc::new(State::default());
         let mut watcher = istio_cni::install::cli::watcher_for(&inst).unwrap();
@@ -768,7 +801,7 @@ fn kubeconfig_cases() {
         }
         let settings =
             options::resolve(&Flags::default(), &move |k: &str| env.get(k).cloned()).unwrap();
-        let inst = Installer::new(settings, PathBuf::from("/proc/self/exe"));
+        let inst = new_installer(settings, PathBuf::from("/proc/self/exe"));
         let path = run.join(RunDir::KUBECONFIG);
         if let Some(before) = json::str_of(&inp, "existing_kubeconfig") {
             fs::write(&path, fs::read(case.join(before)).unwrap()).unwrap();
@@ -811,4 +844,87 @@ fn select_listing_is_the_same_through_the_pure_api() {
         Some("02-calico.conflist")
     );
     assert_eq!(l.skipped.len(), 2);
+}
+
+/// Issue 38, O1: every differential conf dir (`differential/install/*/before/`) under the owned layout, with
+/// CNI_CONF_NAME unset and pinned to each candidate file in turn. The owned file sorts first, so it is the
+/// node's network: it must always be derived from the file the runtime loads without it (its first valid
+/// file), never from a pinned file the runtime skips or loads later; and such a pin is never ready.
+#[test]
+fn owned_layout_never_switches_the_nodes_network_in_any_differential_scenario() {
+    use istio_cni::install::config::{layout, libcni, plugin_dir};
+    const OWNED: &str = "02-istio-cni.conflist";
+    let mut runs = 0;
+    let mut switched = Vec::new();
+    let mut pins_refused = 0;
+    for case in cases("differential/install") {
+        let before = case.join("before");
+        let mut pins: Vec<Option<String>> = vec![None];
+        pins.extend(names(&before).into_iter().map(Some));
+        for pin in pins {
+            let conf = tempdir("owned-diff");
+            copy_dir(&before, &conf, 0o644);
+            let mut st = json::Object::new();
+            st.insert("chained".into(), json::Value::Bool(true));
+            st.insert("istio_owned".into(), json::Value::Bool(true));
+            st.insert("istio_owned_filename".into(), json::string(OWNED));
+            st.insert(
+                "cni_conf_name".into(),
+                json::string(pin.as_deref().unwrap_or("")),
+            );
+            let run = conf.join("run-unused");
+            let mut inst = new_installer(settings_for(&st, &conf, &run), "/proc/self/exe".into());
+            // The runtime's own choice, before we write anything.
+            let cands = select::list_candidates(&conf).unwrap();
+            let runtime = select::valid_configs("d", &cands, &|n| plugin_dir::read(&conf, n))
+                .ok()
+                .and_then(|l| layout::owned_primary(&l.valid, std::ffi::OsStr::new(OWNED)));
+            // A file sorting before the owned one is the runtime's choice whatever we write: it gets our
+            // entry and keeps us not ready (its own tests); the owned layout is not in effect there.
+            if runtime
+                .as_ref()
+                .is_some_and(|r| r.as_encoded_bytes() < OWNED.as_bytes())
+            {
+                fs::remove_dir_all(&conf).unwrap();
+                continue;
+            }
+            let _ = inst.write_config();
+            runs += 1;
+            let what = format!("{} pinned {pin:?}", case_name(&case));
+            let Ok(owned) = fs::read(conf.join(OWNED)) else {
+                continue;
+            };
+            let entry = inst.entry().to_object();
+            let want = match &runtime {
+                Some(r) => {
+                    let text = libcni::go_text(&fs::read(conf.join(r)).unwrap());
+                    layout::owned_text(Some(&text), &entry).ok()
+                }
+                None => layout::owned_text(None, &entry).ok(),
+            };
+            if want.as_deref().map(str::as_bytes) != Some(owned.as_slice()) {
+                switched.push(what.clone());
+            }
+            let pinned_other = pin.as_deref().is_some_and(|p| {
+                runtime.as_ref().and_then(|r| r.to_str()) != Some(p)
+                    && select::twin(std::ffi::OsStr::new(p)).as_deref() != runtime.as_deref()
+            });
+            if pinned_other {
+                pins_refused += 1;
+                assert!(
+                    !matches!(inst.check(), Outcome::Valid { .. }),
+                    "{what}: ready although the runtime does not use the pinned file"
+                );
+            }
+            fs::remove_dir_all(&conf).unwrap();
+        }
+    }
+    assert!(
+        runs > 18 && pins_refused > 0,
+        "{runs} runs, {pins_refused} refused pins"
+    );
+    assert!(
+        switched.is_empty(),
+        "the owned file switched the network: {switched:?}"
+    );
 }

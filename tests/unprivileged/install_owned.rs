@@ -106,3 +106,37 @@ fn a_file_sorting_before_the_owned_one_gets_our_entry_and_keeps_us_not_ready() {
     assert_eq!(n.entries("01-first.conflist"), 0);
     assert!(!n.conf.join(OWNED_FILE).exists());
 }
+
+/// O1 (issue 38): CNI_CONF_NAME pinned to a file the runtime does not load first (a lower-priority list,
+/// or a `.json` holding a list, which libcni skips) never becomes the node's network through the owned
+/// file: the owned file is derived from the runtime's own choice, and we stay not ready, naming the pin.
+#[test]
+fn a_pin_to_a_file_the_runtime_does_not_load_first_keeps_the_network_and_is_not_ready() {
+    for (pinned, why) in [
+        ("20-flannel.conflist", "loads another file before it"),
+        ("05-list.json", "does not load it at all"),
+    ] {
+        let n = Node::new(&format!("owned-pin-{}", &pinned[..2]));
+        n.write("10-calico.conflist", &list_text("calico-net", "calico"));
+        n.write(pinned, &list_text("flannel-net", "flannel"));
+        let mut env = OWNED.to_vec();
+        env.push(("CNI_CONF_NAME", pinned));
+        let mut p = n.start(&env);
+        poll_until("the owned file derived from calico", LONG, || {
+            text(&n, OWNED_FILE).contains("\"calico\"")
+        });
+        stays_not_ready(&n, &p, pinned);
+        let t = text(&n, OWNED_FILE);
+        assert!(
+            !t.contains("flannel"),
+            "{pinned}: the node moved to flannel: {t}"
+        );
+        assert_eq!(n.runtime_file().as_deref(), Some(OWNED_FILE));
+        poll_until("the log names the pin", LONG, || {
+            p.stderr().contains(&format!("CNI_CONF_NAME={pinned}")) && p.stderr().contains(why)
+        });
+        p.signal(Signal::SIGTERM);
+        assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+        assert!(!n.conf.join(OWNED_FILE).exists());
+    }
+}

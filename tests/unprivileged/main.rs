@@ -21,6 +21,7 @@ mod install_lost_update;
 mod install_overlap;
 mod install_owned;
 mod install_process;
+mod install_restore;
 mod install_select_process;
 mod install_settings;
 mod install_supersede;

@@ -135,7 +135,7 @@ pub fn check(
         return invalid(format!("no networks found in {}", ctx.dir));
     };
     if let (true, Some(owned)) = (ctx.chained, ctx.owned) {
-        return check_owned(ctx, valid, owned, read);
+        return check_owned(ctx, valid, skipped, owned, read);
     }
     let path_of = |n: &OsStr| format!("{}/{}", ctx.dir, shown(n));
     let installed_path = ctx.installed.map(path_of).unwrap_or_default();
@@ -268,11 +268,13 @@ fn fallback_lacking(
 /// The owned layout's check (upstream's owned-mode rules, made strict): every valid file sorting before
 /// the owned one holds our entry (else reinstall: the runtime loads it instead of ours), the owned file
 /// exists and is exactly [`layout::owned_text`] of the primary as it is now (else reinstall: never a stale copy),
-/// and then we are ready only when nothing sorts before it and a primary exists. `read(name)`: the file's
+/// and then we are ready only when nothing sorts before it, a pinned CNI_CONF_NAME names the primary (the
+/// runtime's own choice, [`layout::pin_refusal`]) and a primary exists. `read(name)`: the file's
 /// bytes, `None` when missing.
 pub fn check_owned(
     ctx: &CheckCtx<'_>,
     valid: &[OsString],
+    skipped: &[(OsString, String)],
     owned: &OsStr,
     read: &dyn Fn(&OsStr) -> Option<Vec<u8>>,
 ) -> Outcome {
@@ -305,12 +307,14 @@ pub fn check_owned(
             path_of(owned)
         ));
     }
-    // A pinned name that does not exist is found through its `.conf`/`.conflist` twin, as written.
-    let primary = layout::owned_primary(valid, owned, ctx.configured).map(|p| match read(&p) {
-        None => super::select::twin(&p)
+    // Derived from the runtime's own choice only; a pinned name that does not exist is looked up through
+    // its `.conf`/`.conflist` twin, as written.
+    let primary = layout::owned_primary(valid, owned);
+    let pin = ctx.configured.map(|c| match read(c) {
+        None => super::select::twin(c)
             .filter(|t| read(t).is_some())
-            .unwrap_or(p),
-        Some(_) => p,
+            .unwrap_or_else(|| c.to_os_string()),
+        Some(_) => c.to_os_string(),
     });
     let primary_text = match &primary {
         Some(p) => match read(p) {
@@ -349,6 +353,12 @@ pub fn check_owned(
                 path_of(f),
                 path_of(owned)
             ),
+        };
+    }
+    if let Some(why) = pin.and_then(|p| layout::pin_refusal(valid, skipped, owned, &p)) {
+        return Outcome::Preempted {
+            runtime_file: primary.unwrap_or_else(|| owned.to_os_string()),
+            reason: why,
         };
     }
     if primary.is_none() {

@@ -6,13 +6,16 @@
 //!   the one window left: until we merge into it, the runtime may load it.)
 //! - **Owned layout** (`ISTIO_OWNED_CNI_CONFIG=true`): our own file, sorting before the primary, holds the
 //!   primary's plugins followed by ours ([`owned_text`]), always derived from the primary as it is now,
-//!   never a stale copy. With no primary at all it holds only our entry, marked [`NO_PRIMARY_KEY`]: the
+//!   never a stale copy. The primary is the file the runtime would load without ours ([`owned_primary`]),
+//!   whatever CNI_CONF_NAME says: a pin naming another file keeps us not ready ([`pin_refusal`]) instead
+//!   of moving the node to that file's network (issue 38, O1). With no primary at all it holds only our entry, marked [`NO_PRIMARY_KEY`]: the
 //!   plugin refuses every ADD through it (fail closed), and the file keeps sorting first, so a primary
 //!   appearing later is never loaded before we have derived the owned file from it. A valid file sorting
 //!   before the owned one would be the runtime's choice: it gets our entry too ([`entry_files`]), and the
 //!   installer reports not ready while it is there (the layout is not what the operator set up).
 
 use super::conflist::{self, UPSTREAM_CNI_VERSION};
+use super::select::shown;
 use crate::error::Result;
 use crate::json::{self, Object, Value};
 use std::ffi::{OsStr, OsString};
@@ -37,17 +40,48 @@ pub fn entry_files(valid: &[OsString], owned: Option<&OsStr>) -> Vec<OsString> {
     }
 }
 
-/// The primary the owned file is derived from: CNI_CONF_NAME when set, else the runtime's first valid
-/// file other than the owned one; `None` when there is none.
-pub fn owned_primary(
+/// The primary the owned file is derived from: the runtime's own choice, its first valid file other than
+/// the owned one; `None` when there is none. Never a file the runtime would not load first: the owned file
+/// sorts before every other, so deriving it from another file would move the node to that file's network.
+pub fn owned_primary(valid: &[OsString], owned: &OsStr) -> Option<OsString> {
+    valid.iter().find(|n| n.as_os_str() != owned).cloned()
+}
+
+/// Why a pinned CNI_CONF_NAME (`pinned`: the file it names as found, itself or its `.conf`/`.conflist`
+/// twin) is not the owned layout's primary ([`owned_primary`]); `None` when it is (or names the owned
+/// file itself, which is ignored). `skipped`: the candidates the runtime skips, with the reason.
+pub fn pin_refusal(
     valid: &[OsString],
+    skipped: &[(OsString, String)],
     owned: &OsStr,
-    configured: Option<&OsStr>,
-) -> Option<OsString> {
-    match configured.filter(|c| *c != owned) {
-        Some(c) => Some(c.to_os_string()),
-        None => valid.iter().find(|n| n.as_os_str() != owned).cloned(),
+    pinned: &OsStr,
+) -> Option<String> {
+    let runtime = owned_primary(valid, owned);
+    if pinned == owned || runtime.as_deref() == Some(pinned) {
+        return None;
     }
+    let why = match skipped.iter().find(|(n, _)| n == pinned) {
+        Some((_, e)) => format!("the container runtime does not load it at all: {e}"),
+        None if valid.iter().any(|n| n == pinned) => "the container runtime loads another file \
+                                                      before it"
+            .to_string(),
+        None if !super::select::is_candidate_name(pinned) => {
+            "the container runtime does not load it at all: not a .conf, .conflist or .json file"
+                .to_string()
+        }
+        None => "it does not exist".to_string(),
+    };
+    let runtime = match &runtime {
+        Some(r) => format!("its own choice {}", shown(r)),
+        None => "no configuration of its own".to_string(),
+    };
+    Some(format!(
+        "CNI_CONF_NAME={} is not the file the container runtime uses ({why}); the Istio-owned {} is \
+         derived from {runtime} instead, so the node keeps its network. Set CNI_CONF_NAME to that file \
+         or unset it",
+        shown(pinned),
+        shown(owned),
+    ))
 }
 
 /// The owned file's content: the primary's document (`primary`, its text) with our entry appended, as the

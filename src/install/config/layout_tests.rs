@@ -37,20 +37,48 @@ fn owned_layout_only_files_sorting_before_the_owned_one() {
 fn the_owned_files_primary() {
     let owned = OsStr::new("02-istio-cni.conflist");
     let v = names(&["02-istio-cni.conflist", "10-b.conflist", "20-c.conflist"]);
-    assert_eq!(owned_primary(&v, owned, None), Some("10-b.conflist".into()));
-    let pinned = Some(OsStr::new("20-c.conflist"));
-    assert_eq!(
-        owned_primary(&v, owned, pinned),
-        Some("20-c.conflist".into())
-    );
+    assert_eq!(owned_primary(&v, owned), Some("10-b.conflist".into()));
     // A file sorting before ours is the runtime's first choice, so it is the primary.
     let v = names(&["01-x.conflist", "02-istio-cni.conflist", "10-b.conflist"]);
-    assert_eq!(owned_primary(&v, owned, None), Some("01-x.conflist".into()));
+    assert_eq!(owned_primary(&v, owned), Some("01-x.conflist".into()));
     assert_eq!(
-        owned_primary(&names(&["02-istio-cni.conflist"]), owned, None),
+        owned_primary(&names(&["02-istio-cni.conflist"]), owned),
         None
     );
-    assert_eq!(owned_primary(&[], owned, None), None);
+    assert_eq!(owned_primary(&[], owned), None);
+}
+
+#[test]
+fn a_pin_naming_a_file_the_runtime_does_not_use_first_is_refused() {
+    let owned = OsStr::new("02-istio-cni.conflist");
+    let v = names(&[
+        "02-istio-cni.conflist",
+        "10-calico.conflist",
+        "20-flannel.conflist",
+    ]);
+    assert_eq!(
+        pin_refusal(&v, &[], owned, OsStr::new("10-calico.conflist")),
+        None
+    );
+    assert_eq!(pin_refusal(&v, &[], owned, owned), None);
+    let r = pin_refusal(&v, &[], owned, OsStr::new("20-flannel.conflist")).unwrap();
+    assert!(r.contains("CNI_CONF_NAME=20-flannel.conflist"), "{r}");
+    assert!(r.contains("loads another file before it"), "{r}");
+    assert!(r.contains("10-calico.conflist"), "{r}");
+    let r = pin_refusal(&v, &[], owned, OsStr::new("undetectable.file")).unwrap();
+    assert!(r.contains("not a .conf, .conflist or .json file"), "{r}");
+    // A list in a .json: libcni skips it.
+    let skipped = vec![(OsString::from("05-list.json"), "no 'type'".to_string())];
+    let r = pin_refusal(&v, &skipped, owned, OsStr::new("05-list.json")).unwrap();
+    assert!(r.contains("does not load it at all: no 'type'"), "{r}");
+    let r = pin_refusal(
+        &names(&["02-istio-cni.conflist"]),
+        &skipped,
+        owned,
+        OsStr::new("05-list.json"),
+    )
+    .unwrap();
+    assert!(r.contains("no configuration of its own"), "{r}");
 }
 
 #[test]
@@ -120,7 +148,7 @@ fn owned_check(files: &[(&str, String)], configured: Option<&str>) -> Outcome {
             .find(|(f, _)| OsStr::new(f) == n)
             .map(|(_, t)| t.clone().into_bytes())
     };
-    check_owned(&ctx, &valid, OsStr::new(OWNED), &read)
+    check_owned(&ctx, &valid, &[], OsStr::new(OWNED), &read)
 }
 
 fn reason(o: Outcome) -> String {
@@ -199,5 +227,77 @@ fn a_file_sorting_before_the_owned_one_gets_our_entry_and_keeps_us_not_ready() {
             );
         }
         other => panic!("not ready while a file sorts first, got {other:?}"),
+    }
+}
+
+/// O1 (issue 38): a pinned CNI_CONF_NAME naming a file the runtime loads after its own choice is not
+/// the owned file's primary: the owned file derived from the pinned file is stale (reinstall from the
+/// runtime's choice), and the one derived from the runtime's choice is not ready, naming the pin.
+#[test]
+fn owned_layout_pinned_to_a_lower_priority_file_derives_from_the_runtimes_choice_and_is_not_ready()
+{
+    let calico = PTP.replace("10.1.0.0", "10.4.0.0");
+    let from_pin = owned_text(Some(PTP), &entry()).unwrap();
+    let files = |owned: &str| {
+        vec![
+            (OWNED, owned.to_string()),
+            ("10-calico.conflist", calico.clone()),
+            ("20-flannel.conflist", PTP.to_string()),
+        ]
+    };
+    let r = reason(owned_check(&files(&from_pin), Some("20-flannel.conflist")));
+    assert!(r.contains("10-calico.conflist"), "{r}");
+    let from_runtime = owned_text(Some(&calico), &entry()).unwrap();
+    match owned_check(&files(&from_runtime), Some("20-flannel.conflist")) {
+        Outcome::Preempted {
+            runtime_file,
+            reason,
+        } => {
+            assert_eq!(runtime_file, "10-calico.conflist");
+            assert!(
+                reason.contains("CNI_CONF_NAME=20-flannel.conflist"),
+                "{reason}"
+            );
+        }
+        other => panic!("a pin the runtime does not follow is not ready, got {other:?}"),
+    }
+    // Pinned to the runtime's choice: ready.
+    let o = owned_check(&files(&from_runtime), Some("10-calico.conflist"));
+    assert!(matches!(o, Outcome::Valid { .. }), "{o:?}");
+}
+
+/// O1: pinned to a `.json` holding a list (libcni skips it): never the owned file's primary.
+#[test]
+fn owned_layout_pinned_to_a_skipped_json_list_is_not_ready() {
+    let e = entry();
+    let ctx = CheckCtx {
+        dir: "/d",
+        chained: true,
+        owned: Some(OsStr::new(OWNED)),
+        configured: Some(OsStr::new("05-list.json")),
+        installed: Some(OsStr::new(OWNED)),
+        entry: &e,
+        unmergeable: &[],
+    };
+    let calico = PTP.replace("10.1.0.0", "10.4.0.0");
+    let valid = names(&[OWNED, "10-calico.conflist"]);
+    let skipped = vec![(OsString::from("05-list.json"), "not a plugin".to_string())];
+    let check = |owned: String| {
+        let (c, o) = (calico.clone(), owned);
+        let read = move |n: &OsStr| match n.to_str() {
+            Some(OWNED) => Some(o.clone().into_bytes()),
+            Some("10-calico.conflist") => Some(c.clone().into_bytes()),
+            Some("05-list.json") => Some(PTP.as_bytes().to_vec()),
+            _ => None,
+        };
+        check_owned(&ctx, &valid, &skipped, OsStr::new(OWNED), &read)
+    };
+    let from_pin = owned_text(Some(PTP), &entry()).unwrap();
+    assert!(matches!(check(from_pin), Outcome::Invalid { .. }));
+    match check(owned_text(Some(&calico), &entry()).unwrap()) {
+        Outcome::Preempted { reason, .. } => {
+            assert!(reason.contains("does not load it at all"), "{reason}")
+        }
+        other => panic!("not ready, got {other:?}"),
     }
 }

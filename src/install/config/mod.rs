@@ -13,6 +13,7 @@ pub mod kubeconfig;
 pub mod layout;
 pub mod libcni;
 pub mod links;
+pub mod originals;
 pub mod plugin_dir;
 pub mod select;
 pub mod selectors;

@@ -1,0 +1,197 @@
+//! The other CNIs' files as we found them, so that an uninstall gives each back (issue 38).
+//!
+//! The default layout merges our entry into every file the runtime falls back to (a single-plugin `.conf`
+//! becoming its `.conflist`, the `.conf` deleted). Before each such write the file's name, mode and exact
+//! bytes are recorded in the run dir ([`save`], atomic, before the merge: a crash between the two leaves a
+//! record of a file we never changed, which [`restorable`] then finds unchanged by us and drops). At
+//! cleanup each record whose file is still our merge of those bytes (its owner has not rewritten it since)
+//! is put back under its own name with its own bytes and mode ([`restore_all`]); a file its owner changed
+//! since only loses our entry, as before. The records live in the run dir, so an agent restarted, crashed
+//! or replaced by a newer one keeps them until the uninstall.
+
+use super::conflist;
+use super::select::{list_name_for, shown};
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::json::Object;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+/// The run-dir directory holding the records.
+pub const DIR: &str = "cni-conf-originals";
+
+/// One file as we found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Original {
+    pub name: OsString,
+    pub mode: u32,
+    pub bytes: Vec<u8>,
+}
+
+const MAGIC: &[u8] = b"istio-cni original v1\n";
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &[u8]) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    s.chunks(2)
+        .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
+        .collect()
+}
+
+impl Original {
+    /// The record's bytes: a header line, the name in hex, the mode in octal, then the file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(hex(self.name.as_bytes()).as_bytes());
+        out.push(b'\n');
+        out.extend_from_slice(format!("{:o}\n", self.mode).as_bytes());
+        out.extend_from_slice(&self.bytes);
+        out
+    }
+
+    /// The inverse of [`Original::encode`]; `None` for anything else.
+    pub fn decode(b: &[u8]) -> Option<Original> {
+        let rest = b.strip_prefix(MAGIC)?;
+        let nl = rest.iter().position(|&c| c == b'\n')?;
+        let name = OsString::from_vec(unhex(&rest[..nl])?);
+        let rest = &rest[nl + 1..];
+        let nl = rest.iter().position(|&c| c == b'\n')?;
+        let mode = u32::from_str_radix(std::str::from_utf8(&rest[..nl]).ok()?, 8).ok()?;
+        Some(Original {
+            name,
+            mode,
+            bytes: rest[nl + 1..].to_vec(),
+        })
+    }
+}
+
+/// The record of the conf-dir file `name` in the records directory `dir`.
+pub fn record_path(dir: &Path, name: &OsStr) -> PathBuf {
+    dir.join(hex(name.as_bytes()))
+}
+
+/// Records `o` in `dir` (atomically; replacing an earlier record of the same name: the owner's latest version is
+/// the one to give back).
+pub fn save(dir: &Path, o: &Original) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+    fsutil::write_atomic(&record_path(dir, &o.name), &o.encode(), 0o600)
+}
+
+/// Whether `current` (the file now, under its name or the `.conflist` it became) is our merge of
+/// `original` with nothing else changed: the two agree once our entry is out of both. Pure.
+pub fn restorable(original: &[u8], current: &[u8]) -> bool {
+    let strip = |text: &str| -> Option<String> {
+        Some(
+            conflist::remove_entry(text, "original")
+                .ok()?
+                .unwrap_or_else(|| text.to_string()),
+        )
+    };
+    let orig = super::libcni::go_text(original);
+    let Ok(ours) = conflist::merge(
+        &orig,
+        &Object::from_iter([(
+            "type".to_string(),
+            crate::json::string(conflist::PLUGIN_TYPE),
+        )]),
+    ) else {
+        return false;
+    };
+    let cur = super::libcni::go_text(current);
+    match (strip(&ours), strip(&cur)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// At cleanup: every recorded file still as we left it is given back under its own name, with its own
+/// bytes and mode (the `.conflist` it became removed); the others are left to lose our entry only. Every
+/// record is then dropped. Returns a line per file for the log.
+pub fn restore_all(conf_dir: &Path, dir: &Path) -> Result<Vec<String>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("list {}", dir.display()), e)),
+    };
+    let mut notes = Vec::new();
+    for ent in rd.flatten() {
+        let rec = ent.path();
+        let Some(o) = fsutil::read_opt(&rec)?
+            .as_deref()
+            .and_then(Original::decode)
+        else {
+            let _ = fsutil::remove_if_exists(&rec);
+            continue;
+        };
+        let list = list_name_for(&o.name).filter(|l| conf_dir.join(l).exists());
+        let current = list.clone().unwrap_or_else(|| o.name.clone());
+        let cur_path = conf_dir.join(&current);
+        // Its owner wrote the single-plugin file again beside the list it became: that version stays.
+        let rewritten = list.is_some()
+            && fsutil::read_config(&conf_dir.join(&o.name), fsutil::MAX_CONFIG_BYTES)
+                .is_ok_and(|b| b.is_some_and(|b| b != o.bytes));
+        match fsutil::read_config(&cur_path, fsutil::MAX_CONFIG_BYTES) {
+            Ok(Some(b)) if b == o.bytes && list.is_none() => {}
+            Ok(Some(b)) if !rewritten && restorable(&o.bytes, &b) => {
+                fsutil::write_atomic(&conf_dir.join(&o.name), &o.bytes, o.mode)?;
+                if current != o.name {
+                    fsutil::remove_if_exists(&cur_path)?;
+                }
+                notes.push(format!(
+                    "gave {}/{} back as we found it",
+                    conf_dir.display(),
+                    shown(&o.name)
+                ));
+            }
+            _ => notes.push(format!(
+                "{}/{} changed since we added our entry: only our entry is taken out",
+                conf_dir.display(),
+                shown(&current)
+            )),
+        }
+        fsutil::remove_if_exists(&rec)?;
+    }
+    let _ = std::fs::remove_dir(dir);
+    Ok(notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_decodes_to_itself() {
+        let o = Original {
+            name: OsString::from_vec(b"20-fl\xffannel.conf".to_vec()),
+            mode: 0o640,
+            bytes: b"{\"type\":\"flannel\"}\n\n".to_vec(),
+        };
+        assert_eq!(Original::decode(&o.encode()), Some(o));
+        assert_eq!(Original::decode(b"other"), None);
+    }
+
+    #[test]
+    fn restorable_only_while_the_file_is_our_merge_of_the_original() {
+        let orig = br#"{"cniVersion":"0.3.1","name":"fl","type":"flannel","delegate":{"x":1}}"#;
+        let entry = Object::from_iter([
+            ("type".to_string(), crate::json::string("istio-cni")),
+            ("log_level".to_string(), crate::json::string("info")),
+        ]);
+        let ours = conflist::merge(&String::from_utf8_lossy(orig), &entry).unwrap();
+        assert!(restorable(orig, ours.as_bytes()));
+        // Our entry already taken out (an earlier cleanup interrupted): still ours.
+        let out = conflist::remove_entry(&ours, "t").unwrap().unwrap();
+        assert!(restorable(orig, out.as_bytes()));
+        // The owner rewrote it since (another setting): not ours to give back.
+        let theirs = ours.replace("\"x\": 1", "\"x\": 2");
+        assert_ne!(theirs, ours);
+        assert!(!restorable(orig, theirs.as_bytes()));
+        assert!(!restorable(orig, b"not json"));
+    }
+}
