@@ -11,9 +11,9 @@
 use crate::support::audit::*;
 use crate::support::e2e::*;
 use crate::support::repair::{metric, scrape, wait_until, Agent, Pause, PodCgroup};
-use std::process::Command;
 use crate::support::*;
 use istio_cni::json;
+use std::process::Command;
 
 #[test]
 fn audit_iptables_a_flushed_pod_is_missing_then_repaired_and_a_fine_pod_is_never_written() {
