@@ -171,7 +171,8 @@ def main():
     ap.add_argument("--repair-pods", type=int, default=1000)
     ap.add_argument("--agent-runs", type=int, default=10)
     ap.add_argument("--audit-pods", type=int, default=110, help="pods the audit section verifies")
-    ap.add_argument("--lookup-deadlines", default="2,30", help="pod_lookup_timeout_seconds values of the faults section")
+    ap.add_argument("--lookup-deadlines", default="2,30",
+                    help="comma list of pod_lookup_timeout_seconds values for the faults section")
     ap.add_argument("--pace-window", type=float, default=30.0, help="seconds the watch loop is watched per fault")
     ap.add_argument("--skip", default="",
                     help="comma list of sections to skip: plugin,burst,installer,repair,audit,cache,faults")
