@@ -15,7 +15,8 @@ section; every comparison is paired run by run.
 The modules beside it: common (paths, errors, process and timing helpers, statistics and formatting), double
 (the API double and the pods it serves), netns (namespaces and pod wiring), cases (the plugin cases), timing
 (the timed loops), podcache, agents and cgprofile (the node's pod cache; the installer and the repair agent;
---profile), report (the document). scale.py (--scale) has scale_nodes, scale_storm and scale_report.
+--profile), faults (a misbehaving API server: the plugin's lookup deadline, the repair agent's watch loop), report
+(the document). scale.py (--scale) has scale_nodes, scale_storm and scale_report.
 """
 
 import argparse
@@ -29,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agents  # noqa: E402  (installer and repair agent measurements)
 import audit  # noqa: E402  (the audit's cost per round and per pod)
 import cgprofile as cg_profile  # noqa: E402  (--profile: callgrind of one invocation per kind)
+import faults  # noqa: E402  (a misbehaving API server: ADD against the lookup deadline, the watch loop's pace)
 import podcache  # noqa: E402  (the node's pod cache: its agent, cases, memory, hostile clients)
 import timing  # noqa: E402  (the timed loops: the plugin cases, the concurrent ADDs)
 from common import CNI_DIR, PATH_ENV, Launcher, log, run, sigterm_interrupts  # noqa: E402
@@ -169,7 +171,11 @@ def main():
     ap.add_argument("--repair-pods", type=int, default=1000)
     ap.add_argument("--agent-runs", type=int, default=10)
     ap.add_argument("--audit-pods", type=int, default=110, help="pods the audit section verifies")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: plugin,burst,installer,repair,audit,cache")
+    ap.add_argument("--lookup-deadlines", default="2,30",
+                    help="comma list of pod_lookup_timeout_seconds values for the faults section")
+    ap.add_argument("--pace-window", type=float, default=30.0, help="seconds the watch loop is watched per fault")
+    ap.add_argument("--skip", default="",
+                    help="comma list of sections to skip: plugin,burst,installer,repair,audit,cache,faults")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--profile-bin", help="a symbolized build: run one invocation per kind under callgrind")
     a = ap.parse_args()
@@ -203,6 +209,9 @@ def main():
             extra["repair"] = agents.repair(b)
         if "audit" not in skip:
             extra["audit"] = audit.run(b, a.audit_pods, 11.0 if a.audit_pods >= 100 else 2.0)
+        if "faults" not in skip:
+            extra["faults"] = {"lookup": faults.lookup(b, [int(x) for x in a.lookup_deadlines.split(",")]),
+                               "pace": faults.pace(b, a.pace_window)}
         if a.profile_bin:
             log("==> profile (callgrind)")
             os.makedirs(a.out, exist_ok=True)

@@ -7,6 +7,7 @@ import re
 import agents
 import audit
 import cgprofile as cg_profile
+import faults
 import podcache
 from common import fmt, machine, median, paired, pct
 
@@ -162,6 +163,8 @@ def markdown(doc):
             out += ["", agents.markdown(sec, doc[sec])]
     if doc.get("audit"):
         out += ["", audit.markdown(doc["audit"])]
+    if doc.get("faults"):
+        out += ["", faults.markdown(doc["faults"])]
     if doc.get("profile"):
         out += ["", cg_profile.markdown(doc["profile"])]
     for n in doc.get("notes", []):

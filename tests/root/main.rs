@@ -16,7 +16,6 @@ mod install_bind_mount;
 mod install_metrics;
 mod install_server;
 mod install_server_flood;
-mod lookup_add_wall;
 mod monitoring_e2e;
 mod nft_limits;
 mod nft_netns;

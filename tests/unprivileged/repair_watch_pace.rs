@@ -2,7 +2,7 @@
 //! at once, and a 410 on every watch. Every restart of the loop waits (backoff with jitter), so the
 //! request rate stays at a few per second at most, and repeated identical log lines are rate-limited.
 //! The counts are generous bounds over a short window (the loop used to send thousands of requests).
-//! Measure the 30 s figures by hand with `cargo test --test repair_watch_pace -- --ignored --nocapture`.
+//! The 30 s figures are measured by `scripts/bench` (its faults section, scripts/bench.d/faults.py).
 
 use std::time::{Duration, Instant};
 
@@ -65,15 +65,4 @@ fn a_410_on_every_watch_relists_with_backoff_and_few_log_lines() {
         "{lists} lists and {watches} watches in 8 s"
     );
     assert!(lines < 15, "{lines} log lines in 8 s");
-}
-
-#[test]
-#[ignore = "measurement, 2 x 30 s"]
-fn measure_requests_in_30s() {
-    for fault in [Fault::WatchClose, Fault::WatchGone] {
-        let (lists, watches, lines) = run_against(fault.clone(), Duration::from_secs(30));
-        println!(
-            "\nMEASURE {fault:?}: {lists} LIST and {watches} WATCH requests, {lines} log lines in 30 s"
-        );
-    }
 }
