@@ -180,6 +180,7 @@ fn readme_vars(applet: &str) -> std::collections::BTreeSet<String> {
         "NETLINK_NETFILTER",
         "IPCTNL_MSG_CT_GET",
         "IPCTNL_MSG_CT_DELETE",
+        "NS_GET_USERNS",
     ];
     let is_name = |t: &str| {
         t.len() >= 4
