@@ -181,6 +181,9 @@ start_etcd() {
 	wait_for etcd 60 in_node curl -fsS http://127.0.0.1:2379/health
 }
 
+# Extra kube-apiserver flags (scripts/cluster restart-apiserver FLAGS...).
+APISERVER_EXTRA=()
+
 start_apiserver() {
 	daemon kube-apiserver "$BIN/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
 		--bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
@@ -191,8 +194,18 @@ start_apiserver() {
 		--kubelet-client-key "$PKI/apiserver-kubelet-client.key" --kubelet-preferred-address-types InternalIP \
 		--service-account-issuer https://kubernetes.default.svc.cluster.local \
 		--service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
-		--api-audiences https://kubernetes.default.svc.cluster.local --profiling=false
+		--api-audiences https://kubernetes.default.svc.cluster.local --profiling=false "${APISERVER_EXTRA[@]}"
 	wait_for kube-apiserver 120 kubectl_ get --raw /readyz
+}
+
+# cluster_restart_apiserver FLAGS...: kube-apiserver stopped (SIGTERM) and started again with FLAGS added
+# to its usual ones (none: as up starts it); back when it is ready.
+cluster_restart_apiserver() {
+	BIN=$(cluster_bin_dir)
+	APISERVER_EXTRA=("$@")
+	running kube-apiserver || die "no kube-apiserver running: scripts/cluster up"
+	stop_daemon kube-apiserver
+	start_apiserver
 }
 
 start_controllers() {
