@@ -193,6 +193,13 @@ fn label_mode_labels_once_across_relists_and_skips_labeled_pods() {
         "{}",
         agent.log()
     );
+    // The API server answers the PATCH before the agent counts it: wait for the count, then require it
+    // exact (l1 once, l2 once).
+    assert!(
+        wait_until(60, || agent.metric("label", "success") >= 2),
+        "{}",
+        scrape(agent.port)
+    );
     assert_eq!(
         api.writes_to("PATCH", path).len(),
         1,
