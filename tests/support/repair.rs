@@ -171,6 +171,8 @@ pub fn scrape(port: u16) -> String {
     let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return String::new();
     };
+    // A bound, so a server that keeps the connection open fails the caller's assertion instead of hanging it.
+    let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(30)));
     let _ = c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     let mut s = String::new();
     let _ = c.read_to_string(&mut s);
