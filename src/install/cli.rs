@@ -2,12 +2,12 @@
 //! relay, run the loop, clean up on SIGTERM/SIGINT. Signals are blocked in every thread and read through a signalfd, so the first one
 //! ends the loop and later ones cannot interrupt the cleanup half-way.
 
-use super::installer::Installer;
 use super::node::relay;
 use super::node::server::{self, Endpoints, State};
-use super::options::Settings;
+use super::run::watch::{Role, Watcher};
 use super::run::{self, End};
-use super::watch::{Role, Watcher};
+use super::settings::options::Settings;
+use super::steps::Installer;
 use crate::error::{Context, IoContext, Result};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -39,7 +39,7 @@ pub fn watcher_for(inst: &Installer) -> Result<Watcher> {
             return false;
         }
         match role {
-            Role::BinDir => name == super::installer::PLUGIN_BINARY,
+            Role::BinDir => name == super::steps::PLUGIN_BINARY,
             Role::RunDir => name == kubeconfig,
             Role::ConfDir | Role::ServiceAccount => true,
         }
@@ -51,7 +51,7 @@ pub fn watcher_for(inst: &Installer) -> Result<Watcher> {
         log::warn!("token rotation will not be noticed: {e}");
     }
     w.add(&s.run_dir, Role::RunDir)?;
-    for d in super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref()) {
+    for d in super::steps::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref()) {
         if let Err(e) = w.add(&d, Role::BinDir) {
             log::warn!("binary removal will not be noticed: {e}");
         }

@@ -5,9 +5,9 @@
 //! real files; the count of lost updates must be 0.
 
 use crate::support::install::*;
-use istio_cni::install::flags::Flags;
-use istio_cni::install::installer::{ConfigWrite, Installer};
-use istio_cni::install::options;
+use istio_cni::install::settings::flags::Flags;
+use istio_cni::install::settings::options;
+use istio_cni::install::steps::{ConfigWrite, Installer};
 use std::collections::HashMap;
 use std::fs;
 use std::path::PathBuf;

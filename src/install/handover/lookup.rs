@@ -5,7 +5,7 @@
 //! transport cannot hold the shutdown): well inside the default 30 s grace period.
 
 use super::super::handover::{self, Decision, Facts, Lookup};
-use super::super::options::Settings;
+use super::super::settings::options::Settings;
 use crate::json::{self, Object, Value};
 use crate::kube::{Backoff, Client, Config, Timeouts};
 use crate::rundir::lease::Lease;

@@ -1,9 +1,9 @@
 //! The older agent's side when two run on a node at once ([`crate::rundir::lease`]): the loop ([`crate::install::run`])
 //! asks before its writes whether a newer agent owns the node, and then waits here.
 
-use super::super::installer::Installer;
 use super::super::node::server::State;
-use super::super::watch::Watcher;
+use super::super::run::watch::Watcher;
+use super::super::steps::Installer;
 use crate::error::Result;
 use std::os::fd::BorrowedFd;
 

@@ -6,9 +6,9 @@
 //! The `REPAIR_*` settings (master names, and the dashed release-1.9 names as aliases) are read by the
 //! repair agent's own parser, [`crate::repair::options::from_installer_env`].
 
-use super::config::selectors::EnablementSelector;
 use super::flags::Flags;
 use crate::error::{Error, Result};
+use crate::install::config::selectors::EnablementSelector;
 use crate::iptables::Backend;
 use crate::settings::{parse_bool, parse_duration, parse_mode, parse_port, EmptyEnv, Env, Named};
 use std::path::PathBuf;
@@ -68,7 +68,7 @@ pub struct Settings {
     pub audit_interval: Duration,
 }
 
-/// Settings of the SIGTERM decision ([`super::handover`]).
+/// Settings of the SIGTERM decision ([`crate::install::handover`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Handover {
     /// POD_NAME (the chart's `fieldRef`): our pod, whose `ownerReferences` name our DaemonSet.
@@ -156,7 +156,7 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         pod_namespace: r.text(&f.pod_namespace, "POD_NAMESPACE", ""),
         native_nftables: r.bool(&f.native_nftables, "NATIVE_NFTABLES", false)?,
         plugin_log_level,
-        enablement_selectors: super::config::selectors::parse(
+        enablement_selectors: crate::install::config::selectors::parse(
             &env("AMBIENT_ENABLEMENT_SELECTOR").unwrap_or_default(),
         )?,
         enable_ambient_detection_retry: r.bool(

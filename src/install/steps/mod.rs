@@ -1,13 +1,17 @@
 //! The installer's effectful steps over its state: binaries, kubeconfig, plugin configuration, the
-//! validity check. The loop that drives them is in [`super::run`].
+//! validity check. The loop that drives them is in [`crate::install::run`].
 
-use super::config::check::{self, CheckCtx, Outcome};
-use super::config::entry::PluginEntry;
-use super::config::kubeconfig::{self, KubeconfigInputs};
-use super::config::select::{self, shown, Choice, Listing};
-use super::options::Settings;
+pub mod binaries;
+pub mod teardown;
+pub mod write;
+
 use crate::error::{Context, IoContext, Result};
 use crate::fsutil;
+use crate::install::config::check::{self, CheckCtx, Outcome};
+use crate::install::config::entry::PluginEntry;
+use crate::install::config::kubeconfig::{self, KubeconfigInputs};
+use crate::install::config::select::{self, shown, Choice, Listing};
+use crate::install::settings::options::Settings;
 use crate::rundir::lease::Lease;
 use crate::rundir::RunDir;
 use std::ffi::{OsStr, OsString};
@@ -39,17 +43,19 @@ pub struct Installer {
     /// This agent's place among the node's agents (none for `--once` and `--uninstall`).
     pub lease: Option<Lease>,
     /// Files the runtime falls back to that our entry could not be merged into, with the content tried
-    /// (tried again once it changes; [`super::write`]).
+    /// (tried again once it changes; [`write`]).
     pub unmergeable: Vec<(OsString, Vec<u8>)>,
     /// Where the fallbacks we change are recorded as we found them, for the uninstall to give them back
-    /// ([`super::config::originals`]): `<run dir>/cni-conf-originals`.
+    /// ([`crate::install::config::originals`]): `<run dir>/cni-conf-originals`.
     pub originals: PathBuf,
 }
 
 impl Installer {
     pub fn new(settings: Settings, exe: PathBuf) -> Installer {
         let configured = settings.cni_conf_name.clone().map(OsString::from);
-        let originals = settings.run_dir.join(super::config::originals::DIR);
+        let originals = settings
+            .run_dir
+            .join(crate::install::config::originals::DIR);
         Installer {
             settings,
             exe,
@@ -94,7 +100,7 @@ impl Installer {
         let dir = self.conf_dir();
         let cands = select::list_candidates(dir)?;
         select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
-            super::config::plugin_dir::read(dir, n)
+            crate::install::config::plugin_dir::read(dir, n)
         })
     }
 
@@ -115,9 +121,9 @@ impl Installer {
     /// Installs our executable as `istio-cni` into the bin dirs.
     pub fn install_binaries(&mut self) -> Result<()> {
         let s = &self.settings;
-        let dirs = super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref());
+        let dirs = binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref());
         for d in &dirs {
-            let out = super::binaries::install_one(
+            let out = binaries::install_one(
                 &self.exe,
                 d,
                 PLUGIN_BINARY,

@@ -1,17 +1,20 @@
 //! The watch-and-reinstall loop (upstream master `Installer.Run`): install everything, then rounds of
-//! [`super::round`] (validate, mark ready, block on inotify until something relevant changes, mark
+//! [`round`] (validate, mark ready, block on inotify until something relevant changes, mark
 //! not-ready), reinstalling after each. A primary that keeps reverting us is throttled by a token bucket
 //! (burst [`BURST`], [`REFILL_PER_S`] per second): while it is empty we report not-ready and log the
 //! conflict once per [`CONFLICT_LOG_INTERVAL`] instead of spinning.
 
-use super::installer::{ConfigWrite, Installer};
-use super::node::server::{InstallResult, State};
-use super::round::{round, wait_change, RoundEnd};
-use super::watch::{Changes, Wake, Watcher};
+pub mod round;
+pub mod watch;
+
 use crate::error::{Context, Result};
+use crate::install::node::server::{InstallResult, State};
+use crate::install::steps::{ConfigWrite, Installer};
 use crate::kube::Backoff;
+use round::{round, wait_change, RoundEnd};
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
+use watch::{Changes, Wake, Watcher};
 
 pub const BURST: f64 = 20.0;
 pub const REFILL_PER_S: f64 = 5.0;
@@ -121,10 +124,10 @@ pub fn run_loop(
     }
 
     loop {
-        if super::watch::stop_pending(stop) {
+        if watch::stop_pending(stop) {
             return Ok(End::Stopped);
         }
-        match super::handover::supersede::yield_to_newer(inst, watcher, state, stop)? {
+        match crate::install::handover::supersede::yield_to_newer(inst, watcher, state, stop)? {
             Some(true) => dirty = all_dirty(),
             Some(false) => return Ok(End::Stopped),
             None => {}
@@ -238,7 +241,7 @@ pub fn run_loop(
                     log::info!(
                         "wrote the istio-cni configuration to {}/{}",
                         inst.conf_dir().display(),
-                        super::config::select::shown(&name)
+                        crate::install::config::select::shown(&name)
                     );
                 }
             }
