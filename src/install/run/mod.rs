@@ -4,6 +4,7 @@
 //! (burst [`BURST`], [`REFILL_PER_S`] per second): while it is empty we report not-ready and log the
 //! conflict once per [`CONFLICT_LOG_INTERVAL`] instead of spinning.
 
+pub mod next;
 pub mod round;
 pub mod watch;
 
