@@ -44,7 +44,7 @@ pub fn watcher_for(inst: &Installer) -> Result<Watcher> {
             Role::ConfDir | Role::ServiceAccount => true,
         }
     }))?;
-    let s = &inst.settings;
+    let s = inst.settings();
     w.add(&s.mounted_cni_net_dir, Role::ConfDir)
         .context("create CNI config file")?;
     if let Err(e) = w.add(&s.service_account_dir, Role::ServiceAccount) {
@@ -97,7 +97,7 @@ fn existing(what: &str, d: &Path) -> Result<()> {
 /// behind: the directories we write into (a one-shot run, which cannot wait for it, needs the conf dir
 /// to exist: a missing one is a wrong path, not one to create) and the kubeconfig's inputs.
 pub fn preflight(inst: &Installer) -> Result<()> {
-    let s = &inst.settings;
+    let s = inst.settings();
     let conf = "conf dir (MOUNTED_CNI_NET_DIR)";
     if s.once {
         existing(conf, &s.mounted_cni_net_dir)?;
@@ -112,59 +112,39 @@ pub fn preflight(inst: &Installer) -> Result<()> {
     Ok(())
 }
 
-/// Joins the node's agents as the newest ([`crate::rundir::lease`]): from now on this agent owns the
-/// node's installation, and an older one still running writes nothing. Without a lease (a file system
-/// without open file description locks) the agent runs as before, alone in its own view.
-fn join(inst: &mut Installer) {
-    let s = &inst.settings;
-    let name = match s.handover.pod_name.as_str() {
-        "" => format!("pid {}", std::process::id()),
-        pod => format!("pod {pod}"),
-    };
-    match crate::rundir::lease::Lease::join(&s.run_dir, &name) {
-        Ok(l) => {
-            log::info!(
-                "joined the node's agents as generation {}: this agent owns the node's installation",
-                l.generation()
-            );
-            inst.lease = Some(l);
-        }
-        Err(e) => {
-            log::warn!("no lease, an older agent still running will not defer to this one: {e}")
-        }
-    }
-}
-
 /// Installs and keeps the installation until a signal (or, `--once`, one pass); cleans up.
 pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
     let mut inst = Installer::new(settings, self_exe()?);
     preflight(&inst)?;
-    if inst.settings.uninstall {
+    if inst.settings().uninstall {
         // Removes what is there; creates nothing.
         return Ok(cleaned_up(&inst, "uninstall"));
     }
-    for d in [&inst.settings.mounted_cni_net_dir, &inst.settings.run_dir] {
+    for d in [
+        &inst.settings().mounted_cni_net_dir,
+        &inst.settings().run_dir,
+    ] {
         std::fs::create_dir_all(d).io_context(|| format!("create directory {}", d.display()))?;
     }
     log::info!(
         "conf dir {} (host {}), chained={}, run dir {}, bin dir {}",
-        inst.settings.mounted_cni_net_dir.display(),
-        inst.settings.cni_net_dir.display(),
-        inst.settings.chained,
-        inst.settings.run_dir.display(),
-        inst.settings.bin_dir.display()
+        inst.settings().mounted_cni_net_dir.display(),
+        inst.settings().cni_net_dir.display(),
+        inst.settings().chained,
+        inst.settings().run_dir.display(),
+        inst.settings().bin_dir.display()
     );
-    if !inst.settings.once {
-        join(&mut inst);
+    if !inst.settings().once {
+        inst.join();
     }
     inst.sweep_conf_temps()?;
-    if inst.settings.native_nftables {
+    if inst.settings().native_nftables {
         // The plugin programs nf_tables over netlink: no host binary, so no iptables backend to probe.
         log::info!("native nftables mode: no iptables backend probe");
     } else {
         match crate::iptables::backend::record_host_backend(
-            &inst.settings.run_dir,
-            inst.settings.forced_iptables_backend,
+            &inst.settings().run_dir,
+            inst.settings().forced_iptables_backend,
         ) {
             Ok(b) => log::info!("host iptables backend: {b}"),
             Err(e) => log::warn!(
@@ -173,19 +153,26 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
         }
     }
     let state = State::new();
-    let once = inst.settings.once.then_some(inst.settings.wait_timeout);
+    let once = inst.settings().once.then_some(inst.settings().wait_timeout);
     if once.is_none() {
         let m = server::serve(
-            inst.settings.monitoring_port,
+            inst.settings().monitoring_port,
             state.clone(),
             Endpoints::Metrics,
         )?;
-        let h = server::serve(inst.settings.health_port, state.clone(), Endpoints::Health)?;
+        let h = server::serve(
+            inst.settings().health_port,
+            state.clone(),
+            Endpoints::Health,
+        )?;
         log::info!("metrics on {m}/metrics, health on {h}/healthz and /readyz");
-        super::node::plugin_metrics::expect(inst.settings.native_nftables, inst.settings.pod_cache);
-        let sock = relay::start(&inst.settings.run_dir)?;
+        super::node::plugin_metrics::expect(
+            inst.settings().native_nftables,
+            inst.settings().pod_cache,
+        );
+        let sock = relay::start(&inst.settings().run_dir)?;
         log::info!("relaying plugin logs from {}", sock.display());
-        super::node::podwatch::start(&inst.settings);
+        super::node::podwatch::start(inst.settings());
     }
     let mut watcher = watcher_for(&inst)?;
     let end = run::run_loop(&mut inst, &mut watcher, &state, Some(sigfd.as_fd()), once);
@@ -198,8 +185,8 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
         Ok(End::TimedOut) => {
             log::error!(
                 "no primary CNI configuration in {} within {:?}",
-                inst.settings.mounted_cni_net_dir.display(),
-                inst.settings.wait_timeout
+                inst.settings().mounted_cni_net_dir.display(),
+                inst.settings().wait_timeout
             );
             Ok(1)
         }
@@ -228,7 +215,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
                 // Whatever is still visible (the conf dir when a bin or run dir was the deleted one) keeps
                 // our entry, binary and kubeconfig for the next container.
                 log::info!("error exit for a restart: configuration, binary and kubeconfig kept");
-            } else if !inst.settings.once
+            } else if !inst.settings().once
                 && decide_at_stop(&mut inst, "error exit").verdict != super::handover::Verdict::Keep
             {
                 cleaned_up(&inst, "cleanup");
@@ -241,7 +228,8 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
 /// The SIGTERM decision ([`super::handover`]), logged after `what` with the time it took.
 fn decide_at_stop(inst: &mut Installer, what: &str) -> super::handover::Decision {
     let started = std::time::Instant::now();
-    let d = super::handover::lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
+    let settings = inst.settings().clone();
+    let d = super::handover::lookup::decide_at_stop(&settings, inst.lease_mut());
     log::info!(
         "{what}: {d} [decided in {} ms]",
         started.elapsed().as_millis()

@@ -18,7 +18,7 @@ pub fn yield_to_newer(
     state: &State,
     stop: Option<BorrowedFd<'_>>,
 ) -> Result<Option<bool>> {
-    let Some(lease) = inst.lease.as_mut() else {
+    let Some(lease) = inst.lease_mut() else {
         return Ok(None);
     };
     let Some(newer) = lease.newer() else {
@@ -38,8 +38,6 @@ pub fn yield_to_newer(
         newer.who
     );
     watcher.drain()?;
-    // As after a restart: our entry goes where this agent's settings put it, and out of any other list
-    // (the newer agent's settings may have chosen another file).
-    inst.installed = None;
+    inst.take_back();
     Ok(Some(true))
 }

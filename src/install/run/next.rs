@@ -229,7 +229,12 @@ pub fn next(p: &mut Pass, ev: Event) -> Step {
     match ev {
         Event::Signal => Step::End(End::Stopped),
         Event::TookBack => {
-            p.dirty = super::all_dirty();
+            p.dirty = Changes {
+                conf: true,
+                service_account: true,
+                bin: true,
+                run: true,
+            };
             p.refresh(false)
         }
         Event::Owner => p.refresh(false),
