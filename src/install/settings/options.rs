@@ -88,36 +88,13 @@ impl Settings {
     }
 }
 
-/// Resolves and validates every setting, concern by concern.
+/// Resolves and validates every setting, concern by concern. Long: one field a line in the struct's order,
+/// grouped by concern (a split would scatter the one table an operator's setting is looked up in).
 pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
-    super::legacy::refuse_legacy(
-        &[
-            ("CNI_NETWORK_CONFIG", &f.cni_network_config),
-            ("CNI_NETWORK_CONFIG_FILE", &f.cni_network_config_file),
-            ("KUBECFG_FILE_NAME", &f.kubecfg_file_name),
-        ],
-        env,
-    )?;
     let r = named(env);
-    let conf = conf_files(f, &r)?;
-    if r.bool(&f.ambient_enabled, "AMBIENT_ENABLED", false)? {
-        return Err(Error::env(
-            "AMBIENT_ENABLED",
-            "ambient mode is not supported by this installer; set it to false",
-        ));
-    }
+    let conf = conf_unless_refused(f, &r, env)?;
     let (plugin_log_level, log, mut warnings) = super::log_settings::resolve(f, &r)?;
-    if f.chained_cni_plugin.is_none()
-        && env("CHAINED_CNI_PLUGIN").is_some_and(|v| v.trim().is_empty())
-    {
-        // Almost always a templating slip; standalone would replace the node's network (README).
-        warnings.push(
-            "CHAINED_CNI_PLUGIN is set but empty: chaining into the primary CNI configuration (the default); \
-             upstream's install-cni reads an empty value as false and writes a standalone configuration \
-             instead. Set it to true or false."
-                .into(),
-        );
-    }
+    warnings.extend(empty_chained(f, env));
     let bins = binaries(f, &r)?;
     let exclude = list(&r, &f.exclude_namespaces, "EXCLUDE_NAMESPACES", |c| {
         c == ','
@@ -197,6 +174,37 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
     settings.node_name = node_name(&settings.repair.node_name, env);
     settings.repair.node_name.clone_from(&settings.node_name);
     Ok(settings)
+}
+
+/// The old installers' settings refused ([`super::legacy`]), the conf files, ambient mode refused: in
+/// that order, the first error wins.
+fn conf_unless_refused(f: &Flags, r: &Named<'_>, env: Env<'_>) -> Result<ConfFiles> {
+    let legacy = [
+        ("CNI_NETWORK_CONFIG", &f.cni_network_config),
+        ("CNI_NETWORK_CONFIG_FILE", &f.cni_network_config_file),
+        ("KUBECFG_FILE_NAME", &f.kubecfg_file_name),
+    ];
+    super::legacy::refuse_legacy(&legacy, env)?;
+    let conf = conf_files(f, r)?;
+    if r.bool(&f.ambient_enabled, "AMBIENT_ENABLED", false)? {
+        return Err(Error::env(
+            "AMBIENT_ENABLED",
+            "ambient mode is not supported by this installer; set it to false",
+        ));
+    }
+    Ok(conf)
+}
+
+/// The warning for CHAINED_CNI_PLUGIN set but empty: almost always a templating slip, and standalone
+/// would replace the node's network (README).
+fn empty_chained(f: &Flags, env: Env<'_>) -> Option<String> {
+    (f.chained_cni_plugin.is_none() && env("CHAINED_CNI_PLUGIN").is_some_and(|v| v.trim().is_empty()))
+        .then(|| {
+            "CHAINED_CNI_PLUGIN is set but empty: chaining into the primary CNI configuration (the default); \
+             upstream's install-cni reads an empty value as false and writes a standalone configuration \
+             instead. Set it to true or false."
+                .into()
+        })
 }
 
 /// The one rule for this node's name: NODE_NAME, else KUBERNETES_NODE_NAME, else the repair agent's
