@@ -204,8 +204,8 @@ fn unauthorized(e: &str) -> Decision {
 }
 
 /// Decides from `facts`; `istio_owned` is `ISTIO_OWNED_CNI_CONFIG` (the default when there is no answer).
-/// The rows before the API's answer are here; the DaemonSet's are [`daemonset_rows`], the node's
-/// [`node_rows`].
+/// The rows before the API's answer are here; the DaemonSet's are `daemonset_rows`, the node's
+/// `node_rows`.
 pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
     match facts {
         Facts::Peer { newer: true, who } => Decision::new(

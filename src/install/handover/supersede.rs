@@ -3,24 +3,22 @@
 
 use super::super::node::server::State;
 use super::super::run::watch::Watcher;
-use super::super::steps::Installer;
 use crate::error::Result;
+use crate::rundir::lease::Lease;
 use std::os::fd::BorrowedFd;
 
 /// While a newer agent on this node owns the installation ([`crate::rundir::lease`]): write nothing (two
 /// agents would rewrite each other's kubeconfig and entry), say not ready (the newer agent answers for
 /// the node; the DaemonSet controller deletes this pod once that one is available), and wait until it is
-/// gone or the stop. `None`: this agent owns the node; `Some(true)`: it took the node back (everything is
-/// done again); `Some(false)`: stopped.
+/// gone or the stop. `None`: this agent owns the node; `Some(true)`: it took the node back (the caller does
+/// everything again, as after a restart: [`crate::install::steps::Installer::take_back`]); `Some(false)`:
+/// stopped.
 pub fn yield_to_newer(
-    inst: &mut Installer,
+    lease: &mut Lease,
     watcher: &mut Watcher,
     state: &State,
     stop: Option<BorrowedFd<'_>>,
 ) -> Result<Option<bool>> {
-    let Some(lease) = inst.lease_mut() else {
-        return Ok(None);
-    };
     let Some(newer) = lease.newer() else {
         return Ok(None);
     };
@@ -38,6 +36,5 @@ pub fn yield_to_newer(
         newer.who
     );
     watcher.drain()?;
-    inst.take_back();
     Ok(Some(true))
 }

@@ -10,6 +10,7 @@ pub mod round;
 pub mod watch;
 
 use crate::error::{Context, Result};
+use crate::install::handover::supersede::yield_to_newer;
 use crate::install::node::server::{InstallResult, State};
 use crate::install::steps::{ConfigWrite, Installer};
 use next::{next, Event, Failure, Pass, Say, Step};
@@ -86,13 +87,17 @@ fn top(
     if watch::stop_pending(stop) {
         return Ok(Event::Signal);
     }
-    Ok(
-        match crate::install::handover::supersede::yield_to_newer(inst, watcher, state, stop)? {
-            Some(true) => Event::TookBack,
-            Some(false) => Event::Signal,
-            None => Event::Owner,
-        },
-    )
+    let Some(lease) = inst.lease_mut() else {
+        return Ok(Event::Owner);
+    };
+    Ok(match yield_to_newer(lease, watcher, state, stop)? {
+        Some(true) => {
+            inst.take_back();
+            Event::TookBack
+        }
+        Some(false) => Event::Signal,
+        None => Event::Owner,
+    })
 }
 
 /// A failed step: counted, not ready.
