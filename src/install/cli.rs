@@ -2,12 +2,12 @@
 //! relay, run the loop, clean up on SIGTERM/SIGINT. Signals are blocked in every thread and read through a signalfd, so the first one
 //! ends the loop and later ones cannot interrupt the cleanup half-way.
 
-use super::installer::Installer;
 use super::node::relay;
 use super::node::server::{self, Endpoints, State};
-use super::options::Settings;
+use super::run::watch::{Role, Watcher};
 use super::run::{self, End};
-use super::watch::{Role, Watcher};
+use super::settings::options::Settings;
+use super::steps::Installer;
 use crate::error::{Context, IoContext, Result};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -39,19 +39,19 @@ pub fn watcher_for(inst: &Installer) -> Result<Watcher> {
             return false;
         }
         match role {
-            Role::BinDir => name == super::installer::PLUGIN_BINARY,
+            Role::BinDir => name == super::steps::PLUGIN_BINARY,
             Role::RunDir => name == kubeconfig,
             Role::ConfDir | Role::ServiceAccount => true,
         }
     }))?;
-    let s = &inst.settings;
+    let s = inst.settings();
     w.add(&s.mounted_cni_net_dir, Role::ConfDir)
         .context("create CNI config file")?;
     if let Err(e) = w.add(&s.service_account_dir, Role::ServiceAccount) {
         log::warn!("token rotation will not be noticed: {e}");
     }
     w.add(&s.run_dir, Role::RunDir)?;
-    for d in super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref()) {
+    for d in super::steps::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref()) {
         if let Err(e) = w.add(&d, Role::BinDir) {
             log::warn!("binary removal will not be noticed: {e}");
         }
@@ -97,7 +97,7 @@ fn existing(what: &str, d: &Path) -> Result<()> {
 /// behind: the directories we write into (a one-shot run, which cannot wait for it, needs the conf dir
 /// to exist: a missing one is a wrong path, not one to create) and the kubeconfig's inputs.
 pub fn preflight(inst: &Installer) -> Result<()> {
-    let s = &inst.settings;
+    let s = inst.settings();
     let conf = "conf dir (MOUNTED_CNI_NET_DIR)";
     if s.once {
         existing(conf, &s.mounted_cni_net_dir)?;
@@ -112,94 +112,89 @@ pub fn preflight(inst: &Installer) -> Result<()> {
     Ok(())
 }
 
-/// Joins the node's agents as the newest ([`crate::rundir::lease`]): from now on this agent owns the
-/// node's installation, and an older one still running writes nothing. Without a lease (a file system
-/// without open file description locks) the agent runs as before, alone in its own view.
-fn join(inst: &mut Installer) {
-    let s = &inst.settings;
-    let name = match s.handover.pod_name.as_str() {
-        "" => format!("pid {}", std::process::id()),
-        pod => format!("pod {pod}"),
-    };
-    match crate::rundir::lease::Lease::join(&s.run_dir, &name) {
-        Ok(l) => {
-            log::info!(
-                "joined the node's agents as generation {}: this agent owns the node's installation",
-                l.generation()
-            );
-            inst.lease = Some(l);
-        }
-        Err(e) => {
-            log::warn!("no lease, an older agent still running will not defer to this one: {e}")
-        }
-    }
-}
-
 /// Installs and keeps the installation until a signal (or, `--once`, one pass); cleans up.
 pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
     let mut inst = Installer::new(settings, self_exe()?);
     preflight(&inst)?;
-    if inst.settings.uninstall {
+    if inst.settings().uninstall {
         // Removes what is there; creates nothing.
         return Ok(cleaned_up(&inst, "uninstall"));
     }
-    for d in [&inst.settings.mounted_cni_net_dir, &inst.settings.run_dir] {
-        std::fs::create_dir_all(d).io_context(|| format!("create directory {}", d.display()))?;
-    }
-    log::info!(
-        "conf dir {} (host {}), chained={}, run dir {}, bin dir {}",
-        inst.settings.mounted_cni_net_dir.display(),
-        inst.settings.cni_net_dir.display(),
-        inst.settings.chained,
-        inst.settings.run_dir.display(),
-        inst.settings.bin_dir.display()
-    );
-    if !inst.settings.once {
-        join(&mut inst);
-    }
-    inst.sweep_conf_temps()?;
-    if inst.settings.native_nftables {
-        // The plugin programs nf_tables over netlink: no host binary, so no iptables backend to probe.
-        log::info!("native nftables mode: no iptables backend probe");
-    } else {
-        match crate::iptables::backend::record_host_backend(
-            &inst.settings.run_dir,
-            inst.settings.forced_iptables_backend,
-        ) {
-            Ok(b) => log::info!("host iptables backend: {b}"),
-            Err(e) => log::warn!(
-                "could not record the host iptables backend (the plugin will detect it): {e}"
-            ),
-        }
-    }
+    prepare(&mut inst)?;
     let state = State::new();
-    let once = inst.settings.once.then_some(inst.settings.wait_timeout);
+    let s = inst.settings();
+    let once = s.once.then_some(s.wait_timeout);
     if once.is_none() {
-        let m = server::serve(
-            inst.settings.monitoring_port,
-            state.clone(),
-            Endpoints::Metrics,
-        )?;
-        let h = server::serve(inst.settings.health_port, state.clone(), Endpoints::Health)?;
-        log::info!("metrics on {m}/metrics, health on {h}/healthz and /readyz");
-        super::node::plugin_metrics::expect(inst.settings.native_nftables, inst.settings.pod_cache);
-        let sock = relay::start(&inst.settings.run_dir)?;
-        log::info!("relaying plugin logs from {}", sock.display());
-        super::node::podwatch::start(&inst.settings);
+        start_services(s, &state)?;
     }
     let mut watcher = watcher_for(&inst)?;
     let end = run::run_loop(&mut inst, &mut watcher, &state, Some(sigfd.as_fd()), once);
     state.set_ready(false);
+    finish(&mut inst, &state, &sigfd, end)
+}
+
+/// Before the loop: the directories, the lease (a running agent), stale temp files, the host's iptables
+/// backend.
+fn prepare(inst: &mut Installer) -> Result<()> {
+    let s = inst.settings();
+    for d in [&s.mounted_cni_net_dir, &s.run_dir] {
+        std::fs::create_dir_all(d).io_context(|| format!("create directory {}", d.display()))?;
+    }
+    log::info!(
+        "conf dir {} (host {}), chained={}, run dir {}, bin dir {}",
+        s.mounted_cni_net_dir.display(),
+        s.cni_net_dir.display(),
+        s.chained,
+        s.run_dir.display(),
+        s.bin_dir.display()
+    );
+    if !s.once {
+        inst.join();
+    }
+    inst.sweep_conf_temps()?;
+    let s = inst.settings();
+    if s.native_nftables {
+        // The plugin programs nf_tables over netlink: no host binary, so no iptables backend to probe.
+        log::info!("native nftables mode: no iptables backend probe");
+        return Ok(());
+    }
+    match crate::iptables::backend::record_host_backend(&s.run_dir, s.forced_iptables_backend) {
+        Ok(b) => log::info!("host iptables backend: {b}"),
+        Err(e) => {
+            log::warn!(
+                "could not record the host iptables backend (the plugin will detect it): {e}"
+            )
+        }
+    }
+    Ok(())
+}
+
+/// A running agent's services: metrics and health, the plugin's log relay, the node's pod watch.
+fn start_services(s: &Settings, state: &std::sync::Arc<State>) -> Result<()> {
+    let m = server::serve(s.monitoring_port, state.clone(), Endpoints::Metrics)?;
+    let h = server::serve(s.health_port, state.clone(), Endpoints::Health)?;
+    log::info!("metrics on {m}/metrics, health on {h}/healthz and /readyz");
+    super::node::plugin_metrics::expect(s.native_nftables, s.pod_cache);
+    let sock = relay::start(&s.run_dir)?;
+    log::info!("relaying plugin logs from {}", sock.display());
+    super::node::podwatch::start(s);
+    Ok(())
+}
+
+/// The exit code for how the loop ended; at a stop or an error exit, the SIGTERM decision first, and the
+/// cleanup when it says so.
+fn finish(inst: &mut Installer, state: &State, sigfd: &SignalFd, end: Result<End>) -> Result<i32> {
     match end {
         Ok(End::Installed) => {
             log::info!("installed (--once)");
             Ok(0)
         }
         Ok(End::TimedOut) => {
+            let s = inst.settings();
             log::error!(
                 "no primary CNI configuration in {} within {:?}",
-                inst.settings.mounted_cni_net_dir.display(),
-                inst.settings.wait_timeout
+                s.mounted_cni_net_dir.display(),
+                s.wait_timeout
             );
             Ok(1)
         }
@@ -209,14 +204,14 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
                 _ => "stop".to_string(),
             };
             // Replacement (a rolling update, a restart) or uninstall: read our DaemonSet first.
-            let d = decide_at_stop(&mut inst, &sig);
+            let d = decide_at_stop(inst, &sig);
             if d.verdict == super::handover::Verdict::Keep {
                 if d.rule == super::handover::Rule::Replacement {
                     inst.release_no_primary();
                 }
                 return Ok(0);
             }
-            Ok(cleaned_up(&inst, "cleanup"))
+            Ok(cleaned_up(inst, "cleanup"))
         }
         Err(e) => {
             // Upstream runs cleanup in a defer on every exit of the run. An error exit of the DaemonSet's
@@ -228,10 +223,10 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
                 // Whatever is still visible (the conf dir when a bin or run dir was the deleted one) keeps
                 // our entry, binary and kubeconfig for the next container.
                 log::info!("error exit for a restart: configuration, binary and kubeconfig kept");
-            } else if !inst.settings.once
-                && decide_at_stop(&mut inst, "error exit").verdict != super::handover::Verdict::Keep
+            } else if !inst.settings().once
+                && decide_at_stop(inst, "error exit").verdict != super::handover::Verdict::Keep
             {
-                cleaned_up(&inst, "cleanup");
+                cleaned_up(inst, "cleanup");
             }
             Err(e)
         }
@@ -241,7 +236,8 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
 /// The SIGTERM decision ([`super::handover`]), logged after `what` with the time it took.
 fn decide_at_stop(inst: &mut Installer, what: &str) -> super::handover::Decision {
     let started = std::time::Instant::now();
-    let d = super::handover::lookup::decide_at_stop(&inst.settings, inst.lease.as_mut());
+    let settings = inst.settings().clone();
+    let d = super::handover::lookup::decide_at_stop(&settings, inst.lease_mut());
     log::info!(
         "{what}: {d} [decided in {} ms]",
         started.elapsed().as_millis()

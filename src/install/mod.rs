@@ -1,11 +1,12 @@
 //! The `install-cni` applet: puts the plugin on the node and keeps it there, takes it away cleanly.
 //!
-//! Rooms: [`config`] (the configuration logic: the runtime's choice, libcni's rules, our entry in and out),
-//! [`handover`] (the SIGTERM decision, and an older agent yielding to a newer one), [`node`] (the node's
-//! services: health and metrics, the plugin's log relay, the pod watch). Here: the entry [`main`], the
-//! command line [`flags`] and settings [`options`], the steps [`installer`], [`binaries`] and
-//! [`teardown`], the loop [`run`] and its [`round`] over the [`watch`], and [`cli`] (the run: signals,
-//! servers, the loop, the decision at stop).
+//! Rooms: [`settings`] (the command line, the settings resolved from it and the environment), [`steps`]
+//! (the installer's state and what it does: binaries, kubeconfig, our configuration, the cleanup), [`run`]
+//! (the loop: its decision table, its rounds, the directory watch), [`config`] (the configuration logic:
+//! the runtime's choice, libcni's rules, our entry in and out), [`handover`] (the SIGTERM decision, and
+//! an older agent yielding to a newer one), [`node`] (the node's services: health and metrics, the
+//! plugin's log relay, the pod watch). Here: the entry [`main`] and [`cli`] (the run: signals, servers,
+//! the loop, the decision at stop).
 //!
 //! The composition root of the DaemonSet: like upstream's `install-cni`, it runs the repair agent in-process
 //! (`REPAIR_ENABLED`), so it takes the agent's settings ([`crate::repair::options`]) and starts
@@ -14,23 +15,16 @@
 //! the repair agent imports nothing from the installer (what both use, [`crate::httpd`] and
 //! [`crate::pod_rules`], sits below them).
 
-pub mod binaries;
 pub mod cli;
 pub mod config;
-pub mod flags;
 pub mod handover;
-pub mod installer;
-pub mod legacy;
-pub mod log_settings;
 pub mod node;
-pub mod options;
-pub mod round;
 pub mod run;
-pub mod teardown;
-pub mod watch;
-pub mod write;
+pub mod settings;
+pub mod steps;
 
 use crate::settings::process_env;
+use settings::{flags, options};
 
 /// The `install-cni` applet's entry point; returns the exit code. Errors before logging starts (flags,
 /// settings) are one plain line, later ones one log line ([`crate::applet::fatal`]).

@@ -5,12 +5,13 @@ use crate::support::install::*;
 use istio_cni::install::config::check::Outcome;
 use istio_cni::install::config::conflist;
 use istio_cni::install::config::select::{self, Choice};
-use istio_cni::install::flags::Flags;
-use istio_cni::install::installer::{ConfigWrite, Installer};
 use istio_cni::install::node::server::{self, Endpoints, State};
-use istio_cni::install::options::{self, Settings};
-use istio_cni::install::round::{self, RoundEnd};
-use istio_cni::install::{binaries, watch};
+use istio_cni::install::run::round::{self, RoundEnd};
+use istio_cni::install::run::watch;
+use istio_cni::install::settings::flags::Flags;
+use istio_cni::install::settings::options::{self, Settings};
+use istio_cni::install::steps::binaries;
+use istio_cni::install::steps::{ConfigWrite, Installer};
 use istio_cni::json;
 use istio_cni::rundir::RunDir;
 use std::collections::{BTreeMap, HashMap};
@@ -97,9 +98,7 @@ fn settings_for(st: &json::Object, conf: &Path, run: &Path) -> Settings {
 /// An installer whose records of the files it changes (README: uninstall gives them back) go to a
 /// temporary directory: the vectors' run dir (`/path/to/kubeconfig`) is named in the entry only.
 fn new_installer(settings: Settings, exe: PathBuf) -> Installer {
-    let mut inst = Installer::new(settings, exe);
-    inst.originals = tempdir("originals").join("records");
-    inst
+    Installer::new(settings, exe).with_originals(tempdir("originals").join("records"))
 }
 
 fn subst(text: &str, conf: &Path) -> String {
@@ -477,7 +476,7 @@ fn check_cases() {
             settings_for(&st, &conf, &conf),
             PathBuf::from("/proc/self/exe"),
         );
-        inst.installed = Some(s(&st, "installed_config").into());
+        inst.assume_installed(s(&st, "installed_config").into());
         substitute_our_entry(&conf, &inst.entry());
         let out = inst.check();
         let valid = b(&ex, "valid");
@@ -509,7 +508,7 @@ fn check_cases() {
         if let Some(pin) = json::str_of(&ex, "pins_cni_conf_name") {
             // README deviation: we do not pin (master does); we follow the runtime's choice, which is
             // the same file here: the reinstall goes into it, and nothing is pinned.
-            assert_eq!(inst.configured, None, "{name}: nothing pinned");
+            assert_eq!(inst.configured(), None, "{name}: nothing pinned");
             assert_eq!(inst.choose(), Choice::Use(pin.into()), "{name}: target");
         }
         fs::remove_dir_all(&conf).unwrap();
@@ -539,7 +538,7 @@ fn cleanup_cases() {
         // This installer wrote it (a running agent's cleanup removes only its own: rundir::claim).
         istio_cni::rundir::claim(&run.join(RunDir::KUBECONFIG));
         let mut inst = new_installer(settings, PathBuf::from("/proc/self/exe"));
-        inst.installed = Some(s(&st, "installed_config").into());
+        inst.assume_installed(s(&st, "installed_config").into());
         inst.cleanup().unwrap();
         assert_eq!(names(&conf), strs(&ex, "after_cleanup_files"), "{name}");
         for f in strs(&ex, "after_cleanup_files") {
@@ -640,7 +639,7 @@ fn watch_cases() {
         let mut settings = settings_for(&st, &conf, &run);
         settings.run_dir = run.clone();
         let mut inst = new_installer(settings, PathBuf::from("/proc/self/exe"));
-        inst.installed = Some(s(&st, "installed_config").into());
+        inst.assume_installed(s(&st, "installed_config").into());
         let state = std::sync::Arc::new(State::default());
         let mut watcher = istio_cni::install::cli::watcher_for(&inst).unwrap();
         let entry = inst.entry();

@@ -5,9 +5,9 @@
 //! real files; the count of lost updates must be 0.
 
 use crate::support::install::*;
-use istio_cni::install::flags::Flags;
-use istio_cni::install::installer::{ConfigWrite, Installer};
-use istio_cni::install::options;
+use istio_cni::install::settings::flags::Flags;
+use istio_cni::install::settings::options;
+use istio_cni::install::steps::{ConfigWrite, Installer};
 use std::collections::HashMap;
 use std::fs;
 use std::path::PathBuf;
@@ -101,7 +101,7 @@ fn an_unmergeable_fallback_is_remembered_once() {
         atomic_write(&conf.join("20-b.conflist"), text.as_bytes(), 0o644);
         let w = inst.write_config().unwrap();
         assert!(matches!(w, ConfigWrite::Installed { .. }), "{w:?}");
-        assert_eq!(inst.unmergeable.len(), 1, "generation {generation}");
+        assert_eq!(inst.unmergeable().len(), 1, "generation {generation}");
     }
     fs::remove_dir_all(&root).unwrap();
 }

@@ -5,7 +5,7 @@
 //! transport cannot hold the shutdown): well inside the default 30 s grace period.
 
 use super::super::handover::{self, Decision, Facts, Lookup};
-use super::super::options::Settings;
+use super::super::settings::options::Settings;
 use crate::json::{self, Object, Value};
 use crate::kube::{Backoff, Client, Config, Timeouts};
 use crate::rundir::lease::Lease;
@@ -156,66 +156,85 @@ pub fn daemonset_owner(pod: &Object) -> Option<String> {
         .map(str::to_string)
 }
 
-fn gather(c: &Client, ask: &Ask, deadline: Instant) -> Facts {
-    let mut node_name = ask.node.clone();
-    let mut pod_forbidden = None;
-    let (name, named_by) = if ask.pod.is_empty() {
-        (
-            DEFAULT_DAEMONSET.to_string(),
-            "upstream's default name; POD_NAME is not set".to_string(),
-        )
-    } else {
-        let pod_deadline = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
-        let what = format!("get pod {}/{}", ask.ns, ask.pod);
-        match get_until(pod_deadline, &what, |t| {
-            c.get_pod_within(&ask.ns, &ask.pod, t)
-        }) {
-            Lookup::Found(pod) => {
-                if let Some(n) = json::obj_of(&pod, "spec")
+/// The DaemonSet's name as our pod gives it.
+struct Named {
+    name: String,
+    /// How the name was found.
+    named_by: String,
+    /// The node our pod runs on, when it says.
+    node: Option<String>,
+    /// Reading our pod was forbidden (with the DaemonSet's 403 too: the RBAC is gone).
+    forbidden: Option<String>,
+}
+
+/// Our DaemonSet's name from our pod's owner, or upstream's default name when the pod cannot be read
+/// (within half of what is left before `deadline`); `Err`: the facts are already known.
+fn our_daemonset(c: &Client, ask: &Ask, deadline: Instant) -> Result<Named, Box<Facts>> {
+    let default = |named_by: String, forbidden| Named {
+        name: DEFAULT_DAEMONSET.to_string(),
+        named_by: format!("upstream's default name; {named_by}"),
+        node: None,
+        forbidden,
+    };
+    if ask.pod.is_empty() {
+        return Ok(default("POD_NAME is not set".into(), None));
+    }
+    let pod_deadline = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
+    let what = format!("get pod {}/{}", ask.ns, ask.pod);
+    match get_until(pod_deadline, &what, |t| {
+        c.get_pod_within(&ask.ns, &ask.pod, t)
+    }) {
+        Lookup::Found(pod) => match daemonset_owner(&pod) {
+            Some(name) => Ok(Named {
+                name,
+                named_by: format!("the owner of our pod {}", ask.pod),
+                node: json::obj_of(&pod, "spec")
                     .and_then(|s| json::str_of(s, "nodeName"))
                     .filter(|n| !n.is_empty())
-                {
-                    node_name = n.to_string();
-                }
-                match daemonset_owner(&pod) {
-                    Some(n) => (n, format!("the owner of our pod {}", ask.pod)),
-                    None => {
-                        return Facts::NotADaemonSetPod(format!(
-                            "our pod {}/{} is not owned by a DaemonSet, so nothing will replace it",
-                            ask.ns, ask.pod
-                        ))
-                    }
-                }
-            }
-            Lookup::Unauthorized(e) => {
-                return Facts::Looked {
-                    namespace: ask.ns.clone(),
-                    name: DEFAULT_DAEMONSET.into(),
-                    named_by: format!("upstream's default name; {what} was refused"),
-                    ds: Lookup::Unauthorized(e),
-                    node_name,
-                    node: None,
-                }
-            }
-            other => {
-                if let Lookup::Forbidden(e) = &other {
-                    pod_forbidden = Some(e.clone());
-                }
-                (
-                    DEFAULT_DAEMONSET.to_string(),
-                    format!(
-                        "upstream's default name; our pod could not be read: {}",
-                        brief(&other)
-                    ),
-                )
-            }
+                    .map(str::to_string),
+                forbidden: None,
+            }),
+            None => Err(Box::new(Facts::NotADaemonSetPod(format!(
+                "our pod {}/{} is not owned by a DaemonSet, so nothing will replace it",
+                ask.ns, ask.pod
+            )))),
+        },
+        Lookup::Unauthorized(e) => Err(Box::new(Facts::Looked {
+            namespace: ask.ns.clone(),
+            name: DEFAULT_DAEMONSET.into(),
+            named_by: format!("upstream's default name; {what} was refused"),
+            ds: Lookup::Unauthorized(e),
+            node_name: ask.node.clone(),
+            node: None,
+        })),
+        other => {
+            let forbidden = match &other {
+                Lookup::Forbidden(e) => Some(e.clone()),
+                _ => None,
+            };
+            let why = format!("our pod could not be read: {}", brief(&other));
+            Ok(default(why, forbidden))
         }
+    }
+}
+
+/// Our DaemonSet ([`our_daemonset`]), then the node when the decision needs it.
+fn gather(c: &Client, ask: &Ask, deadline: Instant) -> Facts {
+    let Named {
+        name,
+        named_by,
+        node,
+        forbidden,
+    } = match our_daemonset(c, ask, deadline) {
+        Ok(n) => n,
+        Err(facts) => return *facts,
     };
+    let mut node_name = node.unwrap_or_else(|| ask.node.clone());
     let what = format!("get daemonset {}/{name}", ask.ns);
     let ds = get_until(deadline, &what, |t| {
         c.get_daemonset_within(&ask.ns, &name, t)
     });
-    if let (Some(pod), Lookup::Forbidden(daemonset)) = (&pod_forbidden, &ds) {
+    if let (Some(pod), Lookup::Forbidden(daemonset)) = (&forbidden, &ds) {
         return Facts::RbacGone {
             pod: pod.clone(),
             daemonset: daemonset.clone(),

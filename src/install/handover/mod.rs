@@ -204,43 +204,37 @@ fn unauthorized(e: &str) -> Decision {
 }
 
 /// Decides from `facts`; `istio_owned` is `ISTIO_OWNED_CNI_CONFIG` (the default when there is no answer).
+/// The rows before the API's answer are here; the DaemonSet's are `daemonset_rows`, the node's
+/// `node_rows`.
 pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
-    let (daemonset, ds, node_name, node) = match facts {
-        Facts::Peer { newer: true, who } => {
-            return Decision::new(
-                Verdict::Keep,
-                Rule::Superseded,
-                format!("a newer agent ({who}) runs on this node and owns its installation"),
-            )
-        }
-        Facts::Peer { newer: false, who } => {
-            return Decision::new(
-                Verdict::Keep,
-                Rule::HandedOver,
-                format!("another agent ({who}) still runs on this node and keeps its installation"),
-            )
-        }
-        Facts::Disabled(setting) => {
-            return Decision::new(
-                Verdict::Cleanup,
-                Rule::Disabled,
-                format!("safe upgrade is turned off ({setting})"),
-            )
-        }
+    match facts {
+        Facts::Peer { newer: true, who } => Decision::new(
+            Verdict::Keep,
+            Rule::Superseded,
+            format!("a newer agent ({who}) runs on this node and owns its installation"),
+        ),
+        Facts::Peer { newer: false, who } => Decision::new(
+            Verdict::Keep,
+            Rule::HandedOver,
+            format!("another agent ({who}) still runs on this node and keeps its installation"),
+        ),
+        Facts::Disabled(setting) => Decision::new(
+            Verdict::Cleanup,
+            Rule::Disabled,
+            format!("safe upgrade is turned off ({setting})"),
+        ),
         Facts::NotADaemonSetPod(why) => {
-            return Decision::new(Verdict::Cleanup, Rule::NotADaemonSetPod, why.clone())
+            Decision::new(Verdict::Cleanup, Rule::NotADaemonSetPod, why.clone())
         }
-        Facts::RbacGone { pod, daemonset } => {
-            return Decision::new(
-                Verdict::Cleanup,
-                Rule::RbacGone,
-                format!(
-                    "our service account may read neither our pod ({pod}) nor our DaemonSet ({daemonset}): \
-                     its RBAC is gone, an uninstall; the plugin could read no pod either, so keeping our \
-                     files would fail every pod on this node"
-                ),
-            )
-        }
+        Facts::RbacGone { pod, daemonset } => Decision::new(
+            Verdict::Cleanup,
+            Rule::RbacGone,
+            format!(
+                "our service account may read neither our pod ({pod}) nor our DaemonSet ({daemonset}): \
+                 its RBAC is gone, an uninstall; the plugin could read no pod either, so keeping our \
+                 files would fail every pod on this node"
+            ),
+        ),
         Facts::Looked {
             namespace,
             name,
@@ -248,63 +242,72 @@ pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
             ds,
             node_name,
             node,
-        } => (
-            (
-                namespace.as_str(),
-                format!("{namespace}/{name} ({named_by})"),
-            ),
-            ds,
-            node_name,
-            node,
-        ),
-    };
-    let (ns, daemonset) = daemonset;
+        } => {
+            let daemonset = format!("{namespace}/{name} ({named_by})");
+            match daemonset_rows(namespace, &daemonset, ds, istio_owned) {
+                Ok(ds) => node_rows(&daemonset, ds, node_name, node.as_ref(), istio_owned),
+                Err(d) => d,
+            }
+        }
+    }
+}
+
+/// The DaemonSet's rows: gone, being deleted, unreadable (no answer) decide (`Err`); a
+/// DaemonSet present and not deleting is handed back for the node's rows.
+fn daemonset_rows<'a>(
+    ns: &str,
+    daemonset: &str,
+    ds: &'a Lookup,
+    istio_owned: bool,
+) -> Result<&'a Object, Decision> {
     let ds = match ds {
         Lookup::Found(o) => o,
         Lookup::NotFound => {
-            return Decision::new(
+            return Err(Decision::new(
                 Verdict::Cleanup,
                 Rule::DaemonSetGone,
                 format!("DaemonSet {daemonset} not found: an uninstall"),
-            )
+            ))
         }
-        Lookup::Unauthorized(e) => return unauthorized(e),
+        Lookup::Unauthorized(e) => return Err(unauthorized(e)),
         Lookup::Forbidden(e) => {
             let grant = format!("get daemonsets.apps in namespace {ns}");
-            return no_answer(
-                forbidden(&format!("DaemonSet {daemonset}"), &grant, e),
-                istio_owned,
-            );
+            let why = forbidden(&format!("DaemonSet {daemonset}"), &grant, e);
+            return Err(no_answer(why, istio_owned));
         }
         Lookup::Failed(e) => {
-            return no_answer(
-                format!("DaemonSet {daemonset}: no answer: {e}"),
-                istio_owned,
-            )
+            let why = format!("DaemonSet {daemonset}: no answer: {e}");
+            return Err(no_answer(why, istio_owned));
         }
     };
     let meta = json::obj_of(ds, "metadata");
-    if let Some(t) = meta.and_then(|m| json::str_of(m, "deletionTimestamp")) {
-        return Decision::new(
+    match meta.and_then(|m| json::str_of(m, "deletionTimestamp")) {
+        Some(t) => Err(Decision::new(
             Verdict::Cleanup,
             Rule::DaemonSetDeleting,
             format!("DaemonSet {daemonset} is being deleted (since {t}): an uninstall"),
-        );
+        )),
+        None => Ok(ds),
     }
+}
+
+/// The node's rows, for a DaemonSet present and not deleting: gone, unauthorized, and whether its
+/// template still runs there (no answer when that depends on a node we could not read).
+fn node_rows(
+    daemonset: &str,
+    ds: &Object,
+    node_name: &str,
+    node: Option<&Lookup>,
+    istio_owned: bool,
+) -> Decision {
     let empty = Object::new();
     let template = json::obj_of(ds, "spec")
         .and_then(|s| json::obj_of(s, "template"))
         .unwrap_or(&empty);
-    // Without the node: no answer when the template depends on it.
-    let unknown_node = |why: String| match scheduling::daemon_pod_fits(template, None) {
-        Fit::NeedsNode => Err(no_answer(
-            format!("DaemonSet {daemonset} is present, but {why}"),
-            istio_owned,
-        )),
-        f => Ok(f),
-    };
-    let fit = match node {
-        Some(Lookup::Found(n)) => Ok(scheduling::daemon_pod_fits(template, Some(n))),
+    let fits = |n| scheduling::daemon_pod_fits(template, n);
+    // The fit, and why it is not known when it needs the node.
+    let (fit, unknown) = match node {
+        Some(Lookup::Found(n)) => (fits(Some(n)), format!("node {node_name} is unknown")),
         Some(Lookup::NotFound) => {
             return Decision::new(
                 Verdict::Cleanup,
@@ -313,16 +316,18 @@ pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
             )
         }
         Some(Lookup::Unauthorized(e)) => return unauthorized(e),
-        Some(Lookup::Forbidden(e)) => unknown_node(format!(
-            "whether it still runs on this node depends on the node: {}",
-            forbidden(&format!("node {node_name}"), "get nodes", e)
-        )),
-        Some(Lookup::Failed(e)) => unknown_node(format!("node {node_name}: no answer: {e}")),
-        None => unknown_node(format!("node {node_name} was not looked up in time")),
-    };
-    let fit = match fit {
-        Ok(f) => f,
-        Err(no_answer) => return no_answer,
+        Some(Lookup::Forbidden(e)) => (
+            fits(None),
+            format!(
+                "whether it still runs on this node depends on the node: {}",
+                forbidden(&format!("node {node_name}"), "get nodes", e)
+            ),
+        ),
+        Some(Lookup::Failed(e)) => (fits(None), format!("node {node_name}: no answer: {e}")),
+        None => (
+            fits(None),
+            format!("node {node_name} was not looked up in time"),
+        ),
     };
     match fit {
         Fit::Runs => Decision::new(
@@ -336,7 +341,7 @@ pub fn decide(facts: &Facts, istio_owned: bool) -> Decision {
             format!("DaemonSet {daemonset} no longer runs on node {node_name}: {why}"),
         ),
         Fit::NeedsNode => no_answer(
-            format!("DaemonSet {daemonset} is present, but node {node_name} is unknown"),
+            format!("DaemonSet {daemonset} is present, but {unknown}"),
             istio_owned,
         ),
     }

@@ -1,26 +1,24 @@
 //! The older agent's side when two run on a node at once ([`crate::rundir::lease`]): the loop ([`crate::install::run`])
 //! asks before its writes whether a newer agent owns the node, and then waits here.
 
-use super::super::installer::Installer;
 use super::super::node::server::State;
-use super::super::watch::Watcher;
+use super::super::run::watch::Watcher;
 use crate::error::Result;
+use crate::rundir::lease::Lease;
 use std::os::fd::BorrowedFd;
 
 /// While a newer agent on this node owns the installation ([`crate::rundir::lease`]): write nothing (two
 /// agents would rewrite each other's kubeconfig and entry), say not ready (the newer agent answers for
 /// the node; the DaemonSet controller deletes this pod once that one is available), and wait until it is
-/// gone or the stop. `None`: this agent owns the node; `Some(true)`: it took the node back (everything is
-/// done again); `Some(false)`: stopped.
+/// gone or the stop. `None`: this agent owns the node; `Some(true)`: it took the node back (the caller does
+/// everything again, as after a restart: [`crate::install::steps::Installer::take_back`]); `Some(false)`:
+/// stopped.
 pub fn yield_to_newer(
-    inst: &mut Installer,
+    lease: &mut Lease,
     watcher: &mut Watcher,
     state: &State,
     stop: Option<BorrowedFd<'_>>,
 ) -> Result<Option<bool>> {
-    let Some(lease) = inst.lease.as_mut() else {
-        return Ok(None);
-    };
     let Some(newer) = lease.newer() else {
         return Ok(None);
     };
@@ -38,8 +36,5 @@ pub fn yield_to_newer(
         newer.who
     );
     watcher.drain()?;
-    // As after a restart: our entry goes where this agent's settings put it, and out of any other list
-    // (the newer agent's settings may have chosen another file).
-    inst.installed = None;
     Ok(Some(true))
 }

@@ -4,7 +4,7 @@
 //! off) and, with `REPAIR_ENABLED=true`, the in-process repair agent, whose label and field selectors then
 //! apply to each pod here instead of on the server. One watch per node, however many users.
 
-use super::super::options::Settings;
+use super::super::settings::options::Settings;
 use crate::kube::podwatch::{self, Fanout, PodSink, Selection};
 use crate::podcache::server::Cache;
 use std::path::PathBuf;

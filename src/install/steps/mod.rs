@@ -1,13 +1,18 @@
-//! The installer's effectful steps over its state: binaries, kubeconfig, plugin configuration, the
-//! validity check. The loop that drives them is in [`super::run`].
+//! The installer's state and its effectful steps over it: binaries, kubeconfig, plugin configuration
+//! ([`write`]), the validity check, the cleanup ([`teardown`]). Its fields are this module's: the loop that
+//! drives the steps ([`crate::install::run`]) and the rest ask through methods.
 
-use super::config::check::{self, CheckCtx, Outcome};
-use super::config::entry::PluginEntry;
-use super::config::kubeconfig::{self, KubeconfigInputs};
-use super::config::select::{self, shown, Choice, Listing};
-use super::options::Settings;
+pub mod binaries;
+pub mod teardown;
+pub mod write;
+
 use crate::error::{Context, IoContext, Result};
 use crate::fsutil;
+use crate::install::config::check::{self, CheckCtx, Outcome};
+use crate::install::config::entry::PluginEntry;
+use crate::install::config::kubeconfig::{self, KubeconfigInputs};
+use crate::install::config::select::{self, shown, Choice, Listing};
+use crate::install::settings::options::Settings;
 use crate::rundir::lease::Lease;
 use crate::rundir::RunDir;
 use std::ffi::{OsStr, OsString};
@@ -26,30 +31,32 @@ pub enum ConfigWrite {
 }
 
 pub struct Installer {
-    pub settings: Settings,
+    settings: Settings,
     /// The executable installed as `istio-cni`.
-    pub exe: PathBuf,
+    exe: PathBuf,
     /// CNI_CONF_NAME as the operator set it. Without it we follow libcni's choice whenever it changes
     /// (release-1.9's behaviour; master pins its first choice, a deviation we reject: README).
-    pub configured: Option<OsString>,
+    configured: Option<OsString>,
     /// The conf-dir file our configuration was last written to (a name is bytes, as the runtime's).
-    pub installed: Option<OsString>,
+    installed: Option<OsString>,
     /// Bin dirs holding our binary.
-    pub bin_dirs: Vec<PathBuf>,
+    bin_dirs: Vec<PathBuf>,
     /// This agent's place among the node's agents (none for `--once` and `--uninstall`).
-    pub lease: Option<Lease>,
+    lease: Option<Lease>,
     /// Files the runtime falls back to that our entry could not be merged into, with the content tried
-    /// (tried again once it changes; [`super::write`]).
-    pub unmergeable: Vec<(OsString, Vec<u8>)>,
+    /// (tried again once it changes; [`write`]).
+    unmergeable: Vec<(OsString, Vec<u8>)>,
     /// Where the fallbacks we change are recorded as we found them, for the uninstall to give them back
-    /// ([`super::config::originals`]): `<run dir>/cni-conf-originals`.
-    pub originals: PathBuf,
+    /// ([`crate::install::config::originals`]): `<run dir>/cni-conf-originals`.
+    originals: PathBuf,
 }
 
 impl Installer {
     pub fn new(settings: Settings, exe: PathBuf) -> Installer {
         let configured = settings.cni_conf_name.clone().map(OsString::from);
-        let originals = settings.run_dir.join(super::config::originals::DIR);
+        let originals = settings
+            .run_dir
+            .join(crate::install::config::originals::DIR);
         Installer {
             settings,
             exe,
@@ -59,6 +66,75 @@ impl Installer {
             lease: None,
             unmergeable: Vec::new(),
             originals,
+        }
+    }
+
+    /// Records of the fallbacks we change go to `dir` instead of the run dir.
+    pub fn with_originals(mut self, dir: PathBuf) -> Installer {
+        self.originals = dir;
+        self
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// CNI_CONF_NAME, when set.
+    pub fn configured(&self) -> Option<&OsStr> {
+        self.configured.as_deref()
+    }
+
+    /// The conf-dir file our configuration was last written to.
+    pub fn installed(&self) -> Option<&OsStr> {
+        self.installed.as_deref()
+    }
+
+    /// As if our configuration had last been written to `name` (where a previous run left it).
+    pub fn assume_installed(&mut self, name: OsString) {
+        self.installed = Some(name);
+    }
+
+    /// The fallbacks our entry could not be merged into, with the content tried.
+    pub fn unmergeable(&self) -> &[(OsString, Vec<u8>)] {
+        &self.unmergeable
+    }
+
+    /// This agent's place among the node's agents, once joined.
+    pub fn lease_mut(&mut self) -> Option<&mut Lease> {
+        self.lease.as_mut()
+    }
+
+    /// Whether a newer agent owns the node's installation now.
+    pub fn superseded(&mut self) -> bool {
+        self.lease.as_mut().is_some_and(|l| l.newer().is_some())
+    }
+
+    /// Back from a newer agent: as after a restart, our entry goes where this agent's settings put it,
+    /// and out of any other list (the newer agent's settings may have chosen another file).
+    pub fn take_back(&mut self) {
+        self.installed = None;
+    }
+
+    /// Joins the node's agents as the newest ([`crate::rundir::lease`]): from now on this agent owns the
+    /// node's installation, and an older one still running writes nothing. Without a lease (a file system
+    /// without open file description locks) the agent runs as before, alone in its own view.
+    pub fn join(&mut self) {
+        let s = &self.settings;
+        let name = match s.handover.pod_name.as_str() {
+            "" => format!("pid {}", std::process::id()),
+            pod => format!("pod {pod}"),
+        };
+        match Lease::join(&s.run_dir, &name) {
+            Ok(l) => {
+                log::info!(
+                    "joined the node's agents as generation {}: this agent owns the node's installation",
+                    l.generation()
+                );
+                self.lease = Some(l);
+            }
+            Err(e) => {
+                log::warn!("no lease, an older agent still running will not defer to this one: {e}")
+            }
         }
     }
 
@@ -94,7 +170,7 @@ impl Installer {
         let dir = self.conf_dir();
         let cands = select::list_candidates(dir)?;
         select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
-            super::config::plugin_dir::read(dir, n)
+            crate::install::config::plugin_dir::read(dir, n)
         })
     }
 
@@ -115,9 +191,9 @@ impl Installer {
     /// Installs our executable as `istio-cni` into the bin dirs.
     pub fn install_binaries(&mut self) -> Result<()> {
         let s = &self.settings;
-        let dirs = super::binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref());
+        let dirs = binaries::target_dirs(&s.bin_dir, s.secondary_bin_dir.as_deref());
         for d in &dirs {
-            let out = super::binaries::install_one(
+            let out = binaries::install_one(
                 &self.exe,
                 d,
                 PLUGIN_BINARY,

@@ -1,6 +1,6 @@
 //! File-system watching with inotify (no polling): the conf dir, the service-account dir (token rotation
 //! swaps its `..data` symlink), the bin dirs and the run dir, and the directories on the candidates' link
-//! chains ([`super::config::links`]). One watcher for the whole run: we watch directories, which survive the
+//! chains ([`crate::install::config::links`]). One watcher for the whole run: we watch directories, which survive the
 //! atomic renames of the files in them. A stop descriptor (a signalfd in the installer, a pipe in tests)
 //! wakes every wait.
 //!
@@ -111,10 +111,10 @@ pub struct Watcher {
     marks: Vec<Mark>,
     filter: Filter,
     /// The link chains last followed ([`Watcher::follow_links`]).
-    chains: Vec<super::config::links::Chain>,
+    chains: Vec<crate::install::config::links::Chain>,
     /// Link-chain directories that could not be watched (each is logged once).
     unwatched: BTreeSet<PathBuf>,
-    /// Link-chain directories left out beyond [`super::config::links::MAX_DIRS`] (logged when it changes).
+    /// Link-chain directories left out beyond [`crate::install::config::links::MAX_DIRS`] (logged when it changes).
     left_out: usize,
     /// Since when a watched directory has shown its deleted self ([`Watcher::deleted_for`]).
     deleted_at: Option<Instant>,

@@ -73,8 +73,8 @@ fn level_word(l: LevelFilter) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use crate::install::flags::{normalize_args, Flags};
-    use crate::install::options::tests::resolve_with;
+    use crate::install::settings::flags::{normalize_args, Flags};
+    use crate::install::settings::options::tests::resolve_with;
     use log::LevelFilter;
 
     #[test]

@@ -6,9 +6,9 @@
 //! The `REPAIR_*` settings (master names, and the dashed release-1.9 names as aliases) are read by the
 //! repair agent's own parser, [`crate::repair::options::from_installer_env`].
 
-use super::config::selectors::EnablementSelector;
 use super::flags::Flags;
 use crate::error::{Error, Result};
+use crate::install::config::selectors::EnablementSelector;
 use crate::iptables::Backend;
 use crate::settings::{parse_bool, parse_duration, parse_mode, parse_port, EmptyEnv, Env, Named};
 use std::path::PathBuf;
@@ -68,7 +68,7 @@ pub struct Settings {
     pub audit_interval: Duration,
 }
 
-/// Settings of the SIGTERM decision ([`super::handover`]).
+/// Settings of the SIGTERM decision ([`crate::install::handover`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Handover {
     /// POD_NAME (the chart's `fieldRef`): our pod, whose `ownerReferences` name our DaemonSet.
@@ -88,36 +88,13 @@ impl Settings {
     }
 }
 
-/// Resolves and validates every setting, concern by concern.
+/// Resolves and validates every setting, concern by concern. Long: one field a line in the struct's order,
+/// grouped by concern (a split would scatter the one table an operator's setting is looked up in).
 pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
-    super::legacy::refuse_legacy(
-        &[
-            ("CNI_NETWORK_CONFIG", &f.cni_network_config),
-            ("CNI_NETWORK_CONFIG_FILE", &f.cni_network_config_file),
-            ("KUBECFG_FILE_NAME", &f.kubecfg_file_name),
-        ],
-        env,
-    )?;
     let r = named(env);
-    let conf = conf_files(f, &r)?;
-    if r.bool(&f.ambient_enabled, "AMBIENT_ENABLED", false)? {
-        return Err(Error::env(
-            "AMBIENT_ENABLED",
-            "ambient mode is not supported by this installer; set it to false",
-        ));
-    }
+    let conf = conf_unless_refused(f, &r, env)?;
     let (plugin_log_level, log, mut warnings) = super::log_settings::resolve(f, &r)?;
-    if f.chained_cni_plugin.is_none()
-        && env("CHAINED_CNI_PLUGIN").is_some_and(|v| v.trim().is_empty())
-    {
-        // Almost always a templating slip; standalone would replace the node's network (README).
-        warnings.push(
-            "CHAINED_CNI_PLUGIN is set but empty: chaining into the primary CNI configuration (the default); \
-             upstream's install-cni reads an empty value as false and writes a standalone configuration \
-             instead. Set it to true or false."
-                .into(),
-        );
-    }
+    warnings.extend(empty_chained(f, env));
     let bins = binaries(f, &r)?;
     let exclude = list(&r, &f.exclude_namespaces, "EXCLUDE_NAMESPACES", |c| {
         c == ','
@@ -156,7 +133,7 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         pod_namespace: r.text(&f.pod_namespace, "POD_NAMESPACE", ""),
         native_nftables: r.bool(&f.native_nftables, "NATIVE_NFTABLES", false)?,
         plugin_log_level,
-        enablement_selectors: super::config::selectors::parse(
+        enablement_selectors: crate::install::config::selectors::parse(
             &env("AMBIENT_ENABLEMENT_SELECTOR").unwrap_or_default(),
         )?,
         enable_ambient_detection_retry: r.bool(
@@ -197,6 +174,37 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
     settings.node_name = node_name(&settings.repair.node_name, env);
     settings.repair.node_name.clone_from(&settings.node_name);
     Ok(settings)
+}
+
+/// The old installers' settings refused ([`super::legacy`]), the conf files, ambient mode refused: in
+/// that order, the first error wins.
+fn conf_unless_refused(f: &Flags, r: &Named<'_>, env: Env<'_>) -> Result<ConfFiles> {
+    let legacy = [
+        ("CNI_NETWORK_CONFIG", &f.cni_network_config),
+        ("CNI_NETWORK_CONFIG_FILE", &f.cni_network_config_file),
+        ("KUBECFG_FILE_NAME", &f.kubecfg_file_name),
+    ];
+    super::legacy::refuse_legacy(&legacy, env)?;
+    let conf = conf_files(f, r)?;
+    if r.bool(&f.ambient_enabled, "AMBIENT_ENABLED", false)? {
+        return Err(Error::env(
+            "AMBIENT_ENABLED",
+            "ambient mode is not supported by this installer; set it to false",
+        ));
+    }
+    Ok(conf)
+}
+
+/// The warning for CHAINED_CNI_PLUGIN set but empty: almost always a templating slip, and standalone
+/// would replace the node's network (README).
+fn empty_chained(f: &Flags, env: Env<'_>) -> Option<String> {
+    (f.chained_cni_plugin.is_none() && env("CHAINED_CNI_PLUGIN").is_some_and(|v| v.trim().is_empty()))
+        .then(|| {
+            "CHAINED_CNI_PLUGIN is set but empty: chaining into the primary CNI configuration (the default); \
+             upstream's install-cni reads an empty value as false and writes a standalone configuration \
+             instead. Set it to true or false."
+                .into()
+        })
 }
 
 /// The one rule for this node's name: NODE_NAME, else KUBERNETES_NODE_NAME, else the repair agent's

@@ -1,15 +1,15 @@
-//! Writing our configuration (upstream `createCNIConfigFile`) in each layout ([`super::config::layout`]): the
+//! Writing our configuration (upstream `createCNIConfigFile`) in each layout ([`crate::install::config::layout`]): the
 //! standalone file, our entry merged into the primary and every file the runtime falls back to, or the
-//! Istio-owned list derived from the primary. Effects; the decisions are [`super::config::layout`] and
-//! [`super::config::select`].
+//! Istio-owned list derived from the primary. Effects; the decisions are [`crate::install::config::layout`] and
+//! [`crate::install::config::select`].
 
-use super::config::cleanup;
-use super::config::layout;
-use super::config::originals;
-use super::config::select::{self, shown, Choice};
-use super::installer::{write_if_changed, ConfigWrite, Installer};
+use super::{write_if_changed, ConfigWrite, Installer};
 use crate::error::{Context, Error, Result};
 use crate::fsutil;
+use crate::install::config::cleanup;
+use crate::install::config::layout;
+use crate::install::config::originals;
+use crate::install::config::select::{self, shown, Choice};
 use std::ffi::{OsStr, OsString};
 
 impl Installer {
@@ -77,7 +77,7 @@ impl Installer {
             else {
                 continue;
             };
-            if super::config::check::holds_our_entry(&bytes, &entry)
+            if crate::install::config::check::holds_our_entry(&bytes, &entry)
                 || self.unmergeable.iter().any(|(n, b)| *n == f && *b == bytes)
             {
                 continue;
@@ -217,7 +217,7 @@ impl Installer {
             let Some(bytes) = fsutil::read_config(&src, fsutil::MAX_CONFIG_BYTES)? else {
                 continue;
             };
-            let existing = super::config::libcni::go_text(&bytes);
+            let existing = crate::install::config::libcni::go_text(&bytes);
             let merged = layout::owned_text(Some(&existing), &entry)
                 .with_context(|| format!("create CNI config file {}", src.display()))?;
             if to_owned {
@@ -228,11 +228,13 @@ impl Installer {
             }
             let mode = fsutil::mode_of(&src)?.unwrap_or(s.created_mode());
             let loads = |n: &OsStr, b: &[u8]| {
-                select::validate(n, b, &|d| super::config::plugin_dir::read(&dir, d)).is_ok()
+                select::validate(n, b, &|d| crate::install::config::plugin_dir::read(&dir, d))
+                    .is_ok()
             };
             let ours_or_absent = |n: &OsStr| {
-                fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES)
-                    .is_ok_and(|b| b.map_or(true, |b| super::config::check::holds_entry(&b)))
+                fsutil::read_config(&dir.join(n), fsutil::MAX_CONFIG_BYTES).is_ok_and(|b| {
+                    b.map_or(true, |b| crate::install::config::check::holds_entry(&b))
+                })
             };
             let valid = self.listing_quiet().map(|l| l.valid).unwrap_or_default();
             let target =

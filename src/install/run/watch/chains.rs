@@ -1,4 +1,4 @@
-//! The directories on the candidates' link chains ([`crate::install::links`]): watched for the names looked
+//! The directories on the candidates' link chains ([`crate::install::config::links`]): watched for the names looked
 //! up in them, dropped when no chain passes through them any more (so the watch count stays bounded),
 //! watched anew when the directory at a path is replaced.
 

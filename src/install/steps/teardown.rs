@@ -1,13 +1,13 @@
-//! Cleanup on SIGTERM/SIGINT (when the SIGTERM decision, [`super::handover`], says so) and `--uninstall`
-//! (installer.md §2.12): our entry out of the conf dir ([`super::config::cleanup`]), then the kubeconfig,
+//! Cleanup on SIGTERM/SIGINT (when the SIGTERM decision, [`crate::install::handover`], says so) and `--uninstall`
+//! (installer.md §2.12): our entry out of the conf dir ([`crate::install::config::cleanup`]), then the kubeconfig,
 //! our `istio-cni` binary (no other binary), the sockets and the backend record (a running agent's cleanup
 //! only those still its own: [`crate::rundir`]). Every step runs even when an earlier one failed; the
 //! first error is returned at the end.
 
-use super::config::cleanup;
-use super::installer::{Installer, PLUGIN_BINARY};
+use super::{Installer, PLUGIN_BINARY};
 use crate::error::{Error, Result};
 use crate::fsutil;
+use crate::install::config::cleanup;
 use crate::rundir::lease::{self, Lease};
 use std::ffi::OsStr;
 use std::path::Path;
@@ -33,7 +33,7 @@ impl Installer {
         // The files the runtime falls back to that we changed go back as we found them (name, bytes,
         // mode), unless their owner changed them since: then only our entry is taken out, below.
         if s.chained {
-            match super::config::originals::restore_all(dir, &self.originals) {
+            match crate::install::config::originals::restore_all(dir, &self.originals) {
                 Ok(notes) => notes.into_iter().for_each(|n| note(Ok(n))),
                 Err(e) => note(Err(e)),
             }

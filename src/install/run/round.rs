@@ -1,15 +1,15 @@
 //! One round of upstream master's `sleepWatchInstall`, event-driven: validate, mark ready, block on
-//! inotify until something relevant changes, mark not-ready. The loop around it is [`super::run`].
+//! inotify until something relevant changes, mark not-ready. The loop around it is [`super`].
 //!
 //! Before every check the candidates' link chains are resolved and every directory on them watched
-//! ([`super::config::links`]); while waiting, they are re-resolved every [`RESOLVE_PERIOD`] (a few `lstat`s, no
+//! ([`crate::install::config::links`]); while waiting, they are re-resolved every [`RESOLVE_PERIOD`] (a few `lstat`s, no
 //! reads) and lost watches re-placed, a backstop for a change no watch could see.
 
-use super::config::check::Outcome;
-use super::installer::Installer;
-use super::node::server::{InstallResult, State};
 use super::watch::{Changes, Wake, Watcher};
 use crate::error::Result;
+use crate::install::config::check::Outcome;
+use crate::install::node::server::{InstallResult, State};
+use crate::install::steps::Installer;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ pub const DELETED_DIR_EXIT: Duration = Duration::from_secs(10);
 /// since the last look; an error once a watched directory has been deleted for [`DELETED_DIR_EXIT`].
 fn refresh(inst: &Installer, watcher: &mut Watcher, state: &State) -> Result<Changes> {
     let mut ch = watcher.resync();
-    if watcher.follow_links(super::config::links::chains_of(inst.conf_dir())) {
+    if watcher.follow_links(crate::install::config::links::chains_of(inst.conf_dir())) {
         ch.conf = true;
     }
     let health = watcher.health();
