@@ -120,7 +120,31 @@ pub fn parse(stdin: &str) -> Result<NetConf> {
         Some(l) if !l.is_empty() => Some(l),
         _ => json::opt_string(&raw, "log_level", WHAT)?.filter(|l| !l.is_empty()),
     };
-    let pod_lookup_deadline = match raw.get("pod_lookup_timeout_seconds") {
+    let pod_lookup_deadline = pod_lookup_deadline(&raw)?;
+
+    Ok(NetConf {
+        cni_version,
+        name,
+        plugin_type,
+        exclude_namespaces,
+        cni_agent_run_dir,
+        log_level,
+        pod_namespace: json::opt_string(&raw, "pod_namespace", WHAT)?.unwrap_or_default(),
+        native_nftables: json::opt_bool(&raw, "native_nftables", WHAT)?.unwrap_or(false),
+        pod_cache: json::opt_bool(&raw, "pod_cache", WHAT)?.unwrap_or(true),
+        kubeconfig: legacy_str("kubeconfig")?,
+        pod_lookup_deadline,
+        prev_result: match raw.get("prevResult") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.clone()),
+        },
+        raw,
+    })
+}
+
+/// `pod_lookup_timeout_seconds`: seconds in (0, 600], [`DEFAULT_POD_LOOKUP_DEADLINE`] when absent.
+fn pod_lookup_deadline(raw: &Object) -> Result<Duration> {
+    Ok(match raw.get("pod_lookup_timeout_seconds") {
         None | Some(Value::Null) => DEFAULT_POD_LOOKUP_DEADLINE,
         Some(Value::Number(n)) => {
             let secs = match n {
@@ -140,25 +164,6 @@ pub fn parse(stdin: &str) -> Result<NetConf> {
                 "{WHAT}: pod_lookup_timeout_seconds must be a number"
             )))
         }
-    };
-
-    Ok(NetConf {
-        cni_version,
-        name,
-        plugin_type,
-        exclude_namespaces,
-        cni_agent_run_dir,
-        log_level,
-        pod_namespace: json::opt_string(&raw, "pod_namespace", WHAT)?.unwrap_or_default(),
-        native_nftables: json::opt_bool(&raw, "native_nftables", WHAT)?.unwrap_or(false),
-        pod_cache: json::opt_bool(&raw, "pod_cache", WHAT)?.unwrap_or(true),
-        kubeconfig: legacy_str("kubeconfig")?,
-        pod_lookup_deadline,
-        prev_result: match raw.get("prevResult") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(v.clone()),
-        },
-        raw,
     })
 }
 

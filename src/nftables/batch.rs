@@ -9,7 +9,7 @@
 
 use super::encode::*;
 use super::expr::Expr;
-use super::lower::{lower, GroupResolver};
+use super::lower::{lower, GroupResolver, Lowered};
 use super::model::{rule_text, Ruleset, Table, TABLES};
 use crate::error::Result;
 use crate::netfilter::{NFPROTO_INET, NFPROTO_UNSPEC};
@@ -109,6 +109,8 @@ struct Builder {
     last: Option<usize>,
     /// The last message's attribute buffer, cleared for the next ([`Builder::attrs`]).
     spare: Vec<u8>,
+    /// The last anonymous set's batch-unique id.
+    set_id: u32,
 }
 
 impl Builder {
@@ -168,6 +170,7 @@ pub fn batch(
         seq: seq0,
         last: None,
         spare: Vec::new(),
+        set_id: 0,
     };
     let mut begin = Attrs::default();
     if let Some(g) = genid {
@@ -183,41 +186,15 @@ pub fn batch(
         &begin.buf,
     );
     for t in TABLES.into_iter().filter(|_| replace) {
-        let mut a = b.attrs();
-        a.str(NFTA_TABLE_NAME, t.name()).be32(NFTA_TABLE_FLAGS, 0);
-        b.push(NFT_MSG_NEWTABLE, 0, a, Op::AddTable(t), vec![]);
+        b.table(t);
         let mut a = b.attrs();
         a.str(NFTA_TABLE_NAME, t.name());
         b.push(NFT_MSG_DELTABLE, 0, a, Op::DeleteTable(t), vec![]);
     }
-    let mut set_id: u32 = 0;
     for (ti, ts) in rs.tables.iter().enumerate() {
-        let tn = ts.table.name();
-        let mut a = b.attrs();
-        a.str(NFTA_TABLE_NAME, tn).be32(NFTA_TABLE_FLAGS, 0);
-        b.push(NFT_MSG_NEWTABLE, 0, a, Op::AddTable(ts.table), vec![]);
+        b.table(ts.table);
         for c in &ts.chains {
-            let mut a = b.attrs();
-            a.str(NFTA_CHAIN_TABLE, tn).str(NFTA_CHAIN_NAME, c.name);
-            let mut modules = vec![];
-            if let Some(h) = ts.table.hook(c.name) {
-                // Attribute order as nft sends it (type, then hook).
-                a.str(NFTA_CHAIN_TYPE, h.kind);
-                a.nest(NFTA_CHAIN_HOOK, |n| {
-                    n.be32(NFTA_HOOK_HOOKNUM, h.hooknum)
-                        .put(NFTA_HOOK_PRIORITY, &h.priority.to_be_bytes());
-                });
-                if h.kind == "nat" {
-                    modules.push(("type nat chain".to_string(), "nft_chain_nat"));
-                }
-            }
-            b.push(
-                NFT_MSG_NEWCHAIN,
-                NLM_F_CREATE,
-                a,
-                Op::AddChain(ts.table, c.name),
-                modules,
-            );
+            b.chain(ts.table, c.name);
         }
         for (ci, c) in ts.chains.iter().enumerate() {
             for (ri, items) in c.rules.iter().enumerate() {
@@ -227,89 +204,122 @@ pub fn batch(
                     rule: ri,
                     part,
                 };
-                let mut low = lower(items, groups)?;
-                // Anonymous sets first, with batch-unique ids; the lookups point at them.
-                let mut ids = Vec::new();
-                for elems in &low.sets {
-                    set_id += 1;
-                    ids.push(set_id);
-                    let mut a = b.attrs();
-                    a.str(NFTA_SET_TABLE, tn)
-                        .str(NFTA_SET_NAME, "__set%d")
-                        .be32(NFTA_SET_FLAGS, SET_ANON_CONST)
-                        .be32(NFTA_SET_KEY_TYPE, KEY_TYPE_INET_SERVICE)
-                        .be32(NFTA_SET_KEY_LEN, 2)
-                        .be32(NFTA_SET_ID, set_id)
-                        .nest(NFTA_SET_DESC, |d| {
-                            d.be32(NFTA_SET_DESC_SIZE, elems.len() as u32);
-                        });
-                    b.push(NFT_MSG_NEWSET, NLM_F_CREATE, a, op(Part::Set), vec![]);
-                    let mut a = b.attrs();
-                    a.str(NFTA_SET_ELEM_LIST_TABLE, tn)
-                        .str(NFTA_SET_ELEM_LIST_SET, "__set%d")
-                        .be32(NFTA_SET_ELEM_LIST_SET_ID, set_id)
-                        .nest(NFTA_SET_ELEM_LIST_ELEMENTS, |l| {
-                            // libnftnl numbers the elements 1, 2, … (the kernel ignores the type).
-                            for (i, el) in elems.iter().enumerate() {
-                                l.nest(i as u16 + 1, |e| {
-                                    e.nest(NFTA_SET_ELEM_KEY, |k| {
-                                        k.put(NFTA_DATA_VALUE, el);
-                                    });
-                                });
-                            }
-                        });
-                    b.push(
-                        NFT_MSG_NEWSETELEM,
-                        NLM_F_CREATE,
-                        a,
-                        op(Part::SetElements),
-                        vec![],
-                    );
-                }
-                for e in low.exprs.iter_mut() {
-                    if let Expr::Lookup {
-                        set_id: Some(i), ..
-                    } = e
-                    {
-                        *i = ids.get(*i as usize).copied().unwrap_or(0);
-                    }
-                }
-                let modules = low
-                    .exprs
-                    .iter()
-                    .filter_map(|e| super::expr::module_of(e).map(|m| (e.name().to_string(), m)))
-                    .collect();
-                let mut a = b.attrs();
-                a.str(NFTA_RULE_TABLE, tn).str(NFTA_RULE_CHAIN, c.name);
-                expressions(&low.exprs, &mut a);
-                b.push(
-                    NFT_MSG_NEWRULE,
-                    NLM_F_CREATE | NLM_F_APPEND,
-                    a,
-                    op(Part::Rule),
-                    modules,
-                );
+                b.rule(ts.table.name(), c.name, lower(items, groups)?, op);
             }
         }
     }
-    if let Some(at) = b.last {
-        // nlmsghdr: len (4), type (2), flags (2, native endian).
-        let f = u16::from_ne_bytes([b.bytes[at + 6], b.bytes[at + 7]]) | NLM_F_ACK;
-        b.bytes[at + 6..at + 8].copy_from_slice(&f.to_ne_bytes());
+    Ok(b.end(seq0))
+}
+
+impl Builder {
+    fn table(&mut self, t: Table) {
+        let mut a = self.attrs();
+        a.str(NFTA_TABLE_NAME, t.name()).be32(NFTA_TABLE_FLAGS, 0);
+        self.push(NFT_MSG_NEWTABLE, 0, a, Op::AddTable(t), vec![]);
     }
-    let end_seq = b.seq.wrapping_add(1);
-    message_into(
-        &mut b.bytes,
-        NFNL_MSG_BATCH_END,
-        NLM_F_REQUEST,
-        end_seq,
-        NFPROTO_UNSPEC,
-        NFNL_SUBSYS_NFTABLES,
-        &[],
-    );
-    Ok(Batch {
-        bytes: b.bytes,
-        what: b.what,
-        begin_seq: seq0,
-    })
+
+    /// `NEWCHAIN`: a regular chain, or a base chain with its type and hook (a nat one needs its module).
+    fn chain(&mut self, t: Table, name: &'static str) {
+        let mut a = self.attrs();
+        a.str(NFTA_CHAIN_TABLE, t.name()).str(NFTA_CHAIN_NAME, name);
+        let mut modules = vec![];
+        if let Some(h) = t.hook(name) {
+            // Attribute order as nft sends it (type, then hook).
+            a.str(NFTA_CHAIN_TYPE, h.kind);
+            a.nest(NFTA_CHAIN_HOOK, |n| {
+                n.be32(NFTA_HOOK_HOOKNUM, h.hooknum)
+                    .put(NFTA_HOOK_PRIORITY, &h.priority.to_be_bytes());
+            });
+            if h.kind == "nat" {
+                modules.push(("type nat chain".to_string(), "nft_chain_nat"));
+            }
+        }
+        let op = Op::AddChain(t, name);
+        self.push(NFT_MSG_NEWCHAIN, NLM_F_CREATE, a, op, modules);
+    }
+
+    /// One lowered rule of `table`'s `chain`: its anonymous sets first ([`Builder::anon_set`]), the
+    /// lookups pointed at their batch ids, then `NEWRULE` with the modules its expressions need.
+    fn rule(&mut self, table: &str, chain: &str, mut low: Lowered, op: impl Fn(Part) -> Op) {
+        let ids: Vec<u32> = low
+            .sets
+            .iter()
+            .map(|elems| self.anon_set(table, elems, &op))
+            .collect();
+        for e in low.exprs.iter_mut() {
+            if let Expr::Lookup {
+                set_id: Some(i), ..
+            } = e
+            {
+                *i = ids.get(*i as usize).copied().unwrap_or(0);
+            }
+        }
+        let modules = low
+            .exprs
+            .iter()
+            .filter_map(|e| super::expr::module_of(e).map(|m| (e.name().to_string(), m)))
+            .collect();
+        let mut a = self.attrs();
+        a.str(NFTA_RULE_TABLE, table).str(NFTA_RULE_CHAIN, chain);
+        expressions(&low.exprs, &mut a);
+        let flags = NLM_F_CREATE | NLM_F_APPEND;
+        self.push(NFT_MSG_NEWRULE, flags, a, op(Part::Rule), modules);
+    }
+
+    /// `NEWSET` and `NEWSETELEM` for one anonymous set of ports, with the next batch-unique id (returned).
+    fn anon_set(&mut self, table: &str, elems: &[Vec<u8>], op: impl Fn(Part) -> Op) -> u32 {
+        self.set_id += 1;
+        let set_id = self.set_id;
+        let mut a = self.attrs();
+        a.str(NFTA_SET_TABLE, table)
+            .str(NFTA_SET_NAME, "__set%d")
+            .be32(NFTA_SET_FLAGS, SET_ANON_CONST)
+            .be32(NFTA_SET_KEY_TYPE, KEY_TYPE_INET_SERVICE)
+            .be32(NFTA_SET_KEY_LEN, 2)
+            .be32(NFTA_SET_ID, set_id)
+            .nest(NFTA_SET_DESC, |d| {
+                d.be32(NFTA_SET_DESC_SIZE, elems.len() as u32);
+            });
+        self.push(NFT_MSG_NEWSET, NLM_F_CREATE, a, op(Part::Set), vec![]);
+        let mut a = self.attrs();
+        a.str(NFTA_SET_ELEM_LIST_TABLE, table)
+            .str(NFTA_SET_ELEM_LIST_SET, "__set%d")
+            .be32(NFTA_SET_ELEM_LIST_SET_ID, set_id)
+            .nest(NFTA_SET_ELEM_LIST_ELEMENTS, |l| {
+                // libnftnl numbers the elements 1, 2, … (the kernel ignores the type).
+                for (i, el) in elems.iter().enumerate() {
+                    l.nest(i as u16 + 1, |e| {
+                        e.nest(NFTA_SET_ELEM_KEY, |k| {
+                            k.put(NFTA_DATA_VALUE, el);
+                        });
+                    });
+                }
+            });
+        let op = op(Part::SetElements);
+        self.push(NFT_MSG_NEWSETELEM, NLM_F_CREATE, a, op, vec![]);
+        set_id
+    }
+
+    /// The last inner message asks for the ack; then `BATCH_END`.
+    fn end(mut self, seq0: u32) -> Batch {
+        if let Some(at) = self.last {
+            // nlmsghdr: len (4), type (2), flags (2, native endian).
+            let f = u16::from_ne_bytes([self.bytes[at + 6], self.bytes[at + 7]]) | NLM_F_ACK;
+            self.bytes[at + 6..at + 8].copy_from_slice(&f.to_ne_bytes());
+        }
+        message_into(
+            &mut self.bytes,
+            NFNL_MSG_BATCH_END,
+            NLM_F_REQUEST,
+            self.seq.wrapping_add(1),
+            NFPROTO_UNSPEC,
+            NFNL_SUBSYS_NFTABLES,
+            &[],
+        );
+        Batch {
+            bytes: self.bytes,
+            what: self.what,
+            begin_seq: seq0,
+        }
+    }
 }

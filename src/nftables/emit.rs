@@ -4,7 +4,7 @@
 //! other.
 
 use super::model::*;
-use crate::redirect::values::Cidr;
+use crate::redirect::values::{Cidr, IfaceName};
 use ipnet::IpNet;
 use std::net::IpAddr;
 
@@ -37,6 +37,14 @@ impl Tx {
     }
     pub(super) fn add6(&mut self, t: Table, chain: &'static str, items: Vec<Item>) {
         if self.ipv6 {
+            self.add(t, chain, items);
+        }
+    }
+    /// [`Tx::add6`] for an IPv6 rule, else [`Tx::add`].
+    pub(super) fn add_in(&mut self, v6: bool, t: Table, chain: &'static str, items: Vec<Item>) {
+        if v6 {
+            self.add6(t, chain, items);
+        } else {
             self.add(t, chain, items);
         }
     }
@@ -76,6 +84,14 @@ pub(super) fn host(saddr: bool, ip: IpAddr, text: String) -> Item {
     // A host prefix always fits its address family.
     let net = IpNet::new(ip, bits).unwrap_or_else(|_| IpNet::from(ip));
     addr(saddr, false, format!("{text}/{bits}"), net)
+}
+
+/// `oif "lo"`, and `iif "lo"`.
+pub(super) fn lo() -> Item {
+    Item::Oif(IfaceName::parse("lo").expect("valid name"))
+}
+pub(super) fn iif_lo() -> Item {
+    Item::Iif(IfaceName::parse("lo").expect("valid name"))
 }
 
 pub(super) fn lo6(saddr: bool, neq: bool) -> Item {

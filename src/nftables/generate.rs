@@ -49,21 +49,38 @@ use Item::{Counter, Return};
 use Proto::{Tcp, Udp};
 use Table::{Mangle, Nat};
 
-/// The whole transaction for `cfg`, in upstream's emission order.
+/// The whole transaction for `cfg`, in upstream's emission order (the step numbers of §2.2).
 pub fn generate(cfg: &CaptureConfig) -> Result<Transaction> {
     let mut tx = Tx {
         ipv6: cfg.enable_ipv6,
         ops: Vec::new(),
     };
-    let tproxy = cfg.mode == InterceptionMode::Tproxy;
     let lo4 = |neq: bool| cidr(false, neq, &cfg.host_ipv4_loopback_cidr);
-    let no_servers = cfg.dns_servers_v4.is_empty() && cfg.dns_servers_v6.is_empty();
-    let dns = cfg.redirect_dns && (cfg.capture_all_dns || !no_servers);
-    let tun = cfg.inbound_tunnel_port;
-    let l4 = || Item::L4(Tcp);
+    bypasses(&mut tx, cfg);
+    redirect_chains(&mut tx, cfg);
+    // 6. Inbound.
+    inbound(&mut tx, cfg, &lo4);
+    outbound_owners(&mut tx, cfg, &lo4);
+    // 13. DNS.
+    if cfg.dns_captured() {
+        dns_rules(&mut tx, cfg);
+    }
+    outbound_ranges(&mut tx, cfg, &lo4);
+    // 18. TPROXY marks.
+    if cfg.mode == InterceptionMode::Tproxy {
+        tproxy_rules(&mut tx, cfg, &lo4);
+    }
+    Ok(Transaction { ops: tx.ops })
+}
 
+/// Steps 1 to 3: excluded and virtual interfaces bypass the capture, conntrack-invalid TCP is dropped.
+fn bypasses(tx: &mut Tx, cfg: &CaptureConfig) {
     // 1. Excluded interfaces.
-    let tables: &[Table] = if tproxy { &[Nat, Mangle] } else { &[Nat] };
+    let tables: &[Table] = if cfg.mode == InterceptionMode::Tproxy {
+        &[Nat, Mangle]
+    } else {
+        &[Nat]
+    };
     for &t in tables {
         for x in &cfg.exclude_interfaces {
             tx.add(t, PREROUTING, vec![Item::Iif(x.clone()), Counter, Return]);
@@ -85,7 +102,7 @@ pub fn generate(cfg: &CaptureConfig) -> Result<Transaction> {
             Mangle,
             PREROUTING,
             vec![
-                l4(),
+                Item::L4(Tcp),
                 Item::CtState(CT_STATE_INVALID),
                 Counter,
                 Item::Jump(ISTIO_DROP),
@@ -93,7 +110,12 @@ pub fn generate(cfg: &CaptureConfig) -> Result<Transaction> {
         );
         tx.add(Mangle, ISTIO_DROP, vec![Counter, Item::Drop]);
     }
-    // 4, 5.
+}
+
+/// Steps 4 and 5: the tunnel port returns from inbound capture; the two redirect chains.
+fn redirect_chains(tx: &mut Tx, cfg: &CaptureConfig) {
+    let l4 = || Item::L4(Tcp);
+    let tun = cfg.inbound_tunnel_port;
     tx.add(
         Nat,
         ISTIO_INBOUND,
@@ -110,8 +132,11 @@ pub fn generate(cfg: &CaptureConfig) -> Result<Transaction> {
         ISTIO_IN_REDIRECT,
         vec![l4(), Counter, Item::Redirect(capture)],
     );
-    // 6. Inbound.
-    inbound(&mut tx, cfg, &lo4);
+}
+
+/// Steps 7 to 12: the outbound entry, then the returns for excluded ports, the inbound passthrough
+/// source, the proxy's uids and gids (step 10, 11: [`proxy_id`]) and the owner groups.
+fn outbound_owners(tx: &mut Tx, cfg: &CaptureConfig, lo4: &dyn Fn(bool) -> Item) {
     // 7, 8.
     tx.add(Nat, OUTPUT, vec![Counter, Item::Jump(ISTIO_OUTPUT)]);
     for &p in &cfg.outbound_ports_exclude {
@@ -119,7 +144,6 @@ pub fn generate(cfg: &CaptureConfig) -> Result<Transaction> {
         tx.add(Nat, ISTIO_OUTPUT, vec![port(Udp, true, p), Counter, Return]);
     }
     // 9.
-    let lo = || Item::Oif(crate::redirect::values::IfaceName::parse("lo").expect("valid name"));
     tx.add(
         Nat,
         ISTIO_OUTPUT,
@@ -127,47 +151,9 @@ pub fn generate(cfg: &CaptureConfig) -> Result<Transaction> {
     );
     tx.add6(Nat, ISTIO_OUTPUT, vec![lo(), six(true), Counter, Return]);
     // 10, 11.
-    let loopback_included = match &cfg.outbound_ip_ranges_include {
-        IpRanges::All => false,
-        IpRanges::List(l) => l.iter().any(Cidr::is_loopback),
-    };
     for (gid, ids) in [(false, &cfg.proxy_uids), (true, &cfg.proxy_gids)] {
         for &id in ids.iter() {
-            let portm = if dns && !gid {
-                Item::PortSet {
-                    proto: Tcp,
-                    neq: true,
-                    ports: vec![53, tun],
-                }
-            } else {
-                tcp_dport(true, tun)
-            };
-            let o = |neq| owner(gid, false, neq, Owner::Id(id));
-            let jump = Item::Jump(ISTIO_IN_REDIRECT);
-            let a4 = vec![
-                lo(),
-                l4(),
-                lo4(true),
-                portm.clone(),
-                o(false),
-                Counter,
-                jump.clone(),
-            ];
-            tx.add(Nat, ISTIO_OUTPUT, a4);
-            tx.add6(
-                Nat,
-                ISTIO_OUTPUT,
-                vec![lo(), l4(), lo6(false, true), portm, o(false), Counter, jump],
-            );
-            if !loopback_included {
-                let b = if dns {
-                    vec![lo(), l4(), tcp_dport(true, 53), o(true), Counter, Return]
-                } else {
-                    vec![lo(), o(true), Counter, Return]
-                };
-                tx.add(Nat, ISTIO_OUTPUT, b);
-            }
-            tx.add(Nat, ISTIO_OUTPUT, vec![o(false), Counter, Return]);
+            proxy_id(tx, cfg, (gid, id), lo4);
         }
     }
     // 12. Owner groups.
@@ -187,34 +173,67 @@ pub fn generate(cfg: &CaptureConfig) -> Result<Transaction> {
             tx.add(Nat, ISTIO_OUTPUT, r);
         }
     }
-    // 13. DNS.
-    if dns {
-        dns_rules(&mut tx, cfg);
+}
+
+/// Steps 10 and 11 for one proxy uid (`gid` false) or gid: the proxy's own traffic to a local address
+/// goes to inbound capture, other local traffic of other owners returns, and the rest of its own returns.
+fn proxy_id(tx: &mut Tx, cfg: &CaptureConfig, (gid, id): (bool, u32), lo4: &dyn Fn(bool) -> Item) {
+    let tun = cfg.inbound_tunnel_port;
+    let l4 = || Item::L4(Tcp);
+    let loopback_included = match &cfg.outbound_ip_ranges_include {
+        IpRanges::All => false,
+        IpRanges::List(l) => l.iter().any(Cidr::is_loopback),
+    };
+    let dns = cfg.dns_captured();
+    let portm = if dns && !gid {
+        Item::PortSet {
+            proto: Tcp,
+            neq: true,
+            ports: vec![53, tun],
+        }
+    } else {
+        tcp_dport(true, tun)
+    };
+    let o = |neq| owner(gid, false, neq, Owner::Id(id));
+    let jump = Item::Jump(ISTIO_IN_REDIRECT);
+    let a4 = vec![
+        lo(),
+        l4(),
+        lo4(true),
+        portm.clone(),
+        o(false),
+        Counter,
+        jump.clone(),
+    ];
+    tx.add(Nat, ISTIO_OUTPUT, a4);
+    tx.add6(
+        Nat,
+        ISTIO_OUTPUT,
+        vec![lo(), l4(), lo6(false, true), portm, o(false), Counter, jump],
+    );
+    if !loopback_included {
+        let b = if dns {
+            vec![lo(), l4(), tcp_dport(true, 53), o(true), Counter, Return]
+        } else {
+            vec![lo(), o(true), Counter, Return]
+        };
+        tx.add(Nat, ISTIO_OUTPUT, b);
     }
+    tx.add(Nat, ISTIO_OUTPUT, vec![o(false), Counter, Return]);
+}
+
+/// Steps 14 to 17: loopback and the excluded ranges return, then the included ports and ranges are
+/// redirected (the ranges also from the virtual interfaces).
+fn outbound_ranges(tx: &mut Tx, cfg: &CaptureConfig, lo4: &dyn Fn(bool) -> Item) {
     // 14, 15.
     tx.add(Nat, ISTIO_OUTPUT, vec![lo4(false), Counter, Return]);
     tx.add6(Nat, ISTIO_OUTPUT, vec![lo6(false, false), Counter, Return]);
-    for c in cfg
-        .outbound_ip_ranges_exclude
-        .iter()
-        .filter(|c| c.is_ipv4())
-    {
-        tx.add(
-            Nat,
-            ISTIO_OUTPUT,
-            vec![cidr(false, false, c), Counter, Return],
-        );
-    }
-    for c in cfg
-        .outbound_ip_ranges_exclude
-        .iter()
-        .filter(|c| !c.is_ipv4())
-    {
-        tx.add6(
-            Nat,
-            ISTIO_OUTPUT,
-            vec![cidr(false, false, c), Counter, Return],
-        );
+    for v6 in [false, true] {
+        let excluded = cfg.outbound_ip_ranges_exclude.iter();
+        for c in excluded.filter(|c| c.is_ipv4() != v6) {
+            let r = vec![cidr(false, false, c), Counter, Return];
+            tx.add_in(v6, Nat, ISTIO_OUTPUT, r);
+        }
     }
     // 16.
     for &p in &cfg.outbound_ports_include {
@@ -259,9 +278,4 @@ pub fn generate(cfg: &CaptureConfig) -> Result<Transaction> {
             }
         }
     }
-    // 18. TPROXY marks.
-    if tproxy {
-        tproxy_rules(&mut tx, cfg, &lo4);
-    }
-    Ok(Transaction { ops: tx.ops })
 }

@@ -150,14 +150,6 @@ fn dns_zones(tx: &mut Tx, server: Option<(IpAddr, String)>) {
 pub(super) fn tproxy_rules(tx: &mut Tx, cfg: &CaptureConfig, lo4: &dyn Fn(bool) -> Item) {
     let mark = cfg.tproxy_mark;
     let l4 = || Item::L4(Tcp);
-    let lo = |out: bool| {
-        let n = crate::redirect::values::IfaceName::parse("lo").expect("valid name");
-        if out {
-            Item::Oif(n)
-        } else {
-            Item::Iif(n)
-        }
-    };
     let m = |neq, value| Item::Mark { neq, value };
     tx.add(
         Mangle,
@@ -167,19 +159,15 @@ pub(super) fn tproxy_rules(tx: &mut Tx, cfg: &CaptureConfig, lo4: &dyn Fn(bool) 
     tx.add(
         Mangle,
         OUTPUT,
-        vec![lo(true), l4(), m(false, mark), Counter, Return],
+        vec![lo(), l4(), m(false, mark), Counter, Return],
     );
     for (gid, ids) in [(false, &cfg.proxy_uids), (true, &cfg.proxy_gids)] {
         for &id in ids.iter() {
             for v6 in [false, true] {
                 let a = if v6 { lo6(false, true) } else { lo4(true) };
                 let o = owner(gid, false, false, Owner::Id(id));
-                let r = vec![lo(true), l4(), a, o, Counter, Item::SetMark(OUTBOUND_MARK)];
-                if v6 {
-                    tx.add6(Mangle, OUTPUT, r);
-                } else {
-                    tx.add(Mangle, OUTPUT, r);
-                }
+                let r = vec![lo(), l4(), a, o, Counter, Item::SetMark(OUTBOUND_MARK)];
+                tx.add_in(v6, Mangle, OUTPUT, r);
             }
         }
     }
@@ -198,16 +186,16 @@ pub(super) fn tproxy_rules(tx: &mut Tx, cfg: &CaptureConfig, lo4: &dyn Fn(bool) 
         Mangle,
         ISTIO_INBOUND,
         1,
-        vec![lo(false), l4(), passthrough4(true), Counter, Return],
+        vec![iif_lo(), l4(), passthrough4(true), Counter, Return],
     );
     if tx.ipv6 {
         tx.insert(
             Mangle,
             ISTIO_INBOUND,
             1,
-            vec![lo(false), l4(), six(true), Counter, Return],
+            vec![iif_lo(), l4(), six(true), Counter, Return],
         );
     }
-    let r = vec![lo(false), l4(), m(true, OUTBOUND_MARK), Counter, Return];
+    let r = vec![iif_lo(), l4(), m(true, OUTBOUND_MARK), Counter, Return];
     tx.insert(Mangle, ISTIO_INBOUND, 2, r);
 }

@@ -115,7 +115,49 @@ fn port_match(e: &mut Vec<Expr>, l4: &mut Option<u8>, proto: u8, offset: u32, te
     e.extend([load_payload(PAYLOAD_TRANSPORT, offset, 2), test]);
 }
 
+/// `meta nfproto <family>` unless the rule already matched it (`nfproto`), then the source or destination
+/// address compared with `net`: whole bytes when the prefix is a multiple of 8, else masked (§4.5).
+fn addr_match(e: &mut Vec<Expr>, nfproto: &mut Option<u8>, saddr: bool, neq: bool, net: &IpNet) {
+    let (fam, offset, full) = match net {
+        IpNet::V4(_) => (NFPROTO_IPV4, if saddr { 12 } else { 16 }, 4u32),
+        IpNet::V6(_) => (NFPROTO_IPV6, if saddr { 8 } else { 24 }, 16u32),
+    };
+    if *nfproto != Some(fam) {
+        e.extend([load_meta(META_NFPROTO), cmp(CMP_EQ, vec![fam])]);
+        *nfproto = Some(fam);
+    }
+    let (network, mask): (Vec<u8>, Vec<u8>) = match net.trunc() {
+        IpNet::V4(n) => (n.network().octets().to_vec(), n.netmask().octets().to_vec()),
+        IpNet::V6(n) => (n.network().octets().to_vec(), n.netmask().octets().to_vec()),
+    };
+    let bits = u32::from(net.prefix_len());
+    if bits % 8 == 0 {
+        let len = bits / 8;
+        e.push(load_payload(PAYLOAD_NETWORK, offset, len));
+        e.push(cmp(op(neq), network[..len as usize].to_vec()));
+    } else {
+        e.push(load_payload(PAYLOAD_NETWORK, offset, full));
+        e.extend([and(mask), cmp(op(neq), network)]);
+    }
+}
+
+/// The numeric id of an owner: a uid or gid, or a group name resolved by `groups` (numeric names are
+/// numbers).
+fn owner_id(id: &Owner, groups: GroupResolver) -> Result<u32> {
+    match id {
+        Owner::Id(n) => Ok(*n),
+        Owner::Group(g) => {
+            let s = g.to_string();
+            match s.parse::<u32>() {
+                Ok(n) => Ok(n),
+                Err(_) => groups(&s),
+            }
+        }
+    }
+}
+
 /// Lowers one rule. `groups` resolves group names (numeric strings are numbers).
+/// Kept whole: one match arm per [`Item`], the item-to-expression table of §4.4 read side by side.
 pub fn lower(items: &[Item], groups: GroupResolver) -> Result<Lowered> {
     let mut out = Lowered {
         exprs: Vec::new(),
@@ -140,29 +182,7 @@ pub fn lower(items: &[Item], groups: GroupResolver) -> Result<Lowered> {
             }
             Item::Addr {
                 saddr, neq, net, ..
-            } => {
-                let (fam, offset, full) = match net {
-                    IpNet::V4(_) => (NFPROTO_IPV4, if *saddr { 12 } else { 16 }, 4u32),
-                    IpNet::V6(_) => (NFPROTO_IPV6, if *saddr { 8 } else { 24 }, 16u32),
-                };
-                if nfproto != Some(fam) {
-                    e.extend([load_meta(META_NFPROTO), cmp(CMP_EQ, vec![fam])]);
-                    nfproto = Some(fam);
-                }
-                let (network, mask): (Vec<u8>, Vec<u8>) = match net.trunc() {
-                    IpNet::V4(n) => (n.network().octets().to_vec(), n.netmask().octets().to_vec()),
-                    IpNet::V6(n) => (n.network().octets().to_vec(), n.netmask().octets().to_vec()),
-                };
-                let bits = u32::from(net.prefix_len());
-                if bits % 8 == 0 {
-                    let len = bits / 8;
-                    e.push(load_payload(PAYLOAD_NETWORK, offset, len));
-                    e.push(cmp(op(*neq), network[..len as usize].to_vec()));
-                } else {
-                    e.push(load_payload(PAYLOAD_NETWORK, offset, full));
-                    e.extend([and(mask), cmp(op(*neq), network)]);
-                }
-            }
+            } => addr_match(e, &mut nfproto, *saddr, *neq, net),
             Item::Port {
                 proto,
                 dport,
@@ -187,17 +207,8 @@ pub fn lower(items: &[Item], groups: GroupResolver) -> Result<Lowered> {
                 port_match(e, &mut l4, proto.number(), 2, test);
             }
             Item::Owner { gid, neq, id, .. } => {
-                let n = match id {
-                    Owner::Id(n) => *n,
-                    Owner::Group(g) => {
-                        let s = g.to_string();
-                        match s.parse::<u32>() {
-                            Ok(n) => n,
-                            Err(_) => groups(&s)?,
-                        }
-                    }
-                };
                 let key = if *gid { META_SKGID } else { META_SKUID };
+                let n = owner_id(id, groups)?;
                 e.extend([load_meta(key), cmp(op(*neq), n.to_ne_bytes().to_vec())]);
             }
             Item::Mark { neq, value } => {

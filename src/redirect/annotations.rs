@@ -85,6 +85,56 @@ fn proxy_id(v: Option<i64>, what: &str) -> Result<u32> {
     }
 }
 
+/// The inbound ports to capture and those excluded: the annotation's excludes, then 15020, 15021, 15090,
+/// without duplicates (first occurrence kept).
+fn inbound_ports(pod: &PodInfo) -> Result<(Ports, Vec<u16>)> {
+    let ann = |key: &str| pod.annotations.get(key).map(String::as_str);
+    // Upstream reads the inbound excludes only when the include is `*`, so an exclude `*` is harmless
+    // with an explicit (even empty) include list and cannot be programmed with `*`.
+    let exclude_wildcard = ann(EXCLUDE_INBOUND_PORTS).filter(|v| v.trim() == "*");
+    let mut exclude_inbound_ports = match exclude_wildcard {
+        None => parsed(pod, EXCLUDE_INBOUND_PORTS, parse_port_list)?.unwrap_or_default(),
+        Some(_) => Vec::new(),
+    };
+    exclude_inbound_ports.extend(ALWAYS_EXCLUDED_INBOUND);
+    let mut seen = Vec::new();
+    exclude_inbound_ports.retain(|p| {
+        let first = !seen.contains(p);
+        seen.push(*p);
+        first
+    });
+    let include_inbound_ports = match ann(INCLUDE_INBOUND_PORTS) {
+        None | Some("*") => Ports::All,
+        Some(v) => {
+            Ports::List(parse_port_list(v).map_err(|r| invalid(INCLUDE_INBOUND_PORTS, v, r))?)
+        }
+    };
+    if let (Some(v), Ports::All) = (exclude_wildcard, &include_inbound_ports) {
+        return Err(invalid(
+            EXCLUDE_INBOUND_PORTS,
+            v,
+            "a wildcard cannot be excluded while every inbound port is captured \
+             (includeInboundPorts \"*\"); list the ports",
+        ));
+    }
+    Ok((include_inbound_ports, exclude_inbound_ports))
+}
+
+/// A boolean istio-proxy env var: false when absent or (with a warning) not a boolean.
+fn env_flag(pod: &PodInfo, name: &str) -> bool {
+    match pod.proxy.as_ref().and_then(|p| p.env.get(name)) {
+        None => false,
+        Some(v) => parse_bool(v).unwrap_or_else(|| {
+            log::warn!(
+                "pod {}/{}: istio-proxy env {name}={v:?} is not a boolean; treating it as false",
+                pod.namespace,
+                pod.name
+            );
+            false
+        }),
+    }
+}
+
 impl Redirect {
     pub fn from_pod(pod: &PodInfo) -> Result<Redirect> {
         let ann = |key: &str| pod.annotations.get(key).map(String::as_str);
@@ -118,34 +168,7 @@ impl Redirect {
             }
             _ => parsed(pod, EXCLUDE_OUTBOUND_IP_RANGES, parse_cidr_list)?.unwrap_or_default(),
         };
-        // Upstream reads the inbound excludes only when the include is `*`, so an exclude `*` is harmless
-        // with an explicit (even empty) include list and cannot be programmed with `*`.
-        let exclude_wildcard = ann(EXCLUDE_INBOUND_PORTS).filter(|v| v.trim() == "*");
-        let mut exclude_inbound_ports = match exclude_wildcard {
-            None => parsed(pod, EXCLUDE_INBOUND_PORTS, parse_port_list)?.unwrap_or_default(),
-            Some(_) => Vec::new(),
-        };
-        exclude_inbound_ports.extend(ALWAYS_EXCLUDED_INBOUND);
-        let mut seen = Vec::new();
-        exclude_inbound_ports.retain(|p| {
-            let first = !seen.contains(p);
-            seen.push(*p);
-            first
-        });
-        let include_inbound_ports = match ann(INCLUDE_INBOUND_PORTS) {
-            None | Some("*") => Ports::All,
-            Some(v) => {
-                Ports::List(parse_port_list(v).map_err(|r| invalid(INCLUDE_INBOUND_PORTS, v, r))?)
-            }
-        };
-        if let (Some(v), Ports::All) = (exclude_wildcard, &include_inbound_ports) {
-            return Err(invalid(
-                EXCLUDE_INBOUND_PORTS,
-                v,
-                "a wildcard cannot be excluded while every inbound port is captured \
-                 (includeInboundPorts \"*\"); list the ports",
-            ));
-        }
+        let (include_inbound_ports, exclude_inbound_ports) = inbound_ports(pod)?;
         let exclude_outbound_ports = parsed(pod, EXCLUDE_OUTBOUND_PORTS, port_list)?
             .unwrap_or_else(|| vec![DEFAULT_EXCLUDED_OUTBOUND]);
         let include_outbound_ports =
@@ -158,27 +181,14 @@ impl Redirect {
                 None => parsed(pod, KUBEVIRT_INTERFACES, parse_iface_list)?.unwrap_or_default(),
             };
 
-        let (uid, gid, env) = match &pod.proxy {
+        let (uid, gid) = match &pod.proxy {
             Some(p) => (
                 proxy_id(p.run_as_user, "runAsUser")?,
                 proxy_id(p.run_as_group, "runAsGroup")?,
-                Some(&p.env),
             ),
-            None => (DEFAULT_PROXY_ID, DEFAULT_PROXY_ID, None),
+            None => (DEFAULT_PROXY_ID, DEFAULT_PROXY_ID),
         };
-        let flag = |name: &str| -> bool {
-            match env.and_then(|e| e.get(name)) {
-                None => false,
-                Some(v) => parse_bool(v).unwrap_or_else(|| {
-                    log::warn!(
-                        "pod {}/{}: istio-proxy env {name}={v:?} is not a boolean; treating it as false",
-                        pod.namespace,
-                        pod.name
-                    );
-                    false
-                }),
-            }
-        };
+        let flag = |name: &str| env_flag(pod, name);
         Ok(Redirect {
             mode,
             uid,

@@ -155,6 +155,13 @@ impl CaptureConfig {
         })
     }
 
+    /// Whether DNS is redirected: asked for, with DNS servers or capture-all (without either, upstream only
+    /// logs a warning and captures no DNS).
+    pub fn dns_captured(&self) -> bool {
+        let servers = !self.dns_servers_v4.is_empty() || !self.dns_servers_v6.is_empty();
+        self.redirect_dns && (self.capture_all_dns || servers)
+    }
+
     /// The policy routing TPROXY needs after the rules are applied (upstream `tproxy.Run`): only in TPROXY
     /// mode with a non-empty inbound include.
     pub fn tproxy_route(&self) -> Option<TproxyRoute> {

@@ -52,6 +52,39 @@ fn list<T>(
     split_list(&s(key)?, parse).map_err(|r| bad(key, r))
 }
 
+/// Field `key`, a string that must be present.
+fn required(o: &Object, k: &str) -> Result<String> {
+    json::opt_string(o, k, WHAT)?.ok_or_else(|| bad(k, "missing"))
+}
+
+/// Field `key`, a required string of decimal digits that fits a u32.
+fn number(o: &Object, k: &str) -> Result<u32> {
+    let v = required(o, k)?;
+    if v.is_empty() || !v.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(bad(k, format!("{v:?} is not a number")));
+    }
+    v.parse::<u32>()
+        .map_err(|_| bad(k, format!("{v} is out of range")))
+}
+
+/// Field `key`, a list of DNS server addresses of one family (IPv6 when `v6`).
+fn servers(o: &Object, k: &str, v6: bool) -> Result<Vec<IpText>> {
+    json::opt_string_list(o, k, WHAT)?
+        .unwrap_or_default()
+        .iter()
+        .map(|x| {
+            let ip = IpText::parse(x).map_err(|r| bad(k, r))?;
+            if ip.addr.is_ipv6() != v6 {
+                return Err(bad(
+                    k,
+                    format!("{x:?} is not an IPv{} address", if v6 { 6 } else { 4 }),
+                ));
+            }
+            Ok(ip)
+        })
+        .collect()
+}
+
 impl CaptureConfig {
     pub fn from_json(o: &Object) -> Result<CaptureConfig> {
         if let Some(k) = o.keys().find(|k| !KEYS.contains(&k.as_str())) {
@@ -60,34 +93,7 @@ impl CaptureConfig {
         let s =
             |k: &str| -> Result<String> { Ok(json::opt_string(o, k, WHAT)?.unwrap_or_default()) };
         let b = |k: &str| -> Result<bool> { Ok(json::opt_bool(o, k, WHAT)?.unwrap_or(false)) };
-        let required = |k: &str| -> Result<String> {
-            json::opt_string(o, k, WHAT)?.ok_or_else(|| bad(k, "missing"))
-        };
-        let port = |k: &str| -> Result<u16> { parse_port(&required(k)?).map_err(|r| bad(k, r)) };
-        let number = |k: &str| -> Result<u32> {
-            let v = required(k)?;
-            if v.is_empty() || !v.bytes().all(|c| c.is_ascii_digit()) {
-                return Err(bad(k, format!("{v:?} is not a number")));
-            }
-            v.parse::<u32>()
-                .map_err(|_| bad(k, format!("{v} is out of range")))
-        };
-        let servers = |k: &str, v6: bool| -> Result<Vec<IpText>> {
-            json::opt_string_list(o, k, WHAT)?
-                .unwrap_or_default()
-                .iter()
-                .map(|x| {
-                    let ip = IpText::parse(x).map_err(|r| bad(k, r))?;
-                    if ip.addr.is_ipv6() != v6 {
-                        return Err(bad(
-                            k,
-                            format!("{x:?} is not an IPv{} address", if v6 { 6 } else { 4 }),
-                        ));
-                    }
-                    Ok(ip)
-                })
-                .collect()
-        };
+        let port = |k: &str| -> Result<u16> { parse_port(&required(o, k)?).map_err(|r| bad(k, r)) };
 
         let mode = match s("inbound_interception_mode")?.as_str() {
             "" | "REDIRECT" => InterceptionMode::Redirect,
@@ -113,7 +119,7 @@ impl CaptureConfig {
                 "invalid value for OUTBOUND_IP_RANGES_EXCLUDE (a wildcard cannot be excluded)",
             ));
         }
-        let loopback = required("host_ipv4_loopback_cidr")?;
+        let loopback = required(o, "host_ipv4_loopback_cidr")?;
         Ok(CaptureConfig {
             proxy_port: port("proxy_port")?,
             inbound_capture_port: port("inbound_capture_port")?,
@@ -121,8 +127,8 @@ impl CaptureConfig {
             proxy_uids: list(&s, "proxy_uid", parse_id)?,
             proxy_gids: list(&s, "proxy_gid", parse_id)?,
             mode,
-            tproxy_mark: number("inbound_tproxy_mark")?,
-            tproxy_route_table: number("inbound_tproxy_route_table")?,
+            tproxy_mark: number(o, "inbound_tproxy_mark")?,
+            tproxy_route_table: number(o, "inbound_tproxy_route_table")?,
             inbound_ports_include,
             inbound_ports_exclude: list(&s, "inbound_ports_exclude", parse_port)?,
             owner_groups: OwnerGroups::parse(
@@ -140,8 +146,8 @@ impl CaptureConfig {
             drop_invalid: b("drop_invalid")?,
             capture_all_dns: b("capture_all_dns")?,
             enable_ipv6: b("enable_ipv6")?,
-            dns_servers_v4: servers("dns_servers_v4", false)?,
-            dns_servers_v6: servers("dns_servers_v6", true)?,
+            dns_servers_v4: servers(o, "dns_servers_v4", false)?,
+            dns_servers_v6: servers(o, "dns_servers_v6", true)?,
             host_ipv4_loopback_cidr: parse_loopback_cidr(&loopback)
                 .map_err(|r| bad("host_ipv4_loopback_cidr", r))?,
         })

@@ -31,37 +31,52 @@ pub fn render(cfg: &CaptureConfig) -> Result<Documents> {
     })
 }
 
-/// The whole rule set, in upstream's order.
-// Each `args!` stays on one or two lines as upstream writes its rules (rustfmt: a token a line).
-#[rustfmt::skip::macros(args)]
+/// The whole rule set, in upstream's order (the step numbers of plugin.md §4.1).
 pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
     let mut b = Builder {
         ipv6: cfg.enable_ipv6,
         set: RuleSet::default(),
     };
-    let tproxy = cfg.mode == InterceptionMode::Tproxy;
     let lo4 = cfg.host_ipv4_loopback_cidr.to_string();
     let lo6 = "::1/128";
-    let (inc4, inc6) = split_family(&cfg.outbound_ip_ranges_include);
-    let no_dns_servers = cfg.dns_servers_v4.is_empty() && cfg.dns_servers_v6.is_empty();
     // DNS requested without servers and without capture-all is silently disabled (upstream logs a warning).
-    let dns = cfg.redirect_dns && (cfg.capture_all_dns || !no_dns_servers);
+    let dns = cfg.dns_captured();
     if cfg.redirect_dns && !dns {
         log::warn!(
             "DNS redirection requested without DNS servers or capture-all: DNS capture disabled"
         );
     }
-    let tunnel = cfg.inbound_tunnel_port.to_string();
-
-    // 1. Excluded interfaces bypass everything.
-    for x in &cfg.exclude_interfaces {
-        b.append(Table::Nat, PREROUTING, args!["-i", x, "-j", "RETURN"]);
-        b.append(Table::Nat, OUTPUT, args!["-o", x, "-j", "RETURN"]);
+    bypasses(&mut b, cfg);
+    redirect_chains(&mut b, cfg);
+    // 6. Inbound.
+    inbound(&mut b, cfg, &lo4, lo6);
+    outbound_owners(&mut b, cfg, &lo4, lo6);
+    // 13. DNS.
+    if dns {
+        dns_rules(&mut b, cfg);
     }
-    if tproxy {
+    outbound_ranges(&mut b, cfg, &lo4, lo6);
+    // 18. TPROXY marks.
+    if cfg.mode == InterceptionMode::Tproxy {
+        tproxy_rules(&mut b, cfg, &lo4, lo6);
+    }
+    Ok(b.set)
+}
+
+/// Steps 1 to 3: excluded and virtual interfaces bypass the capture, conntrack-INVALID packets are dropped.
+// Each `args!` stays on one or two lines as upstream writes its rules (rustfmt: a token a line).
+#[rustfmt::skip::macros(args)]
+fn bypasses(b: &mut Builder, cfg: &CaptureConfig) {
+    // 1. Excluded interfaces bypass everything.
+    let tables: &[Table] = if cfg.mode == InterceptionMode::Tproxy {
+        &[Table::Nat, Table::Mangle]
+    } else {
+        &[Table::Nat]
+    };
+    for &t in tables {
         for x in &cfg.exclude_interfaces {
-            b.append(Table::Mangle, PREROUTING, args!["-i", x, "-j", "RETURN"]);
-            b.append(Table::Mangle, OUTPUT, args!["-o", x, "-j", "RETURN"]);
+            b.append(t, PREROUTING, args!["-i", x, "-j", "RETURN"]);
+            b.append(t, OUTPUT, args!["-o", x, "-j", "RETURN"]);
         }
     }
     // 2. Virtual interfaces are not captured inbound.
@@ -77,11 +92,15 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
         );
         b.append(Table::Mangle, ISTIO_DROP, args!["-j", "DROP"]);
     }
-    // 4, 5. Tunnel port, and the two redirect chains.
+}
+
+/// Steps 4 and 5: the tunnel port returns from inbound capture; the two redirect chains.
+#[rustfmt::skip::macros(args)]
+fn redirect_chains(b: &mut Builder, cfg: &CaptureConfig) {
     b.append(
         Table::Nat,
         ISTIO_INBOUND,
-        args!["-p", "tcp", "--dport", tunnel, "-j", "RETURN"],
+        args!["-p", "tcp", "--dport", cfg.inbound_tunnel_port, "-j", "RETURN"],
     );
     b.append(
         Table::Nat,
@@ -93,21 +112,19 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
         ISTIO_IN_REDIRECT,
         args!["-p", "tcp", "-j", "REDIRECT", "--to-ports", cfg.inbound_capture_port],
     );
-    // 6. Inbound.
-    inbound(&mut b, cfg, &lo4, lo6);
+}
+
+/// Steps 7 to 12: the outbound entry, then the returns for excluded ports, the inbound passthrough
+/// source, the proxy's uids and gids ([`proxy_ids`]) and the owner groups.
+#[rustfmt::skip::macros(args)]
+fn outbound_owners(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str) {
     // 7, 8. Outbound entry and port exclusions.
     b.append(Table::Nat, OUTPUT, args!["-j", ISTIO_OUTPUT]);
     for p in &cfg.outbound_ports_exclude {
-        b.append(
-            Table::Nat,
-            ISTIO_OUTPUT,
-            args!["-p", "tcp", "--dport", p, "-j", "RETURN"],
-        );
-        b.append(
-            Table::Nat,
-            ISTIO_OUTPUT,
-            args!["-p", "udp", "--dport", p, "-j", "RETURN"],
-        );
+        for proto in ["tcp", "udp"] {
+            let rule = args!["-p", proto, "--dport", p, "-j", "RETURN"];
+            b.append(Table::Nat, ISTIO_OUTPUT, rule);
+        }
     }
     // 9. Inbound passthrough source.
     b.versioned(
@@ -117,8 +134,37 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
         ISTIO_OUTPUT,
         args!["-o", "lo", "-s", VERSIONED, "-j", "RETURN"],
     );
-    // 10, 11. Proxy uid/gid.
+    proxy_ids(b, cfg, lo4, lo6);
+    // 12. Owner groups.
+    match &cfg.owner_groups {
+        OwnerGroups::AllExcept(groups) => {
+            for g in groups {
+                b.append(
+                    Table::Nat,
+                    ISTIO_OUTPUT,
+                    args!["-m", "owner", "--gid-owner", g, "-j", "RETURN"],
+                );
+            }
+        }
+        OwnerGroups::Only(groups) => {
+            let mut p = Vec::new();
+            for g in groups {
+                p.extend(args!["-m", "owner", "!", "--gid-owner", g]);
+            }
+            p.extend(args!["-j", "RETURN"]);
+            b.append(Table::Nat, ISTIO_OUTPUT, p);
+        }
+    }
+}
+
+/// Steps 10 and 11, per proxy uid then gid: its own traffic to a local address goes to inbound capture,
+/// local traffic of other owners returns (unless a loopback range is included), and the rest of its own
+/// returns.
+#[rustfmt::skip::macros(args)]
+fn proxy_ids(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str) {
+    let (inc4, inc6) = split_family(&cfg.outbound_ip_ranges_include);
     let loopback_included = inc4.has_loopback || inc6.has_loopback;
+    let (dns, tunnel) = (cfg.dns_captured(), cfg.inbound_tunnel_port);
     for (flag, id) in owner_ids(cfg) {
         let mut p = args!["-o", "lo", "!", "-d", VERSIONED, "-p", "tcp"];
         // Only the uid rules skip the DNS ports.
@@ -128,7 +174,7 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
             p.extend(args!["!", "--dport", tunnel]);
         }
         p.extend(args!["-m", "owner", flag, id, "-j", ISTIO_IN_REDIRECT]);
-        b.versioned(&lo4, lo6, Table::Nat, ISTIO_OUTPUT, p);
+        b.versioned(lo4, lo6, Table::Nat, ISTIO_OUTPUT, p);
         if !loopback_included {
             if dns {
                 b.append(
@@ -151,33 +197,15 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
             args!["-m", "owner", flag, id, "-j", "RETURN"],
         );
     }
-    // 12. Owner groups.
-    match &cfg.owner_groups {
-        OwnerGroups::AllExcept(groups) => {
-            for g in groups {
-                b.append(
-                    Table::Nat,
-                    ISTIO_OUTPUT,
-                    args!["-m", "owner", "--gid-owner", g, "-j", "RETURN"],
-                );
-            }
-        }
-        OwnerGroups::Only(groups) => {
-            let mut p = Vec::new();
-            for g in groups {
-                p.extend(args!["-m", "owner", "!", "--gid-owner", g]);
-            }
-            p.extend(args!["-j", "RETURN"]);
-            b.append(Table::Nat, ISTIO_OUTPUT, p);
-        }
-    }
-    // 13. DNS.
-    if dns {
-        dns_rules(&mut b, cfg);
-    }
+}
+
+/// Steps 14 to 17: loopback and the excluded ranges return, then the included ports and ranges are
+/// redirected.
+#[rustfmt::skip::macros(args)]
+fn outbound_ranges(b: &mut Builder, cfg: &CaptureConfig, lo4: &str, lo6: &str) {
     // 14, 15. Loopback, then excluded ranges.
     b.versioned(
-        &lo4,
+        lo4,
         lo6,
         Table::Nat,
         ISTIO_OUTPUT,
@@ -196,13 +224,9 @@ pub fn generate(cfg: &CaptureConfig) -> Result<RuleSet> {
         );
     }
     // 17. Included ranges, per family.
-    include_ranges(&mut b, cfg, &inc4, false);
-    include_ranges(&mut b, cfg, &inc6, true);
-    // 18. TPROXY marks.
-    if tproxy {
-        tproxy_rules(&mut b, cfg, &lo4, lo6);
-    }
-    Ok(b.set)
+    let (inc4, inc6) = split_family(&cfg.outbound_ip_ranges_include);
+    include_ranges(b, cfg, &inc4, false);
+    include_ranges(b, cfg, &inc6, true);
 }
 
 #[cfg(test)]

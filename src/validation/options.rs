@@ -98,79 +98,97 @@ fn id(what: &str, v: Option<String>, default: u32) -> Result<u32> {
         .map_err(|_| Error::config(format!("{what}: {v:?} is not a numeric id")))
 }
 
+/// The flags as given: the valued ones in order, and whether help or the version was asked for.
+struct Given {
+    values: Vec<(&'static str, String)>,
+    help: bool,
+    version: bool,
+}
+
+/// Scans `args` in pflag syntax: valued flags take `=v` or the next argument; booleans are checked and
+/// dropped (every one is ignored).
+fn scan(args: &[String]) -> Result<Given> {
+    let mut given = Given {
+        values: Vec::new(),
+        help: false,
+        version: false,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        i += 1;
+        if a == "-h" || a == "--help" {
+            given.help = true;
+            continue;
+        }
+        if a == "--version" {
+            given.version = true;
+            continue;
+        }
+        let (name, inline) = split_flag(a)?;
+        if let Some(f) = VALUED.iter().find(|f| f.1 == name) {
+            let v = match inline {
+                Some(v) => v,
+                None => {
+                    let v = args.get(i).ok_or_else(|| {
+                        Error::config(format!("flag needs an argument: --{name}"))
+                    })?;
+                    i += 1;
+                    v.clone()
+                }
+            };
+            given.values.push((f.1, v));
+        } else if BOOLS.iter().any(|f| f.1 == name) {
+            // As every applet's booleans: bare, `--name=v`, or `--name v` when v is not a flag.
+            let inline = inline.or_else(|| {
+                let next = args.get(i).filter(|n| !n.starts_with('-'))?;
+                i += 1;
+                Some(next.clone())
+            });
+            if let Some(v) = inline {
+                crate::settings::go_bool(&v)
+                    .ok_or_else(|| Error::config(format!("--{name}: {v:?} is not a boolean")))?;
+            }
+        } else {
+            return Err(Error::config(format!("unrecognized argument: --{name}")));
+        }
+    }
+    Ok(given)
+}
+
+/// `--name[=v]` or a shorthand `-c[[=]v]`: the flag's long name and its inline value.
+fn split_flag(a: &str) -> Result<(String, Option<String>)> {
+    if let Some(l) = a.strip_prefix("--") {
+        return Ok(match l.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (l.to_string(), None),
+        });
+    }
+    let Some(sh) = a.strip_prefix('-').filter(|s| !s.is_empty()) else {
+        return Err(Error::config(format!("unexpected argument {a:?}")));
+    };
+    let mut cs = sh.chars();
+    let c = cs.next().unwrap_or('-');
+    let tail: String = cs.collect();
+    let long = VALUED
+        .iter()
+        .find(|f| f.0 == Some(c))
+        .map(|f| f.1)
+        .or_else(|| BOOLS.iter().find(|f| f.0 == Some(c)).map(|f| f.1))
+        .ok_or_else(|| Error::config(format!("unknown shorthand flag: {c:?} in {a}")))?;
+    let tail = tail
+        .strip_prefix('=')
+        .map(str::to_string)
+        .or((!tail.is_empty()).then_some(tail));
+    Ok((long.to_string(), tail))
+}
+
 impl Options {
     pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Options> {
-        let mut values: Vec<(&'static str, String)> = Vec::new();
-        let mut help = false;
-        let mut version = false;
-        let mut i = 0;
-        while i < args.len() {
-            let a = &args[i];
-            i += 1;
-            if a == "-h" || a == "--help" {
-                help = true;
-                continue;
-            }
-            if a == "--version" {
-                version = true;
-                continue;
-            }
-            let (name, inline) = if let Some(l) = a.strip_prefix("--") {
-                match l.split_once('=') {
-                    Some((n, v)) => (n.to_string(), Some(v.to_string())),
-                    None => (l.to_string(), None),
-                }
-            } else if let Some(sh) = a.strip_prefix('-').filter(|s| !s.is_empty()) {
-                let mut cs = sh.chars();
-                let c = cs.next().unwrap_or('-');
-                let tail: String = cs.collect();
-                let long = VALUED
-                    .iter()
-                    .find(|f| f.0 == Some(c))
-                    .map(|f| f.1)
-                    .or_else(|| BOOLS.iter().find(|f| f.0 == Some(c)).map(|f| f.1))
-                    .ok_or_else(|| {
-                        Error::config(format!("unknown shorthand flag: {c:?} in {a}"))
-                    })?;
-                let tail = tail
-                    .strip_prefix('=')
-                    .map(str::to_string)
-                    .or((!tail.is_empty()).then_some(tail));
-                (long.to_string(), tail)
-            } else {
-                return Err(Error::config(format!("unexpected argument {a:?}")));
-            };
-            if let Some(f) = VALUED.iter().find(|f| f.1 == name) {
-                let v = match inline {
-                    Some(v) => v,
-                    None => {
-                        let v = args.get(i).ok_or_else(|| {
-                            Error::config(format!("flag needs an argument: --{name}"))
-                        })?;
-                        i += 1;
-                        v.clone()
-                    }
-                };
-                values.push((f.1, v));
-            } else if BOOLS.iter().any(|f| f.1 == name) {
-                // As every applet's booleans: bare, `--name=v`, or `--name v` when v is not a flag.
-                let inline = inline.or_else(|| {
-                    let next = args.get(i).filter(|n| !n.starts_with('-'))?;
-                    i += 1;
-                    Some(next.clone())
-                });
-                if let Some(v) = inline {
-                    crate::settings::go_bool(&v).ok_or_else(|| {
-                        Error::config(format!("--{name}: {v:?} is not a boolean"))
-                    })?;
-                }
-            } else {
-                return Err(Error::config(format!("unrecognized argument: --{name}")));
-            }
-        }
+        let given = scan(args)?;
         // flag (the last given) > env (upstream's viper without AllowEmptyEnv: "" is unset) > default.
         let get = |long: &str| -> Option<String> {
-            let flag = values.iter().rev().find(|(n, _)| *n == long);
+            let flag = given.values.iter().rev().find(|(n, _)| *n == long);
             let flag = flag.map(|(n, v)| (format!("--{n}"), v.clone()));
             let vars: Vec<&str> = VALUED
                 .iter()
@@ -200,8 +218,8 @@ impl Options {
             proxy_uid: uid,
             proxy_gid: id("--proxy-gid", get("proxy-gid"), uid)?,
             log_level: get("log_output_level"),
-            help,
-            version,
+            help: given.help,
+            version: given.version,
         })
     }
 }

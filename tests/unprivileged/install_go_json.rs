@@ -1,7 +1,7 @@
 //! The installer process injects into the file the container runtime uses when that choice rests on Go's
 //! `encoding/json` rules (issue 23 H3): Unicode case folding of field names, the last of several
 //! case-insensitive keys, nesting deeper than 64 (Go reads 10,000). Which file the runtime uses is written
-//! down here by name (each document's verdict checked with Go 1.19, as in `src/install/config/libcni_vectors.json`),
+//! down here by name (each document's verdict checked with Go 1.19, as in `src/install/config/libcni/vectors.json`),
 //! never asked of our own selection code. The deep documents are read on the installer's main thread.
 
 use crate::support::install::node::*;

@@ -111,19 +111,9 @@ fn probe(client: &impl PodSource) -> Result<String> {
     Ok(client.list_pods(&p)?.resource_version)
 }
 
-/// Opens one watch (`start`: a watch-list, or from a resourceVersion) and forwards its events; returns how
-/// it ended and whether it delivered any change (and advances `start`'s resourceVersion). With `catch_up`,
-/// tells the sink when the watch has caught up with the server ([`catch_up`]).
-fn watch_once(
-    client: &impl PodSource,
-    sel: &Selection,
-    sinks: &mut Fanout,
-    start: &mut Start,
-    restart: bool,
-    timing: &mut Timing,
-) -> (Ended, bool) {
-    let listing = *start == Start::WatchList;
-    let params = WatchParams {
+/// The watch request for `start`: a watch-list, or a watch from its resourceVersion (none: from now).
+fn watch_params(sel: &Selection, start: &Start) -> WatchParams {
+    WatchParams {
         label_selector: sel.label.clone(),
         field_selector: Some(sel.field.clone()),
         resource_version: match start {
@@ -131,28 +121,29 @@ fn watch_once(
             _ => None,
         },
         allow_bookmarks: true,
-        send_initial_events: listing,
+        send_initial_events: *start == Start::WatchList,
         // In [300, 600) s, spread like client-go's.
         timeout_seconds: Some(300 + (random() % 300) as u32),
         ..WatchParams::default()
-    };
-    let mut stream = match client.watch_pods(&params) {
-        Ok(s) => s,
-        Err(e) if listing && catch_up::refuses_watch_list(&e) => {
-            return (Ended::NoWatchList(e.to_string()), false)
-        }
-        Err(e) if e.is_gone() => return (Ended::Gone(e), false),
-        Err(e) => return (Ended::Failed(e), false),
-    };
-    timing.answered();
-    sinks.watch_up(restart);
-    let mut pending = if listing {
+    }
+}
+
+/// What the sinks wait for before the watch that just opened (its head carried `head_rv`) is caught up:
+/// a watch-list's end, or a probe's resourceVersion ([`catch_up`]); told at once when nothing.
+fn catch_up_start(
+    client: &impl PodSource,
+    sel: &Selection,
+    sinks: &mut Fanout,
+    listing: bool,
+    head_rv: Option<&str>,
+) -> Pending {
+    let pending = if listing {
         sinks.list_begun();
         Pending::InitialEnd
     } else if sinks.wants_catch_up() {
         // Read after the head arrived: every change the gap hid is at or below this.
         match probe(client) {
-            Ok(r) => catch_up::after_probe(&r, stream.resource_version()),
+            Ok(r) => catch_up::after_probe(&r, head_rv),
             Err(e) => {
                 log::warn!(
                     "{}: catch-up probe failed, not answering by name until the next watch: {e}",
@@ -167,6 +158,32 @@ fn watch_once(
     if pending == Pending::Nothing && sinks.wants_catch_up() {
         sinks.caught_up();
     }
+    pending
+}
+
+/// Opens one watch (`start`: a watch-list, or from a resourceVersion) and forwards its events; returns how
+/// it ended and whether it delivered any change (and advances `start`'s resourceVersion). With `catch_up`,
+/// tells the sink when the watch has caught up with the server ([`catch_up`]).
+fn watch_once(
+    client: &impl PodSource,
+    sel: &Selection,
+    sinks: &mut Fanout,
+    start: &mut Start,
+    restart: bool,
+    timing: &mut Timing,
+) -> (Ended, bool) {
+    let listing = *start == Start::WatchList;
+    let mut stream = match client.watch_pods(&watch_params(sel, start)) {
+        Ok(s) => s,
+        Err(e) if listing && catch_up::refuses_watch_list(&e) => {
+            return (Ended::NoWatchList(e.to_string()), false)
+        }
+        Err(e) if e.is_gone() => return (Ended::Gone(e), false),
+        Err(e) => return (Ended::Failed(e), false),
+    };
+    timing.answered();
+    sinks.watch_up(restart);
+    let mut pending = catch_up_start(client, sel, sinks, listing, stream.resource_version());
     let mut failure = None;
     let mut delivered = false;
     for ev in &mut stream {

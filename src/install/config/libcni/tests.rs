@@ -130,16 +130,16 @@ fn types_of(file: &str, text: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// `libcni_vectors.json`: documents → libcni's decision (and the plugin types it runs), each checked
+/// `vectors.json`: documents → libcni's decision (and the plugin types it runs), each checked
 /// against Go 1.19's `encoding/json` (Debian 12's containerd) with libcni 1.3.0's loading logic: which of
 /// several case-insensitive keys wins, duplicate keys, null, Unicode folding (ſ, K), nesting depth. Those
 /// with `derived` were read from libcni's and Go's sources, not run (the list's `name` as a directory of
 /// plugins, `cniVersions`); `dir` lays out the conf dir around the file, read as the installer reads it.
 #[test]
 fn go_vectors() {
-    let vectors = json::parse(include_str!("libcni_vectors.json"), "libcni_vectors.json").unwrap();
+    let vectors = json::parse(include_str!("vectors.json"), "vectors.json").unwrap();
     let Value::Array(vectors) = vectors else {
-        panic!("libcni_vectors.json: not a list")
+        panic!("vectors.json: not a list")
     };
     let mut wrong = Vec::new();
     for v in vectors.iter() {
