@@ -1,4 +1,4 @@
-//! Our entry out of the conf dir at cleanup ([`crate::install::teardown`]): only our entry removed from the
+//! Our entry out of the conf dir at cleanup ([`crate::install::steps::teardown`]): only our entry removed from the
 //! primary (atomic, mode kept), or our own file (standalone or Istio-owned) deleted.
 //!
 //! When the file we wrote to has vanished meanwhile (the primary CNI removed its config), there is nothing
