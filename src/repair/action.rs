@@ -39,19 +39,20 @@ fn unix_nanos() -> u128 {
 }
 
 impl Actor {
-    /// The actions for `opts` with the agent's API client, the runtime's host `/proc` and the plugin
-    /// configuration a repaired pod is programmed with.
+    /// The actions for `opts` with the agent's API client, the host `/proc` and the plugin configuration a
+    /// repaired pod is programmed with.
     pub fn new(
         client: Client,
         opts: &super::options::Options,
-        rt: &super::Runtime,
-    ) -> Result<Actor> {
-        Ok(Actor {
+        host_proc: PathBuf,
+        netconf: NetConf,
+    ) -> Actor {
+        Actor {
             client,
             opts: opts.clone(),
-            host_proc: rt.host_proc.clone(),
-            netconf: super::net_conf(rt)?,
-        })
+            host_proc,
+            netconf,
+        }
     }
 
     /// Programs the pod's redirection inside its namespace (the one holding its IP whose processes are in

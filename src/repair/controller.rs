@@ -193,3 +193,34 @@ impl Worker {
         }
     }
 }
+
+/// The worker with what it is fed and acts through, ready to run.
+pub struct Runner {
+    rx: Receiver<Msg>,
+    actor: Actor,
+}
+
+impl Runner {
+    pub fn new(rx: Receiver<Msg>, actor: Actor) -> Runner {
+        Runner { rx, actor }
+    }
+
+    /// Runs on this thread until the sink is dropped and nothing is pending; the pods given up on.
+    pub fn run(self) -> u32 {
+        let mut worker = Worker::default();
+        worker.run(&self.rx, &self.actor);
+        worker.failed
+    }
+
+    /// Runs on a thread of its own (the installer's: its pod watch feeds it for as long as it lives).
+    pub fn spawn(self) -> crate::Result<()> {
+        std::thread::Builder::new()
+            .name("repair".into())
+            .spawn(move || {
+                self.run();
+                log::error!("repair agent stopped: the pod watch ended");
+            })
+            .map(|_| ())
+            .map_err(|e| crate::Error::io("repair: spawn the agent", e))
+    }
+}

@@ -5,9 +5,9 @@
 //! apply to each pod here instead of on the server. One watch per node, however many users.
 
 use super::super::options::Settings;
-use crate::kube::podwatch::{self, Fanout, PodSink, Selection};
+use crate::agents::{self, Runtime};
+use crate::kube::podwatch::{self, Fanout, PodSink};
 use crate::podcache::server::Cache;
-use std::path::PathBuf;
 
 /// The API client of the in-process agents: in-cluster, with the installer's service account dir and
 /// service host.
@@ -54,35 +54,21 @@ pub fn start(s: &Settings) {
         sinks.push(Box::new(c));
         cache = true;
     }
-    let rt = runtime(s);
-    let mut audited = false;
-    if audit {
-        match crate::repair::audit::start(client.clone(), &s.repair, &rt) {
-            Ok(sink) => {
-                sinks.push(Box::new(sink));
-                audited = true;
-            }
-            Err(e) => log::error!("audit not started: {e}"),
-        }
+    let failed = |what: &str, e| {
+        log::error!("{what} not started: {e}");
+        Ok(())
+    };
+    let Ok(agents) = agents::start(&client, &s.repair, &runtime(s), (true, audit), &failed) else {
+        return;
+    };
+    if agents.repair {
+        log::info!("repair agent started");
     }
-    let mut repair = false;
-    if s.repair.enabled {
-        match crate::repair::start_in_installer(client.clone(), s.repair.clone(), rt) {
-            Ok(sink) => {
-                log::info!("repair agent started");
-                sinks.push(Box::new(sink));
-                repair = true;
-            }
-            Err(e) => log::error!("repair agent not started: {e}"),
-        }
-    }
+    let (repair, audited) = (agents.repair, agents.audit);
+    sinks.extend(agents.sinks);
     let sel = match (cache || audited, repair) {
-        (true, _) => Selection {
-            label: None,
-            field: format!("spec.nodeName={node}"),
-            what: "pod watch",
-        },
-        (false, true) => crate::repair::selection(&s.repair),
+        (true, _) => agents::selection(&s.repair, Some(&node)),
+        (false, true) => agents::selection(&s.repair, None),
         (false, false) => return,
     };
     let on = |b: bool| if b { "on" } else { "off" };
@@ -105,16 +91,14 @@ pub fn start(s: &Settings) {
 }
 
 /// What the in-process repair agent and the audit run with: the host `/proc`, the plugin's configuration.
-pub(in crate::install) fn runtime(s: &Settings) -> crate::repair::Runtime {
-    crate::repair::Runtime {
-        host_proc: PathBuf::from(crate::repair::options::DEFAULT_HOST_PROC),
+pub(in crate::install) fn runtime(s: &Settings) -> Runtime {
+    Runtime {
         cni_agent_run_dir: s.run_dir.display().to_string(),
         native_nftables: s.native_nftables,
-        monitoring_port: None,
-        run_as_daemon: true,
         audit_interval: s.audit_interval,
         exclude_namespaces: s.exclude_namespaces.clone().unwrap_or_default(),
         pod_namespace: s.pod_namespace.clone(),
+        ..Runtime::in_installer()
     }
 }
 

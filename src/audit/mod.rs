@@ -134,19 +134,14 @@ impl PodSink for AuditSink {
     }
 }
 
-/// Starts the audit's rounds on a thread of their own and returns the sink the node's pod watch feeds it
-/// through. The repair agent's `opts` say what it does about a pod (nothing when it is disabled or has no
-/// mode); `rt` gives the host `/proc`, the plugin configuration and the interval.
-pub fn start(
-    client: crate::kube::Client,
-    opts: &crate::repair::options::Options,
-    rt: &crate::repair::Runtime,
-) -> crate::Result<AuditSink> {
-    let det = Detector::new(opts.clone())?;
-    let actor = crate::repair::action::Actor::new(client, opts, rt)?;
+/// Starts the audit's rounds on a thread of their own, one every `interval`, and returns the sink the
+/// node's pod watch feeds it through. `actor` says what it does about a pod (the repair agent's options:
+/// nothing when it is disabled or has no mode), from which host `/proc`, with which plugin configuration.
+pub fn start(actor: crate::repair::action::Actor, interval: Duration) -> crate::Result<AuditSink> {
+    let det = Detector::new(actor.opts.clone())?;
     let conf = actor.netconf.clone();
     let store = Shared::default();
-    let auditor = round::Auditor::new(store.clone(), rt.audit_interval, actor);
+    let auditor = round::Auditor::new(store.clone(), interval, actor);
     std::thread::Builder::new()
         .name("audit".into())
         .spawn(move || auditor.run())
