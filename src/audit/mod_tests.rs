@@ -1,6 +1,7 @@
 use super::once::{parse_args, report};
 use super::verdict::Verdict;
 use super::*;
+use crate::json::{self, Value};
 use crate::repair::options::Options;
 
 fn det() -> Detector {
@@ -45,8 +46,8 @@ fn only_running_redirected_pod_network_pods_are_audited() {
         ("u-1", "10.1.2.3")
     );
     assert!(p.facts.selected);
-    // What the decision reads is kept, the rest is not.
-    assert!(json::obj_of(&p.object().unwrap(), "status").is_some());
+    // The decision is kept, not the pod.
+    assert!(matches!(p.plan, Ok(PodPlan::Redirect(_))), "{:?}", p.plan);
     assert!(admit(&d, &conf(), &pod(r#","hostNetwork":true"#, RUNNING, "")).is_none());
     assert!(
         admit(&d, &conf(), &pod("", r#""phase":"Pending""#, "")).is_none(),
@@ -83,7 +84,8 @@ fn only_running_redirected_pod_network_pods_are_audited() {
         r#""sidecar.istio.io/status":"{}","traffic.sidecar.istio.io/includeInboundPorts":"x""#,
     );
     let bad = json::parse_object(&text, "pod").unwrap();
-    assert!(admit(&d, &conf(), &bad).is_some());
+    let bad = admit(&d, &conf(), &bad).expect("kept");
+    assert!(bad.plan.unwrap_err().contains("includeInboundPorts"));
 }
 
 #[test]

@@ -302,6 +302,36 @@ pub fn find_pod_netns(proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<PodNetns
     open(proc_dir, ip, holder)
 }
 
+/// The one way into a pod's namespace: finds it (through `scan`, a round's one pass over `proc_dir`, when
+/// that settles it, else by a fresh lookup, [`find_pod_netns`]), runs `run` in it, then confirms that it
+/// is still the pod's: on the pod's own process ([`still_holds`]) when a scan found it, else (or when that
+/// fails) by a fresh lookup that must choose the same namespace. `Err` when it cannot be found or
+/// confirmed, or `run` failed: nothing `run` did counts then (fail closed). `doing` names what `run` does
+/// ("read", "programmed") in the error when the namespace changed meanwhile.
+pub fn in_pod_netns<T>(
+    proc_dir: &Path,
+    ip: IpAddr,
+    uid: &str,
+    scan: Option<&Scan>,
+    doing: &str,
+    run: impl FnOnce(&PodNetns) -> Result<T>,
+) -> Result<(T, PodNetns)> {
+    let found = scan.and_then(|s| s.pod_netns(proc_dir, ip, uid).ok());
+    let ns = found.map_or_else(|| find_pod_netns(proc_dir, ip, uid), Ok)?;
+    let done = run(&ns)?;
+    if scan.is_some() && still_holds(proc_dir, &ns.holder, ip, uid) {
+        return Ok((done, ns));
+    }
+    let again = find_pod_netns(proc_dir, ip, uid)?;
+    if again.holder.ns != ns.holder.ns {
+        return Err(Error::other(format!(
+            "pod IP {ip} moved to the netns of pid {} while the netns of pid {} was {doing}",
+            again.holder.pid, ns.holder.pid
+        )));
+    }
+    Ok((done, ns))
+}
+
 /// `holder`'s namespace, opened, if its process still lives in it.
 fn open(proc_dir: &Path, ip: IpAddr, holder: Holder) -> Result<PodNetns> {
     let path = proc_dir.join(holder.pid.to_string()).join("ns/net");
