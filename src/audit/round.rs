@@ -175,3 +175,7 @@ impl Auditor {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "round_tests.rs"]
+mod tests;
