@@ -4,7 +4,7 @@ use super::*;
 use crate::json::{self, Value};
 use crate::repair::options::Options;
 
-fn det() -> Detector {
+pub(super) fn det() -> Detector {
     Detector::new(Options {
         node_name: "n1".into(),
         ..Options::default()
@@ -13,7 +13,7 @@ fn det() -> Detector {
 }
 
 /// The plugin configuration of the base install: kube-system excluded, the agent in istio-system.
-fn conf() -> NetConf {
+pub(super) fn conf() -> NetConf {
     crate::cni::conf::parse(
         r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni","exclude_namespaces":["kube-system"],
             "pod_namespace":"istio-system"}"#,
@@ -21,7 +21,7 @@ fn conf() -> NetConf {
     .unwrap()
 }
 
-fn pod(extra_spec: &str, status: &str, meta: &str) -> Object {
+pub(super) fn pod(extra_spec: &str, status: &str, meta: &str) -> Object {
     json::parse_object(
         &format!(
             r#"{{"metadata":{{"name":"p","namespace":"ns","uid":"u-1","resourceVersion":"5"{meta},
@@ -34,7 +34,8 @@ fn pod(extra_spec: &str, status: &str, meta: &str) -> Object {
     .unwrap()
 }
 
-const RUNNING: &str = r#""phase":"Running","podIP":"10.1.2.3","podIPs":[{"ip":"10.1.2.3"}]"#;
+pub(super) const RUNNING: &str =
+    r#""phase":"Running","podIP":"10.1.2.3","podIPs":[{"ip":"10.1.2.3"}]"#;
 
 #[test]
 fn only_running_redirected_pod_network_pods_are_audited() {

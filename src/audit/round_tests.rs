@@ -1,16 +1,14 @@
 //! The round's effects that need no namespace of their own: a pod whose namespace cannot be found or told
 //! is unverifiable, never redirected; what follows a verdict (the mode's action under its back-off, what
 //! is remembered with the pod).
+use super::super::admit;
+use super::super::tests::{self as fixture, conf};
 use super::*;
 use crate::audit::verdict::Backoff;
 use crate::json;
 use crate::kube::{Client, Config};
 use crate::repair::options::Options;
 use std::path::PathBuf;
-
-fn conf() -> NetConf {
-    crate::cni::conf::parse(r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni"}"#).unwrap()
-}
 
 fn opts() -> Options {
     Options {
@@ -22,14 +20,14 @@ fn opts() -> Options {
 
 /// A running sidecar pod with this UID and IP, as the store keeps it.
 fn pod(uid: &str, ip: &str) -> Pod {
-    let text = format!(
-        r#"{{"metadata":{{"name":"p","namespace":"ns","uid":"{uid}",
-             "annotations":{{"sidecar.istio.io/status":"{{}}"}}}},
-           "spec":{{"nodeName":"n1","containers":[{{"name":"app"}},{{"name":"istio-proxy"}}]}},
-           "status":{{"phase":"Running","podIP":"{ip}"}}}}"#
-    );
-    let det = crate::repair::detect::Detector::new(opts()).unwrap();
-    super::super::admit(&det, &conf(), &json::parse_object(&text, "pod").unwrap()).unwrap()
+    let text = json::to_compact(&json::Value::Object(fixture::pod("", fixture::RUNNING, "")));
+    let text = text.replace("u-1", uid).replace("10.1.2.3", ip);
+    admit(
+        &fixture::det(),
+        &conf(),
+        &json::parse_object(&text, "pod").unwrap(),
+    )
+    .unwrap()
 }
 
 /// A host `/proc` with one process (`pid`) whose cgroup is `cgroup` and whose `ns/net` is a plain file.

@@ -252,20 +252,6 @@ impl Scan {
             })
             .collect()
     }
-
-    /// The namespace of the pod with `uid` and `ip` as this scan saw it, opened, if its process is still
-    /// there as seen ([`still_holds`]).
-    pub fn pod_netns(&self, proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<PodNetns> {
-        let holder = pod_netns::choose(ip, uid, &self.candidates(proc_dir, ip, uid))?;
-        let ns = open(proc_dir, ip, holder)?;
-        if !still_holds(proc_dir, &ns.holder, ip, uid) {
-            return Err(Error::other(format!(
-                "process {} no longer holds pod IP {ip} in the pod's cgroup",
-                ns.holder.pid
-            )));
-        }
-        Ok(ns)
-    }
 }
 
 /// Whether `h`'s process still lives in its namespace, is still in the cgroup of the pod with `uid`,
@@ -316,7 +302,10 @@ pub fn in_pod_netns<T>(
     doing: &str,
     run: impl FnOnce(&PodNetns) -> Result<T>,
 ) -> Result<(T, PodNetns)> {
-    let found = scan.and_then(|s| s.pod_netns(proc_dir, ip, uid).ok());
+    let seen = |s: &Scan| pod_netns::choose(ip, uid, &s.candidates(proc_dir, ip, uid)).ok();
+    let found = scan.and_then(seen).and_then(|h| open(proc_dir, ip, h).ok());
+    // As the scan saw it only if its process is still there as seen.
+    let found = found.filter(|ns| still_holds(proc_dir, &ns.holder, ip, uid));
     let ns = found.map_or_else(|| find_pod_netns(proc_dir, ip, uid), Ok)?;
     let done = run(&ns)?;
     if scan.is_some() && still_holds(proc_dir, &ns.holder, ip, uid) {
