@@ -1,5 +1,5 @@
 //! The node's agents: the repair agent ([`crate::repair`]) and the audit ([`crate::audit`], which runs with
-//! repair off too), started in one place ([`start`]) for the `istio-cni-repair` applet ([`main`], [`standalone`]) and for
+//! repair off too), started in one place ([`start`]) for the `istio-cni-repair` applet ([`standalone`]) and for
 //! `install-cni`, whose one pod watch feeds them; their series ([`render`]) and the operators' one-shot
 //! audit ([`audit_once`]). The roles below know nothing of each other's start: the audit acts through the
 //! repair agent's actions, and neither imports this room.
@@ -11,42 +11,8 @@ use crate::kube::podwatch::{PodSink, Selection};
 use crate::kube::Client;
 use crate::repair::action::Actor;
 use crate::repair::controller::Runner;
-use crate::repair::flags;
 use crate::repair::options::Options;
 use std::path::PathBuf;
-
-/// The `istio-cni-repair` applet's entry point. Bad flags or settings: one plain line, exit 2; once logging runs, an error is
-/// one log line ([`crate::applet::fatal`]), exit 1.
-pub fn main(name: &str, args: &[String]) -> i32 {
-    use crate::applet::usage_error;
-    let version = |f: &flags::Flags| f.version;
-    let flags = match crate::applet::parse_args(name, flags::normalize(args), version) {
-        Ok(f) => f,
-        Err(code) => return code,
-    };
-    let env = |k: &str| std::env::var(k).ok();
-    let (opts, rt) = match standalone::settings_of(&flags, &env) {
-        Ok(s) => s,
-        Err(e) => return usage_error(name, &e.to_string()),
-    };
-    let level = flags
-        .log_level
-        .as_deref()
-        .and_then(crate::logging::parse_level)
-        .unwrap_or(log::LevelFilter::Info);
-    crate::logging::init(level);
-    match standalone::with_client(name, &flags, opts, &rt) {
-        Ok(0) => 0,
-        Ok(n) => {
-            log::error!("{n} broken pod(s) could not be handled");
-            1
-        }
-        Err(e) => {
-            crate::applet::fatal(name, module_path!(), &e);
-            1
-        }
-    }
-}
 
 /// Everything the agents need besides the repair agent's options.
 #[derive(Debug, Clone)]
@@ -166,7 +132,7 @@ pub fn start(
     if audit {
         match rt
             .actor(client, opts)
-            .and_then(|a| crate::audit::start(a, rt.audit_interval))
+            .and_then(|a| crate::audit::round::start(a, rt.audit_interval))
         {
             Ok(sink) => {
                 agents.sinks.push(Box::new(sink));

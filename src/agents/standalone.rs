@@ -10,12 +10,42 @@ use crate::repair::{flags, options};
 use crate::settings::{self, EmptyEnv, Env, Named};
 use std::net::SocketAddr;
 
+/// The `istio-cni-repair` applet's entry point. Bad flags or settings: one plain line, exit 2; once logging runs, an error is
+/// one log line ([`crate::applet::fatal`]), exit 1.
+pub fn main(name: &str, args: &[String]) -> i32 {
+    use crate::applet::usage_error;
+    let version = |f: &flags::Flags| f.version;
+    let flags = match crate::applet::parse_args(name, flags::normalize(args), version) {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let (opts, rt) = match settings_of(&flags, &env) {
+        Ok(s) => s,
+        Err(e) => return usage_error(name, &e.to_string()),
+    };
+    let level = flags
+        .log_level
+        .as_deref()
+        .and_then(crate::logging::parse_level)
+        .unwrap_or(log::LevelFilter::Info);
+    crate::logging::init(level);
+    match with_client(name, &flags, opts, &rt) {
+        Ok(0) => 0,
+        Ok(n) => {
+            log::error!("{n} broken pod(s) could not be handled");
+            1
+        }
+        Err(e) => {
+            crate::applet::fatal(name, module_path!(), &e);
+            1
+        }
+    }
+}
+
 /// The standalone agent's settings from the command line and env, every one checked (the selectors
 /// parsed, a node name required) before anything runs.
-pub(super) fn settings_of(
-    flags: &flags::Flags,
-    env: Env<'_>,
-) -> Result<(options::Options, Runtime)> {
+fn settings_of(flags: &flags::Flags, env: Env<'_>) -> Result<(options::Options, Runtime)> {
     let (opts, daemon) = options::resolve(&|n| flags.get(n), env)?;
     // The agent reads env as release-1.9's viper: an empty variable is unset.
     let r = Named {
@@ -65,7 +95,7 @@ pub(super) fn settings_of(
 }
 
 /// The standalone agent: its own client and metrics server.
-pub(super) fn with_client(
+fn with_client(
     name: &str,
     flags: &flags::Flags,
     opts: options::Options,

@@ -113,21 +113,6 @@ impl PodSink for AuditSink {
     }
 }
 
-/// Starts the audit's rounds on a thread of their own, one every `interval`, and returns the sink the
-/// node's pod watch feeds it through. `actor` says what it does about a pod (the repair agent's options:
-/// nothing when it is disabled or has no mode), from which host `/proc`, with which plugin configuration.
-pub fn start(actor: crate::repair::action::Actor, interval: Duration) -> crate::Result<AuditSink> {
-    let det = Detector::new(actor.opts.clone())?;
-    let conf = actor.netconf.clone();
-    let store = Shared::default();
-    let auditor = round::Auditor::new(store.clone(), interval, actor);
-    std::thread::Builder::new()
-        .name("audit".into())
-        .spawn(move || auditor.run())
-        .map_err(|e| crate::Error::io("audit: spawn its thread", e))?;
-    Ok(AuditSink { det, conf, store })
-}
-
 #[cfg(test)]
 #[path = "mod_tests.rs"]
 mod tests;

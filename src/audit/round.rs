@@ -4,7 +4,7 @@
 //! agent's mode ([`super::verdict::action_for`] through the repair actions), the metrics.
 
 use super::verdict::{action_for, Seen, Verdict};
-use super::{lock, metrics, pace, Pod, Shared};
+use super::{lock, metrics, pace, AuditSink, Pod, Shared};
 use crate::cni::NetConf;
 use crate::kube::ApiErrorExt;
 use crate::redirect::plan::PodPlan;
@@ -43,6 +43,21 @@ pub fn verify(
         Ok((found, _)) => found.map(|found| Verdict::of(&found)),
         Err(e) => Some(Verdict::Unverifiable(e.to_string())),
     }
+}
+
+/// Starts the audit's rounds on a thread of their own, one every `interval`, and returns the sink the
+/// node's pod watch feeds it through. `actor` says what it does about a pod (the repair agent's options:
+/// nothing when it is disabled or has no mode), from which host `/proc`, with which plugin configuration.
+pub fn start(actor: Actor, interval: Duration) -> crate::Result<AuditSink> {
+    let det = crate::repair::detect::Detector::new(actor.opts.clone())?;
+    let conf = actor.netconf.clone();
+    let store = Shared::default();
+    let auditor = Auditor::new(store.clone(), interval, actor);
+    std::thread::Builder::new()
+        .name("audit".into())
+        .spawn(move || auditor.run())
+        .map_err(|e| crate::Error::io("audit: spawn its thread", e))?;
+    Ok(AuditSink { det, conf, store })
 }
 
 /// The audit's state across rounds.
