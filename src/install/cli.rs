@@ -172,7 +172,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
             ),
         }
     }
-    let state = State::new();
+    let state = State::with_metrics(super::node::METRICS);
     let once = inst.settings.once.then_some(inst.settings.wait_timeout);
     if once.is_none() {
         let m = server::serve(

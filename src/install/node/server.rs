@@ -2,7 +2,7 @@
 //! follow can no longer be watched, e.g. the conf dir's mount shows a deleted directory: then 503, so a
 //! liveness probe restarts us), `/readyz` (200 when installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
 //! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`), ours
-//! (`istio_cni_startup_ready_seconds`), and what the node's other parts add ([`super::METRICS`]).
+//! (`istio_cni_startup_ready_seconds`), and what the node's other parts add (a list of renderers).
 //! The responder is deliberately small: GET only, the request head bounded to 8 KiB and due within 2 s of
 //! accept, `Connection: close`; [`crate::httpd`] multiplexes the connections so none can hold up another,
 //! and listens dual-stack.
@@ -74,10 +74,16 @@ pub struct State {
 }
 
 impl State {
-    /// With the node's parts of `/metrics` ([`super::METRICS`]).
+    /// With `/metrics` showing only the installer's own series.
     pub fn new() -> Arc<State> {
+        State::with_metrics(&[])
+    }
+
+    /// With `/metrics` showing `parts` after the installer's own series (install-cni's:
+    /// [`super::METRICS`]).
+    pub fn with_metrics(parts: &'static [Render]) -> Arc<State> {
         Arc::new(State {
-            parts: super::METRICS,
+            parts,
             ..State::default()
         })
     }
@@ -208,6 +214,8 @@ mod tests {
             "{body}"
         );
         assert_eq!(get(m, "/readyz").0, 404);
+        let parts = State::with_metrics(&[|s| s.push_str("a 1\n"), |s| s.push_str("b 2\n")]);
+        assert!(parts.metrics_text().ends_with("a 1\nb 2\n"));
         // An oversized head is refused, not buffered.
         let mut c = TcpStream::connect(("127.0.0.1", h.port())).unwrap();
         let _ = c.write_all(&vec![b'a'; httpd::MAX_HEAD + 10]);
