@@ -39,21 +39,6 @@ pub struct Runtime {
 pub const DEFAULT_AUDIT_INTERVAL: std::time::Duration = crate::audit::DEFAULT_INTERVAL;
 
 impl Runtime {
-    /// The installer's, before its settings: the DaemonSet's host `/proc`, a daemon, no metrics port of
-    /// its own.
-    pub fn in_installer() -> Runtime {
-        Runtime {
-            host_proc: crate::repair::options::DEFAULT_HOST_PROC.into(),
-            cni_agent_run_dir: String::new(),
-            native_nftables: false,
-            monitoring_port: None,
-            run_as_daemon: true,
-            audit_interval: DEFAULT_AUDIT_INTERVAL,
-            exclude_namespaces: Vec::new(),
-            pod_namespace: String::new(),
-        }
-    }
-
     /// The plugin configuration a repaired pod is programmed with and a pod is audited against (what ADD
     /// would see from our conflist).
     pub fn net_conf(&self) -> Result<crate::cni::NetConf> {

@@ -104,7 +104,9 @@ pub(in crate::install) fn runtime(s: &Settings) -> Runtime {
         audit_interval: s.audit_interval,
         exclude_namespaces: s.exclude_namespaces.clone().unwrap_or_default(),
         pod_namespace: s.pod_namespace.clone(),
-        ..Runtime::in_installer()
+        host_proc: crate::repair::options::DEFAULT_HOST_PROC.into(),
+        run_as_daemon: true,
+        monitoring_port: None,
     }
 }
 
