@@ -1,6 +1,6 @@
 //! The standalone agents (the `istio-cni-repair` applet, as in 1.9): the repair agent and the audit on a
 //! pod watch of their own, with their own API client and `/metrics` ([`serve`]); command line in
-//! [`crate::repair::flags`], settings in [`crate::repair::options`] and here ([`settings_of`]).
+//! [`crate::repair::flags`], settings in [`crate::repair::options`] and here.
 
 use super::Runtime;
 use crate::error::{Context, Result};

@@ -53,10 +53,11 @@ pub fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Store> {
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether `pod` is one to verify (pure): running (a pod IP, not terminal, not being deleted), not
-/// host-network, and one the plugin's whole decision with `conf` redirects ([`decide_pod_in`]: a pod in
-/// `exclude_namespaces` or the agent's own is skipped, as ADD skips it: never counted, never repaired);
-/// a decision that fails (a bad annotation) keeps it, and its verification says why it cannot be verified.
+/// Whether `pod` is one to verify (pure): running (a pod IP, not terminal, not being deleted: the
+/// [`PodView`]'s rules), not host-network, and one the plugin's whole decision with `conf` redirects
+/// ([`crate::pod_rules::decide`]: a pod in `exclude_namespaces` or the agent's own is skipped, as ADD
+/// skips it: never counted, never repaired); a decision that fails (a bad annotation) keeps it, and its
+/// verification says why it cannot be verified. The decision is kept with it.
 pub fn admit(det: &Detector, conf: &NetConf, pod: &Object) -> Option<Pod> {
     let v = PodView::of(pod);
     if v.host_network || v.terminal || v.deleting || v.pod_ip.is_empty() {

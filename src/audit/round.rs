@@ -1,6 +1,6 @@
-//! The audit's effects: one pod verified ([`verify`]: its namespace from the host's `/proc` as repair in
-//! place finds it, held open while CHECK reads it), a round over the node's pods spread over the interval
-//! ([`Auditor::round`]), and what follows a verdict: the log line and the Event on a change, the repair
+//! The audit's effects: its rounds started ([`start`]), one pod verified ([`verify`]: its namespace from
+//! the host's `/proc` as repair in place finds it, held open while CHECK reads it), a round over the
+//! node's pods spread over the interval ([`Auditor::round`]), and what follows a verdict: the log line and the Event on a change, the repair
 //! agent's mode ([`super::verdict::action_for`] through the repair actions), the metrics.
 
 use super::verdict::{action_for, Seen, Verdict};
