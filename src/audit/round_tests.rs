@@ -4,7 +4,6 @@
 use super::super::admit;
 use super::super::tests::{self as fixture, conf};
 use super::*;
-use crate::audit::verdict::Backoff;
 use crate::json;
 use crate::kube::{Client, Config};
 use crate::repair::options::Options;
@@ -94,53 +93,35 @@ fn auditor(store: &Shared) -> Auditor {
 fn an_unredirected_pod_is_acted_on_under_its_backoff_and_remembered_with_its_uid() {
     let store = Shared::default();
     let mut a = auditor(&store);
-    let p = pod("u-1", "10.1.2.3");
-    lock(&store).pods.insert("ns/p".into(), p.clone());
-    let seen = |s: &Shared| {
-        lock(s).pods["ns/p"]
-            .seen
-            .clone()
-            .map(|s| (s.verdict, s.backoff))
+    let old = pod("u-1", "10.1.2.3");
+    lock(&store).pods.insert("ns/p".into(), old.clone());
+    // One verdict in `round` for the pod as the store has it now; what is remembered with it after.
+    let mut after = |round: u64, v: &Verdict| {
+        a.rounds = round;
+        let p = lock(&store).pods["ns/p"].clone();
+        a.after("ns/p", &p, v.clone());
+        let seen = lock(&store).pods["ns/p"].seen.clone();
+        seen.map(|s| (s.verdict, s.backoff.acts, s.backoff.next_round))
     };
     let missing = Verdict::Missing("IPv4: missing -t nat -N ISTIO_OUTPUT".into());
     // Round 1: the delete mode acts (and fails: the API server refuses), the back-off starts.
-    a.rounds = 1;
-    a.after("ns/p", &p, missing.clone());
-    let once = Backoff {
-        acts: 1,
-        next_round: 2,
-    };
-    assert_eq!(seen(&store), Some((missing.clone(), once)));
+    assert_eq!(after(1, &missing), Some((missing.clone(), 1, 2)));
     // The same round again: not due, no second action.
-    let p = lock(&store).pods["ns/p"].clone();
-    a.after("ns/p", &p, missing.clone());
-    assert_eq!(seen(&store), Some((missing.clone(), once)));
+    assert_eq!(after(1, &missing), Some((missing.clone(), 1, 2)));
     // Round 2: due again, and the next one waits two rounds.
-    a.rounds = 2;
-    let p = lock(&store).pods["ns/p"].clone();
-    a.after("ns/p", &p, missing.clone());
-    let twice = Backoff {
-        acts: 2,
-        next_round: 4,
-    };
-    assert_eq!(seen(&store), Some((missing.clone(), twice)));
+    assert_eq!(after(2, &missing), Some((missing.clone(), 2, 4)));
     // Unverifiable: never acted on, its back-off kept.
-    a.rounds = 4;
-    let p = lock(&store).pods["ns/p"].clone();
     let blind = Verdict::Unverifiable("no host /proc".into());
-    a.after("ns/p", &p, blind.clone());
-    assert_eq!(seen(&store), Some((blind, twice)));
+    assert_eq!(after(4, &blind), Some((blind, 2, 4)));
     // Seen redirected: the back-off starts over.
-    let p = lock(&store).pods["ns/p"].clone();
-    a.after("ns/p", &p, Verdict::Redirected);
     assert_eq!(
-        seen(&store),
-        Some((Verdict::Redirected, Backoff::default()))
+        after(4, &Verdict::Redirected),
+        Some((Verdict::Redirected, 0, 0))
     );
     // A pod replaced meanwhile (another UID) keeps nothing of the old one's verdict.
     lock(&store)
         .pods
         .insert("ns/p".into(), pod("u-2", "10.1.2.4"));
-    a.after("ns/p", &p, missing);
-    assert_eq!(seen(&store), None);
+    a.after("ns/p", &old, missing);
+    assert_eq!(lock(&store).pods["ns/p"].seen, None);
 }
