@@ -24,7 +24,7 @@ pub const APPLETS: &[Applet] = &[
     Applet {
         name: "istio-cni-repair",
         about: "the repair agent: fixes pods started without redirection",
-        run: crate::repair::main,
+        run: crate::agents::standalone::main,
     },
     Applet {
         name: "istio-validation",

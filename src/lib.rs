@@ -6,11 +6,14 @@
 //! vocabulary), [`kube::transport`], [`fsutil`].
 //! Below the roles: [`pod_rules`] (the sidecar path ADD, CHECK and repair share) over [`backend`], [`httpd`]
 //! and [`podcache`] over one connection server ([`serve`]).
-//! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`repair`] (`istio-cni-repair`).
+//! Roles: [`plugin`] (`istio-cni`), [`install`] (`install-cni`), [`agents`] (`istio-cni-repair`: [`repair`] and
+//! [`audit`]).
 
 pub mod addrecord;
+pub mod agents;
 pub mod applet;
 pub mod arena;
+pub mod audit;
 pub mod backend;
 pub mod cli;
 pub mod cni;

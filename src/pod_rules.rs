@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::json::Object;
 use crate::netfilter::bypass::Findings;
 use crate::redirect::plan::{decide_pod, decide_pod_in, NodeEnv, PodPlan};
-use crate::redirect::PodInfo;
+use crate::redirect::{PodInfo, Redirect};
 use std::time::Instant;
 
 /// Chooses the rule backend; called only once the pod needs redirection.
@@ -48,7 +48,34 @@ pub fn program_pod_with(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Programmed> {
     let t = Instant::now();
-    let redirect = match decide_pod(&PodInfo::from_pod(pod)?)? {
+    let plan = decide_pod(&PodInfo::from_pod(pod)?)?;
+    program_plan(plan, netns_path, choose, env, t.elapsed().as_micros())
+}
+
+/// A pod's plan decided once and kept with it instead of the pod object (the agents keep one per pod):
+/// what to program or verify, or why it could not be decided (a bad annotation).
+pub type Decided = std::result::Result<PodPlan, String>;
+
+/// The plan for `pod`: the plugin's whole decision with `conf` ([`decide_pod_in`], as the audit admits a
+/// pod), or the pod's own ([`decide_pod`], as ADD programs it once past its shortcuts).
+pub fn decide(pod: &Object, conf: Option<&NetConf>) -> Decided {
+    let info = PodInfo::from_pod(pod).map_err(|e| e.to_string())?;
+    match conf {
+        Some(conf) => decide_pod_in(conf, &info),
+        None => decide_pod(&info),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Applies `plan` inside `netns_path` (`decide_us`: the decision's time, for the log line).
+pub fn program_plan(
+    plan: PodPlan,
+    netns_path: &str,
+    choose: Chooser,
+    env: &dyn Fn(&str) -> Option<String>,
+    decide_us: u128,
+) -> Result<Programmed> {
+    let redirect = match plan {
         PodPlan::Skip(reason) => {
             return Ok(Programmed {
                 redirected: false,
@@ -57,7 +84,6 @@ pub fn program_pod_with(
         }
         PodPlan::Redirect(r) => r,
     };
-    let decide_us = t.elapsed().as_micros();
     let message = choose()?.apply(netns_path, redirect, NodeEnv::take(env), decide_us)?;
     Ok(Programmed {
         redirected: true,
@@ -82,26 +108,35 @@ pub fn check_pod_with(
     choose: Chooser,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<()> {
-    match decide_pod(&PodInfo::from_pod(pod)?)? {
+    check_plan(
+        decide_pod(&PodInfo::from_pod(pod)?)?,
+        netns_path,
+        choose,
+        env,
+    )
+}
+
+/// CHECK of a decided `plan`.
+pub fn check_plan(
+    plan: PodPlan,
+    netns_path: &str,
+    choose: Chooser,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<()> {
+    match plan {
         PodPlan::Skip(_) => Ok(()),
         PodPlan::Redirect(redirect) => choose()?.verify(netns_path, redirect, NodeEnv::take(env)),
     }
 }
 
-/// The audit's CHECK: what [`check_pod`] reads, split ([`Findings`]); `None` when the plugin's whole
-/// decision ([`decide_pod_in`]: its namespace excluded, or its current annotations) leaves it alone.
-pub fn inspect_pod(
-    pod: &Object,
+/// The audit's CHECK: what [`check_pod`] reads for the pod's `redirect`, split ([`Findings`]).
+pub fn inspect(
+    redirect: &Redirect,
     netns_path: &str,
     conf: &NetConf,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<Findings>> {
-    match decide_pod_in(conf, &PodInfo::from_pod(pod)?)? {
-        PodPlan::Skip(_) => Ok(None),
-        PodPlan::Redirect(redirect) => backend::for_conf(conf)?
-            .inspect(netns_path, redirect, NodeEnv::take(env))
-            .map(Some),
-    }
+) -> Result<Findings> {
+    backend::for_conf(conf)?.inspect(netns_path, redirect.clone(), NodeEnv::take(env))
 }
 
 #[cfg(test)]

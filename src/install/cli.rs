@@ -121,7 +121,7 @@ pub fn serve(settings: Settings, sigfd: SignalFd) -> Result<i32> {
         return Ok(cleaned_up(&inst, "uninstall"));
     }
     prepare(&mut inst)?;
-    let state = State::new();
+    let state = State::with_metrics(super::node::METRICS);
     let s = inst.settings();
     let once = s.once.then_some(s.wait_timeout);
     if once.is_none() {

@@ -9,10 +9,10 @@
 //! the loop, the decision at stop).
 //!
 //! The composition root of the DaemonSet: like upstream's `install-cni`, it runs the repair agent in-process
-//! (`REPAIR_ENABLED`), so it takes the agent's settings ([`crate::repair::options`]) and starts
-//! [`crate::repair::start_in_installer`], fed by the node's one pod watch ([`node::podwatch`]) that also
-//! fills the pod cache ([`crate::podcache`]). That is the only role-to-role import, and it points one way:
-//! the repair agent imports nothing from the installer (what both use, [`crate::httpd`] and
+//! (`REPAIR_ENABLED`) and the audit, so it takes the agent's settings ([`crate::repair::options`]) and starts
+//! both through their one entry ([`crate::agents`]), fed by the node's one pod watch ([`node::podwatch`])
+//! that also fills the pod cache ([`crate::podcache`]). Those are the only role-to-role imports, and they
+//! point one way: the agents import nothing from the installer (what both use, [`crate::httpd`] and
 //! [`crate::pod_rules`], sits below them).
 
 pub mod cli;
@@ -67,50 +67,17 @@ pub fn main(name: &str, args: &[String]) -> i32 {
 
 /// `install-cni audit [--json] [--host-proc DIR]`: the audit once, with this agent's settings (its
 /// environment: the node, the backend, the run dir, the API server), for `kubectl exec` into its container
-/// ([`crate::repair::audit::once`]).
+/// ([`crate::agents::audit_once`]).
 fn audit_once(name: &str, args: &[String]) -> i32 {
-    use crate::applet::{print_out, usage_error};
-    use crate::repair::audit::once;
-    let me = format!("{name} audit");
-    let a = match once::parse_args(args) {
-        Ok(Some(a)) => a,
-        Ok(None) => return print_out(name, once::HELP, 0),
-        Err(e) => return usage_error(&me, &e),
-    };
-    let s = match options::resolve(&flags::Flags::default(), &process_env) {
-        Ok(s) => s,
-        Err(e) => return usage_error(&me, &format!("invalid configuration: {e}")),
-    };
-    if s.node_name.is_empty() {
-        return usage_error(
-            &me,
-            "no node name: set NODE_NAME from the pod's spec.nodeName",
-        );
-    }
-    crate::logging::init(log::LevelFilter::Warn);
-    let mut rt = node::podwatch::runtime(&s);
-    if let Some(p) = a.host_proc {
-        rt.host_proc = p.into();
-    }
-    let run = || -> crate::Result<Vec<(String, crate::repair::audit::verdict::Verdict)>> {
-        let det = crate::repair::detect::Detector::new(s.repair.clone())?;
-        let conf = crate::repair::net_conf(&rt)?;
-        once::audit(
-            &node::podwatch::client(&s)?,
-            det,
-            &s.node_name,
-            &rt.host_proc,
-            &conf,
-        )
-    };
-    match run() {
-        Ok(v) => {
-            let (text, code) = once::report(&v, a.json);
-            print_out(name, &text, code)
+    crate::agents::audit_once(name, args, || {
+        let s = options::resolve(&flags::Flags::default(), &process_env)
+            .map_err(|e| format!("invalid configuration: {e}"))?;
+        if s.node_name.is_empty() {
+            return Err("no node name: set NODE_NAME from the pod's spec.nodeName".into());
         }
-        Err(e) => {
-            crate::applet::fatal(&me, module_path!(), &e);
-            1
-        }
-    }
+        let rt = node::podwatch::runtime(&s);
+        Ok((s.repair.clone(), rt, s.node_name.clone(), move || {
+            node::podwatch::client(&s)
+        }))
+    })
 }

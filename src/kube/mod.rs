@@ -8,11 +8,13 @@
 //! - [`watch`]: watch event decoding and the [`WatchStream`] iterator.
 //! - [`client`]: the [`Client`] the roles use; [`retry`]: [`get_pod_with_retry`] and [`Backoff`].
 //! - [`scheduling`]: would the DaemonSet controller run a template's pod on a node (pure).
+//! - [`pod`]: the facts the agents and the pod cache read from a pod object, each by one rule ([`PodView`]).
 //! - [`podwatch`]: the node's pod LIST + WATCH loop (paced, relist bookkeeping, catch-up proof, its timings
 //!   on `/metrics`) feeding [`podwatch::PodSink`]s: the pod cache, the repair agent, or both.
 
 pub mod client;
 pub mod config;
+pub mod pod;
 pub mod podwatch;
 pub mod request;
 pub mod retry;
@@ -25,6 +27,7 @@ pub(crate) mod yaml;
 
 pub use client::{Client, PodSource};
 pub use config::Config;
+pub use pod::PodView;
 pub use request::{ListParams, WatchParams};
 pub use retry::{get_pod_with_retry, Backoff};
 pub use status::ApiErrorExt;

@@ -9,7 +9,8 @@
 use super::proto::{self, Reply, Request};
 use super::server::{HEARTBEAT, UNSEEN_WAIT};
 use super::Miss;
-use crate::json::{self, Object};
+use crate::json::Object;
+use crate::kube::PodView;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
@@ -131,11 +132,8 @@ impl Lines {
 
 /// Whether `pod` is the pod `req` asked for: its namespace and name, and its UID when the request has one.
 pub fn is_the_pod_asked_for(pod: &Object, req: &Request) -> bool {
-    let meta = json::obj_of(pod, "metadata");
-    let field = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
-    field("namespace") == req.namespace
-        && field("name") == req.name
-        && (req.uid.is_empty() || field("uid") == req.uid)
+    let v = PodView::of(pod);
+    v.namespace == req.namespace && v.name == req.name && (req.uid.is_empty() || v.uid == req.uid)
 }
 
 /// Asks the agent listening on `socket` for the pod; the reduced pod object, or why not.
@@ -164,16 +162,14 @@ pub fn lookup(socket: &Path, req: &Request) -> Result<Object, Miss> {
     match reply {
         Reply::Hit(pod) if is_the_pod_asked_for(&pod, req) => Ok(pod),
         Reply::Hit(pod) => {
-            let meta = json::obj_of(&pod, "metadata");
-            let field = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
+            let v = PodView::of(&pod);
             log::warn!(
-                "pod cache: asked for {}/{} (uid {:?}), the agent answered {}/{} (uid {:?}); reading the pod from the API server",
+                "pod cache: asked for {}/{} (uid {:?}), the agent answered {} (uid {:?}); reading the pod from the API server",
                 req.namespace,
                 req.name,
                 req.uid,
-                field("namespace"),
-                field("name"),
-                field("uid")
+                v.key(),
+                v.uid
             );
             Err(Miss::BadReply)
         }

@@ -4,7 +4,7 @@
 
 use super::proto::{hit_line, Request};
 use super::Answer;
-use crate::kube::podwatch::key;
+use crate::kube::pod::key;
 use crate::redirect::reduce::Reduced;
 use std::collections::HashMap;
 use std::sync::Arc;

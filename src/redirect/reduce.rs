@@ -26,10 +26,6 @@ pub struct Reduced {
     pub body: Option<String>,
 }
 
-fn str_at<'a>(o: Option<&'a Object>, k: &str) -> &'a str {
-    o.and_then(|o| json::str_of(o, k)).unwrap_or("")
-}
-
 fn copy_fields(from: &Object, keys: &[&str], to: &mut Object) {
     for k in keys {
         if let Some(v) = from.get(*k) {
@@ -136,15 +132,14 @@ pub fn reduce_object(pod: &Object) -> Object {
 
 /// The pod as the cache keeps it: its keys, and the reduced object's JSON when it fits.
 pub fn reduce(pod: &Object) -> Reduced {
-    let meta = json::obj_of(pod, "metadata");
-    let status = json::obj_of(pod, "status");
+    let v = crate::kube::PodView::of(pod);
     let body = json::to_compact(&Value::Object(reduce_object(pod)));
     Reduced {
-        namespace: str_at(meta, "namespace").to_string(),
-        name: str_at(meta, "name").to_string(),
-        uid: str_at(meta, "uid").to_string(),
-        resource_version: str_at(meta, "resourceVersion").to_string(),
-        terminal: matches!(str_at(status, "phase"), "Succeeded" | "Failed"),
+        namespace: v.namespace.into(),
+        name: v.name.into(),
+        uid: v.uid.into(),
+        resource_version: v.resource_version.into(),
+        terminal: v.terminal,
         body: (body.len() <= MAX_POD_BYTES).then_some(body),
     }
 }

@@ -6,9 +6,11 @@ use super::procfs;
 use super::request;
 use crate::cni::NetConf;
 use crate::error::{Error, Result};
-use crate::json::{self, Object};
+use crate::json;
 use crate::kube::Client;
-use crate::redirect::plan::{decide_pod, PodPlan};
+use crate::pod_rules::Decided;
+use crate::redirect::plan::PodPlan;
+use crate::redirect::Redirect;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -26,11 +28,6 @@ pub struct Actor {
     pub netconf: NetConf,
 }
 
-/// Applies exactly what the plugin's ADD applies, through the same code ([`crate::pod_rules`]).
-fn program(pod: &Object, ns_path: &str, conf: &NetConf) -> Result<String> {
-    crate::pod_rules::program_pod(pod, ns_path, conf, &|k| std::env::var(k).ok()).map(|p| p.message)
-}
-
 fn unix_nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -39,47 +36,50 @@ fn unix_nanos() -> u128 {
 }
 
 impl Actor {
-    /// The actions for `opts` with the agent's API client, the runtime's host `/proc` and the plugin
-    /// configuration a repaired pod is programmed with.
+    /// The actions for `opts` with the agent's API client, the host `/proc` and the plugin configuration a
+    /// repaired pod is programmed with.
     pub fn new(
         client: Client,
         opts: &super::options::Options,
-        rt: &super::Runtime,
-    ) -> Result<Actor> {
-        Ok(Actor {
+        host_proc: PathBuf,
+        netconf: NetConf,
+    ) -> Actor {
+        Actor {
             client,
             opts: opts.clone(),
-            host_proc: rt.host_proc.clone(),
-            netconf: super::net_conf(rt)?,
-        })
+            host_proc,
+            netconf,
+        }
     }
 
-    /// Programs the pod's redirection inside its namespace (the one holding its IP whose processes are in
-    /// the pod's cgroup, [`procfs::find_pod_netns`]), then reads back that the rules are there and that
-    /// the namespace is still the pod's. Anything else is an error: the repair is retried and reported,
-    /// never counted as done.
-    fn repair(&self, f: &PodFacts, pod: Option<&Object>) -> Result<String> {
+    /// Programs the pod's decided `plan` inside its namespace, exactly as ADD applies it ([`crate::pod_rules`]),
+    /// then reads back that the rules are there and that the namespace is still the pod's
+    /// ([`procfs::in_pod_netns`]). Anything else is an error: the repair is retried and reported, never
+    /// counted as done.
+    fn repair(&self, f: &PodFacts, plan: Option<&Decided>) -> Result<String> {
         let ip: IpAddr = f.pod_ip.parse().map_err(|_| {
             Error::other(format!("failed to parse addr: status.podIP {:?}", f.pod_ip))
         })?;
-        let pod = pod.ok_or_else(|| Error::other("the pod object was not kept for repair"))?;
-        let ns = procfs::find_pod_netns(&self.host_proc, ip, &f.uid)?;
-        let line = program(pod, &ns.path(), &self.netconf)?;
-        crate::pod_rules::check_pod(pod, &ns.path(), &self.netconf, &|k| std::env::var(k).ok())
-            .map_err(|e| {
-                Error::other(format!(
-                    "the rules just programmed into the netns of pid {} do not read back: {e}",
-                    ns.holder.pid
-                ))
+        let plan = plan.ok_or_else(|| Error::other("the pod's plan was not kept for repair"))?;
+        let env = |k: &str| std::env::var(k).ok();
+        let choose = || crate::backend::for_conf(&self.netconf);
+        let (line, ns) =
+            procfs::in_pod_netns(&self.host_proc, ip, &f.uid, None, "programmed", |ns| {
+                let plan = plan.clone().map_err(Error::other)?;
+                let line =
+                    crate::pod_rules::program_plan(plan.clone(), &ns.path(), &choose, &env, 0)?;
+                crate::pod_rules::check_plan(plan, &ns.path(), &choose, &env).map_err(|e| {
+                    Error::other(format!(
+                        "the rules just programmed into the netns of pid {} do not read back: {e}",
+                        ns.holder.pid
+                    ))
+                })?;
+                Ok(line.message)
             })?;
-        let again = procfs::find_pod_netns(&self.host_proc, ip, &f.uid)?;
-        if again.holder.ns != ns.holder.ns {
-            return Err(Error::other(format!(
-                "pod IP {ip} moved to the netns of pid {} while the netns of pid {} was programmed",
-                again.holder.pid, ns.holder.pid
-            )));
-        }
-        let gap = self.end_gap(f, pod, &ns.path());
+        let gap = match plan {
+            Ok(PodPlan::Redirect(r)) => self.end_gap(f, r, &ns.path()),
+            _ => String::new(),
+        };
         Ok(format!(
             "{line} (netns of pid {}{}){gap}",
             ns.holder.pid,
@@ -95,12 +95,8 @@ impl Actor {
     /// bypass the proxy ([`super::gap_end`]), counts them, and records an Event (reason
     /// [`REASON_GAP`]) when there were any or they could not be read. The text for the repair's line
     /// ("" when there were none). Never fails the repair: the rules are back either way.
-    fn end_gap(&self, f: &PodFacts, pod: &Object, ns_path: &str) -> String {
-        let redirect = match crate::redirect::PodInfo::from_pod(pod).and_then(|i| decide_pod(&i)) {
-            Ok(PodPlan::Redirect(r)) => r,
-            _ => return String::new(),
-        };
-        let text = match super::gap_end::end_gap_connections(ns_path, redirect) {
+    fn end_gap(&self, f: &PodFacts, redirect: &Redirect, ns_path: &str) -> String {
+        let text = match super::gap_end::end_gap_connections(ns_path, redirect.clone()) {
             Ok(e) if e.ended == 0 && e.left_open == 0 => return String::new(),
             Ok(e) => {
                 metrics::gap("ended", e.ended as u64);
@@ -131,7 +127,7 @@ impl Actor {
 
     /// Carries out `a` (Label, Delete or Repair; LabelSkip only counts), writes the Event and counts
     /// the metric. `Err` means "retry later".
-    pub fn act(&self, a: Action, f: &PodFacts, pod: Option<&Object>) -> Result<()> {
+    pub fn act(&self, a: Action, f: &PodFacts, plan: Option<&Decided>) -> Result<()> {
         let key = f.key();
         let result: Result<String> = match a {
             Action::None => return Ok(()),
@@ -153,8 +149,8 @@ impl Actor {
                     .delete_pod(&f.namespace, &f.name, uid.as_deref(), rv.as_deref())
                     .map(|_| "deleted".to_string())
             }
-            Action::Repair => match self.repair(f, pod) {
-                Err(e) if !host_has_iptables() => return self.fall_back(f, pod, &e),
+            Action::Repair => match self.repair(f, plan) {
+                Err(e) if !host_has_iptables() => return self.fall_back(f, plan, &e),
                 r => r,
             },
         };
@@ -191,7 +187,7 @@ impl Actor {
 
     /// Repair in place is impossible on this node (no iptables the agent can run): the next modes, delete
     /// then label, each with its own log line and Event; the repair's Event says why.
-    fn fall_back(&self, f: &PodFacts, pod: Option<&Object>, e: &Error) -> Result<()> {
+    fn fall_back(&self, f: &PodFacts, plan: Option<&Decided>, e: &Error) -> Result<()> {
         let key = f.key();
         let why = format!("repair in place is impossible on this node ({e})");
         log::warn!("pod {key} detected as broken, but {why}: falling back to deleting it");
@@ -201,13 +197,13 @@ impl Actor {
             f,
             Some(&format!("{why}; falling back to delete")),
         );
-        match self.act(Action::Delete, f, pod) {
+        match self.act(Action::Delete, f, plan) {
             Ok(()) => Ok(()),
             Err(de) => {
                 log::warn!(
                     "pod {key}: the fallback delete failed too ({de}): falling back to labeling it"
                 );
-                self.act(Action::Label, f, pod)
+                self.act(Action::Label, f, plan)
             }
         }
     }

@@ -5,9 +5,10 @@
 
 use super::action::Actor;
 use super::detect::{choose_action, needs_repair, Action, Detector, PodFacts};
-use crate::json::{self, Object};
+use crate::json::Object;
 use crate::kube::podwatch::PodSink;
 use crate::kube::ApiErrorExt;
+use crate::pod_rules::Decided;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
@@ -19,25 +20,24 @@ pub const RETRY_BASE: Duration = Duration::from_millis(200);
 
 /// What the watcher tells the worker.
 pub enum Msg {
-    /// A pod as currently seen; `pod` is kept only for broken pods in repair mode.
+    /// A pod as currently seen; its `plan` is decided only for broken pods in repair mode.
     Pod {
         facts: PodFacts,
-        pod: Option<Object>,
+        plan: Option<Box<Decided>>,
         terminating: bool,
     },
     /// The pod is gone (DELETED, or no longer listed by a relist).
     Gone(String),
 }
 
-/// Reduces a pod object to a message (the object is kept only if repair needs it).
+/// Reduces a pod object to a message (its plan decided only if repair needs it).
 pub fn message(det: &Detector, pod: &Object) -> Msg {
     let facts = det.facts(pod);
-    let terminating = json::obj_of(pod, "metadata")
-        .is_some_and(|m| !matches!(m.get("deletionTimestamp"), None | Some(json::Value::Null)));
+    let terminating = crate::kube::PodView::of(pod).deleting;
     let keep = det.opts.repair_pods && facts.selected && needs_repair(&facts, &det.opts);
     Msg::Pod {
         facts,
-        pod: keep.then(|| pod.clone()),
+        plan: keep.then(|| Box::new(crate::pod_rules::decide(pod, None))),
         terminating,
     }
 }
@@ -58,7 +58,7 @@ impl PodSink for RepairSink {
 
 struct Item {
     facts: PodFacts,
-    pod: Option<Object>,
+    plan: Option<Box<Decided>>,
     attempts: u32,
     due: Instant,
 }
@@ -82,7 +82,7 @@ impl Worker {
         match m {
             Msg::Pod {
                 facts,
-                pod,
+                plan,
                 terminating,
             } => {
                 let key = facts.key();
@@ -102,7 +102,7 @@ impl Worker {
                     key,
                     Item {
                         facts,
-                        pod,
+                        plan,
                         attempts,
                         due: Instant::now(),
                     },
@@ -137,7 +137,7 @@ impl Worker {
             if action == Action::None {
                 continue;
             }
-            match actor.act(action, &item.facts, item.pod.as_ref()) {
+            match actor.act(action, &item.facts, item.plan.as_deref()) {
                 Ok(()) => {
                     if matches!(action, Action::Repair | Action::Delete) {
                         self.done.insert(key, item.facts.uid.clone());
@@ -191,5 +191,36 @@ impl Worker {
                 Err(RecvTimeoutError::Disconnected) => open = false,
             }
         }
+    }
+}
+
+/// The worker with what it is fed and acts through, ready to run.
+pub struct Runner {
+    rx: Receiver<Msg>,
+    actor: Actor,
+}
+
+impl Runner {
+    pub fn new(rx: Receiver<Msg>, actor: Actor) -> Runner {
+        Runner { rx, actor }
+    }
+
+    /// Runs on this thread until the sink is dropped and nothing is pending; the pods given up on.
+    pub fn run(self) -> u32 {
+        let mut worker = Worker::default();
+        worker.run(&self.rx, &self.actor);
+        worker.failed
+    }
+
+    /// Runs on a thread of its own (the installer's: its pod watch feeds it for as long as it lives).
+    pub fn spawn(self) -> crate::Result<()> {
+        std::thread::Builder::new()
+            .name("repair".into())
+            .spawn(move || {
+                self.run();
+                log::error!("repair agent stopped: the pod watch ended");
+            })
+            .map(|_| ())
+            .map_err(|e| crate::Error::io("repair: spawn the agent", e))
     }
 }

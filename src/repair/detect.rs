@@ -44,7 +44,7 @@ pub struct PodFacts {
 impl PodFacts {
     /// `namespace/name`, the queue key.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        crate::kube::pod::key(&self.namespace, &self.name)
     }
 }
 
@@ -86,7 +86,7 @@ impl Detector {
         let o = &self.opts;
         let empty = Object::new();
         let meta = json::obj_of(pod, "metadata").unwrap_or(&empty);
-        let s = |k: &str| json::str_of(meta, k).unwrap_or("").to_string();
+        let v = crate::kube::PodView::of(pod);
         let labels = json::obj_of(meta, "labels");
         let annotated = o.sidecar_annotation.is_empty()
             || json::obj_of(meta, "annotations")
@@ -117,11 +117,11 @@ impl Detector {
             })
             .collect();
         PodFacts {
-            namespace: s("namespace"),
-            name: s("name"),
-            uid: s("uid"),
-            resource_version: s("resourceVersion"),
-            pod_ip: json::str_of(status, "podIP").unwrap_or("").to_string(),
+            namespace: v.namespace.into(),
+            name: v.name.into(),
+            uid: v.uid.into(),
+            resource_version: v.resource_version.into(),
+            pod_ip: v.pod_ip.into(),
             selected: self.labels.matches(labels) && self.fields.matches(pod),
             annotated,
             labeled,

@@ -101,35 +101,22 @@ fn an_application_connection_the_rules_now_capture_is_ended_and_nothing_else() {
     // To itself even when only one end's socket was read.
     assert_eq!(fate(&own, &both[..1], &LOCAL, &r), Fate::Keep);
     assert_eq!(fate(&own, &both[..1], &[], &r), Fate::End);
-    let lo = entry("127.0.0.1:40000", "127.0.0.1:80", "127.0.0.1:80");
+    // An application's own socket to where its connection goes: kept.
+    let kept = |src: &str, dst: &str, reply_src: &str| {
+        let e = entry(src, dst, reply_src);
+        fate(&e, &[sock(src, dst, 1000)], &LOCAL, &r)
+    };
     assert_eq!(
-        fate(
-            &lo,
-            &[sock("127.0.0.1:40000", "127.0.0.1:80", 1000)],
-            &LOCAL,
-            &r
-        ),
+        kept("127.0.0.1:40000", "127.0.0.1:80", "127.0.0.1:80"),
         Fate::Keep
     );
-    let direct = entry("10.0.0.2:40000", "10.9.9.9:15008", "10.9.9.9:15008");
     assert_eq!(
-        fate(
-            &direct,
-            &[sock("10.0.0.2:40000", "10.9.9.9:15008", 1000)],
-            &LOCAL,
-            &r
-        ),
+        kept("10.0.0.2:40000", "10.9.9.9:15008", "10.9.9.9:15008"),
         Fate::Keep
     );
     // DNS over TCP captured to the proxy's DNS port.
-    let dns = entry("10.0.0.2:40001", "10.96.0.10:53", "127.0.0.1:15053");
     assert_eq!(
-        fate(
-            &dns,
-            &[sock("10.0.0.2:40001", "10.96.0.10:53", 1000)],
-            &LOCAL,
-            &r
-        ),
+        kept("10.0.0.2:40001", "10.96.0.10:53", "127.0.0.1:15053"),
         Fate::Keep
     );
     // UDP is left alone.

@@ -1,10 +1,7 @@
 //! `istio_cni_repair_pods_repaired_total{type,result}`, process-wide (a part of the installer's `/metrics`
-//! and of the standalone agent's, [`serve`]). A series appears after its first increment, as upstream.
+//! and of the standalone agent's, [`crate::agents::standalone::serve`]). A series appears after its first increment, as upstream.
 
-use crate::error::Result;
-use crate::httpd;
-use crate::metrics::{self, Cells, Counters, Family};
-use std::net::SocketAddr;
+use crate::metrics::{Cells, Counters, Family};
 use std::sync::atomic::AtomicU64;
 
 pub const NAME: &str = "istio_cni_repair_pods_repaired_total";
@@ -49,31 +46,13 @@ pub fn render(out: &mut String) {
     GAP_COUNTS.render(&GAP_FAMILY, out);
 }
 
-/// Serves the standalone agent's `GET /metrics` on `port` ([`httpd::serve`]: dual-stack, every connection
-/// independently, as the installer): its counter and its watch's timings. Returns the bound address.
-pub fn serve(port: u16) -> Result<SocketAddr> {
-    httpd::serve(port, "repair-metrics", |path| match path {
-        "/metrics" => (
-            200,
-            metrics::CONTENT_TYPE,
-            metrics::text(|s| {
-                render(s);
-                super::audit::metrics::render(s);
-                crate::kube::podwatch::timing::render(s);
-            }),
-        ),
-        _ => (404, "text/plain", "Not Found\n".into()),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
 
     #[test]
-    fn series_appear_after_first_increment_and_are_served() {
-        let text = || metrics::text(render);
+    fn series_appear_after_first_increment() {
+        let text = || crate::metrics::text(render);
         inc("bogus", "success");
         inc("label", "skip");
         let text = text();
@@ -89,7 +68,7 @@ mod tests {
         gap("ended", 2);
         gap("left_open", 1);
         gap("bogus", 1);
-        let t = metrics::text(render);
+        let t = crate::metrics::text(render);
         assert!(
             t.contains(
                 "# TYPE istio_cni_repair_gap_connections_total counter\n\
@@ -99,15 +78,5 @@ mod tests {
             "{t}"
         );
         assert!(!t.contains("unread") && !t.contains("bogus"), "{t}");
-        let addr = serve(0).unwrap();
-        let mut c = std::net::TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
-        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .unwrap();
-        let mut s = String::new();
-        c.read_to_string(&mut s).unwrap();
-        assert!(
-            s.starts_with("HTTP/1.1 200 OK") && s.contains("type=\"label\""),
-            "{s}"
-        );
     }
 }

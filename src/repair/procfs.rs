@@ -252,20 +252,6 @@ impl Scan {
             })
             .collect()
     }
-
-    /// The namespace of the pod with `uid` and `ip` as this scan saw it, opened, if its process is still
-    /// there as seen ([`still_holds`]).
-    pub fn pod_netns(&self, proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<PodNetns> {
-        let holder = pod_netns::choose(ip, uid, &self.candidates(proc_dir, ip, uid))?;
-        let ns = open(proc_dir, ip, holder)?;
-        if !still_holds(proc_dir, &ns.holder, ip, uid) {
-            return Err(Error::other(format!(
-                "process {} no longer holds pod IP {ip} in the pod's cgroup",
-                ns.holder.pid
-            )));
-        }
-        Ok(ns)
-    }
 }
 
 /// Whether `h`'s process still lives in its namespace, is still in the cgroup of the pod with `uid`,
@@ -300,6 +286,39 @@ pub fn find_pod_netns(proc_dir: &Path, ip: IpAddr, uid: &str) -> Result<PodNetns
     let scan = Scan::read(proc_dir)?;
     let holder = pod_netns::choose(ip, uid, &scan.candidates(proc_dir, ip, uid))?;
     open(proc_dir, ip, holder)
+}
+
+/// The one way into a pod's namespace: finds it (through `scan`, a round's one pass over `proc_dir`, when
+/// that settles it, else by a fresh lookup, [`find_pod_netns`]), runs `run` in it, then confirms that it
+/// is still the pod's: on the pod's own process ([`still_holds`]) when a scan found it, else (or when that
+/// fails) by a fresh lookup that must choose the same namespace. `Err` when it cannot be found or
+/// confirmed, or `run` failed: nothing `run` did counts then (fail closed). `doing` names what `run` does
+/// ("read", "programmed") in the error when the namespace changed meanwhile.
+pub fn in_pod_netns<T>(
+    proc_dir: &Path,
+    ip: IpAddr,
+    uid: &str,
+    scan: Option<&Scan>,
+    doing: &str,
+    run: impl FnOnce(&PodNetns) -> Result<T>,
+) -> Result<(T, PodNetns)> {
+    let seen = |s: &Scan| pod_netns::choose(ip, uid, &s.candidates(proc_dir, ip, uid)).ok();
+    let found = scan.and_then(seen).and_then(|h| open(proc_dir, ip, h).ok());
+    // As the scan saw it only if its process is still there as seen.
+    let found = found.filter(|ns| still_holds(proc_dir, &ns.holder, ip, uid));
+    let ns = found.map_or_else(|| find_pod_netns(proc_dir, ip, uid), Ok)?;
+    let done = run(&ns)?;
+    if scan.is_some() && still_holds(proc_dir, &ns.holder, ip, uid) {
+        return Ok((done, ns));
+    }
+    let again = find_pod_netns(proc_dir, ip, uid)?;
+    if again.holder.ns != ns.holder.ns {
+        return Err(Error::other(format!(
+            "pod IP {ip} moved to the netns of pid {} while the netns of pid {} was {doing}",
+            again.holder.pid, ns.holder.pid
+        )));
+    }
+    Ok((done, ns))
 }
 
 /// `holder`'s namespace, opened, if its process still lives in it.

@@ -190,7 +190,7 @@ fn ipv4_still_served_in_a_namespace_with_ipv6_disabled() {
 
 #[test]
 fn the_standalone_repair_agents_metrics_server_is_as_robust() {
-    let addr = istio_cni::repair::metrics::serve(0).unwrap();
+    let addr = istio_cni::agents::standalone::serve(0).unwrap();
     let stop = attack(local(addr.port()), 100, 10, Duration::from_millis(300));
     let limit = Duration::from_secs(3);
     for _ in 0..3 {

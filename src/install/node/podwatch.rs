@@ -5,9 +5,9 @@
 //! apply to each pod here instead of on the server. One watch per node, however many users.
 
 use super::super::settings::options::Settings;
+use crate::agents::{self, Agents, Runtime};
 use crate::kube::podwatch::{self, Fanout, PodSink, Selection};
 use crate::podcache::server::Cache;
-use std::path::PathBuf;
 
 /// The API client of the in-process agents: in-cluster, with the installer's service account dir and
 /// service host.
@@ -54,37 +54,21 @@ pub fn start(s: &Settings) {
         sinks.push(Box::new(c));
         cache = true;
     }
-    let rt = runtime(s);
-    let mut audited = false;
-    if audit {
-        match crate::repair::audit::start(client.clone(), &s.repair, &rt) {
-            Ok(sink) => {
-                sinks.push(Box::new(sink));
-                audited = true;
-            }
-            Err(e) => log::error!("audit not started: {e}"),
-        }
-    }
-    let mut repair = false;
-    if s.repair.enabled {
-        match crate::repair::start_in_installer(client.clone(), s.repair.clone(), rt) {
-            Ok(sink) => {
-                log::info!("repair agent started");
-                sinks.push(Box::new(sink));
-                repair = true;
-            }
-            Err(e) => log::error!("repair agent not started: {e}"),
-        }
-    }
-    let sel = match (cache || audited, repair) {
-        (true, _) => Selection {
-            label: None,
-            field: format!("spec.nodeName={node}"),
-            what: "pod watch",
-        },
-        (false, true) => crate::repair::selection(&s.repair),
-        (false, false) => return,
+    let failed = |what: &str, e| {
+        log::error!("{what} not started: {e}");
+        Ok(())
     };
+    let Ok(agents) = agents::start(&client, &s.repair, &runtime(s), (true, audit), &failed) else {
+        return;
+    };
+    if agents.repair {
+        log::info!("repair agent started");
+    }
+    let Some(sel) = selection(s, cache, &agents) else {
+        return;
+    };
+    let (repair, audited) = (agents.repair, agents.audit);
+    sinks.extend(agents.sinks);
     let on = |b: bool| if b { "on" } else { "off" };
     log::info!(
         "pod watch: fieldSelector {:?} labelSelector {:?} (pod cache {}, repair {}, audit {}: {:?})",
@@ -104,17 +88,25 @@ pub fn start(s: &Settings) {
     }
 }
 
+/// The pods the node's one watch lists (pure): the whole node when the pod cache or the audit runs (the
+/// repair agent's selectors then apply to each pod, in its sink), else the repair agent's selectors on
+/// the server; `None` when nothing runs.
+fn selection(s: &Settings, cache: bool, agents: &Agents) -> Option<Selection> {
+    let whole_node = (cache || agents.audit).then_some(s.node_name.as_str());
+    (whole_node.is_some() || agents.repair).then(|| agents::selection(&s.repair, whole_node))
+}
+
 /// What the in-process repair agent and the audit run with: the host `/proc`, the plugin's configuration.
-pub(in crate::install) fn runtime(s: &Settings) -> crate::repair::Runtime {
-    crate::repair::Runtime {
-        host_proc: PathBuf::from(crate::repair::options::DEFAULT_HOST_PROC),
+pub(in crate::install) fn runtime(s: &Settings) -> Runtime {
+    Runtime {
         cni_agent_run_dir: s.run_dir.display().to_string(),
         native_nftables: s.native_nftables,
-        monitoring_port: None,
-        run_as_daemon: true,
         audit_interval: s.audit_interval,
         exclude_namespaces: s.exclude_namespaces.clone().unwrap_or_default(),
         pod_namespace: s.pod_namespace.clone(),
+        host_proc: crate::repair::options::DEFAULT_HOST_PROC.into(),
+        run_as_daemon: true,
+        monitoring_port: None,
     }
 }
 
@@ -134,5 +126,64 @@ fn start_cache(s: &Settings) -> Option<Cache> {
             log::error!("pod cache not started: {e}");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::install::settings::options::tests::resolve_with;
+
+    fn settings(pairs: &[(&str, &str)]) -> Settings {
+        let mut env = vec![("NODE_NAME", "n1"), ("REPAIR_LABEL_SELECTORS", "app=web")];
+        env.extend_from_slice(pairs);
+        resolve_with(&Default::default(), &env).unwrap()
+    }
+
+    #[test]
+    fn the_agents_run_with_the_installers_plugin_configuration_and_the_host_proc() {
+        let s = settings(&[
+            ("NATIVE_NFTABLES", "true"),
+            ("EXCLUDE_NAMESPACES", "kube-system,infra"),
+            ("POD_NAMESPACE", "istio-system"),
+            ("AUDIT_INTERVAL", "5s"),
+        ]);
+        let rt = runtime(&s);
+        assert_eq!(rt.host_proc, std::path::Path::new("/host/proc"));
+        assert_eq!(rt.cni_agent_run_dir, s.run_dir.display().to_string());
+        assert_eq!(rt.audit_interval, std::time::Duration::from_secs(5));
+        assert!(rt.run_as_daemon && rt.monitoring_port.is_none());
+        let conf = rt.net_conf().unwrap();
+        assert!(conf.native_nftables);
+        assert_eq!(conf.exclude_namespaces, ["kube-system", "infra"]);
+        assert_eq!(conf.pod_namespace, "istio-system");
+        assert_eq!(conf.cni_agent_run_dir, rt.cni_agent_run_dir);
+        assert_eq!(
+            runtime(&settings(&[])).audit_interval,
+            agents::DEFAULT_AUDIT_INTERVAL
+        );
+    }
+
+    #[test]
+    fn the_watch_lists_the_whole_node_unless_the_repair_agent_runs_alone() {
+        let s = settings(&[]);
+        let agents = |repair, audit| Agents {
+            sinks: Vec::new(),
+            worker: None,
+            repair,
+            audit,
+        };
+        for (cache, audit) in [(true, false), (false, true), (true, true)] {
+            for repair in [false, true] {
+                let sel = selection(&s, cache, &agents(repair, audit)).unwrap();
+                assert_eq!((sel.label, sel.field.as_str()), (None, "spec.nodeName=n1"));
+            }
+        }
+        // The repair agent alone: its selectors on the server.
+        let sel = selection(&s, false, &agents(true, false)).unwrap();
+        assert_eq!(sel.label.as_deref(), Some("app=web"));
+        assert_eq!(sel.field, "spec.nodeName=n1");
+        assert_eq!(sel.what, "repair");
+        assert!(selection(&s, false, &agents(false, false)).is_none());
     }
 }

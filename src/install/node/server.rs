@@ -2,8 +2,7 @@
 //! follow can no longer be watched, e.g. the conf dir's mount shows a deleted directory: then 503, so a
 //! liveness probe restarts us), `/readyz` (200 when installed and valid, else 503 `Service Unavailable\n`), and Prometheus text on `/metrics` with
 //! upstream's names (`istio_cni_install_ready`, `istio_cni_installs_total{result}`), ours
-//! (`istio_cni_startup_ready_seconds`), and what the repair agent, the watches
-//! ([`crate::kube::podwatch::timing`]) and the plugin's records ([`super::plugin_metrics`]) add.
+//! (`istio_cni_startup_ready_seconds`), and what the node's other parts add (a list of renderers).
 //! The responder is deliberately small: GET only, the request head bounded to 8 KiB and due within 2 s of
 //! accept, `Connection: close`; [`crate::httpd`] multiplexes the connections so none can hold up another,
 //! and listens dual-stack.
@@ -56,6 +55,9 @@ static INSTALLS: Family = Family {
 
 pub const STARTUP_READY: &str = "istio_cni_startup_ready_seconds";
 
+/// A part of `/metrics` after the installer's own series.
+pub type Render = fn(&mut String);
+
 /// Shared installer state read by the HTTP responders.
 #[derive(Default)]
 pub struct State {
@@ -67,11 +69,23 @@ pub struct State {
     installs: Counters<4>,
     /// Process start → first ready (`istio_cni_startup_ready_seconds`).
     first_ready: OnceLock<Duration>,
+    /// What `/metrics` shows after the installer's own series, in order.
+    parts: &'static [Render],
 }
 
 impl State {
+    /// With `/metrics` showing only the installer's own series.
     pub fn new() -> Arc<State> {
-        Arc::new(State::default())
+        State::with_metrics(&[])
+    }
+
+    /// With `/metrics` showing `parts` after the installer's own series (install-cni's:
+    /// [`super::METRICS`]).
+    pub fn with_metrics(parts: &'static [Render]) -> Arc<State> {
+        Arc::new(State {
+            parts,
+            ..State::default()
+        })
     }
     pub fn set_ready(&self, ready: bool) {
         if ready {
@@ -105,17 +119,11 @@ impl State {
         self.installs.inc(&INSTALLS, &[r.name()]);
     }
 
-    /// install-cni's whole `/metrics`: its own series, then the in-process repair agent's counters
-    /// (nothing when it never acted), the audit's (nothing when it does not run), the pod cache's (nothing when it is off), the watches' start-up
-    /// timings, the plugin's ADDs.
+    /// install-cni's whole `/metrics`: its own series, then its parts'.
     pub fn metrics_text(&self) -> String {
         metrics::text(|s| {
             self.render(s);
-            crate::repair::metrics::render(s);
-            crate::repair::audit::metrics::render(s);
-            crate::podcache::metrics::render(s);
-            crate::kube::podwatch::timing::render(s);
-            super::plugin_metrics::render(s);
+            self.parts.iter().for_each(|p| p(s));
         })
     }
 
@@ -206,6 +214,8 @@ mod tests {
             "{body}"
         );
         assert_eq!(get(m, "/readyz").0, 404);
+        let parts = State::with_metrics(&[|s| s.push_str("a 1\n"), |s| s.push_str("b 2\n")]);
+        assert!(parts.metrics_text().ends_with("a 1\nb 2\n"));
         // An oversized head is refused, not buffered.
         let mut c = TcpStream::connect(("127.0.0.1", h.port())).unwrap();
         let _ = c.write_all(&vec![b'a'; httpd::MAX_HEAD + 10]);

@@ -64,7 +64,7 @@ pub struct Settings {
     pub handover: Handover,
     /// POD_CACHE_ENABLED (default true): serve this node's pods to the plugin from one watch.
     pub pod_cache: bool,
-    /// AUDIT_INTERVAL (default 60s, zero = off): the audit's round ([`crate::repair::audit`]).
+    /// AUDIT_INTERVAL (default 60s, zero = off): the audit's round ([`crate::agents`]).
     pub audit_interval: Duration,
 }
 
@@ -167,7 +167,7 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
         audit_interval: r.typed(
             &f.audit_interval,
             "AUDIT_INTERVAL",
-            crate::repair::audit::DEFAULT_INTERVAL,
+            crate::agents::DEFAULT_AUDIT_INTERVAL,
             parse_duration,
         )?,
     };
@@ -386,4 +386,4 @@ fn plain_file_name(name: &str, v: &str) -> Result<()> {
 
 #[cfg(test)]
 #[path = "options_tests.rs"]
-pub(super) mod tests;
+pub(in crate::install) mod tests;

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::kube::{ApiErrorExt, Client, EventKind, ListParams, PodSource, WatchParams};
 use catch_up::{Pending, Step};
 use pace::{random, LogLimit, Pace, LOG_WINDOW};
-pub use sink::{key, Fanout, PodSink};
+pub use sink::{Fanout, PodSink};
 use std::time::{Duration, Instant};
 use timing::Timing;
 

@@ -2,20 +2,9 @@
 //! relist bookkeeping: the loop knows which pods exist, so after a relist it tells its sinks which ones
 //! vanished (deleted while no watch was open) as if their DELETED events had come. Pure.
 
-use crate::json::{self, Object};
+use crate::json::Object;
+use crate::kube::PodView;
 use std::collections::HashMap;
-
-/// A pod's key in every sink: `namespace/name`.
-pub fn key(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
-}
-
-/// A pod object's key and UID (empty when missing).
-fn identity(pod: &Object) -> (String, &str) {
-    let meta = json::obj_of(pod, "metadata");
-    let field = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
-    (key(field("namespace"), field("name")), field("uid"))
-}
 
 /// What the list/watch loop feeds: the pod cache ([`crate::podcache`]), the repair worker
 /// (`repair::controller::RepairSink`), or both through a [`Fanout`].
@@ -74,14 +63,15 @@ impl Fanout {
     }
 
     pub fn pod(&mut self, pod: &Object) {
-        let (key, uid) = identity(pod);
-        self.known.insert(key, (uid.into(), self.list));
+        let v = PodView::of(pod);
+        self.known.insert(v.key(), (v.uid.into(), self.list));
         self.each(|s| s.pod(pod));
     }
 
     /// A DELETED event: forgotten only if it is the pod known under that name (an empty UID matches any).
     pub fn gone(&mut self, pod: &Object) {
-        let (key, uid) = identity(pod);
+        let v = PodView::of(pod);
+        let (key, uid) = (v.key(), v.uid);
         if (self.known.get(&key)).is_some_and(|(u, _)| uid.is_empty() || **u == *uid) {
             self.known.remove(&key);
         }
@@ -141,8 +131,11 @@ mod tests {
 
     impl PodSink for Calls {
         fn pod(&mut self, pod: &Object) {
-            let (k, uid) = identity(pod);
-            self.0.lock().unwrap().push(format!("pod {k} {uid}"));
+            let v = PodView::of(pod);
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("pod {} {}", v.key(), v.uid));
         }
         fn gone(&mut self, key: &str, uid: &str) {
             self.0.lock().unwrap().push(format!("gone {key} {uid}"));

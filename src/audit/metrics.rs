@@ -69,36 +69,24 @@ mod tests {
             "nothing while the audit is off"
         );
         enable();
-        assert_eq!(
-            crate::metrics::text(render),
-            "# HELP istio_cni_audit_pods Running sidecar pods of this node by the audit's verdict in its last completed round.\n\
-             # TYPE istio_cni_audit_pods gauge\n\
-             istio_cni_audit_pods{state=\"redirected\"} 0\n\
-             istio_cni_audit_pods{state=\"missing\"} 0\n\
-             istio_cni_audit_pods{state=\"bypassed\"} 0\n\
-             istio_cni_audit_pods{state=\"unverifiable\"} 0\n\
-             # HELP istio_cni_audit_rounds_total Audit rounds completed.\n\
-             # TYPE istio_cni_audit_rounds_total counter\n\
-             istio_cni_audit_rounds_total 0\n\
-             # HELP istio_cni_audit_round_duration_seconds Seconds the last audit round spent verifying and acting (its pauses between pods left out).\n\
-             # TYPE istio_cni_audit_round_duration_seconds gauge\n\
-             istio_cni_audit_round_duration_seconds 0\n"
-        );
+        let text = |[r, m, b, u]: [u64; 4], rounds: u64, seconds: &str| {
+            format!(
+                "# HELP istio_cni_audit_pods Running sidecar pods of this node by the audit's verdict in its last completed round.\n\
+                 # TYPE istio_cni_audit_pods gauge\n\
+                 istio_cni_audit_pods{{state=\"redirected\"}} {r}\n\
+                 istio_cni_audit_pods{{state=\"missing\"}} {m}\n\
+                 istio_cni_audit_pods{{state=\"bypassed\"}} {b}\n\
+                 istio_cni_audit_pods{{state=\"unverifiable\"}} {u}\n\
+                 # HELP istio_cni_audit_rounds_total Audit rounds completed.\n\
+                 # TYPE istio_cni_audit_rounds_total counter\n\
+                 istio_cni_audit_rounds_total {rounds}\n\
+                 # HELP istio_cni_audit_round_duration_seconds Seconds the last audit round spent verifying and acting (its pauses between pods left out).\n\
+                 # TYPE istio_cni_audit_round_duration_seconds gauge\n\
+                 istio_cni_audit_round_duration_seconds {seconds}\n"
+            )
+        };
+        assert_eq!(crate::metrics::text(render), text([0; 4], 0, "0"));
         round([3, 1, 0, 2], 0.25);
-        assert_eq!(
-            crate::metrics::text(render),
-            "# HELP istio_cni_audit_pods Running sidecar pods of this node by the audit's verdict in its last completed round.\n\
-             # TYPE istio_cni_audit_pods gauge\n\
-             istio_cni_audit_pods{state=\"redirected\"} 3\n\
-             istio_cni_audit_pods{state=\"missing\"} 1\n\
-             istio_cni_audit_pods{state=\"bypassed\"} 0\n\
-             istio_cni_audit_pods{state=\"unverifiable\"} 2\n\
-             # HELP istio_cni_audit_rounds_total Audit rounds completed.\n\
-             # TYPE istio_cni_audit_rounds_total counter\n\
-             istio_cni_audit_rounds_total 1\n\
-             # HELP istio_cni_audit_round_duration_seconds Seconds the last audit round spent verifying and acting (its pauses between pods left out).\n\
-             # TYPE istio_cni_audit_round_duration_seconds gauge\n\
-             istio_cni_audit_round_duration_seconds 0.25\n"
-        );
+        assert_eq!(crate::metrics::text(render), text([3, 1, 0, 2], 1, "0.25"));
     }
 }

@@ -14,10 +14,11 @@ pub mod round;
 pub mod verdict;
 
 use crate::cni::NetConf;
-use crate::json::{self, Object, Value};
+use crate::json::Object;
 use crate::kube::podwatch::PodSink;
-use crate::redirect::plan::{decide_pod_in, PodPlan};
-use crate::redirect::PodInfo;
+use crate::kube::PodView;
+use crate::pod_rules::Decided;
+use crate::redirect::plan::PodPlan;
 use crate::repair::detect::{Detector, PodFacts};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -26,13 +27,13 @@ use std::time::Duration;
 /// `AUDIT_INTERVAL`'s default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 
-/// A pod the audit verifies: the facts its actions and Events need, and the pod reduced to what the
-/// decision reads (the pod cache's reduction: the same decision on the same data), kept as its compact
-/// JSON text (a parsed object costs several times the memory; the store holds every pod of the node).
+/// A pod the audit verifies: the facts its actions and Events need, and the plugin's decision on it, made
+/// once when the watch delivered it (never a pod object: the store holds every pod of the node).
 #[derive(Debug, Clone)]
 pub struct Pod {
     pub facts: PodFacts,
-    pub body: String,
+    /// What it is verified and repaired with, or why it cannot be decided (then it is unverifiable).
+    pub plan: Decided,
     /// What the audit last found (kept across the watch's updates of the same pod).
     pub seen: Option<verdict::Seen>,
 }
@@ -52,46 +53,27 @@ pub fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Store> {
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether `pod` is one to verify (pure): running (a pod IP, not terminal, not being deleted), not
-/// host-network, and one the plugin's whole decision with `conf` redirects ([`decide_pod_in`]: a pod in
-/// `exclude_namespaces` or the agent's own is skipped, as ADD skips it: never counted, never repaired);
-/// a decision that fails (a bad annotation) keeps it, and its verification says why it cannot be verified.
+/// Whether `pod` is one to verify (pure): running (a pod IP, not terminal, not being deleted: the
+/// [`PodView`]'s rules), not host-network, and one the plugin's whole decision with `conf` redirects
+/// ([`crate::pod_rules::decide`]: a pod in `exclude_namespaces` or the agent's own is skipped, as ADD
+/// skips it: never counted, never repaired); a decision that fails (a bad annotation) keeps it, and its
+/// verification says why it cannot be verified. The decision is kept with it.
 pub fn admit(det: &Detector, conf: &NetConf, pod: &Object) -> Option<Pod> {
-    let spec = json::obj_of(pod, "spec");
-    let status = json::obj_of(pod, "status");
-    let meta = json::obj_of(pod, "metadata");
-    let host_network =
-        spec.is_some_and(|s| matches!(s.get("hostNetwork"), Some(Value::Bool(true))));
-    let terminal = status
-        .and_then(|s| json::str_of(s, "phase"))
-        .is_some_and(|p| p == "Succeeded" || p == "Failed");
-    let deleting =
-        meta.is_some_and(|m| !matches!(m.get("deletionTimestamp"), None | Some(Value::Null)));
+    let v = PodView::of(pod);
+    if v.host_network || v.terminal || v.deleting || v.pod_ip.is_empty() {
+        return None;
+    }
+    let plan = crate::pod_rules::decide(pod, Some(conf));
+    if let Ok(PodPlan::Skip(_)) = plan {
+        return None;
+    }
     let mut facts = det.facts(pod);
-    if host_network || terminal || deleting || facts.pod_ip.is_empty() {
-        return None;
-    }
-    let body = crate::redirect::reduce::reduce_object(pod);
-    let redirect = PodInfo::from_pod(&body).and_then(|i| decide_pod_in(conf, &i));
-    if let Ok(PodPlan::Skip(_)) = redirect {
-        return None;
-    }
     facts.init = Vec::new();
-    // Exactly its length: the store holds one per pod of the node.
-    let mut body = json::to_compact(&Value::Object(body));
-    body.shrink_to_fit();
     Some(Pod {
         facts,
-        body,
+        plan,
         seen: None,
     })
-}
-
-impl Pod {
-    /// The reduced pod, parsed again from its text.
-    pub fn object(&self) -> crate::Result<Object> {
-        json::parse_object(&self.body, "the audited pod")
-    }
 }
 
 /// The audit's side of the node's pod watch.
@@ -104,9 +86,7 @@ pub struct AuditSink {
 
 impl PodSink for AuditSink {
     fn pod(&mut self, pod: &Object) {
-        let meta = json::obj_of(pod, "metadata");
-        let s = |k: &str| meta.and_then(|m| json::str_of(m, k)).unwrap_or("");
-        let key = crate::kube::podwatch::sink::key(s("namespace"), s("name"));
+        let key = PodView::of(pod).key();
         let admitted = admit(&self.det, &self.conf, pod);
         let mut s = lock(&self.store);
         match admitted {
@@ -132,26 +112,6 @@ impl PodSink for AuditSink {
     fn list_done(&mut self) {
         lock(&self.store).listed = true;
     }
-}
-
-/// Starts the audit's rounds on a thread of their own and returns the sink the node's pod watch feeds it
-/// through. The repair agent's `opts` say what it does about a pod (nothing when it is disabled or has no
-/// mode); `rt` gives the host `/proc`, the plugin configuration and the interval.
-pub fn start(
-    client: crate::kube::Client,
-    opts: &crate::repair::options::Options,
-    rt: &crate::repair::Runtime,
-) -> crate::Result<AuditSink> {
-    let det = Detector::new(opts.clone())?;
-    let actor = crate::repair::action::Actor::new(client, opts, rt)?;
-    let conf = actor.netconf.clone();
-    let store = Shared::default();
-    let auditor = round::Auditor::new(store.clone(), rt.audit_interval, actor);
-    std::thread::Builder::new()
-        .name("audit".into())
-        .spawn(move || auditor.run())
-        .map_err(|e| crate::Error::io("audit: spawn its thread", e))?;
-    Ok(AuditSink { det, conf, store })
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
-//! The audit's effects: one pod verified ([`verify`]: its namespace from the host's `/proc` as repair in
-//! place finds it, held open while CHECK reads it), a round over the node's pods spread over the interval
-//! ([`Auditor::round`]), and what follows a verdict: the log line and the Event on a change, the repair
+//! The audit's effects: its rounds started ([`start`]), one pod verified ([`verify`]: its namespace from
+//! the host's `/proc` as repair in place finds it, held open while CHECK reads it), a round over the
+//! node's pods spread over the interval ([`Auditor::round`]), and what follows a verdict: the log line and the Event on a change, the repair
 //! agent's mode ([`super::verdict::action_for`] through the repair actions), the metrics.
 
 use super::verdict::{action_for, Seen, Verdict};
-use super::{lock, metrics, pace, Pod, Shared};
+use super::{lock, metrics, pace, AuditSink, Pod, Shared};
 use crate::cni::NetConf;
 use crate::kube::ApiErrorExt;
+use crate::redirect::plan::PodPlan;
 use crate::repair::action::Actor;
 use crate::repair::detect::Action;
 use crate::repair::procfs;
@@ -14,45 +15,49 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Verifies one pod: the namespace holding its IP whose processes are in its cgroup (ambiguity refused),
-/// held open while CHECK reads it through the node's backend, and still the pod's afterwards. `scan`: the
-/// round's one pass over the host's `/proc`, its choice confirmed on the pod's own process before and
-/// after the read; whatever it does not settle (a pod started since, a process gone) is looked up afresh,
-/// as repair in place does. `None`: the pod no longer needs redirection (its annotations changed).
+/// Verifies one pod: CHECK's read through the node's backend in the namespace holding its IP whose
+/// processes are in its cgroup, found and confirmed as repair in place does ([`procfs::in_pod_netns`]).
+/// `scan`: the round's one pass over the host's `/proc`, its choice confirmed on the pod's own process
+/// before and after the read; whatever it does not settle (a pod started since, a process gone) is looked
+/// up afresh. `None`: the pod needs no redirection.
 pub fn verify(
     pod: &Pod,
     host_proc: &Path,
     conf: &NetConf,
     scan: Option<&procfs::Scan>,
 ) -> Option<Verdict> {
-    let un = |s: String| Some(Verdict::Unverifiable(s));
-    // No host /proc: the lookup's error names the directory it could not read.
     let f = &pod.facts;
     let Ok(ip) = f.pod_ip.parse::<IpAddr>() else {
-        return un("status.podIP is not an address".into());
-    };
-    let found = scan.and_then(|s| s.pod_netns(host_proc, ip, &f.uid).ok());
-    let ns = match found.map_or_else(|| procfs::find_pod_netns(host_proc, ip, &f.uid), Ok) {
-        Ok(ns) => ns,
-        Err(e) => return un(e.to_string()),
+        return Some(Verdict::Unverifiable(
+            "status.podIP is not an address".into(),
+        ));
     };
     let env = |k: &str| std::env::var(k).ok();
-    let found = match pod
-        .object()
-        .and_then(|body| crate::pod_rules::inspect_pod(&body, &ns.path(), conf, &env))
-    {
-        Ok(None) => return None,
-        Ok(Some(found)) => found,
-        Err(e) => return un(e.to_string()),
+    let read = |ns: &procfs::PodNetns| match &pod.plan {
+        Ok(PodPlan::Redirect(r)) => crate::pod_rules::inspect(r, &ns.path(), conf, &env).map(Some),
+        Ok(PodPlan::Skip(_)) => Ok(None),
+        Err(e) => Err(crate::Error::other(e.as_str())),
     };
-    if scan.is_some() && procfs::still_holds(host_proc, &ns.holder, ip, &f.uid) {
-        return Some(Verdict::of(&found));
+    // No host /proc: the lookup's error names the directory it could not read.
+    match procfs::in_pod_netns(host_proc, ip, &f.uid, scan, "read", read) {
+        Ok((found, _)) => found.map(|found| Verdict::of(&found)),
+        Err(e) => Some(Verdict::Unverifiable(e.to_string())),
     }
-    match procfs::find_pod_netns(host_proc, ip, &f.uid) {
-        Ok(again) if again.holder.ns == ns.holder.ns => Some(Verdict::of(&found)),
-        Ok(_) => un("the pod's network namespace changed while it was read".into()),
-        Err(e) => un(e.to_string()),
-    }
+}
+
+/// Starts the audit's rounds on a thread of their own, one every `interval`, and returns the sink the
+/// node's pod watch feeds it through. `actor` says what it does about a pod (the repair agent's options:
+/// nothing when it is disabled or has no mode), from which host `/proc`, with which plugin configuration.
+pub fn start(actor: Actor, interval: Duration) -> crate::Result<AuditSink> {
+    let det = crate::repair::detect::Detector::new(actor.opts.clone())?;
+    let conf = actor.netconf.clone();
+    let store = Shared::default();
+    let auditor = Auditor::new(store.clone(), interval, actor);
+    std::thread::Builder::new()
+        .name("audit".into())
+        .spawn(move || auditor.run())
+        .map_err(|e| crate::Error::io("audit: spawn its thread", e))?;
+    Ok(AuditSink { det, conf, store })
 }
 
 /// The audit's state across rounds.
@@ -149,13 +154,8 @@ impl Auditor {
                 // Done or failed (the actor logs and counts which), the next comes after the back-off
                 // if the pod is still unredirected then; a pod deleted meanwhile leaves the store.
                 backoff = backoff.acted(self.rounds);
-                match pod.object() {
-                    // The actor logs, counts and records a failure.
-                    Ok(body) => {
-                        let _ = self.actor.act(a, f, Some(&body));
-                    }
-                    Err(e) => log::warn!("audit: pod {key}: {e}"),
-                }
+                // The actor logs, counts and records a failure.
+                let _ = self.actor.act(a, f, Some(&pod.plan));
             }
         }
         // Remembered with the pod (gone with it), unless it was replaced meanwhile.
@@ -190,3 +190,7 @@ impl Auditor {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "round_tests.rs"]
+mod tests;

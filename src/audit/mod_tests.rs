@@ -1,9 +1,10 @@
 use super::once::{parse_args, report};
 use super::verdict::Verdict;
 use super::*;
+use crate::json::{self, Value};
 use crate::repair::options::Options;
 
-fn det() -> Detector {
+pub(super) fn det() -> Detector {
     Detector::new(Options {
         node_name: "n1".into(),
         ..Options::default()
@@ -12,7 +13,7 @@ fn det() -> Detector {
 }
 
 /// The plugin configuration of the base install: kube-system excluded, the agent in istio-system.
-fn conf() -> NetConf {
+pub(super) fn conf() -> NetConf {
     crate::cni::conf::parse(
         r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni","exclude_namespaces":["kube-system"],
             "pod_namespace":"istio-system"}"#,
@@ -20,7 +21,7 @@ fn conf() -> NetConf {
     .unwrap()
 }
 
-fn pod(extra_spec: &str, status: &str, meta: &str) -> Object {
+pub(super) fn pod(extra_spec: &str, status: &str, meta: &str) -> Object {
     json::parse_object(
         &format!(
             r#"{{"metadata":{{"name":"p","namespace":"ns","uid":"u-1","resourceVersion":"5"{meta},
@@ -33,7 +34,8 @@ fn pod(extra_spec: &str, status: &str, meta: &str) -> Object {
     .unwrap()
 }
 
-const RUNNING: &str = r#""phase":"Running","podIP":"10.1.2.3","podIPs":[{"ip":"10.1.2.3"}]"#;
+pub(super) const RUNNING: &str =
+    r#""phase":"Running","podIP":"10.1.2.3","podIPs":[{"ip":"10.1.2.3"}]"#;
 
 #[test]
 fn only_running_redirected_pod_network_pods_are_audited() {
@@ -45,8 +47,8 @@ fn only_running_redirected_pod_network_pods_are_audited() {
         ("u-1", "10.1.2.3")
     );
     assert!(p.facts.selected);
-    // What the decision reads is kept, the rest is not.
-    assert!(json::obj_of(&p.object().unwrap(), "status").is_some());
+    // The decision is kept, not the pod.
+    assert!(matches!(p.plan, Ok(PodPlan::Redirect(_))), "{:?}", p.plan);
     assert!(admit(&d, &conf(), &pod(r#","hostNetwork":true"#, RUNNING, "")).is_none());
     assert!(
         admit(&d, &conf(), &pod("", r#""phase":"Pending""#, "")).is_none(),
@@ -83,7 +85,8 @@ fn only_running_redirected_pod_network_pods_are_audited() {
         r#""sidecar.istio.io/status":"{}","traffic.sidecar.istio.io/includeInboundPorts":"x""#,
     );
     let bad = json::parse_object(&text, "pod").unwrap();
-    assert!(admit(&d, &conf(), &bad).is_some());
+    let bad = admit(&d, &conf(), &bad).expect("kept");
+    assert!(bad.plan.unwrap_err().contains("includeInboundPorts"));
 }
 
 #[test]
