@@ -512,13 +512,33 @@ pub fn assert_json_eq(got: &Value, want: &Value, what: &str) {
     assert_eq!(g, w, "{what}: JSON differs\n got: {g}\nwant: {w}");
 }
 
-/// A free TCP port on loopback (bound, then released).
+/// A free TCP port on loopback for a server a test starts, taken below the kernel's ephemeral range
+/// (`ip_local_port_range`): a port the kernel handed out for `bind(0)` and that was released can be given
+/// again as the source port of any loopback connection (the suites make thousands) before the server binds
+/// it ("Address already in use"). Ports here are only ever chosen on purpose: each test process walks its own
+/// stretch (from its pid), never repeats one, and skips ports something holds.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let (first, span) = if low >= FIRST + SPAN {
+        (FIRST, SPAN)
+    } else {
+        (1_024, low.saturating_sub(1_024).max(1))
+    };
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed) as u32;
+        let port = (first + (start + n) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between {first} and {}", first + span)
 }
 
 /// Polls `f` every few ms until it holds; panics with `what` after `limit` (a bound, not a timing assertion).

@@ -108,17 +108,19 @@ fn gone_drops_and_500s_recover_and_each_pod_is_deleted_once() {
     api.srv.force_gone();
     api.srv.add_pod(&broken_pod("p3")).unwrap();
     assert!(
-        wait_until(90, || gone("p3")),
+        wait_until(180, || gone("p3")),
         "p3 not deleted after dropped connections\n{}",
         agent.log()
     );
 
-    // 500s from the API server.
+    // 500s from the API server. The restart backoff (client-go's: 800 ms doubling to 30 s, +50 % jitter)
+    // is only reset by a watch that delivered changes or stayed up 60 s, so after the faults above these
+    // four failures may wait up to 12.8 + 25.6 + 30 + 30 s, stretched to 147 s: the bound allows for that.
     api.srv.set_fault(Fault::Status(500), Some(4));
     api.srv.force_gone();
     api.srv.add_pod(&broken_pod("p4")).unwrap();
     assert!(
-        wait_until(90, || gone("p4")),
+        wait_until(240, || gone("p4")),
         "p4 not deleted after 500s\n{}",
         agent.log()
     );
