@@ -1,81 +1,101 @@
 //! The node's agents: the repair agent ([`crate::repair`]) and the audit ([`crate::audit`], which runs with
-//! repair off too), started in one place ([`start`]) for the `istio-cni-repair` applet ([`standalone`]) and for
-//! `install-cni`, whose one pod watch feeds them; their series ([`render`]) and the operators' one-shot
-//! audit ([`audit_once`]). The roles below know nothing of each other's start: the audit acts through the
-//! repair agent's actions, and neither imports this room.
+//! repair off too), started in one place ([`Options::start`]) for the `istio-cni-repair` applet
+//! ([`standalone`]) and for `install-cni`, whose one pod watch feeds them; their series ([`render`]) and the
+//! operators' one-shot audit ([`audit_once`]). The roles below know nothing of each other's start: the
+//! audit acts through the repair agent's actions, and neither imports this room.
 
 pub mod standalone;
 
-use crate::error::{Context, Result};
+use crate::audit::DEFAULT_INTERVAL;
+use crate::cni::NetConf;
+use crate::error::Result;
 use crate::kube::podwatch::{PodSink, Selection};
 use crate::kube::Client;
 use crate::repair::action::Actor;
 use crate::repair::controller::Runner;
-use crate::repair::options::Options;
+use crate::settings::{parse_duration, Named};
 use std::path::PathBuf;
+use std::time::Duration;
 
-/// Everything the agents need besides the repair agent's options.
-#[derive(Debug, Clone)]
-pub struct Runtime {
+/// The agents' settings: the repair agent's, the audit's round, the host's `/proc`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// The repair agent's (`REPAIR_*`).
+    pub repair: crate::repair::options::Options,
+    /// `AUDIT_INTERVAL` (default 60s; zero: no audit).
+    pub audit_interval: Duration,
     /// The host's `/proc` (for repair in place and the audit).
     pub host_proc: PathBuf,
-    /// The plugin's run dir (iptables backend record), as the installer configures it.
-    pub cni_agent_run_dir: String,
-    /// Program nftables instead of iptables (`NATIVE_NFTABLES`).
-    pub native_nftables: bool,
-    /// Serve `/metrics` on this port (standalone agent only; `None` = do not serve).
-    pub monitoring_port: Option<u16>,
-    /// One list-and-act pass instead of a daemon.
-    pub run_as_daemon: bool,
-    /// The audit's interval (`AUDIT_INTERVAL`; zero: no audit).
-    pub audit_interval: std::time::Duration,
-    /// The plugin's `exclude_namespaces` (`EXCLUDE_NAMESPACES`), for the audit's decision.
-    pub exclude_namespaces: Vec<String>,
-    /// The agent's own namespace (`POD_NAMESPACE`): its own pods are never redirected, as in ADD.
-    pub pod_namespace: String,
 }
 
-/// `AUDIT_INTERVAL`'s default.
-pub const DEFAULT_AUDIT_INTERVAL: std::time::Duration = crate::audit::DEFAULT_INTERVAL;
-
-impl Runtime {
-    /// The plugin configuration a repaired pod is programmed with and a pod is audited against (what ADD
-    /// would see from our conflist).
-    pub fn net_conf(&self) -> Result<crate::cni::NetConf> {
-        let mut s = String::from(
-            r#"{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":"#,
-        );
-        crate::json::write_string(&mut s, &self.cni_agent_run_dir);
-        s.push_str(r#","pod_namespace":"#);
-        crate::json::write_string(&mut s, &self.pod_namespace);
-        s.push_str(r#","exclude_namespaces":["#);
-        for (i, n) in self.exclude_namespaces.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
-            }
-            crate::json::write_string(&mut s, n);
-        }
-        s.push(']');
-        s.push_str(&format!(r#","native_nftables":{}}}"#, self.native_nftables));
-        crate::cni::conf::parse(&s).context("repair: plugin configuration")
+impl Options {
+    /// The in-installer agents' settings, read as the installer reads its own (`r`): `REPAIR_*` by the
+    /// repair agent's reader ([`crate::repair::options::from_installer_env`]), `AUDIT_INTERVAL` (`flag`
+    /// its `--audit-interval`); the host's `/proc` is the DaemonSet's mount.
+    pub fn from_installer(r: &Named<'_>, flag: &Option<String>) -> Result<Options> {
+        Ok(Options {
+            repair: crate::repair::options::from_installer_env(r.env)?,
+            audit_interval: r.typed(flag, "AUDIT_INTERVAL", DEFAULT_INTERVAL, parse_duration)?,
+            host_proc: crate::repair::options::DEFAULT_HOST_PROC.into(),
+        })
     }
 
-    /// The repair actions for `opts` (the audit's too: their modes all off when repair is disabled).
-    fn actor(&self, client: &Client, opts: &Options) -> Result<Actor> {
-        Ok(Actor::new(
+    /// Prepares the repair agent (when `repair.enabled`; its worker on a thread of its own when `spawn`)
+    /// and starts the audit (when `audit`), each on the sinks of one pod watch, acting with the plugin's
+    /// configuration `conf` ([`crate::cni::conf::for_agents`]). A part that cannot start goes to `failed`
+    /// with its name (`repair agent`, `audit`): an `Err` from it stops here (the applet), an `Ok` goes on
+    /// without that part (the installer logs it).
+    pub fn start(
+        &self,
+        client: &Client,
+        conf: &NetConf,
+        (spawn, audit): (bool, bool),
+        failed: &dyn Fn(&str, crate::Error) -> Result<()>,
+    ) -> Result<Agents> {
+        let mut agents = Agents::default();
+        if self.repair.enabled {
+            let started = crate::repair::start(self.actor(client, conf));
+            match started.and_then(|(sink, r)| match spawn {
+                true => r.spawn().map(|()| (sink, None)),
+                false => Ok((sink, Some(r))),
+            }) {
+                Ok((sink, worker)) => {
+                    agents.sinks.push(Box::new(sink));
+                    agents.worker = worker;
+                    agents.repair = true;
+                }
+                Err(e) => failed("repair agent", e)?,
+            }
+        }
+        if audit {
+            match crate::audit::round::start(self.actor(client, conf), self.audit_interval) {
+                Ok(sink) => {
+                    agents.sinks.push(Box::new(sink));
+                    agents.audit = true;
+                }
+                Err(e) => failed("audit", e)?,
+            }
+        }
+        Ok(agents)
+    }
+
+    /// The repair actions (the audit's too: their modes all off when repair is disabled).
+    fn actor(&self, client: &Client, conf: &NetConf) -> Actor {
+        Actor::new(
             client.clone(),
-            opts,
+            &self.repair,
             self.host_proc.clone(),
-            self.net_conf()?,
-        ))
+            conf.clone(),
+        )
     }
 }
 
 /// The agents for one pod watch, started.
+#[derive(Default)]
 pub struct Agents {
     /// What the pod watch feeds: the repair agent's sink, then the audit's.
     pub sinks: Vec<Box<dyn PodSink + Send>>,
-    /// The repair agent's worker when [`start`] was not to spawn it, for the caller to run.
+    /// The repair agent's worker when [`Options::start`] was not to spawn it, for the caller to run.
     pub worker: Option<Runner>,
     /// The repair agent runs (or its worker waits to be run).
     pub repair: bool,
@@ -83,56 +103,20 @@ pub struct Agents {
     pub audit: bool,
 }
 
-/// Prepares the repair agent (when `opts.enabled`; its worker on a thread of its own when `spawn`) and
-/// starts the audit (when `audit`), each on the sinks of one pod watch. A part that cannot start goes to
-/// `failed` with its name (`repair agent`, `audit`): an `Err` from it stops here (the applet), an `Ok`
-/// goes on without that part (the installer logs it).
-pub fn start(
-    client: &Client,
-    opts: &Options,
-    rt: &Runtime,
-    (spawn, audit): (bool, bool),
-    failed: &dyn Fn(&str, crate::Error) -> Result<()>,
-) -> Result<Agents> {
-    let mut agents = Agents {
-        sinks: Vec::new(),
-        worker: None,
-        repair: false,
-        audit: false,
-    };
-    if opts.enabled {
-        let started = rt.actor(client, opts).and_then(crate::repair::start);
-        match started.and_then(|(sink, r)| match spawn {
-            true => r.spawn().map(|()| (sink, None)),
-            false => Ok((sink, Some(r))),
-        }) {
-            Ok((sink, worker)) => {
-                agents.sinks.push(Box::new(sink));
-                agents.worker = worker;
-                agents.repair = true;
-            }
-            Err(e) => failed("repair agent", e)?,
-        }
+impl Agents {
+    /// The pods the node's one watch lists (pure): the whole node (`node`) when the pod cache (`cache`) or
+    /// the audit runs (the repair agent's selectors then apply to each pod, in its sink), else the repair
+    /// agent's selectors on the server; `None` when nothing runs.
+    pub fn selection(&self, opts: &Options, node: &str, cache: bool) -> Option<Selection> {
+        let whole_node = (cache || self.audit).then_some(node);
+        (whole_node.is_some() || self.repair).then(|| selection(&opts.repair, whole_node))
     }
-    if audit {
-        match rt
-            .actor(client, opts)
-            .and_then(|a| crate::audit::round::start(a, rt.audit_interval))
-        {
-            Ok(sink) => {
-                agents.sinks.push(Box::new(sink));
-                agents.audit = true;
-            }
-            Err(e) => failed("audit", e)?,
-        }
-    }
-    Ok(agents)
 }
 
 /// The pods the watch lists: this node's when another sink needs them all (`whole_node`: the pod cache,
 /// the installer's audit), else the repair agent's label and field selectors on the server (then they
 /// apply there; with the whole node they apply to each pod, in the repair agent's sink).
-pub fn selection(opts: &Options, whole_node: Option<&str>) -> Selection {
+fn selection(opts: &crate::repair::options::Options, whole_node: Option<&str>) -> Selection {
     match whole_node {
         Some(node) => Selection {
             label: None,
@@ -155,12 +139,12 @@ pub fn render(out: &mut String) {
 }
 
 /// `install-cni audit [--json] [--host-proc DIR]` ([`crate::audit::once`]): `name` is the applet's;
-/// `settings` gives the agents' settings, this node's name and how to make the API client, or why not (a
-/// usage error), once the arguments are read.
+/// `settings` gives the agents' settings, the plugin's configuration, this node's name and how to make the
+/// API client, or why not (a usage error), once the arguments are read.
 pub fn audit_once<C: FnOnce() -> Result<Client>>(
     name: &str,
     args: &[String],
-    settings: impl FnOnce() -> std::result::Result<(Options, Runtime, String, C), String>,
+    settings: impl FnOnce() -> std::result::Result<(Options, Result<NetConf>, String, C), String>,
 ) -> i32 {
     use crate::applet::{print_out, usage_error};
     use crate::audit::once;
@@ -170,18 +154,18 @@ pub fn audit_once<C: FnOnce() -> Result<Client>>(
         Ok(None) => return print_out(name, once::HELP, 0),
         Err(e) => return usage_error(&me, &e),
     };
-    let (opts, mut rt, node, client) = match settings() {
+    let (mut opts, conf, node, client) = match settings() {
         Ok(s) => s,
         Err(e) => return usage_error(&me, &e),
     };
     crate::logging::init(log::LevelFilter::Warn);
     if let Some(p) = a.host_proc {
-        rt.host_proc = p.into();
+        opts.host_proc = p.into();
     }
     let run = || {
-        let det = crate::repair::detect::Detector::new(opts)?;
-        let conf = rt.net_conf()?;
-        once::audit(&client()?, det, &node, &rt.host_proc, &conf)
+        let det = crate::repair::detect::Detector::new(opts.repair)?;
+        let conf = conf?;
+        once::audit(&client()?, det, &node, &opts.host_proc, &conf)
     };
     match run() {
         Ok(v) => {

@@ -2,7 +2,8 @@
 //! pod watch of their own, with their own API client and `/metrics` ([`serve`]); command line in
 //! [`crate::repair::flags`], settings in [`crate::repair::options`] and here.
 
-use super::Runtime;
+use super::Options;
+use crate::cni::NetConf;
 use crate::error::{Context, Result};
 use crate::kube::podwatch::{self, Fanout};
 use crate::kube::Client;
@@ -45,8 +46,8 @@ pub fn main(name: &str, args: &[String]) -> i32 {
 
 /// The standalone agent's settings from the command line and env, every one checked (the selectors
 /// parsed, a node name required) before anything runs.
-fn settings_of(flags: &flags::Flags, env: Env<'_>) -> Result<(options::Options, Runtime)> {
-    let (opts, daemon) = options::resolve(&|n| flags.get(n), env)?;
+fn settings_of(flags: &flags::Flags, env: Env<'_>) -> Result<(Options, Runtime)> {
+    let (repair, daemon) = options::resolve(&|n| flags.get(n), env)?;
     // The agent reads env as release-1.9's viper: an empty variable is unset.
     let r = Named {
         env,
@@ -63,45 +64,43 @@ fn settings_of(flags: &flags::Flags, env: Env<'_>) -> Result<(options::Options, 
         "CNI_AGENT_RUN_DIR",
         crate::rundir::DEFAULT,
     );
-    let rt = Runtime {
+    let nft = r.bool(&None, "NATIVE_NFTABLES", false)?;
+    let opts = Options {
+        repair,
         host_proc: flags
             .host_proc
             .clone()
             .unwrap_or_else(|| options::DEFAULT_HOST_PROC.into())
             .into(),
-        cni_agent_run_dir: run_dir,
-        native_nftables: r.bool(&None, "NATIVE_NFTABLES", false)?,
-        monitoring_port: (monitoring_port != 0).then_some(monitoring_port),
-        run_as_daemon: daemon,
         audit_interval: r.typed(
             &flags.audit_interval,
             "AUDIT_INTERVAL",
-            super::DEFAULT_AUDIT_INTERVAL,
+            crate::audit::DEFAULT_INTERVAL,
             settings::parse_duration,
         )?,
-        exclude_namespaces: r
-            .text(&None, "EXCLUDE_NAMESPACES", "")
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect(),
-        pod_namespace: r.text(&None, "POD_NAMESPACE", ""),
     };
-    if opts.enabled {
-        crate::repair::check(&opts)?;
+    let excluded: Vec<String> = r
+        .text(&None, "EXCLUDE_NAMESPACES", "")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let pod_ns = r.text(&None, "POD_NAMESPACE", "");
+    let rt = Runtime {
+        conf: crate::cni::conf::for_agents(&run_dir, &pod_ns, &excluded, nft)?,
+        monitoring_port: (monitoring_port != 0).then_some(monitoring_port),
+        run_as_daemon: daemon,
+    };
+    if opts.repair.enabled {
+        crate::repair::check(&opts.repair)?;
     }
     Ok((opts, rt))
 }
 
 /// The standalone agent: its own client and metrics server.
-fn with_client(
-    name: &str,
-    flags: &flags::Flags,
-    opts: options::Options,
-    rt: &Runtime,
-) -> Result<u32> {
-    if !opts.enabled {
+fn with_client(name: &str, flags: &flags::Flags, opts: Options, rt: &Runtime) -> Result<u32> {
+    if !opts.repair.enabled {
         log::info!("disabled (repair-enabled=false); nothing to do");
         return Ok(0);
     }
@@ -129,13 +128,13 @@ fn with_client(
 
 /// Runs the agents with `opts` until the process ends (daemon: the repair agent and the audit) or after
 /// one pass (the repair agent alone). Returns the number of pods that could not be acted on (one-shot).
-fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> {
-    let audit = rt.run_as_daemon && !rt.audit_interval.is_zero();
-    let agents = super::start(&client, &opts, rt, (false, audit), &|_, e| Err(e))?;
+fn run(client: Client, opts: Options, rt: &Runtime) -> Result<u32> {
+    let audit = rt.run_as_daemon && !opts.audit_interval.is_zero();
+    let agents = opts.start(&client, &rt.conf, (false, audit), &|_, e| Err(e))?;
     let runner = agents
         .worker
         .ok_or_else(|| crate::Error::other("repair: the agent is disabled"))?;
-    let sel = super::selection(&opts, None);
+    let sel = super::selection(&opts.repair, None);
     let mut sink = Fanout::new(agents.sinks);
     if !rt.run_as_daemon {
         let mut timing = podwatch::timing::Timing::start();
@@ -149,6 +148,15 @@ fn run(client: Client, opts: options::Options, rt: &Runtime) -> Result<u32> {
         .map_err(|e| crate::Error::io("repair: spawn the watcher", e))?;
     runner.run();
     Err(crate::Error::other("repair: the pod watcher stopped"))
+}
+
+/// How the standalone agent runs: with the plugin's configuration `conf` (its run dir, `NATIVE_NFTABLES`,
+/// `EXCLUDE_NAMESPACES`, `POD_NAMESPACE`), `/metrics` on `monitoring_port` (`None`: not served), as a
+/// daemon or one list-and-act pass.
+struct Runtime {
+    conf: NetConf,
+    monitoring_port: Option<u16>,
+    run_as_daemon: bool,
 }
 
 /// Serves the standalone agent's `GET /metrics` on `port` ([`crate::httpd::serve`]: dual-stack, every

@@ -59,6 +59,26 @@ impl NetConf {
     }
 }
 
+/// What ADD sees from the installer's entry, for the node's agents (a repaired pod is programmed with it, a
+/// pod audited against it): the run dir, the agent's namespace, the excluded ones, the backend.
+pub fn for_agents(run_dir: &str, pod_ns: &str, excluded: &[String], nft: bool) -> Result<NetConf> {
+    let mut s = String::from(
+        r#"{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":"#,
+    );
+    json::write_string(&mut s, run_dir);
+    s.push_str(r#","pod_namespace":"#);
+    json::write_string(&mut s, pod_ns);
+    s.push_str(r#","exclude_namespaces":["#);
+    for (i, n) in excluded.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        json::write_string(&mut s, n);
+    }
+    s.push_str(&format!(r#"],"native_nftables":{nft}}}"#));
+    crate::error::Context::context(parse(&s), "repair: plugin configuration")
+}
+
 const WHAT: &str = "network configuration";
 
 /// Parses and validates the configuration: bad JSON is code 6, a missing or invalid `name` code 7, an

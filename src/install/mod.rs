@@ -9,11 +9,11 @@
 //! the loop, the decision at stop).
 //!
 //! The composition root of the DaemonSet: like upstream's `install-cni`, it runs the repair agent in-process
-//! (`REPAIR_ENABLED`) and the audit, so it takes the agent's settings ([`crate::repair::options`]) and starts
-//! both through their one entry ([`crate::agents`]), fed by the node's one pod watch ([`node::podwatch`])
-//! that also fills the pod cache ([`crate::podcache`]). Those are the only role-to-role imports, and they
-//! point one way: the agents import nothing from the installer (what both use, [`crate::httpd`] and
-//! [`crate::pod_rules`], sits below them).
+//! (`REPAIR_ENABLED`) and the audit, so it takes their settings and starts both through them
+//! ([`crate::agents::Options`]), fed by the node's one pod watch ([`node::podwatch`]) that also fills the pod
+//! cache ([`crate::podcache`]); it names three items of theirs (that, their series [`crate::agents::render`],
+//! the one-shot [`crate::agents::audit_once`]), and the arrows point one way: the agents import nothing
+//! from the installer (what both use, [`crate::httpd`] and [`crate::pod_rules`], sits below them).
 
 pub mod cli;
 pub mod config;
@@ -75,8 +75,8 @@ fn audit_once(name: &str, args: &[String]) -> i32 {
         if s.node_name.is_empty() {
             return Err("no node name: set NODE_NAME from the pod's spec.nodeName".into());
         }
-        let rt = node::podwatch::runtime(&s);
-        Ok((s.repair.clone(), rt, s.node_name.clone(), move || {
+        let conf = node::podwatch::net_conf(&s);
+        Ok((s.agents.clone(), conf, s.node_name.clone(), move || {
             node::podwatch::client(&s)
         }))
     })

@@ -5,8 +5,7 @@
 //! apply to each pod here instead of on the server. One watch per node, however many users.
 
 use super::super::settings::options::Settings;
-use crate::agents::{self, Agents, Runtime};
-use crate::kube::podwatch::{self, Fanout, PodSink, Selection};
+use crate::kube::podwatch::{self, Fanout, PodSink};
 use crate::podcache::server::Cache;
 
 /// The API client of the in-process agents: in-cluster, with the installer's service account dir and
@@ -27,12 +26,12 @@ pub fn start(s: &Settings) {
     if !s.pod_cache {
         log::info!("pod cache disabled (POD_CACHE_ENABLED=false): the plugin reads every pod from the API server");
     }
-    if !s.repair.enabled {
+    if !s.agents.repair.enabled {
         log::info!("repair agent disabled (REPAIR_ENABLED=false)");
     }
     let node = s.node_name.clone();
-    let audit = !s.audit_interval.is_zero() && !node.is_empty();
-    if !s.pod_cache && !s.repair.enabled && !audit {
+    let audit = !s.agents.audit_interval.is_zero() && !node.is_empty();
+    if !s.pod_cache && !s.agents.repair.enabled && !audit {
         return;
     }
     let cache_on = s.pod_cache && !node.is_empty();
@@ -41,7 +40,7 @@ pub fn start(s: &Settings) {
             "pod cache not started: no node name (set NODE_NAME from the pod's spec.nodeName)"
         );
     }
-    let client = match client(s) {
+    let (client, conf) = match client(s).and_then(|c| Ok((c, net_conf(s)?))) {
         Ok(c) => c,
         Err(e) => {
             log::error!("pod watch not started (no pod cache, no repair agent): {e}");
@@ -58,13 +57,13 @@ pub fn start(s: &Settings) {
         log::error!("{what} not started: {e}");
         Ok(())
     };
-    let Ok(agents) = agents::start(&client, &s.repair, &runtime(s), (true, audit), &failed) else {
+    let Ok(agents) = s.agents.start(&client, &conf, (true, audit), &failed) else {
         return;
     };
     if agents.repair {
         log::info!("repair agent started");
     }
-    let Some(sel) = selection(s, cache, &agents) else {
+    let Some(sel) = agents.selection(&s.agents, &node, cache) else {
         return;
     };
     let (repair, audited) = (agents.repair, agents.audit);
@@ -77,7 +76,7 @@ pub fn start(s: &Settings) {
         on(cache),
         on(repair),
         on(audited),
-        s.audit_interval
+        s.agents.audit_interval
     );
     let sinks = Fanout::new(sinks);
     let spawned = std::thread::Builder::new()
@@ -88,26 +87,11 @@ pub fn start(s: &Settings) {
     }
 }
 
-/// The pods the node's one watch lists (pure): the whole node when the pod cache or the audit runs (the
-/// repair agent's selectors then apply to each pod, in its sink), else the repair agent's selectors on
-/// the server; `None` when nothing runs.
-fn selection(s: &Settings, cache: bool, agents: &Agents) -> Option<Selection> {
-    let whole_node = (cache || agents.audit).then_some(s.node_name.as_str());
-    (whole_node.is_some() || agents.repair).then(|| agents::selection(&s.repair, whole_node))
-}
-
-/// What the in-process repair agent and the audit run with: the host `/proc`, the plugin's configuration.
-pub(in crate::install) fn runtime(s: &Settings) -> Runtime {
-    Runtime {
-        cni_agent_run_dir: s.run_dir.display().to_string(),
-        native_nftables: s.native_nftables,
-        audit_interval: s.audit_interval,
-        exclude_namespaces: s.exclude_namespaces.clone().unwrap_or_default(),
-        pod_namespace: s.pod_namespace.clone(),
-        host_proc: crate::repair::options::DEFAULT_HOST_PROC.into(),
-        run_as_daemon: true,
-        monitoring_port: None,
-    }
+/// The plugin's configuration the in-process agents act with: the installer's entry, as ADD sees it.
+pub(in crate::install) fn net_conf(s: &Settings) -> crate::Result<crate::cni::NetConf> {
+    let excluded = s.exclude_namespaces.as_deref().unwrap_or_default();
+    let run = s.run_dir.display().to_string();
+    crate::cni::conf::for_agents(&run, &s.pod_namespace, excluded, s.native_nftables)
 }
 
 /// The cache and its server on `<run dir>/pod-cache.sock`.
@@ -148,42 +132,41 @@ mod tests {
             ("POD_NAMESPACE", "istio-system"),
             ("AUDIT_INTERVAL", "5s"),
         ]);
-        let rt = runtime(&s);
-        assert_eq!(rt.host_proc, std::path::Path::new("/host/proc"));
-        assert_eq!(rt.cni_agent_run_dir, s.run_dir.display().to_string());
-        assert_eq!(rt.audit_interval, std::time::Duration::from_secs(5));
-        assert!(rt.run_as_daemon && rt.monitoring_port.is_none());
-        let conf = rt.net_conf().unwrap();
+        assert_eq!(s.agents.host_proc, std::path::Path::new("/host/proc"));
+        assert_eq!(s.agents.audit_interval, std::time::Duration::from_secs(5));
+        let conf = net_conf(&s).unwrap();
         assert!(conf.native_nftables);
         assert_eq!(conf.exclude_namespaces, ["kube-system", "infra"]);
         assert_eq!(conf.pod_namespace, "istio-system");
-        assert_eq!(conf.cni_agent_run_dir, rt.cni_agent_run_dir);
+        assert_eq!(conf.cni_agent_run_dir, s.run_dir.display().to_string());
         assert_eq!(
-            runtime(&settings(&[])).audit_interval,
-            agents::DEFAULT_AUDIT_INTERVAL
+            settings(&[]).agents.audit_interval,
+            crate::audit::DEFAULT_INTERVAL
         );
     }
 
     #[test]
     fn the_watch_lists_the_whole_node_unless_the_repair_agent_runs_alone() {
         let s = settings(&[]);
-        let agents = |repair, audit| Agents {
-            sinks: Vec::new(),
-            worker: None,
-            repair,
-            audit,
+        let selection = |cache, repair, audit| {
+            let agents = crate::agents::Agents {
+                repair,
+                audit,
+                ..Default::default()
+            };
+            agents.selection(&s.agents, &s.node_name, cache)
         };
         for (cache, audit) in [(true, false), (false, true), (true, true)] {
             for repair in [false, true] {
-                let sel = selection(&s, cache, &agents(repair, audit)).unwrap();
+                let sel = selection(cache, repair, audit).unwrap();
                 assert_eq!((sel.label, sel.field.as_str()), (None, "spec.nodeName=n1"));
             }
         }
         // The repair agent alone: its selectors on the server.
-        let sel = selection(&s, false, &agents(true, false)).unwrap();
+        let sel = selection(false, true, false).unwrap();
         assert_eq!(sel.label.as_deref(), Some("app=web"));
         assert_eq!(sel.field, "spec.nodeName=n1");
         assert_eq!(sel.what, "repair");
-        assert!(selection(&s, false, &agents(false, false)).is_none());
+        assert!(selection(false, false, false).is_none());
     }
 }

@@ -3,8 +3,8 @@
 //! bad value. An empty environment variable means "unset" for booleans and numbers (use the default) and
 //! the empty string for text settings, where upstream master's `AllowEmptyEnv` gives the same result.
 //!
-//! The `REPAIR_*` settings (master names, and the dashed release-1.9 names as aliases) are read by the
-//! repair agent's own parser, [`crate::repair::options::from_installer_env`].
+//! The node's agents' settings (`REPAIR_*`, master names and the dashed release-1.9 names as aliases, and
+//! `AUDIT_INTERVAL`) are read by their own parser, [`crate::agents::Options::from_installer`].
 
 use super::flags::Flags;
 use crate::error::{Error, Result};
@@ -58,14 +58,12 @@ pub struct Settings {
     pub once: bool,
     pub wait_timeout: Duration,
     pub uninstall: bool,
-    /// The in-process repair agent's settings (`REPAIR_*`).
-    pub repair: crate::repair::options::Options,
+    /// The in-process agents' settings: the repair agent's (`REPAIR_*`), the audit's (`AUDIT_INTERVAL`).
+    pub agents: crate::agents::Options,
     /// What the SIGTERM decision (replacement or uninstall) needs.
     pub handover: Handover,
     /// POD_CACHE_ENABLED (default true): serve this node's pods to the plugin from one watch.
     pub pod_cache: bool,
-    /// AUDIT_INTERVAL (default 60s, zero = off): the audit's round ([`crate::agents`]).
-    pub audit_interval: Duration,
 }
 
 /// Settings of the SIGTERM decision ([`crate::install::handover`]).
@@ -161,18 +159,16 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
             parse_duration,
         )?,
         uninstall: f.uninstall,
-        repair: crate::repair::options::from_installer_env(env)?,
+        agents: crate::agents::Options::from_installer(&r, &f.audit_interval)?,
         handover: handover(f, &r, env)?,
         pod_cache: r.bool(&None, "POD_CACHE_ENABLED", true)?,
-        audit_interval: r.typed(
-            &f.audit_interval,
-            "AUDIT_INTERVAL",
-            crate::agents::DEFAULT_AUDIT_INTERVAL,
-            parse_duration,
-        )?,
     };
-    settings.node_name = node_name(&settings.repair.node_name, env);
-    settings.repair.node_name.clone_from(&settings.node_name);
+    settings.node_name = node_name(&settings.agents.repair.node_name, env);
+    settings
+        .agents
+        .repair
+        .node_name
+        .clone_from(&settings.node_name);
     Ok(settings)
 }
 

@@ -43,8 +43,8 @@ fn defaults_are_upstreams() {
     );
     assert_eq!(s.exclude_namespaces, None);
     assert_eq!(s.plugin_log_level, "info");
-    assert!(s.update_binaries && s.repair.enabled && !s.repair.repair_pods);
-    assert_eq!(s.repair.init_exit_code, 126);
+    assert!(s.update_binaries && s.agents.repair.enabled && !s.agents.repair.repair_pods);
+    assert_eq!(s.agents.repair.init_exit_code, 126);
 }
 
 #[test]
@@ -111,16 +111,16 @@ fn repair_names_of_both_eras() {
         ("REPAIR_LABEL-PODS", "1"),
     ];
     let s = env(&pairs).unwrap();
-    assert_eq!(s.repair.node_name, "n19");
-    assert!(s.repair.delete_pods && s.repair.label_pods);
+    assert_eq!(s.agents.repair.node_name, "n19");
+    assert!(s.agents.repair.delete_pods && s.agents.repair.label_pods);
     // The same values as the repair agent's own parser reads from that environment.
     let m = env_of(&pairs);
     let theirs = crate::repair::options::from_env(&|k: &str| m.get(k).cloned()).unwrap();
-    assert_eq!(s.repair, theirs);
+    assert_eq!(s.agents.repair, theirs);
     let d = env(&[]).unwrap();
-    assert_eq!(d.repair, crate::repair::options::Options::default());
+    assert_eq!(d.agents.repair, crate::repair::options::Options::default());
     let s = env(&[("REPAIR_NODE-NAME", "n19"), ("REPAIR_NODE_NAME", "master")]).unwrap();
-    assert_eq!(s.repair.node_name, "master");
+    assert_eq!(s.agents.repair.node_name, "master");
 }
 
 #[test]
@@ -240,7 +240,7 @@ fn safe_upgrade_setting_and_handover_names() {
     // One rule for the node: the SIGTERM decision's is the pod watch's and the repair agent's.
     let node = |pairs: &[(&str, &str)]| {
         let s = env(pairs).unwrap();
-        assert_eq!(s.repair.node_name, s.node_name);
+        assert_eq!(s.agents.repair.node_name, s.node_name);
         s.node_name
     };
     let pairs = [
