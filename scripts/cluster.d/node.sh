@@ -311,7 +311,9 @@ YAML
 }
 
 start_proxy() {
-	cat >"$CLUSTER_DIR/kube-proxy.yaml" <<YAML
+	# kube-proxy exits when its config file is written to (it watches it: "content of the proxy server's
+	# configuration file was updated"), even with the same bytes: a second `up` must not touch it.
+	cat >"$CLUSTER_DIR/kube-proxy.yaml.tmp" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $CLUSTER_DIR/kube-proxy.kubeconfig}
@@ -322,6 +324,11 @@ healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 YAML
+	if cmp -s "$CLUSTER_DIR/kube-proxy.yaml.tmp" "$CLUSTER_DIR/kube-proxy.yaml"; then
+		rm "$CLUSTER_DIR/kube-proxy.yaml.tmp"
+	else
+		mv "$CLUSTER_DIR/kube-proxy.yaml.tmp" "$CLUSTER_DIR/kube-proxy.yaml"
+	fi
 	daemon kube-proxy "$BIN/kube-proxy" --config "$CLUSTER_DIR/kube-proxy.yaml"
 	wait_for kube-proxy 60 in_node curl -fsS http://127.0.0.1:10256/healthz
 }
