@@ -184,6 +184,9 @@ start_etcd() {
 # Extra kube-apiserver flags (scripts/cluster restart-apiserver FLAGS...).
 APISERVER_EXTRA=()
 
+# Bound tokens as a hardened cluster has them: no token lives longer than 1 h (the shortest maximum the API
+# server accepts), and the admission-injected ones are not extended to a year (a pod's projected
+# serviceAccountToken may ask for as little as 600 s, which the cluster test's scenario 6 does).
 start_apiserver() {
 	daemon kube-apiserver "$BIN/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
 		--bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
@@ -194,7 +197,9 @@ start_apiserver() {
 		--kubelet-client-key "$PKI/apiserver-kubelet-client.key" --kubelet-preferred-address-types InternalIP \
 		--service-account-issuer https://kubernetes.default.svc.cluster.local \
 		--service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
-		--api-audiences https://kubernetes.default.svc.cluster.local --profiling=false "${APISERVER_EXTRA[@]}"
+		--api-audiences https://kubernetes.default.svc.cluster.local \
+		--service-account-max-token-expiration 1h --service-account-extend-token-expiration=false \
+		--profiling=false "${APISERVER_EXTRA[@]}"
 	wait_for kube-apiserver 120 kubectl_ get --raw /readyz
 }
 
@@ -306,7 +311,9 @@ YAML
 }
 
 start_proxy() {
-	cat >"$CLUSTER_DIR/kube-proxy.yaml" <<YAML
+	# kube-proxy exits when its config file is written to (it watches it: "content of the proxy server's
+	# configuration file was updated"), even with the same bytes: a second `up` must not touch it.
+	cat >"$CLUSTER_DIR/kube-proxy.yaml.tmp" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $CLUSTER_DIR/kube-proxy.kubeconfig}
@@ -317,6 +324,11 @@ healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 YAML
+	if cmp -s "$CLUSTER_DIR/kube-proxy.yaml.tmp" "$CLUSTER_DIR/kube-proxy.yaml"; then
+		rm "$CLUSTER_DIR/kube-proxy.yaml.tmp"
+	else
+		mv "$CLUSTER_DIR/kube-proxy.yaml.tmp" "$CLUSTER_DIR/kube-proxy.yaml"
+	fi
 	daemon kube-proxy "$BIN/kube-proxy" --config "$CLUSTER_DIR/kube-proxy.yaml"
 	wait_for kube-proxy 60 in_node curl -fsS http://127.0.0.1:10256/healthz
 }
@@ -381,6 +393,17 @@ cluster_deploy() {
 		step "deploying the chart render $chart with our image"
 		sed -E "s#^([[:space:]]*image:[[:space:]]*)\"?[^\"[:space:]]*install-cni[^\"[:space:]]*\"?#\1$OUR_IMAGE#" \
 			"$render" >"$CLUSTER_DIR/deployed.yaml.tmp"
+		# Where the render mounts the host's /proc (repair in place) on a machine whose PID 1 cannot be
+		# looked into: the node's root as host_root_overlay names it, in the chart's ConfigMap.
+		if grep -q 'mountPath: /host/proc$' "$render" && ! ls /proc/1/root/ >/dev/null 2>&1; then
+			daemon root-holder "$(command -v sleep)" infinity
+			note "/proc/1/root is not readable here: ISTIO_CNI_HOST_ROOT=/host/proc/$(cat "$RUN/root-holder.pid")/root in the chart's ConfigMap"
+			awk -v root="/host/proc/$(cat "$RUN/root-holder.pid")/root" '
+				/^---/ { cm = 0 } /^kind: ConfigMap/ { cm = 1 } { print }
+				cm && /^data:$/ { printf "  ISTIO_CNI_HOST_ROOT: \"%s\"\n", root }' \
+				"$CLUSTER_DIR/deployed.yaml.tmp" >"$CLUSTER_DIR/deployed.yaml.tmp2"
+			mv "$CLUSTER_DIR/deployed.yaml.tmp2" "$CLUSTER_DIR/deployed.yaml.tmp"
+		fi
 		ns=$(awk '/^kind: DaemonSet/{d=1} d && /namespace:/{print $2; exit}' "$render" | tr -d '"')
 		kubectl_ create namespace "$ns" --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
 	fi
