@@ -178,6 +178,7 @@ def main():
                     help="comma list of sections to skip: plugin,burst,installer,repair,audit,cache,faults")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--profile-bin", help="a symbolized build: run one invocation per kind under callgrind")
+    ap.add_argument("--podstart", help="the kubelet section's results (podstart.py's podstart.json): in the report")
     a = ap.parse_args()
     if a.peer and a.before:
         ap.error("--peer and --before are one peer each: give one")
@@ -216,6 +217,9 @@ def main():
             log("==> profile (callgrind)")
             os.makedirs(a.out, exist_ok=True)
             extra["profile"] = cg_profile.profile(b, a.profile_bin)
+        if a.podstart:
+            with open(a.podstart) as f:
+                extra["podstart"] = json.load(f)
         doc = report(b, a, extra)
     finally:
         b.cleanup()

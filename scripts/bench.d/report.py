@@ -9,6 +9,7 @@ import audit
 import cgprofile as cg_profile
 import faults
 import podcache
+import podstart
 from common import fmt, machine, median, paired, pct
 
 
@@ -165,6 +166,8 @@ def markdown(doc):
         out += ["", audit.markdown(doc["audit"])]
     if doc.get("faults"):
         out += ["", faults.markdown(doc["faults"])]
+    if doc.get("podstart"):
+        out += ["", podstart.markdown(doc["podstart"])]
     if doc.get("profile"):
         out += ["", cg_profile.markdown(doc["profile"])]
     for n in doc.get("notes", []):

@@ -27,6 +27,7 @@ mod install_settings;
 mod install_supersede;
 mod kube_api;
 mod kube_client;
+mod kube_contract;
 mod kube_lookup_deadline;
 mod kube_podwatch;
 mod monitoring_dashboard;

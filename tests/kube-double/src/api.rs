@@ -40,6 +40,7 @@ pub(crate) fn reason_for(code: u16) -> &'static str {
         405 => "MethodNotAllowed",
         409 => "Conflict",
         410 => "Expired",
+        415 => "UnsupportedMediaType",
         422 => "Invalid",
         429 => "TooManyRequests",
         503 => "ServiceUnavailable",
@@ -203,7 +204,7 @@ fn route(shared: &Shared, req: &HttpRequest) -> Reply {
         ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
             let ct = req.header("content-type").unwrap_or("");
             if !ct.starts_with("application/merge-patch+json") {
-                return fail(415, &format!("unsupported patch content type {ct:?}"));
+                return fail(415, "415: Unsupported Media Type");
             }
             let patch = match body_json(req) {
                 Ok(v) => v,
@@ -235,10 +236,15 @@ fn route(shared: &Shared, req: &HttpRequest) -> Reply {
             .unwrap_or_default();
             let uid = str_at(&pre, &["uid"]).map(str::to_string);
             let rv = str_at(&pre, &["resourceVersion"]).map(str::to_string);
-            let r = shared.lock().store.delete(
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            let r = shared.lock().store.delete_request(
                 &(ns.to_string(), name.to_string()),
                 uid.as_deref(),
                 rv.as_deref(),
+                now,
             );
             shared.changed.notify_all();
             match r {
@@ -301,15 +307,9 @@ fn list(shared: &Shared, req: &HttpRequest, ns: Option<&str>) -> Reply {
         },
         None => None,
     };
+    // A LIST's `resourceVersion` means "not older than": a real API server serves it from its watch cache
+    // (the current state) however old it is; only a watch from an expired one is 410.
     let st = shared.lock();
-    if let Some(rv) = req
-        .param("resourceVersion")
-        .and_then(|r| r.parse::<u64>().ok())
-    {
-        if rv != 0 && rv < st.store.compacted_below {
-            return fail(410, &expired(rv, st.store.rv));
-        }
-    }
     let mut items = Array::new();
     let mut last = None;
     let mut more = false;

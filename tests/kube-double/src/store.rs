@@ -222,26 +222,81 @@ impl Store {
         let Some(old) = self.pods.get(key).cloned() else {
             return Err((404, "NotFound", format!("pods \"{}\" not found", key.1)));
         };
-        let have_uid = str_at(&old, &["metadata", "uid"]).unwrap_or("");
-        let have_rv = str_at(&old, &["metadata", "resourceVersion"]).unwrap_or("");
-        if let Some(u) = uid.filter(|u| *u != have_uid) {
-            return Err((409, "Conflict", format!(
-                "Operation cannot be fulfilled on Pod \"{}\": Precondition failed: UID in precondition: {u}, UID in object meta: {have_uid}",
-                key.1
-            )));
-        }
-        if let Some(r) = rv.filter(|r| *r != have_rv) {
-            return Err((409, "Conflict", format!(
-                "Operation cannot be fulfilled on Pod \"{}\": Precondition failed: ResourceVersion in precondition: {r}, ResourceVersion in object meta: {have_rv}",
-                key.1
-            )));
-        }
+        self.check_preconditions(key, &old, uid, rv)?;
         self.pods.remove(key);
         let rv = self.bump();
         let mut last = old.clone();
         meta_mut(&mut last).insert("resourceVersion".into(), s(&rv));
         self.record("DELETED", last.clone(), Some(old));
         Ok(last)
+    }
+
+    /// `DELETE pods/{name}` as kube-apiserver answers it: preconditions first (409); a pod bound to a node
+    /// and not finished is deleted gracefully: `metadata.deletionTimestamp` (now + the grace period) and
+    /// `deletionGracePeriodSeconds` (`spec.terminationGracePeriodSeconds`, default 30) are set, a MODIFIED
+    /// event goes out and that object is the answer. The kubelet that then confirms the deletion is an
+    /// instant one here: the pod is removed (DELETED) at once, where a real node takes until its
+    /// containers stopped. An unbound or finished pod is removed at once, as on a real server.
+    pub fn delete_request(
+        &mut self,
+        key: &(String, String),
+        uid: Option<&str>,
+        rv: Option<&str>,
+        now_unix: u64,
+    ) -> Result<Object, (u16, &'static str, String)> {
+        let Some(old) = self.pods.get(key).cloned() else {
+            return Err((404, "NotFound", format!("pods \"{}\" not found", key.1)));
+        };
+        let bound = !str_at(&old, &["spec", "nodeName"]).unwrap_or("").is_empty();
+        let finished = matches!(
+            str_at(&old, &["status", "phase"]),
+            Some("Succeeded" | "Failed")
+        );
+        let already = obj(&old, "metadata").is_some_and(|m| m.contains_key("deletionTimestamp"));
+        if !bound || finished || already {
+            return self.delete(key, uid, rv);
+        }
+        // The preconditions, checked (and answered) as `delete` does, before anything changes.
+        self.check_preconditions(key, &old, uid, rv)?;
+        let grace = match obj(&old, "spec").and_then(|sp| sp.get("terminationGracePeriodSeconds")) {
+            Some(Value::Number(Number::U64(g))) => *g,
+            Some(Value::Number(Number::I64(g))) if *g >= 0 => *g as u64,
+            _ => 30,
+        };
+        let mut marked = old.clone();
+        let new_rv = self.bump();
+        let m = meta_mut(&mut marked);
+        m.insert("deletionTimestamp".into(), s(&rfc3339(now_unix + grace)));
+        m.insert("deletionGracePeriodSeconds".into(), number(grace));
+        m.insert("resourceVersion".into(), s(&new_rv));
+        self.pods.insert(key.clone(), marked.clone());
+        self.record("MODIFIED", marked.clone(), Some(old));
+        self.delete(key, None, None)?;
+        Ok(marked)
+    }
+
+    fn check_preconditions(
+        &self,
+        key: &(String, String),
+        old: &Object,
+        uid: Option<&str>,
+        rv: Option<&str>,
+    ) -> Result<(), (u16, &'static str, String)> {
+        let have_uid = str_at(old, &["metadata", "uid"]).unwrap_or("");
+        let have_rv = str_at(old, &["metadata", "resourceVersion"]).unwrap_or("");
+        if let Some(u) = uid.filter(|u| *u != have_uid) {
+            return Err((409, "Conflict", format!(
+                "Operation cannot be fulfilled on Pod \"{}\": the UID in the precondition ({u}) does not match the UID in record ({have_uid}). The object might have been deleted and then recreated",
+                key.1
+            )));
+        }
+        if let Some(r) = rv.filter(|r| *r != have_rv) {
+            return Err((409, "Conflict", format!(
+                "Operation cannot be fulfilled on Pod \"{}\": the ResourceVersion in the precondition ({r}) does not match the ResourceVersion in record ({have_rv}). The object might have been modified",
+                key.1
+            )));
+        }
+        Ok(())
     }
 
     pub fn add_event(&mut self, ns: &str, mut ev: Object) -> Object {
@@ -263,6 +318,27 @@ impl Store {
         self.gone_epoch += 1;
         self.history.clear();
     }
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time (UTC), as Kubernetes writes `metav1.Time`.
+pub fn rfc3339(unix: u64) -> String {
+    let (days, secs) = ((unix / 86_400) as i64, unix % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 pub fn number(n: u64) -> Value {
@@ -302,5 +378,36 @@ mod tests {
         assert_eq!(e.0, 409);
         st.delete(&key, Some(&uid), Some("1")).unwrap();
         assert_eq!(st.delete(&key, None, None).unwrap_err().0, 404);
+    }
+
+    #[test]
+    fn a_bound_pod_is_deleted_gracefully_then_by_an_instant_kubelet() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_320_030), "2026-11-22T04:00:30Z");
+        let mut st = Store::default();
+        let p = st
+            .put_pod(pod(r#"{"metadata":{"name":"a"},"spec":{"nodeName":"n1"}}"#))
+            .unwrap();
+        let key = key_of(&p);
+        assert_eq!(
+            st.delete_request(&key, Some("x"), None, 0).unwrap_err().0,
+            409
+        );
+        let marked = st
+            .delete_request(&key, None, Some("1"), 1_795_320_000)
+            .unwrap();
+        assert_eq!(
+            str_at(&marked, &["metadata", "deletionTimestamp"]),
+            Some("2026-11-22T04:00:30Z")
+        );
+        let kinds: Vec<_> = st.history.iter().map(|c| c.kind).collect();
+        assert_eq!(kinds, ["ADDED", "MODIFIED", "DELETED"]);
+        assert!(st.pods.is_empty());
+        st.put_pod(pod(r#"{"metadata":{"name":"u"}}"#)).unwrap();
+        let u = ("default".to_string(), "u".to_string());
+        let gone = st.delete_request(&u, None, None, 0).unwrap();
+        assert!(str_at(&gone, &["metadata", "deletionTimestamp"]).is_none());
+        assert_eq!(st.history.last().unwrap().kind, "DELETED");
     }
 }

@@ -43,10 +43,15 @@ fn bookmark_with(rv: u64, initial_end: bool) -> Vec<u8> {
         a.insert("k8s.io/initial-events-end".into(), s("true"));
         m.insert("annotations".into(), Value::Object(a));
     }
+    // As kube-apiserver sends it: an empty Pod but for its resourceVersion (and annotations).
+    let mut spec = Object::new();
+    spec.insert("containers".into(), Value::Null);
     let mut o = Object::new();
     o.insert("kind".into(), s("Pod"));
     o.insert("apiVersion".into(), s("v1"));
     o.insert("metadata".into(), Value::Object(m));
+    o.insert("spec".into(), Value::Object(spec));
+    o.insert("status".into(), Value::Object(Object::new()));
     event_line("BOOKMARK", o)
 }
 
@@ -255,8 +260,6 @@ pub(crate) fn watch_list_refusal(shared: &Shared, req: &HttpRequest) -> Option<S
         "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
     } else if req.param("resourceVersionMatch").as_deref() != Some("NotOlderThan") {
         "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
-    } else if req.param("allowWatchBookmarks").as_deref() != Some("true") {
-        "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"
     } else {
         return None;
     };
@@ -328,7 +331,8 @@ pub(crate) fn watch(
                 out.extend(event_line("ADDED", pod.clone()));
             }
         }
-        if watch_list {
+        // Without allowWatchBookmarks a real server streams the initial events and no end marker.
+        if watch_list && bookmarks {
             out.extend(bookmark_with(st.store.rv, true));
         }
     } else {
