@@ -13,8 +13,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 INSTALL_DIR = REPO / "src" / "install"
-INSTALL_CONFIG = INSTALL_DIR / "options.rs"
+INSTALL_CONFIG = INSTALL_DIR / "settings" / "options.rs"
 REPAIR_OPTIONS = REPO / "src" / "repair" / "options.rs"
+# The agents' settings the installer reads through agents::Options (AUDIT_INTERVAL and the REPAIR_* parser).
+AGENTS_OPTIONS = REPO / "src" / "agents" / "mod.rs"
 
 TRIPLES = {"amd64": "x86_64-unknown-linux-musl", "arm64": "aarch64-unknown-linux-musl"}
 
@@ -120,8 +122,9 @@ def env_names_read() -> set:
     """Upper-case string literals in install-cni's sources outside tests: the env names it reads."""
     names = set()
     # install-cni also reads ISTIO_CNI_HOST_ROOT through the iptables module it shares with the repair agent,
-    # and the REPAIR_* settings through the agent's own parser, which skips REPAIR_RUN_AS_DAEMON for it.
-    for path in install_sources() + [INSTALL_DIR.parent / "iptables" / "tool.rs", REPAIR_OPTIONS]:
+    # the REPAIR_* settings through the agent's own parser, which skips REPAIR_RUN_AS_DAEMON for it, and
+    # AUDIT_INTERVAL through the agents' settings (agents::Options).
+    for path in install_sources() + [INSTALL_DIR.parent / "iptables" / "tool.rs", REPAIR_OPTIONS, AGENTS_OPTIONS]:
         names |= set(re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)"', _without_tests(path.read_text())))
     return names - {"REPAIR_RUN_AS_DAEMON"}
 
