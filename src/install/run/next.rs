@@ -13,7 +13,7 @@
 //! | | else | a round |
 //! | kubeconfig written | | a round |
 //! | binaries or kubeconfig failed | first pass, or `--once` | fail |
-//! | | else | that step dirty again; wait the backoff |
+//! | | else | that step (and what the pass had still to do) dirty again; wait the backoff |
 //! | file changed (in a round, in a wait) | | top of a pass, the change dirty |
 //! | timer (a wait ran out) | `--once` deadline passed | end: timed out |
 //! | | else | top of a pass |
@@ -242,11 +242,11 @@ pub fn next(p: &mut Pass, ev: Event) -> Step {
         Event::Kubeconfig => p.round(),
         Event::Failed(Failure::Config, e) => p.retry(e, p.once),
         Event::Failed(f, e) => {
-            p.dirty = Changes {
-                bin: f == Failure::Binaries,
-                service_account: f == Failure::Kubeconfig,
-                ..Changes::default()
-            };
+            // The failed step is to do again, and so is whatever this pass had still to do after it (a
+            // token change that came with a binary change must not wait for the next token change); the
+            // binaries are not redone when it was the kubeconfig that failed after them.
+            p.dirty.bin = f == Failure::Binaries;
+            p.dirty.service_account |= f == Failure::Kubeconfig;
             p.retry(e, p.first || p.once)
         }
         Event::Changed(c) => {

@@ -159,6 +159,35 @@ fn a_later_failure_waits_the_backoff_and_redoes_its_step() {
 }
 
 #[test]
+fn a_failed_step_keeps_what_the_pass_had_still_to_do() {
+    // The token changes together with the binaries, and installing the binaries fails: once they are
+    // installed the kubeconfig is still rewritten with the new token.
+    let mut p = installed(false);
+    let evs = [
+        changed(|c| {
+            c.bin = true;
+            c.service_account = true;
+        }),
+        Event::Owner,
+        failed(Failure::Binaries),
+        Event::Timer { deadline: false },
+        Event::Owner,
+        Event::Binaries,
+        Event::Kubeconfig,
+    ];
+    let want = [
+        "Top",
+        "Binaries",
+        "Wait Some(200ms) retry boom 200ms",
+        "Top",
+        "Binaries",
+        "Kubeconfig rotation",
+        "Round",
+    ];
+    assert_eq!(steps(&mut p, evs), want);
+}
+
+#[test]
 fn a_timer_ends_once_at_its_deadline_and_else_looks_again() {
     let evs = [
         Event::Timer { deadline: false },
