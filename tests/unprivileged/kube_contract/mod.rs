@@ -12,7 +12,7 @@ mod writes;
 use std::collections::BTreeSet;
 
 use istio_cni::json::{self, Object};
-use istio_cni::kube::{EventKind, WatchEvent, WatchParams};
+use istio_cni::kube::{EventKind, ListParams, WatchEvent, WatchParams};
 
 use crate::support::kube::name_of;
 use target::{meta_str, Target};
@@ -31,6 +31,14 @@ fn status_of(body: &[u8]) -> Object {
 
 fn rv(o: &Object) -> String {
     meta_str(o, "resourceVersion").unwrap_or("").to_string()
+}
+
+/// Pods on `node` across all namespaces, as the node agent lists them.
+fn on_node(node: &str) -> ListParams {
+    ListParams {
+        field_selector: Some(format!("spec.nodeName={node}")),
+        ..Default::default()
+    }
 }
 
 fn node_watch(t: &Target, node: &str, rv: Option<String>, timeout: u32) -> WatchParams {

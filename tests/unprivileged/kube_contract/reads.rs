@@ -6,7 +6,7 @@ use istio_cni::kube::{ApiErrorExt, ListParams, PodSource};
 use istio_cni::redirect::pod::PodInfo;
 
 use super::target::{meta_str, Target};
-use super::{names, rv, set, status_of};
+use super::{names, on_node, rv, set, status_of};
 
 #[test]
 fn a_missing_object_is_404_with_a_not_found_status() {
@@ -82,13 +82,7 @@ fn list_selects_by_node_name_and_labels_in_pages() {
     t.create_pod("p3", &a, &[("app", "y")]);
     t.create_pod("p4", &b, &[("app", "x"), ("tier", "a")]);
     // Across all namespaces, as the node agent lists.
-    let on_a = t
-        .client
-        .list_pods(&ListParams {
-            field_selector: Some(format!("spec.nodeName={a}")),
-            ..Default::default()
-        })
-        .unwrap();
+    let on_a = t.client.list_pods(&on_node(&a)).unwrap();
     assert_eq!(names(&on_a.items), set(&["p1", "p2", "p3"]));
     assert!(!on_a.resource_version.is_empty());
     let by_labels = |sel: &str| {
@@ -97,8 +91,7 @@ fn list_selects_by_node_name_and_labels_in_pages() {
             .list_pods(&ListParams {
                 namespace: Some(t.ns.clone()),
                 label_selector: Some(sel.into()),
-                field_selector: Some(format!("spec.nodeName={a}")),
-                ..Default::default()
+                ..on_node(&a)
             })
             .unwrap();
         names(&l.items)
@@ -111,9 +104,8 @@ fn list_selects_by_node_name_and_labels_in_pages() {
     assert_eq!(by_labels("tier"), set(&["p1", "p2"]));
     // Pages of 2: a continue token, then the rest without one.
     let mut p = ListParams {
-        field_selector: Some(format!("spec.nodeName={a}")),
         limit: Some(2),
-        ..Default::default()
+        ..on_node(&a)
     };
     let first = t.client.list_pods(&p).unwrap();
     assert_eq!(first.items.len(), 2);

@@ -8,7 +8,7 @@ use istio_cni::kube::podwatch::catch_up::refuses_watch_list;
 use istio_cni::kube::{ApiErrorExt, EventKind, ListParams, PodSource, WatchParams};
 
 use super::target::{meta_str, Target};
-use super::{names, next_change, node_watch, rv, set};
+use super::{names, next_change, node_watch, on_node, rv, set};
 use crate::support::kube::name_of;
 
 #[test]
@@ -16,13 +16,7 @@ fn a_watch_from_a_list_sees_the_changes_of_its_node_in_order() {
     let t = Target::new();
     let (a, b) = (format!("{}-a", t.node), format!("{}-b", t.node));
     t.create_pod("w1", &a, &[("app", "w")]);
-    let list = t
-        .client
-        .list_pods(&ListParams {
-            field_selector: Some(format!("spec.nodeName={a}")),
-            ..Default::default()
-        })
-        .unwrap();
+    let list = t.client.list_pods(&on_node(&a)).unwrap();
     let mut w = t
         .client
         .watch_pods(&node_watch(&t, &a, Some(list.resource_version.clone()), 30))
@@ -99,13 +93,7 @@ fn bookmarks_carry_the_progress_a_filtered_watch_does_not_see_and_the_timeout_en
     let t = Target::new();
     let (a, b) = (format!("{}-a", t.node), format!("{}-b", t.node));
     t.create_pod("quiet", &a, &[]);
-    let list = t
-        .client
-        .list_pods(&ListParams {
-            field_selector: Some(format!("spec.nodeName={a}")),
-            ..Default::default()
-        })
-        .unwrap();
+    let list = t.client.list_pods(&on_node(&a)).unwrap();
     // Cluster-wide, as the agent watches; 8 s: a real server sends its bookmark 2 s before the end.
     let mut params = node_watch(&t, &a, Some(list.resource_version), 8);
     params.namespace = None;

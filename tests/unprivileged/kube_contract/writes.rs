@@ -3,12 +3,12 @@
 
 use istio_cni::json::{self, Value};
 use istio_cni::kube::request::{self as req, Method};
-use istio_cni::kube::{ApiErrorExt, EventKind, ListParams, PodSource};
+use istio_cni::kube::{ApiErrorExt, EventKind, PodSource};
 use istio_cni::repair::detect::PodFacts;
 use istio_cni::repair::request::event_json;
 
 use super::target::{meta_str, Target};
-use super::{next_change, node_watch, rv, status_of};
+use super::{next_change, node_watch, on_node, rv, status_of};
 use crate::support::kube::name_of;
 
 #[test]
@@ -179,10 +179,7 @@ fn the_events_we_write_are_stored_with_every_field_we_send() {
 #[test]
 fn unauthenticated_is_401_and_unauthorized_is_403_with_their_status() {
     let t = Target::new();
-    let p = ListParams {
-        field_selector: Some(format!("spec.nodeName={}", t.node)),
-        ..Default::default()
-    };
+    let p = on_node(&t.node);
     let e = t.unauthenticated_client().list_pods(&p).unwrap_err();
     assert_eq!(
         (e.api_status(), e.api_reason()),
