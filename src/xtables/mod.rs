@@ -14,6 +14,7 @@
 pub mod entries;
 pub mod rule;
 mod sockopt;
+pub mod spec;
 
 use crate::error::{IoContext, Result};
 use crate::netfilter::bypass::{self, Effect, Steps};
