@@ -12,6 +12,8 @@
 //! would instantiate it) and each table with two getsockopt calls ([`sockopt`]).
 
 pub mod entries;
+pub mod names;
+pub mod ops;
 pub mod rule;
 mod sockopt;
 pub mod spec;

@@ -7,10 +7,10 @@
 use crate::support::{conformance_dir, require_root, sh_ok, Netns, TempDir};
 use istio_cni::iptables::save;
 use istio_cni::netfilter::Family;
-use istio_cni::xtables::rule::{Op, OwnerKind, Rule};
-use istio_cni::xtables::spec;
+use istio_cni::xtables::rule::OwnerKind;
+use istio_cni::xtables::{ops, spec};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// GIDs the owner-group cases' groups get in the private /etc/group the node's tools resolve with.
 const GROUPS: [(&str, u32); 2] = [("java", 7001), ("ftp", 7002)];
@@ -47,28 +47,17 @@ fn documents() -> Vec<(PathBuf, Family)> {
     out
 }
 
-/// Our model of the document applied to empty tables: `(table, chain) -> rendered rules`.
+/// Our model of the document applied to empty tables (`xtables::ops`): `(table, chain) -> rendered rules`.
 fn ours(family: Family, doc: &str) -> BTreeMap<(String, String), Vec<String>> {
-    let mut out: BTreeMap<(String, String), Vec<Rule>> = BTreeMap::new();
-    for t in spec::parse_doc(family, doc, &names).unwrap() {
-        for op in t.ops {
-            match op {
-                Op::NewChain(c) => {
-                    out.entry((t.table.clone(), c)).or_default();
-                }
-                Op::Append(c, r) => out.entry((t.table.clone(), c)).or_default().push(r),
-                Op::Insert(c, n, r) => out
-                    .entry((t.table.clone(), c))
-                    .or_default()
-                    .insert(n - 1, r),
-                other => panic!("a golden has only -N, -A and -I: {other:?}"),
-            }
+    let tables = ops::desired(family, &spec::parse_doc(family, doc, &names).unwrap()).unwrap();
+    let mut out = BTreeMap::new();
+    for t in tables {
+        for c in t.chains.into_iter().filter(|c| !c.rules.is_empty()) {
+            let rules = c.rules.iter().map(|r| spec::render(family, r)).collect();
+            out.insert((t.name.clone(), c.name), rules);
         }
     }
-    out.into_iter()
-        .filter(|(_, r)| !r.is_empty())
-        .map(|(k, r)| (k, r.iter().map(|r| spec::render(family, r)).collect()))
-        .collect()
+    out
 }
 
 /// What the node's tool made of the document: restored with the test groups in a private /etc/group,
@@ -76,7 +65,7 @@ fn ours(family: Family, doc: &str) -> BTreeMap<(String, String), Vec<String>> {
 fn theirs(
     tool: &str,
     family: Family,
-    path: &PathBuf,
+    path: &Path,
     tmp: &TempDir,
 ) -> BTreeMap<(String, String), Vec<String>> {
     let ns = Netns::new("xtspec");
