@@ -26,7 +26,7 @@ fn chain_or_builtin<'a>(t: &'a mut Table, name: &str) -> Result<&'a mut Chain> {
                 order
                     .iter()
                     .position(|b| *b == c.name)
-                    .is_none_or(|p| p > pos)
+                    .map_or(true, |p| p > pos)
             })
             .unwrap_or(t.chains.len());
         t.chains.insert(
