@@ -11,7 +11,6 @@ use crate::error::{Error, Result};
 use crate::netfilter::Family;
 use crate::rundir::RunDir;
 use std::path::Path;
-use std::process::Stdio;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -141,50 +140,74 @@ pub fn for_plugin(run_dir: &Path) -> Result<Backend> {
     Ok(b)
 }
 
-/// Number of rule lines (`-A ...`) `prog` dumps, or None when it cannot run.
-fn rule_count(prog: &str) -> Option<usize> {
-    let out = tool::find(prog)?
-        .command()
-        .ok()?
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
+/// Tables iptables-nft and iptables-legacy keep rules in (what their `-save` lists).
+const XT_TABLES: [&str; 5] = ["filter", "nat", "mangle", "raw", "security"];
+
+/// Rules in the legacy x_tables of the current namespace, both families (no table is instantiated by
+/// asking); None when they cannot be read.
+fn legacy_rules() -> Option<usize> {
+    let mut n = 0;
+    for f in crate::netfilter::FAMILIES {
+        match crate::xtables::read(f) {
+            Ok(tables) => {
+                n += tables
+                    .iter()
+                    .flat_map(|(_, c)| c.values())
+                    .map(Vec::len)
+                    .sum::<usize>()
+            }
+            Err(e) => {
+                log::debug!("legacy iptables ({}) not readable: {e}", f.name());
+                return None;
+            }
+        }
     }
-    Some(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with("-A"))
-            .count(),
-    )
+    Some(n)
+}
+
+/// Rules in iptables-nft's tables (`ip`/`ip6` filter, nat, mangle, raw, security) of the current
+/// namespace, counted from a netlink dump without decoding them; None when nf_tables cannot be read.
+fn nft_rules() -> Option<usize> {
+    use crate::nftables::{encode, socket::Socket};
+    let mut s = Socket::open().ok()?;
+    let mut n = 0;
+    for family in crate::netfilter::FAMILIES {
+        for table in XT_TABLES {
+            let mut a = encode::Attrs::default();
+            a.str(encode::NFTA_RULE_TABLE, table);
+            let seq = s.next_seq(1);
+            let req = encode::dump_request(encode::NFT_MSG_GETRULE, family.nfproto(), seq, &a);
+            let mut count = |_: &crate::nftables::decode::Msg| -> Result<()> {
+                n += 1;
+                Ok(())
+            };
+            // A dump filtered by a table that does not exist lists nothing (no error).
+            if let Err(e) = s.dump("count iptables-nft rules", &req, &mut count) {
+                log::debug!("iptables-nft rules not readable: {e}");
+                return None;
+            }
+        }
+    }
+    Some(n)
 }
 
 /// iptables-wrapper's rule: more legacy rules than nft rules (v4 + v6) ⇒ legacy, else nft.
-pub fn choose(legacy: Option<usize>, nft: Option<usize>, plain_exists: bool) -> Result<Backend> {
+pub fn choose(legacy: Option<usize>, nft: Option<usize>) -> Result<Backend> {
     match (legacy, nft) {
         (Some(l), Some(n)) if l > n => Ok(Backend::Legacy),
         (_, Some(_)) => Ok(Backend::Nft),
         (Some(_), None) => Ok(Backend::Legacy),
-        (None, None) if plain_exists => Ok(Backend::Plain),
         (None, None) => Err(Error::other(
-            "no usable iptables found (tried iptables-nft-save, iptables-legacy-save, iptables-save): install iptables on the node",
+            "neither nf_tables nor the legacy x_tables of this node could be read: is netfilter available in this kernel?",
         )),
     }
 }
 
+/// Which x_tables backend the host's rules are in (iptables-wrapper's rule), read from the kernel in the
+/// current namespace (the host's: the installer and the plugin run in it).
 pub fn detect_host() -> Result<Backend> {
-    let sum = |a: Option<usize>, b: Option<usize>| a.map(|x| x + b.unwrap_or(0));
-    let legacy = sum(
-        rule_count("iptables-legacy-save"),
-        rule_count("ip6tables-legacy-save"),
-    );
-    let nft = sum(
-        rule_count("iptables-nft-save"),
-        rule_count("ip6tables-nft-save"),
-    );
-    let b = choose(legacy, nft, tool::find("iptables-restore").is_some())?;
+    let (legacy, nft) = (legacy_rules(), nft_rules());
+    let b = choose(legacy, nft)?;
     log::info!("{}", detection_summary(b, legacy, nft));
     Ok(b)
 }
@@ -193,7 +216,7 @@ pub fn detect_host() -> Result<Backend> {
 fn detection_summary(b: Backend, legacy: Option<usize>, nft: Option<usize>) -> String {
     let count = |n: Option<usize>, what: &str| match n {
         Some(n) => format!("{n} {what} rules"),
-        None => format!("no {what} iptables-save"),
+        None => format!("{what} rules unreadable"),
     };
     format!(
         "iptables backend: {} ({}, {}; legacy only with more legacy rules)",
@@ -225,11 +248,11 @@ mod tests {
 
     #[test]
     fn wrapper_rule() {
-        assert_eq!(choose(Some(10), Some(2), true).unwrap(), Backend::Legacy);
-        assert_eq!(choose(Some(2), Some(2), true).unwrap(), Backend::Nft);
-        assert_eq!(choose(Some(0), Some(0), true).unwrap(), Backend::Nft);
-        assert_eq!(choose(None, Some(0), true).unwrap(), Backend::Nft);
-        assert_eq!(choose(Some(0), None, true).unwrap(), Backend::Legacy);
+        assert_eq!(choose(Some(10), Some(2)).unwrap(), Backend::Legacy);
+        assert_eq!(choose(Some(2), Some(2)).unwrap(), Backend::Nft);
+        assert_eq!(choose(Some(0), Some(0)).unwrap(), Backend::Nft);
+        assert_eq!(choose(None, Some(0)).unwrap(), Backend::Nft);
+        assert_eq!(choose(Some(0), None).unwrap(), Backend::Legacy);
         // The log line says the counts in words, never `Some(0)`.
         assert_eq!(
             detection_summary(Backend::Nft, Some(0), Some(0)),
@@ -237,10 +260,13 @@ mod tests {
         );
         assert_eq!(
             detection_summary(Backend::Legacy, Some(3), None),
-            "iptables backend: legacy (no nft iptables-save, 3 legacy rules; legacy only with more legacy rules)"
+            "iptables backend: legacy (nft rules unreadable, 3 legacy rules; legacy only with more legacy rules)"
         );
-        assert_eq!(choose(None, None, true).unwrap(), Backend::Plain);
-        assert!(choose(None, None, false).is_err());
+        let e = choose(None, None).unwrap_err().to_string();
+        assert!(
+            e.contains("neither nf_tables nor the legacy x_tables"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod apply_netns;
 mod audit_e2e;
 mod audit_gap_e2e;
 mod audit_verdicts_e2e;
+mod backend_detect;
 mod cni_chain;
 mod cni_hostns;
 mod handover_gap;
