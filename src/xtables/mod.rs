@@ -12,9 +12,12 @@
 //! would instantiate it) and each table with two getsockopt calls ([`sockopt`]).
 
 pub mod entries;
+pub mod names;
 pub mod nft;
+pub mod ops;
 pub mod rule;
 mod sockopt;
+pub mod spec;
 
 use crate::error::{IoContext, Result};
 use crate::netfilter::bypass::{self, Effect, Steps};

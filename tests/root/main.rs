@@ -29,3 +29,4 @@ mod relay_burst;
 mod repair_e2e;
 mod validation_e2e;
 mod xt_nft_netns;
+mod xt_spec;
