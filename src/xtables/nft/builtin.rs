@@ -48,8 +48,8 @@ const SECURITY: [Builtin; 3] = [
     b("OUTPUT", 3, 50, "filter"),
 ];
 
-/// The tables iptables-nft knows, in the order iptables-nft-save prints them.
-pub const TABLES: [&str; 5] = ["raw", "mangle", "filter", "security", "nat"];
+/// The tables iptables-nft knows, in the order iptables-nft-save prints them (its table array's).
+pub const TABLES: [&str; 5] = ["mangle", "security", "raw", "filter", "nat"];
 
 /// The built-in chains of `table` in hook order (`None`: not an iptables table).
 pub fn chains(table: &str) -> Option<&'static [Builtin]> {

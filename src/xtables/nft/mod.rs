@@ -27,9 +27,9 @@ use nix::errno::Errno;
 /// How many times a batch is sent when the ruleset changed between reading it and the batch (`ERESTART`).
 const ATTEMPTS: u32 = 3;
 
-/// A rule as an error message names it.
-pub fn describe(_family: Family, r: &Rule) -> String {
-    format!("{r:?}")
+/// A rule as an error message names it: as iptables-save prints it.
+pub fn describe(family: Family, r: &Rule) -> String {
+    crate::xtables::spec::render(family, r)
 }
 
 /// Applies `doc` in the current thread's network namespace with `iptables-restore --noflush` semantics,
