@@ -76,7 +76,13 @@ impl Socket {
     /// (nfnetlink processes a batch synchronously), so the socket is drained without blocking. Returns
     /// the failures (a message without an ack as errno 0); empty means committed.
     pub fn run_batch(&mut self, b: &Batch) -> Result<Vec<Failure>> {
-        self.send_all("send the batch", &b.bytes)?;
+        self.run_raw(&b.bytes, b.what.last().map(|w| w.seq))
+    }
+
+    /// [`Socket::run_batch`] for a batch encoded elsewhere (iptables-nft's, [`crate::xtables::nft`]):
+    /// `ack_seq` is the sequence number of its one message that asks for an ack.
+    pub fn run_raw(&mut self, bytes: &[u8], ack_seq: Option<u32>) -> Result<Vec<Failure>> {
+        self.send_all("send the batch", bytes)?;
         // A few replies (one ack, any errors): a list, not a hash set (whose seed costs a getrandom).
         let mut answered = Vec::new();
         let mut failures = Vec::new();
@@ -101,11 +107,8 @@ impl Socket {
         // Only the last message asks for an ack: without it (and without an error) the batch did not
         // finish, which is a failure too.
         if failures.is_empty() {
-            if let Some(w) = b.what.last().filter(|w| !answered.contains(&w.seq)) {
-                failures.push(Failure {
-                    errno: 0,
-                    seq: w.seq,
-                });
+            if let Some(seq) = ack_seq.filter(|s| !answered.contains(s)) {
+                failures.push(Failure { errno: 0, seq });
             }
         }
         Ok(failures)

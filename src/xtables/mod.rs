@@ -13,6 +13,7 @@
 
 pub mod entries;
 pub mod names;
+pub mod nft;
 pub mod ops;
 pub mod rule;
 mod sockopt;

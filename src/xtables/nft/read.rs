@@ -1,0 +1,181 @@
+//! Reading iptables-nft's tables of one family back: three dumps (tables, chains, rules) on a
+//! `NETLINK_NETFILTER` socket in the calling thread's namespace (the effect), assembled purely into
+//! [`CurrentTable`]s (rules with their handles, kernel order) and into the model's [`Table`]s in the order
+//! iptables-nft-save prints them: every built-in chain of the table in hook order (whether the kernel has
+//! it or not, as iptables-nft-save prints them), then user chains sorted by name.
+
+use super::builtin;
+use super::decode_rule;
+use super::plan::{CurrentChain, CurrentTable};
+use super::xexpr;
+use crate::error::{Error, Result};
+use crate::netfilter::Family;
+use crate::nftables::decode::{self, Msg};
+use crate::nftables::encode::{self, Attrs};
+use crate::nftables::socket::Socket;
+use crate::xtables::rule::{Chain, Rule, Table};
+
+/// At most this many objects are read (a pod with `NET_ADMIN` controls its own ruleset).
+const MAX_OBJECTS: usize = 100_000;
+
+/// One dumped rule: table, chain, handle, expressions.
+pub struct RuleMsg {
+    pub table: String,
+    pub chain: String,
+    pub handle: u64,
+    pub exprs: Vec<xexpr::XExpr>,
+}
+
+/// A `NEWRULE` dump message, keeping the compatibility expressions' info.
+pub fn rule_msg(m: &Msg) -> Result<RuleMsg> {
+    let a = decode::nft_attrs(m)?;
+    let get = |ty: u16| a.iter().find(|(t, _)| *t == ty).map(|(_, p)| *p);
+    let s = |ty: u16| {
+        get(ty).map(|p| {
+            let end = p.iter().position(|&c| c == 0).unwrap_or(p.len());
+            String::from_utf8_lossy(&p[..end]).into_owned()
+        })
+    };
+    let bad = || Error::other("malformed netlink reply: rule without table, chain or handle");
+    let handle = get(encode::NFTA_RULE_HANDLE)
+        .and_then(|p| p.get(..8))
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(bad)?;
+    let exprs = match get(encode::NFTA_RULE_EXPRESSIONS) {
+        Some(list) => xexpr::decode(list)?,
+        None => Vec::new(),
+    };
+    Ok(RuleMsg {
+        table: s(encode::NFTA_RULE_TABLE).ok_or_else(bad)?,
+        chain: s(encode::NFTA_RULE_CHAIN).ok_or_else(bad)?,
+        handle,
+        exprs,
+    })
+}
+
+/// Assembles the dumps: iptables tables only, chains in dump order, rules decoded in kernel order.
+pub fn assemble(
+    family: Family,
+    tables: &[String],
+    chains: &[decode::ChainMsg],
+    rules: &[RuleMsg],
+) -> Vec<CurrentTable> {
+    let mut out = Vec::new();
+    for t in builtin::TABLES
+        .iter()
+        .filter(|t| tables.iter().any(|x| x == *t))
+    {
+        let chains = chains
+            .iter()
+            .filter(|c| c.table == *t)
+            .map(|c| CurrentChain {
+                name: c.name.clone(),
+                base: c.base.is_some(),
+                rules: rules
+                    .iter()
+                    .filter(|r| r.table == *t && r.chain == c.name)
+                    .map(|r| (r.handle, decode_rule::decode(family, &r.exprs)))
+                    .collect(),
+            })
+            .collect();
+        out.push(CurrentTable {
+            name: t.to_string(),
+            chains,
+        });
+    }
+    out
+}
+
+/// The model's tables, chains in iptables-nft-save's order.
+pub fn tables(current: &[CurrentTable]) -> Vec<Table> {
+    current
+        .iter()
+        .map(|t| {
+            let rules = |name: &str| -> Vec<Rule> {
+                let c = t.chains.iter().find(|c| c.name == name);
+                c.map(|c| c.rules.iter().map(|(_, r)| r.clone()).collect())
+                    .unwrap_or_default()
+            };
+            let builtins = builtin::chains(&t.name).unwrap_or(&[]);
+            let mut chains: Vec<Chain> = builtins
+                .iter()
+                .map(|b| Chain {
+                    name: b.name.to_string(),
+                    rules: rules(b.name),
+                })
+                .collect();
+            let mut user: Vec<&str> = t
+                .chains
+                .iter()
+                .map(|c| c.name.as_str())
+                .filter(|n| !builtins.iter().any(|b| b.name == *n))
+                .collect();
+            user.sort_unstable();
+            chains.extend(user.into_iter().map(|n| Chain {
+                name: n.to_string(),
+                rules: rules(n),
+            }));
+            Table {
+                name: t.name.clone(),
+                chains,
+            }
+        })
+        .collect()
+}
+
+/// The generation id, then every table, chain and rule of `family` (the effect).
+pub fn read(s: &mut Socket, family: Family) -> Result<(u32, Vec<CurrentTable>)> {
+    let mut n = 0usize;
+    let bound = |n: &mut usize| {
+        *n += 1;
+        match *n > MAX_OBJECTS {
+            true => Err(Error::Rules(format!(
+                "iptables-nft ({}): more than {MAX_OBJECTS} objects to read; failing closed",
+                family.name()
+            ))),
+            false => Ok(()),
+        }
+    };
+    let mut genid = 0;
+    let seq = s.next_seq(1);
+    s.dump(
+        "read the generation id",
+        &encode::getgen_request(seq),
+        &mut |m| {
+            genid = decode::gen_id(m)?;
+            Ok(())
+        },
+    )?;
+    let fam = family.nfproto();
+    let none = Attrs::default();
+    let mut tables = Vec::new();
+    let seq = s.next_seq(1);
+    let req = encode::dump_request(encode::NFT_MSG_GETTABLE, fam, seq, &none);
+    s.dump("list tables", &req, &mut |m| {
+        bound(&mut n)?;
+        tables.push(decode::table_name(m)?);
+        Ok(())
+    })?;
+    let (mut chains, mut rules) = (Vec::new(), Vec::new());
+    if builtin::TABLES
+        .iter()
+        .any(|t| tables.iter().any(|x| x == t))
+    {
+        let seq = s.next_seq(1);
+        let req = encode::dump_request(encode::NFT_MSG_GETCHAIN, fam, seq, &none);
+        s.dump("list chains", &req, &mut |m| {
+            bound(&mut n)?;
+            chains.push(decode::chain(m)?);
+            Ok(())
+        })?;
+        let seq = s.next_seq(1);
+        let req = encode::dump_request(encode::NFT_MSG_GETRULE, fam, seq, &none);
+        s.dump("list rules", &req, &mut |m| {
+            bound(&mut n)?;
+            rules.push(rule_msg(m)?);
+            Ok(())
+        })?;
+    }
+    Ok((genid, assemble(family, &tables, &chains, &rules)))
+}
