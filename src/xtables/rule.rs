@@ -79,9 +79,14 @@ pub enum Target {
     /// `-j CHAIN` (a user chain of the same table).
     Jump(String),
     /// `-j REDIRECT --to-ports P`.
-    Redirect { port: u16 },
+    Redirect {
+        port: u16,
+    },
     /// `-j MARK --set-xmark V/M` (`--set-mark V` is `V/0xffffffff`).
-    Mark { mark: u32, mask: u32 },
+    Mark {
+        mark: u32,
+        mask: u32,
+    },
     /// `-j CONNMARK --save-mark|--restore-mark --nfmask N --ctmask C`.
     Connmark {
         mode: ConnmarkMode,
@@ -90,9 +95,15 @@ pub enum Target {
     },
     /// `-j TPROXY --on-port P --on-ip 0.0.0.0|:: --tproxy-mark V/M` (the address is always unspecified in
     /// our rules).
-    Tproxy { port: u16, mark: u32, mask: u32 },
+    Tproxy {
+        port: u16,
+        mark: u32,
+        mask: u32,
+    },
     /// `-j CT --zone Z`.
-    Ct { zone: u16 },
+    Ct {
+        zone: u16,
+    },
     /// Anything else read from the kernel: how to name it.
     Other(String),
 }
