@@ -10,7 +10,7 @@
 //! afterwards (skel's `CheckNetNS`).
 
 use crate::error::{Error, IoContext, Result};
-use nix::sched::{setns, unshare, CloneFlags};
+use nix::sched::{setns, CloneFlags};
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -98,24 +98,6 @@ fn refuse_host_namespace(path: &str, ns: &File, own: Option<&File>) -> Result<()
             ),
         )),
     }
-}
-
-/// Runs `f` on a new thread inside a fresh, empty network namespace that disappears with the thread (used
-/// to let iptables normalise a document without touching any real namespace).
-pub fn run_in_scratch<R, F>(f: F) -> Result<R>
-where
-    R: Send + 'static,
-    F: FnOnce() -> Result<R> + Send + 'static,
-{
-    spawn(move || {
-        unshare(CloneFlags::CLONE_NEWNET).map_err(|e| {
-            Error::io(
-                "create a scratch network namespace",
-                std::io::Error::from(e),
-            )
-        })?;
-        f()
-    })
 }
 
 fn spawn<R, F>(f: F) -> Result<R>

@@ -2,8 +2,8 @@
 //!
 //! Fast path (a fresh pod): one `iptables-restore --noflush` per IP family, nothing else. The document
 //! declares our chains with `-N`, so on a namespace that already has them the restore fails atomically; only
-//! then do we take the slow path: dump the namespace, compare with the desired rules (normalised through a
-//! scratch namespace), and either do nothing (same rules: a re-ADD is a no-op) or converge in one atomic
+//! then do we take the slow path: dump the namespace, compare with the desired rules (as `iptables-save` prints
+//! them, rendered purely by [`crate::xtables::spec`]), and either do nothing (same rules: a re-ADD is a no-op) or converge in one atomic
 //! restore (upstream fails here instead). Before answering "in place" or "converged", the slow path also
 //! looks wherever else the kernel looks before our redirect (other programs' raw/mangle rules in our
 //! backend, the other x_tables backend, native nf_tables base chains; [`elsewhere`]) and fails naming any
@@ -93,7 +93,7 @@ fn apply_family(b: Backend, family: Family, doc: &str) -> Result<(Outcome, Vec<S
     if !has_ours {
         return Err(first).context(format!("apply {} redirection rules", family.name()));
     }
-    let expected = normalize(b, family, doc)?;
+    let expected = normalized(family, doc)?;
     let found = foreign::findings(b, family, &expected, &actual);
     if state::diff(&expected, &actual).is_empty() {
         return Ok((Outcome::AlreadyInPlace, found));
@@ -154,39 +154,14 @@ pub fn elsewhere(b: Backend, families: &[Family]) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// The desired document as `iptables-save` prints it, by restoring it into a scratch namespace.
-fn normalize(b: Backend, family: Family, doc: &str) -> Result<save::Dump> {
-    let doc = doc.to_string();
-    let text = netns::run_in_scratch(move || {
-        exec::restore(b, family, &doc)?;
-        exec::save(b, family)
-    })
-    .context(format!("normalise the desired {} rules", family.name()))?;
-    Ok(save::parse(&text))
-}
-
-/// The normalised documents [`inspect`] compared with, by `(backend, family, document)`: the same
-/// document restored by the same tool prints the same dump, so the audit's rounds restore each distinct
-/// document into a scratch namespace once rather than once per pod. At most [`NORMALIZED_KEPT`] (the
-/// oldest dropped first).
-type Normalized = Vec<((Backend, Family, String), save::Dump)>;
-static NORMALIZED: std::sync::Mutex<Normalized> = std::sync::Mutex::new(Vec::new());
-const NORMALIZED_KEPT: usize = 8;
-
-/// [`normalize`], remembered ([`NORMALIZED`]).
-fn normalized(b: Backend, family: Family, doc: &str) -> Result<save::Dump> {
-    let lock = || NORMALIZED.lock().unwrap_or_else(|e| e.into_inner());
-    let hit = |k: &(Backend, Family, String)| k.0 == b && k.1 == family && k.2 == doc;
-    if let Some((_, d)) = lock().iter().find(|(k, _)| hit(k)) {
-        return Ok(d.clone());
-    }
-    let d = normalize(b, family, doc)?;
-    let mut kept = lock();
-    if kept.len() >= NORMALIZED_KEPT {
-        kept.remove(0);
-    }
-    kept.push(((b, family, doc.to_string()), d.clone()));
-    Ok(d)
+/// The desired document as `iptables-save` prints it (pure: [`crate::xtables::spec`] renders exactly what
+/// the node's tools print for every form our generator writes; root test `xt_spec`). Owner names resolve
+/// through this host's NSS, as the node's tools resolve them.
+fn normalized(family: Family, doc: &str) -> Result<save::Dump> {
+    use crate::xtables::{names, ops, spec};
+    let tables = ops::desired(family, &spec::parse_doc(family, doc, &names::system)?)
+        .context(format!("read the desired {} rules", family.name()))?;
+    Ok(save::parse(&spec::save_text(family, &tables)))
 }
 
 /// CHECK: every desired rule is present in the namespace, nothing of ours is extra, and nothing the kernel
@@ -208,7 +183,7 @@ where
         let plan = planner(&crate::netlink::addresses()?)?;
         let mut f = bypass::Findings::default();
         for (family, doc) in &plan.docs {
-            let expected = normalized(backend, *family, doc)?;
+            let expected = normalized(*family, doc)?;
             let actual = save::parse(&exec::save(backend, *family)?);
             let d = state::diff(&expected, &actual);
             let fam = family.name();

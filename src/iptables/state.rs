@@ -1,6 +1,6 @@
 //! Comparing a namespace's rules with the desired ones, and building the one atomic document that converges
-//! them (pure). Both sides are `iptables-save` dumps: the desired document is normalised by restoring it into
-//! a scratch namespace first, so options come out in the same canonical form (`-m tcp`, hex marks, ...).
+//! them (pure). Both sides are `iptables-save` dumps: the desired document is rendered as the tools print it
+//! ([`crate::xtables::spec`]), so options come out in the same canonical form (`-m tcp`, hex marks, ...).
 
 use super::save::{target, Dump, Table};
 use crate::netfilter::{is_builtin, is_our_chain};

@@ -16,16 +16,7 @@ use std::time::{Duration, Instant};
 
 /// Resolves a group name through the host's NSS (what nft does while parsing).
 pub fn resolve_group(name: &str) -> Result<u32> {
-    match nix::unistd::Group::from_name(name) {
-        Ok(Some(g)) => Ok(g.gid.as_raw()),
-        Ok(None) => Err(Error::Rules(format!(
-            "owner group {name:?} does not exist on this node (nftables needs its numeric GID)"
-        ))),
-        Err(e) => Err(Error::io(
-            format!("look up group {name:?}"),
-            std::io::Error::from(e),
-        )),
-    }
+    crate::xtables::names::system(crate::xtables::rule::OwnerKind::Gid, name)
 }
 
 fn rule_text_at(rs: &Ruleset, table: &str, chain: &str, i: usize) -> String {

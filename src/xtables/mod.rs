@@ -13,8 +13,11 @@
 
 pub mod entries;
 pub mod legacy;
+pub mod names;
+pub mod ops;
 pub mod rule;
 mod sockopt;
+pub mod spec;
 
 use crate::error::{IoContext, Result};
 use crate::netfilter::bypass::{self, Effect, Steps};

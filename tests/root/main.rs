@@ -28,3 +28,4 @@ mod redirect_rules_e2e;
 mod relay_burst;
 mod repair_e2e;
 mod validation_e2e;
+mod xt_spec;

@@ -1,0 +1,557 @@
+//! Rule specs as text (pure): parsing what our generator writes into restore documents (and what
+//! `iptables-save` prints, so a dump's lines parse too) into [`Rule`]s and [`TableOps`], and rendering a
+//! [`Rule`] back exactly as `iptables-save` 1.8.7-1.8.11 prints it: `[!] -s [!] -d [!] -i [!] -o -p` first,
+//! then the matches in rule order (`-m tcp` named for an implicit `--dport`), then the target with every
+//! option the tool prints (`--set-xmark V/M`, CONNMARK's masks, TPROXY's `--on-ip`), marks in hex. Only the
+//! options of [`super::rule`] are known; anything else is an error naming it (the generator never writes
+//! it, so it is a bug, never something to skip).
+
+use super::rule::*;
+use crate::error::{Error, Result};
+use crate::netfilter::Family;
+use ipnet::IpNet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Resolves an owner name (`--gid-owner java`) to its number, as the node's tool would through NSS.
+pub type Names<'a> = &'a dyn Fn(OwnerKind, &str) -> Result<u32>;
+
+fn bad(spec: &str, why: String) -> Error {
+    Error::Rules(format!("rule spec {spec:?}: {why}"))
+}
+
+/// A decimal or `0x` hexadecimal number.
+fn number(s: &str) -> Option<u32> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// `V` or `V/M` (mask 0xffffffff when absent).
+fn mark(s: &str) -> Option<(u32, u32)> {
+    match s.split_once('/') {
+        Some((v, m)) => Some((number(v)?, number(m)?)),
+        None => Some((number(s)?, u32::MAX)),
+    }
+}
+
+fn port(s: &str) -> Option<u16> {
+    s.parse().ok()
+}
+
+fn proto_number(s: &str) -> Option<u8> {
+    match s {
+        "tcp" => Some(TCP),
+        "udp" => Some(UDP),
+        "icmp" => Some(1),
+        "sctp" => Some(132),
+        "ipv6-icmp" | "icmpv6" => Some(58),
+        n => n.parse().ok(),
+    }
+}
+
+fn proto_name(p: u8) -> String {
+    match p {
+        TCP => "tcp".into(),
+        UDP => "udp".into(),
+        1 => "icmp".into(),
+        58 => "ipv6-icmp".into(),
+        132 => "sctp".into(),
+        n => n.to_string(),
+    }
+}
+
+/// An address with an optional prefix length, masked; a host without one is `/32` or `/128`.
+fn net(family: Family, s: &str) -> Option<IpNet> {
+    let (a, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l.parse::<u8>().ok()?)),
+        None => (s, None),
+    };
+    let addr: IpAddr = a.parse().ok()?;
+    let full = match (family, addr) {
+        (Family::V4, IpAddr::V4(_)) => 32,
+        (Family::V6, IpAddr::V6(_)) => 128,
+        _ => return None,
+    };
+    IpNet::new(addr, len.unwrap_or(full))
+        .ok()
+        .map(|n| n.trunc())
+}
+
+const CT_STATES: [(u32, &str); 5] = [
+    (CT_INVALID, "INVALID"),
+    (CT_NEW, "NEW"),
+    (CT_RELATED, "RELATED"),
+    (CT_ESTABLISHED, "ESTABLISHED"),
+    (CT_UNTRACKED, "UNTRACKED"),
+];
+
+/// Parses one rule spec (the text after `-A CHAIN`).
+pub fn parse_rule(family: Family, spec: &str, names: Names) -> Result<Rule> {
+    let toks: Vec<&str> = spec.split_whitespace().collect();
+    let mut r = Rule::any();
+    // The `-m` whose options follow, and whether the last token was `!`.
+    let mut module: Option<&str> = None;
+    let mut inv = false;
+    let mut i = 0;
+    let arg = |i: usize, opt: &str| -> Result<&str> {
+        toks.get(i + 1)
+            .copied()
+            .ok_or_else(|| bad(spec, format!("{opt} needs a value")))
+    };
+    while i < toks.len() {
+        let t = toks[i];
+        if t == "!" {
+            if inv {
+                return Err(bad(spec, "two `!` in a row".into()));
+            }
+            inv = true;
+            i += 1;
+            continue;
+        }
+        let v = match t {
+            "-m" | "--match" | "-j" | "--jump" => "",
+            _ => arg(i, t)?,
+        };
+        match t {
+            "-s" | "--source" | "-d" | "--destination" => {
+                let n = net(family, v).ok_or_else(|| {
+                    bad(spec, format!("{t} {v}: not an {} address", family.name()))
+                })?;
+                let n = (n.prefix_len() > 0 || inv).then_some(Neg { inv, value: n });
+                if t.starts_with("-s") || t == "--source" {
+                    r.src = n;
+                } else {
+                    r.dst = n;
+                }
+            }
+            "-i" | "--in-interface" => {
+                r.iif = Some(Neg {
+                    inv,
+                    value: v.to_string(),
+                })
+            }
+            "-o" | "--out-interface" => {
+                r.oif = Some(Neg {
+                    inv,
+                    value: v.to_string(),
+                })
+            }
+            "-p" | "--protocol" => {
+                if inv {
+                    return Err(bad(spec, "`! -p` is not supported".into()));
+                }
+                r.proto = match v {
+                    "all" | "0" => None,
+                    _ => Some(
+                        proto_number(v)
+                            .ok_or_else(|| bad(spec, format!("unknown protocol {v}")))?,
+                    ),
+                };
+            }
+            "-m" | "--match" => {
+                module = Some(arg(i, t)?);
+                i += 2;
+                continue;
+            }
+            "-j" | "--jump" => {
+                r.target = target(spec, &toks[i + 1..])?;
+                return finish(spec, r, inv);
+            }
+            "--dport" | "--destination-port" | "--sport" | "--source-port" => {
+                let proto_ok = matches!(r.proto, Some(TCP | UDP));
+                let m_ok = module.is_none() || module.and_then(proto_number) == r.proto;
+                if !proto_ok || !m_ok {
+                    return Err(bad(spec, format!("{t} needs -p tcp or -p udp")));
+                }
+                let dir = if t.contains('d') {
+                    PortDir::Dst
+                } else {
+                    PortDir::Src
+                };
+                let port = port(v).ok_or_else(|| bad(spec, format!("{t} {v}: not a port")))?;
+                r.matches.push(Match::Port { dir, port, inv });
+            }
+            "--dports" | "--destination-ports" if module == Some("multiport") => {
+                let ports: Option<Vec<u16>> = v.split(',').map(port).collect();
+                let ports = ports
+                    .filter(|p| !p.is_empty() && p.len() <= 15)
+                    .ok_or_else(|| bad(spec, format!("{t} {v}: 1 to 15 ports, comma-separated")))?;
+                r.matches.push(Match::Multiport { ports, inv });
+            }
+            "--uid-owner" | "--gid-owner" if module == Some("owner") => {
+                let kind = if t == "--uid-owner" {
+                    OwnerKind::Uid
+                } else {
+                    OwnerKind::Gid
+                };
+                let id = match number(v) {
+                    Some(n) => n,
+                    None => names(kind, v)?,
+                };
+                r.matches.push(Match::Owner { kind, id, inv });
+            }
+            "--mark" if matches!(module, Some("mark" | "connmark")) => {
+                let (mark, mask) = self::mark(v).ok_or_else(|| bad(spec, format!("--mark {v}")))?;
+                r.matches.push(if module == Some("mark") {
+                    Match::Mark { mark, mask, inv }
+                } else {
+                    Match::Connmark { mark, mask, inv }
+                });
+            }
+            "--ctstate" if module == Some("conntrack") && !inv => {
+                let mut states = 0;
+                for s in v.split(',') {
+                    let bit = CT_STATES.iter().find(|(_, n)| *n == s).map(|(b, _)| *b);
+                    states |= bit.ok_or_else(|| bad(spec, format!("unknown --ctstate {s}")))?;
+                }
+                r.matches.push(Match::Conntrack { states });
+            }
+            _ => return Err(bad(spec, format!("unsupported option {t}"))),
+        }
+        inv = false;
+        i += 2;
+    }
+    finish(spec, r, inv)
+}
+
+fn finish(spec: &str, r: Rule, dangling: bool) -> Result<Rule> {
+    if dangling {
+        return Err(bad(spec, "`!` at the end".into()));
+    }
+    Ok(r)
+}
+
+/// The `-j` target and its options (`toks` starts at the target's name).
+fn target(spec: &str, toks: &[&str]) -> Result<Target> {
+    let name = *toks
+        .first()
+        .ok_or_else(|| bad(spec, "-j needs a target".into()))?;
+    let mut opts = std::collections::BTreeMap::new();
+    let mut it = toks[1..].iter();
+    while let Some(o) = it.next() {
+        if *o == "!" {
+            return Err(bad(spec, "`!` among the target's options".into()));
+        }
+        let takes = !matches!(*o, "--save-mark" | "--restore-mark");
+        let v = if takes { it.next().copied() } else { Some("") };
+        let v = v.ok_or_else(|| bad(spec, format!("{o} needs a value")))?;
+        if opts.insert(*o, v).is_some() {
+            return Err(bad(spec, format!("{o} given twice")));
+        }
+    }
+    let mut take = |k: &str| opts.remove(k);
+    let num = |o: Option<&str>, k: &str| -> Result<u32> {
+        o.map_or(Ok(u32::MAX), |v| {
+            number(v).ok_or_else(|| bad(spec, format!("{k} {v}")))
+        })
+    };
+    let t = match name {
+        "ACCEPT" => Target::Accept,
+        "DROP" => Target::Drop,
+        "RETURN" => Target::Return,
+        "REDIRECT" => {
+            let v = take("--to-ports").or_else(|| take("--to-port"));
+            let port = v
+                .and_then(port)
+                .ok_or_else(|| bad(spec, "REDIRECT needs --to-ports P".into()))?;
+            Target::Redirect { port }
+        }
+        "MARK" => {
+            let (mark, mask) = match (take("--set-mark"), take("--set-xmark")) {
+                (Some(v), None) | (None, Some(v)) => self::mark(v),
+                _ => None,
+            }
+            .ok_or_else(|| bad(spec, "MARK needs one of --set-mark, --set-xmark".into()))?;
+            Target::Mark { mark, mask }
+        }
+        "CONNMARK" => {
+            let mode = match (take("--save-mark"), take("--restore-mark")) {
+                (Some(_), None) => ConnmarkMode::Save,
+                (None, Some(_)) => ConnmarkMode::Restore,
+                _ => {
+                    return Err(bad(
+                        spec,
+                        "CONNMARK needs --save-mark or --restore-mark".into(),
+                    ))
+                }
+            };
+            let nfmask = num(take("--nfmask"), "--nfmask")?;
+            let ctmask = num(take("--ctmask"), "--ctmask")?;
+            Target::Connmark {
+                mode,
+                nfmask,
+                ctmask,
+            }
+        }
+        "TPROXY" => {
+            let port = take("--on-port").and_then(port);
+            let port = port.ok_or_else(|| bad(spec, "TPROXY needs --on-port P".into()))?;
+            if let Some(ip) = take("--on-ip") {
+                let any = ip.parse::<IpAddr>().is_ok_and(|a| a.is_unspecified());
+                if !any {
+                    return Err(bad(
+                        spec,
+                        format!("TPROXY --on-ip {ip}: only the unspecified address"),
+                    ));
+                }
+            }
+            let (mark, mask) = match take("--tproxy-mark") {
+                Some(v) => self::mark(v).ok_or_else(|| bad(spec, format!("--tproxy-mark {v}")))?,
+                None => (0, 0),
+            };
+            Target::Tproxy { port, mark, mask }
+        }
+        "CT" => {
+            let z = take("--zone").and_then(|v| v.parse().ok());
+            Target::Ct {
+                zone: z.ok_or_else(|| bad(spec, "CT needs --zone Z".into()))?,
+            }
+        }
+        c if !c.starts_with('-') && c.len() < 29 && c.chars().all(|ch| ch.is_ascii_graphic()) => {
+            Target::Jump(c.to_string())
+        }
+        c => return Err(bad(spec, format!("bad target {c}"))),
+    };
+    if let Some(k) = opts.keys().next() {
+        return Err(bad(spec, format!("unsupported option {k} for -j {name}")));
+    }
+    Ok(t)
+}
+
+/// An IPv6 address as glibc's `inet_ntop` writes it (`::127.0.0.53` for an IPv4-compatible address,
+/// where Rust writes `::7f00:35`).
+fn v6_text(a: &Ipv6Addr) -> String {
+    let s = a.segments();
+    if s[..6] == [0; 6] && s[6] != 0 {
+        let [.., a, b, c, d] = a.octets();
+        return format!("::{}", Ipv4Addr::new(a, b, c, d));
+    }
+    a.to_string()
+}
+
+fn net_text(n: &IpNet) -> String {
+    match n {
+        IpNet::V4(n) => n.to_string(),
+        IpNet::V6(n) => format!("{}/{}", v6_text(&n.addr()), n.prefix_len()),
+    }
+}
+
+fn bang(inv: bool) -> &'static str {
+    if inv {
+        "! "
+    } else {
+        ""
+    }
+}
+
+/// Renders a rule as `iptables-save` prints it.
+pub fn render(family: Family, r: &Rule) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for (opt, n) in [("-s", &r.src), ("-d", &r.dst)] {
+        if let Some(n) = n {
+            out.push(format!("{}{opt} {}", bang(n.inv), net_text(&n.value)));
+        }
+    }
+    for (opt, i) in [("-i", &r.iif), ("-o", &r.oif)] {
+        if let Some(i) = i {
+            out.push(format!("{}{opt} {}", bang(i.inv), i.value));
+        }
+    }
+    if let Some(p) = r.proto {
+        out.push(format!("-p {}", proto_name(p)));
+    }
+    let proto = proto_name(r.proto.unwrap_or(0));
+    for m in &r.matches {
+        out.push(match m {
+            Match::Port { dir, port, inv } => {
+                let o = if *dir == PortDir::Dst {
+                    "--dport"
+                } else {
+                    "--sport"
+                };
+                format!("-m {proto} {}{o} {port}", bang(*inv))
+            }
+            Match::Multiport { ports, inv } => {
+                let p: Vec<String> = ports.iter().map(u16::to_string).collect();
+                format!("-m multiport {}--dports {}", bang(*inv), p.join(","))
+            }
+            Match::Owner { kind, id, inv } => {
+                let o = if *kind == OwnerKind::Uid {
+                    "--uid-owner"
+                } else {
+                    "--gid-owner"
+                };
+                format!("-m owner {}{o} {id}", bang(*inv))
+            }
+            Match::Mark { mark, mask, inv } => {
+                format!("-m mark {}--mark {}", bang(*inv), hex_mark(*mark, *mask))
+            }
+            Match::Connmark { mark, mask, inv } => {
+                format!(
+                    "-m connmark {}--mark {}",
+                    bang(*inv),
+                    hex_mark(*mark, *mask)
+                )
+            }
+            Match::Conntrack { states } => {
+                let names: Vec<&str> = CT_STATES
+                    .iter()
+                    .filter(|(b, _)| states & b != 0)
+                    .map(|(_, n)| *n)
+                    .collect();
+                format!("-m conntrack --ctstate {}", names.join(","))
+            }
+            Match::Other(t) => t.clone(),
+        });
+    }
+    let any = match family {
+        Family::V4 => "0.0.0.0",
+        Family::V6 => "::",
+    };
+    let t = match &r.target {
+        Target::None => String::new(),
+        Target::Accept => "-j ACCEPT".into(),
+        Target::Drop => "-j DROP".into(),
+        Target::Return => "-j RETURN".into(),
+        Target::Jump(c) => format!("-j {c}"),
+        Target::Redirect { port } => format!("-j REDIRECT --to-ports {port}"),
+        Target::Mark { mark, mask } => format!("-j MARK --set-xmark {mark:#x}/{mask:#x}"),
+        Target::Connmark {
+            mode,
+            nfmask,
+            ctmask,
+        } => {
+            let m = if *mode == ConnmarkMode::Save {
+                "--save-mark"
+            } else {
+                "--restore-mark"
+            };
+            format!("-j CONNMARK {m} --nfmask {nfmask:#x} --ctmask {ctmask:#x}")
+        }
+        Target::Tproxy { port, mark, mask } => {
+            format!("-j TPROXY --on-port {port} --on-ip {any} --tproxy-mark {mark:#x}/{mask:#x}")
+        }
+        Target::Ct { zone } => format!("-j CT --zone {zone}"),
+        Target::Other(t) => t.clone(),
+    };
+    if !t.is_empty() {
+        out.push(t);
+    }
+    out.join(" ")
+}
+
+/// `0x539`, or `0x539/0xff` with a mask other than all ones.
+fn hex_mark(mark: u32, mask: u32) -> String {
+    if mask == u32::MAX {
+        format!("{mark:#x}")
+    } else {
+        format!("{mark:#x}/{mask:#x}")
+    }
+}
+
+/// Parses an `iptables-restore --noflush` document (`*table`, `-N`, `-A`, `-I C n`, `-D`, `-F`, `-X`,
+/// `COMMIT`; comments and blank lines skipped) into its tables' operations, in order.
+pub fn parse_doc(family: Family, doc: &str, names: Names) -> Result<Vec<TableOps>> {
+    let mut out: Vec<TableOps> = Vec::new();
+    let mut open = false;
+    for (n, line) in doc.lines().enumerate() {
+        let line = line.trim();
+        let at =
+            |why: String| Error::Rules(format!("restore document line {}: {why}: {line:?}", n + 1));
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(t) = line.strip_prefix('*') {
+            if open {
+                return Err(at("table opened before COMMIT".into()));
+            }
+            out.push(TableOps {
+                table: t.trim().to_string(),
+                ops: Vec::new(),
+            });
+            open = true;
+            continue;
+        }
+        if line == "COMMIT" {
+            if !open {
+                return Err(at("COMMIT outside a table".into()));
+            }
+            open = false;
+            continue;
+        }
+        let ops = match out.last_mut() {
+            Some(t) if open => &mut t.ops,
+            _ => return Err(at("outside a table".into())),
+        };
+        let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let (chain, rest) = rest.trim().split_once(' ').unwrap_or((rest.trim(), ""));
+        if chain.is_empty() {
+            return Err(at(format!("{verb} needs a chain")));
+        }
+        let c = chain.to_string();
+        let rule = |s: &str| parse_rule(family, s, names).map_err(|e| at(e.to_string()));
+        ops.push(match verb {
+            "-N" if rest.is_empty() => Op::NewChain(c),
+            "-F" if rest.is_empty() => Op::Flush(c),
+            "-X" if rest.is_empty() => Op::DeleteChain(c),
+            "-A" => Op::Append(c, rule(rest)?),
+            "-D" => Op::Delete(c, rule(rest)?),
+            "-I" => {
+                let (pos, spec) = rest.split_once(' ').unwrap_or((rest, ""));
+                match pos.parse::<usize>() {
+                    Ok(p) if p >= 1 => Op::Insert(c, p, rule(spec)?),
+                    _ => Op::Insert(c, 1, rule(rest)?),
+                }
+            }
+            _ => return Err(at("unsupported line".into())),
+        });
+    }
+    if open {
+        return Err(Error::Rules(
+            "restore document: the last table has no COMMIT".into(),
+        ));
+    }
+    Ok(out)
+}
+
+/// Built-in chains of a table in hook order.
+pub fn builtins(table: &str) -> &'static [&'static str] {
+    match table {
+        "nat" => &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"],
+        "mangle" => &["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"],
+        "raw" => &["PREROUTING", "OUTPUT"],
+        "filter" | "security" => &["INPUT", "FORWARD", "OUTPUT"],
+        _ => &[],
+    }
+}
+
+/// Tables as `iptables-save` prints them (counters zero, no comment lines): what
+/// [`crate::iptables::save::parse`] reads.
+pub fn save_text(family: Family, tables: &[Table]) -> String {
+    let mut out = String::new();
+    for t in tables {
+        out.push_str(&format!("*{}\n", t.name));
+        for c in &t.chains {
+            let policy = if builtins(&t.name).contains(&c.name.as_str()) {
+                "ACCEPT"
+            } else {
+                "-"
+            };
+            out.push_str(&format!(":{} {policy} [0:0]\n", c.name));
+        }
+        for c in &t.chains {
+            for r in &c.rules {
+                out.push_str(
+                    &format!("-A {} {}\n", c.name, render(family, r)).replace(" \n", "\n"),
+                );
+            }
+        }
+        out.push_str("COMMIT\n");
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "spec_tests.rs"]
+mod tests;
