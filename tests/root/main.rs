@@ -28,4 +28,5 @@ mod redirect_rules_e2e;
 mod relay_burst;
 mod repair_e2e;
 mod validation_e2e;
+mod xt_legacy_netns;
 mod xt_spec;

@@ -18,6 +18,7 @@ pub mod parse;
 
 use crate::error::{Error, IoContext, Result};
 use crate::netfilter::Family;
+use crate::xtables::entries::Info;
 use crate::xtables::rule::{Table, TableOps};
 use crate::xtables::sockopt;
 use nix::errno::Errno;
@@ -29,8 +30,14 @@ fn is_v6(family: Family) -> bool {
     family == Family::V6
 }
 
-/// Reads table `name` (instantiating it if it does not exist yet) into memory.
-fn read_table(family: Family, name: &str) -> Result<(blob::Table, u32)> {
+/// Table `name` as the kernel returns it: its `GET_INFO` and its entries (counters and `comefrom`
+/// filled in by the kernel). Asking instantiates the table when it does not exist yet.
+pub fn read_raw(family: Family, name: &str) -> Result<(Info, Vec<u8>)> {
+    sockopt::read(is_v6(family), name)
+}
+
+/// Reads table `name` (instantiating it if it does not exist yet) into memory, with its entry count.
+pub fn read_table(family: Family, name: &str) -> Result<(blob::Table, u32)> {
     let (info, bytes) = sockopt::read(is_v6(family), name)?;
     let t = parse::parse(
         family,

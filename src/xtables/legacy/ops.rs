@@ -6,6 +6,7 @@ use super::blob::{Chain, Entry, Link, Table};
 use crate::error::{Error, Result};
 use crate::netfilter::BUILTIN_CHAINS;
 use crate::xtables::rule::{Op, Target};
+use crate::xtables::spec::render;
 
 /// `XT_EXTENSION_MAXNAMELEN`: a chain name is at most 28 characters (it is an `ERROR` target's name).
 const CHAIN_NAME_MAX: usize = 28;
@@ -93,21 +94,20 @@ pub fn apply(t: &mut Table, ops: &[Op]) -> Result<()> {
                 c.entries.insert(n - 1, Entry::ours(rule.clone()));
             }
             Op::Delete(name, rule) => {
+                // As the tool: the first rule that is the same (ours only: a foreign rule holds
+                // something we do not model, so it is never the same as one of ours).
+                let family = t.family;
+                let text = render(family, rule);
+                let missing = fail(t, format!("-D {name} {text}: no such rule"));
                 let c = chain_mut(t, name)?;
-                match c
-                    .entries
-                    .iter()
-                    .position(|e| e.raw.is_none() && e.rule == *rule)
-                {
+                let same = |e: &Entry| {
+                    e.raw.is_none() && (e.rule == *rule || render(family, &e.rule) == text)
+                };
+                match c.entries.iter().position(same) {
                     Some(i) => {
                         c.entries.remove(i);
                     }
-                    None => {
-                        return Err(fail(
-                            t,
-                            format!("chain {name} has no rule {rule:?} to delete"),
-                        ));
-                    }
+                    None => return Err(missing),
                 }
             }
         }

@@ -152,7 +152,7 @@ fn operations_fail_as_the_tool_does() {
     assert!(fails(&[Op::DeleteChain("C".into())]).contains("a rule jumps to it"));
     assert!(fails(&[Op::DeleteChain("OUTPUT".into())]).contains("built-in"));
     assert!(fails(&[Op::Flush("NOPE".into())]).contains("NOPE does not exist"));
-    assert!(fails(&[Op::Delete("OUTPUT".into(), Rule::any())]).contains("no rule"));
+    assert!(fails(&[Op::Delete("OUTPUT".into(), Rule::any())]).contains("no such rule"));
     assert!(fails(&[Op::Insert("OUTPUT".into(), 3, Rule::any())]).contains("cannot insert at 3"));
     assert!(fails(&[Op::Insert("OUTPUT".into(), 0, Rule::any())]).contains("cannot insert at 0"));
     // A jump to a chain that is not there fails at build, before anything is written.
