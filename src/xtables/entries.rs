@@ -44,6 +44,8 @@ const EXT_HEADER: usize = 32;
 pub struct Info {
     pub valid_hooks: u32,
     pub hook_entry: [u32; 5],
+    /// Offset of each hook's policy entry.
+    pub underflow: [u32; 5],
     pub num_entries: u32,
     pub size: u32,
 }
@@ -76,12 +78,15 @@ fn name_at(b: &[u8], i: usize, max: usize) -> Result<String> {
 
 pub fn info(b: &[u8]) -> Result<Info> {
     let mut hook_entry = [0u32; 5];
-    for (h, e) in hook_entry.iter_mut().enumerate() {
-        *e = u32_at(b, 36 + 4 * h)?;
+    let mut underflow = [0u32; 5];
+    for h in 0..5 {
+        hook_entry[h] = u32_at(b, 36 + 4 * h)?;
+        underflow[h] = u32_at(b, 56 + 4 * h)?;
     }
     Ok(Info {
         valid_hooks: u32_at(b, 32)?,
         hook_entry,
+        underflow,
         num_entries: u32_at(b, 76)?,
         size: u32_at(b, 80)?,
     })

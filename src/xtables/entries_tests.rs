@@ -55,6 +55,7 @@ fn table(l: Layout) -> (Info, Vec<u8>) {
     let mut info = Info {
         valid_hooks: (1 << 0) | (1 << 3),
         hook_entry: [0; 5],
+        underflow: [0; 5],
         num_entries: parts.len() as u32,
         size: 0,
     };
@@ -97,12 +98,19 @@ fn info_reads_the_getinfo_layout() {
     b[..3].copy_from_slice(b"nat");
     b[32..36].copy_from_slice(&0b11011u32.to_ne_bytes());
     b[36 + 12..36 + 16].copy_from_slice(&1234u32.to_ne_bytes());
+    b[56 + 12..56 + 16].copy_from_slice(&1386u32.to_ne_bytes());
     b[76..80].copy_from_slice(&9u32.to_ne_bytes());
     b[80..84].copy_from_slice(&4096u32.to_ne_bytes());
     let i = info(&b).unwrap();
     assert_eq!(
-        (i.valid_hooks, i.hook_entry[3], i.num_entries, i.size),
-        (0b11011, 1234, 9, 4096)
+        (
+            i.valid_hooks,
+            i.hook_entry[3],
+            i.underflow[3],
+            i.num_entries,
+            i.size
+        ),
+        (0b11011, 1234, 1386, 9, 4096)
     );
     assert!(info(&b[..80]).is_err());
 }

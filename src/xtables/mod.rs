@@ -12,6 +12,7 @@
 //! would instantiate it) and each table with two getsockopt calls ([`sockopt`]).
 
 pub mod entries;
+pub mod legacy;
 pub mod names;
 pub mod nft;
 pub mod ops;

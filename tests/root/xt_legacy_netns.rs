@@ -1,0 +1,279 @@
+//! iptables-legacy without exec against the real kernel (root): every conformance document (capture v4
+//! and v6, pod) restored by us (`xtables::legacy::restore`, one `IPT_SO_SET_REPLACE` per table) into one
+//! namespace and by the node's `iptables-legacy-restore --noflush` into another gives the same
+//! `iptables-legacy-save` text per table, the same kernel blob byte for byte and the same decoded model
+//! (`legacy::save`); a second restore fails on its `-N` and changes nothing; a converge document
+//! (`state::converge_document`) and a rule of another program (`-m comment`) behave as with the tool.
+
+use crate::support::{conformance_dir, require_root, sh, Netns, TempDir};
+use istio_cni::iptables::{save, state};
+use istio_cni::netfilter::Family;
+use istio_cni::xtables::legacy;
+use istio_cni::xtables::rule::{Match, OwnerKind, Table, TableOps, Target};
+use istio_cni::xtables::{ops, spec};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// GIDs the owner-group cases' groups get in the private /etc/group the node's tools resolve with.
+const GROUPS: [(&str, u32); 2] = [("java", 7001), ("ftp", 7002)];
+/// What another program adds to nat OUTPUT before our rules.
+const FOREIGN: &str = "-A OUTPUT -m comment --comment x -j ACCEPT";
+
+fn names(kind: OwnerKind, name: &str) -> istio_cni::Result<u32> {
+    GROUPS
+        .iter()
+        .find(|(n, _)| kind == OwnerKind::Gid && *n == name)
+        .map(|(_, g)| *g)
+        .ok_or_else(|| istio_cni::Error::other(format!("unknown name {name}")))
+}
+
+/// Every conformance iptables document: capture cases' v4 and v6, pod cases' (v4).
+fn documents() -> Vec<(PathBuf, Family)> {
+    let mut out = Vec::new();
+    for (kind, files) in [
+        (
+            "capture",
+            &[
+                ("expected.v4.rules", Family::V4),
+                ("expected.v6.rules", Family::V6),
+            ][..],
+        ),
+        ("pod", &[("expected.rules", Family::V4)][..]),
+    ] {
+        for e in std::fs::read_dir(conformance_dir().join(kind)).unwrap() {
+            let case = e.unwrap().path();
+            for (f, fam) in files {
+                if case.join(f).is_file() {
+                    out.push((case.join(f), *fam));
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(
+        out.len() >= 32,
+        "expected 26 capture and 6 pod documents, found {}",
+        out.len()
+    );
+    out
+}
+
+fn prefix(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "iptables",
+        Family::V6 => "ip6tables",
+    }
+}
+
+/// `*-legacy-restore --noflush` of `text` in `ns`, with the test groups in a private /etc/group.
+fn tool_restore(ns: &Netns, family: Family, text: &str, tmp: &TempDir) -> std::process::Output {
+    let mut groups = std::fs::read_to_string("/etc/group").unwrap();
+    for (n, g) in GROUPS {
+        groups.push_str(&format!("{n}:x:{g}:\n"));
+    }
+    let gfile = tmp.write("group", groups);
+    let doc = tmp.write("doc.rules", text);
+    let cmd = format!(
+        "mount --bind {} /etc/group && ip netns exec {} {}-legacy-restore --noflush < {}",
+        gfile.display(),
+        ns.name(),
+        prefix(family),
+        doc.display()
+    );
+    sh("unshare", &["-m", "sh", "-c", &cmd])
+}
+
+fn tool_restore_ok(ns: &Netns, family: Family, text: &str, tmp: &TempDir) {
+    let o = tool_restore(ns, family, text, tmp);
+    assert!(
+        o.status.success(),
+        "tool restore failed: {}\n{text}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `*-legacy-save` per table, without comment lines and counters.
+fn save_text(ns: &Netns, family: Family) -> BTreeMap<String, String> {
+    let text = ns.saved_rules(&format!("{}-legacy-save", prefix(family)));
+    let mut out = BTreeMap::new();
+    for t in text
+        .split_inclusive("COMMIT")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        let name = t
+            .lines()
+            .next()
+            .unwrap()
+            .trim_start_matches('*')
+            .to_string();
+        out.insert(name, t.to_string());
+    }
+    out
+}
+
+/// Each legacy table's hook entries, policies, entry count and entries as the kernel holds them, with
+/// the fields the kernel fills in (counters, `comefrom`) zeroed.
+type Blobs = BTreeMap<String, ([u32; 5], [u32; 5], u32, Vec<u8>)>;
+
+fn blobs(ns: &Netns, family: Family) -> Blobs {
+    istio_cni::netns::run_in(&ns.path(), move || {
+        let l = legacy::entry::layout(family);
+        let mut out = Blobs::new();
+        for name in legacy::table_names(family)? {
+            let (info, mut b) = legacy::read_raw(family, &name)?;
+            let mut off = 0;
+            while off + l.size <= b.len() {
+                let next = u16::from_ne_bytes([
+                    b[off + l.target_offset_at + 2],
+                    b[off + l.target_offset_at + 3],
+                ]);
+                b[off + l.comefrom_at..off + l.comefrom_at + 4].fill(0);
+                b[off + l.counters_at..off + l.counters_at + 16].fill(0);
+                assert!(next > 0);
+                off += usize::from(next);
+            }
+            out.insert(name, (info.hook_entry, info.underflow, info.num_entries, b));
+        }
+        Ok(out)
+    })
+    .unwrap()
+}
+
+fn our_restore(ns: &Netns, family: Family, doc: Vec<TableOps>) -> istio_cni::Result<()> {
+    istio_cni::netns::run_in(&ns.path(), move || legacy::restore(family, &doc))
+}
+
+fn our_save(ns: &Netns, family: Family) -> BTreeMap<String, Table> {
+    let tables = istio_cni::netns::run_in(&ns.path(), move || legacy::save(family)).unwrap();
+    tables.into_iter().map(|t| (t.name.clone(), t)).collect()
+}
+
+fn has_other(t: &Table) -> bool {
+    t.chains.iter().flat_map(|c| &c.rules).any(|r| {
+        matches!(r.target, Target::Other(_))
+            || r.matches.iter().any(|m| matches!(m, Match::Other(_)))
+    })
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn every_document_restored_by_us_is_what_the_tool_writes() {
+    if !require_root() {
+        return;
+    }
+    let tmp = TempDir::new("xtleg");
+    for (path, family) in documents() {
+        let what = path.display().to_string();
+        let text = read(&path);
+        let doc = spec::parse_doc(family, &text, &names).unwrap();
+        let (a, b) = (Netns::new("xtlega"), Netns::new("xtlegb"));
+        our_restore(&a, family, doc.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        tool_restore_ok(&b, family, &text, &tmp);
+        let saved = save_text(&a, family);
+        assert_eq!(saved, save_text(&b, family), "{what}: save text");
+        let kernel = blobs(&a, family);
+        assert_eq!(kernel, blobs(&b, family), "{what}: kernel blobs");
+        let model = our_save(&a, family);
+        assert_eq!(model, our_save(&b, family), "{what}: decoded models");
+        assert!(!model.values().any(has_other), "{what}: {model:?}");
+        // Our model of the document is what we read back.
+        let desired = ops::desired(family, &doc).unwrap();
+        for t in &desired {
+            let got = &model[&t.name];
+            let with_rules = |t: &Table| {
+                t.chains
+                    .iter()
+                    .filter(|c| {
+                        !c.rules.is_empty() || !spec::builtins(&t.name).contains(&c.name.as_str())
+                    })
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(with_rules(got), with_rules(t), "{what}: table {}", t.name);
+        }
+        // Again: the first `-N` fails, and nothing changes.
+        let err = our_restore(&a, family, doc).unwrap_err().to_string();
+        assert!(err.contains("already exists"), "{what}: {err}");
+        assert!(
+            !tool_restore(&b, family, &text, &tmp).status.success(),
+            "{what}"
+        );
+        assert_eq!(
+            blobs(&a, family),
+            kernel,
+            "{what}: a failed restore changed the tables"
+        );
+        assert_eq!(save_text(&a, family), saved, "{what}");
+    }
+}
+
+/// The converge document from what `from` left to `to`, as the iptables backend makes it.
+fn converge(family: Family, to: &str, actual: &BTreeMap<String, String>) -> String {
+    let actual = save::parse(&actual.values().cloned().collect::<Vec<_>>().join("\n"));
+    let desired = ops::desired(family, &spec::parse_doc(family, to, &names).unwrap()).unwrap();
+    let expected = save::parse(&spec::save_text(family, &desired));
+    state::converge_document(to, &expected, &actual)
+}
+
+#[test]
+fn converging_with_a_foreign_rule_in_place_matches_the_tool() {
+    if !require_root() {
+        return;
+    }
+    let tmp = TempDir::new("xtlegc");
+    let docs = documents();
+    for family in [Family::V4, Family::V6] {
+        let docs: Vec<&PathBuf> = docs
+            .iter()
+            .filter(|(_, f)| *f == family)
+            .map(|(p, _)| p)
+            .collect();
+        // Each document converged to the next one (a different configuration: deletes, flushes,
+        // chains removed and added, rules inserted in built-in chains).
+        for pair in docs.windows(2) {
+            let what = format!("{} -> {}", pair[0].display(), pair[1].display());
+            let (from, to) = (read(pair[0]), read(pair[1]));
+            let (a, b) = (Netns::new("xtlgca"), Netns::new("xtlgcb"));
+            for ns in [&a, &b] {
+                let mut argv = vec![
+                    format!("{}-legacy", prefix(family)),
+                    "-t".into(),
+                    "nat".into(),
+                ];
+                argv.extend(FOREIGN.split(' ').map(String::from));
+                ns.exec_ok(&argv);
+            }
+            our_restore(&a, family, spec::parse_doc(family, &from, &names).unwrap())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            tool_restore_ok(&b, family, &from, &tmp);
+            let before = save_text(&b, family);
+            assert_eq!(save_text(&a, family), before, "{what}: first restore");
+            assert!(before["nat"].contains(FOREIGN), "{what}: {}", before["nat"]);
+            let conv = converge(family, &to, &before);
+            our_restore(&a, family, spec::parse_doc(family, &conv, &names).unwrap())
+                .unwrap_or_else(|e| panic!("{what}: {e}\n{conv}"));
+            tool_restore_ok(&b, family, &conv, &tmp);
+            let after = save_text(&b, family);
+            assert_eq!(save_text(&a, family), after, "{what}: converged\n{conv}");
+            assert_eq!(blobs(&a, family), blobs(&b, family), "{what}: kernel blobs");
+            assert!(
+                after["nat"].contains(FOREIGN),
+                "{what}: the foreign rule is gone"
+            );
+            let model = our_save(&a, family);
+            assert_eq!(model, our_save(&b, family), "{what}");
+            let foreign: Vec<_> = model["nat"]
+                .chains
+                .iter()
+                .flat_map(|c| &c.rules)
+                .filter(|r| r.matches.iter().any(|m| matches!(m, Match::Other(_))))
+                .collect();
+            assert_eq!(foreign.len(), 1, "{what}: {foreign:?}");
+            assert_eq!(foreign[0].target, Target::Accept);
+        }
+    }
+}
