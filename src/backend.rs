@@ -33,19 +33,36 @@ pub trait RuleBackend {
     fn inspect(&self, netns_path: &str, redirect: Redirect, env: NodeEnv) -> Result<Findings>;
 }
 
-/// iptables through `iptables-restore` (the backend the installer probed, from the run dir).
-pub struct Iptables(pub crate::iptables::Backend);
+/// iptables mode: the backend the installer probed (from the run dir), written directly or, when asked,
+/// through the node's binaries ([`crate::iptables::Io`]).
+pub struct Iptables(pub crate::iptables::Io);
 
 /// nf_tables over `NETLINK_NETFILTER` (`native_nftables: true`).
 pub struct Nftables;
 
-/// The backend the configuration selects.
+/// The backend the configuration selects, for the plugin: in iptables mode the node's binaries are run
+/// when the installer recorded IPTABLES_NODE_BINARIES.
 pub fn for_conf(conf: &NetConf) -> Result<Box<dyn RuleBackend>> {
     if conf.native_nftables {
         return Ok(Box::new(Nftables));
     }
+    let run_dir = Path::new(&conf.cni_agent_run_dir);
+    let backend = crate::iptables::backend::for_plugin(run_dir)?;
+    let node_binaries = crate::iptables::backend::node_binaries(run_dir);
+    Ok(Box::new(Iptables(crate::iptables::Io {
+        backend,
+        node_binaries,
+    })))
+}
+
+/// [`for_conf`] for the node's agents (repair in place, the audit): always the kernel's interfaces, so
+/// they never need the node's root or its binaries.
+pub fn for_agent(conf: &NetConf) -> Result<Box<dyn RuleBackend>> {
+    if conf.native_nftables {
+        return Ok(Box::new(Nftables));
+    }
     let b = crate::iptables::backend::for_plugin(Path::new(&conf.cni_agent_run_dir))?;
-    Ok(Box::new(Iptables(b)))
+    Ok(Box::new(Iptables(crate::iptables::Io::kernel(b))))
 }
 
 /// The capture configuration for the namespace whose addresses are `addrs`.
@@ -103,7 +120,7 @@ impl RuleBackend for Iptables {
         Ok(format!(
             "redirected ({}, iptables backend {}): rules built in {:.2} ms, {}",
             mode(report.tproxy, report.ipv6),
-            self.0.name(),
+            self.0.backend.name(),
             (decide_us + report.plan_us) as f64 / 1000.0,
             steps.join(", ")
         ))

@@ -136,7 +136,7 @@ pub fn inspect(
     conf: &NetConf,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Findings> {
-    backend::for_conf(conf)?.inspect(netns_path, redirect.clone(), NodeEnv::take(env))
+    backend::for_agent(conf)?.inspect(netns_path, redirect.clone(), NodeEnv::take(env))
 }
 
 #[cfg(test)]

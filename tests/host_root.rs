@@ -37,7 +37,11 @@ fn iptables_run_from_the_host_root_through_its_loader() {
         tproxy: None,
         ipv6_passthrough: false,
     };
-    let r = apply(&ns.path(), Backend::Nft, move |_: &Addresses| Ok(plan)).unwrap();
+    let io = istio_cni::iptables::Io {
+        backend: Backend::Nft,
+        node_binaries: true,
+    };
+    let r = apply(&ns.path(), io, move |_: &Addresses| Ok(plan)).unwrap();
     assert_eq!(r.families[0].1, Outcome::Applied);
     assert!(ns.exec_ok(&["iptables-nft-save"]).contains(":ISTIO_OUTPUT"));
 

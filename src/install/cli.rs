@@ -158,7 +158,11 @@ fn prepare(inst: &mut Installer) -> Result<()> {
         log::info!("native nftables mode: no iptables backend probe");
         return Ok(());
     }
-    match crate::iptables::backend::record_host_backend(&s.run_dir, s.forced_iptables_backend) {
+    match crate::iptables::backend::record_host_backend(
+        &s.run_dir,
+        s.forced_iptables_backend,
+        s.iptables_node_binaries,
+    ) {
         Ok(b) => log::info!("host iptables backend: {b}"),
         Err(e) => {
             log::warn!(

@@ -9,7 +9,7 @@
 //! backend, the other x_tables backend, native nf_tables base chains; [`elsewhere`]) and fails naming any
 //! rule there that can take traffic past it.
 
-use super::{exec, foreign, save, state, Backend};
+use super::{foreign, save, state, Backend, Io};
 use crate::error::{Context, Error, Result};
 use crate::netfilter::{bypass, is_builtin, is_our_chain, Family, OurHook, Outcome, OUR_HOOKS};
 use crate::netns;
@@ -44,7 +44,7 @@ pub type Addresses = [(u32, IpAddr)];
 
 /// Enters the namespace at `netns_path` once: reads its addresses, asks `planner` (pure) what to program,
 /// and applies that.
-pub fn apply<F>(netns_path: &str, backend: Backend, planner: F) -> Result<Report>
+pub fn apply<F>(netns_path: &str, io: Io, planner: F) -> Result<Report>
 where
     F: FnOnce(&Addresses) -> Result<Plan> + Send + 'static,
 {
@@ -56,7 +56,7 @@ where
         let mut found = Vec::new();
         for (family, doc) in &plan.docs {
             let t = Instant::now();
-            let (outcome, f) = apply_family(backend, *family, doc)?;
+            let (outcome, f) = apply_family(io, *family, doc)?;
             found.extend(f);
             families.push((*family, outcome, t.elapsed().as_micros()));
         }
@@ -64,7 +64,7 @@ where
         // restore per family.
         if families.iter().any(|(_, o, _)| *o != Outcome::Applied) {
             let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
-            found.extend(elsewhere(backend, &fams)?);
+            found.extend(elsewhere(io, &fams)?);
         }
         bypass::refuse(&found, "")?;
         let ipv6 = plan.docs.iter().any(|(f, _)| *f == Family::V6);
@@ -80,13 +80,13 @@ where
 
 /// Applies one family's document: the outcome, and other programs' rules in our backend's raw and mangle
 /// tables that can take traffic past ours (read only on the slow path).
-fn apply_family(b: Backend, family: Family, doc: &str) -> Result<(Outcome, Vec<String>)> {
-    let first = match exec::restore(b, family, doc) {
+fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<String>)> {
+    let first = match io.restore(family, doc) {
         Ok(()) => return Ok((Outcome::Applied, Vec::new())),
         Err(e) => e,
     };
     // Not a fresh namespace? Only then inspect; otherwise the restore error is the answer.
-    let actual = save::parse(&exec::save(b, family)?);
+    let actual = save::parse(&io.save(family)?);
     let has_ours = actual
         .values()
         .any(|t| t.chains.keys().any(|c| is_our_chain(c)));
@@ -94,7 +94,7 @@ fn apply_family(b: Backend, family: Family, doc: &str) -> Result<(Outcome, Vec<S
         return Err(first).context(format!("apply {} redirection rules", family.name()));
     }
     let expected = normalized(family, doc)?;
-    let found = foreign::findings(b, family, &expected, &actual);
+    let found = foreign::findings(io.backend, family, &expected, &actual);
     if state::diff(&expected, &actual).is_empty() {
         return Ok((Outcome::AlreadyInPlace, found));
     }
@@ -103,9 +103,9 @@ fn apply_family(b: Backend, family: Family, doc: &str) -> Result<(Outcome, Vec<S
         "{}: existing Istio rules differ from the desired ones; converging",
         family.name()
     );
-    exec::restore(b, family, &converge)
+    io.restore(family, &converge)
         .context(format!("converge {} redirection rules", family.name()))?;
-    let after = save::parse(&exec::save(b, family)?);
+    let after = save::parse(&io.save(family)?);
     let d = state::diff(&expected, &after);
     if !d.is_empty() {
         return Err(Error::Rules(format!(
@@ -121,11 +121,13 @@ fn apply_family(b: Backend, family: Family, doc: &str) -> Result<(Outcome, Vec<S
 /// Where else the kernel looks before our nat redirect (priority -100 at prerouting and output), on the
 /// thread inside the pod's namespace: the legacy x_tables tables unless they are ours, and native
 /// nf_tables base chains (iptables-nft's own tables are ours, and the dump covers them, when we are nft).
-pub fn elsewhere(b: Backend, families: &[Family]) -> Result<Vec<String>> {
-    let legacy_is_ours = match b {
+pub fn elsewhere(io: Io, families: &[Family]) -> Result<Vec<String>> {
+    let legacy_is_ours = match io.backend {
         Backend::Legacy => true,
         Backend::Nft => false,
-        // An unsuffixed iptables: ours are wherever our chains are.
+        // Written by us, an unsuffixed iptables is legacy ([`Io`]).
+        Backend::Plain if !io.node_binaries => true,
+        // The node's unsuffixed iptables: ours are wherever our chains are.
         Backend::Plain => families
             .iter()
             .map(|f| crate::xtables::holds_istio_chains(*f))
@@ -167,15 +169,15 @@ fn normalized(family: Family, doc: &str) -> Result<save::Dump> {
 /// CHECK: every desired rule is present in the namespace, nothing of ours is extra, and nothing the kernel
 /// runs before our redirect can take traffic past it. The plan comes from `planner` inside the namespace,
 /// as for [`apply`].
-pub fn check<F>(netns_path: &str, backend: Backend, planner: F) -> Result<()>
+pub fn check<F>(netns_path: &str, io: Io, planner: F) -> Result<()>
 where
     F: FnOnce(&Addresses) -> Result<Plan> + Send + 'static,
 {
-    inspect(netns_path, backend, planner)?.check("")
+    inspect(netns_path, io, planner)?.check("")
 }
 
 /// What [`check`] reads, split into our rules' problems and what bypasses them.
-pub fn inspect<F>(netns_path: &str, backend: Backend, planner: F) -> Result<bypass::Findings>
+pub fn inspect<F>(netns_path: &str, io: Io, planner: F) -> Result<bypass::Findings>
 where
     F: FnOnce(&Addresses) -> Result<Plan> + Send + 'static,
 {
@@ -184,7 +186,7 @@ where
         let mut f = bypass::Findings::default();
         for (family, doc) in &plan.docs {
             let expected = normalized(*family, doc)?;
-            let actual = save::parse(&exec::save(backend, *family)?);
+            let actual = save::parse(&io.save(*family)?);
             let d = state::diff(&expected, &actual);
             let fam = family.name();
             f.ours
@@ -197,10 +199,10 @@ where
             f.bypass
                 .extend(d.before.iter().map(|m| format!("{fam}: unexpected {m}")));
             f.bypass
-                .extend(foreign::findings(backend, *family, &expected, &actual));
+                .extend(foreign::findings(io.backend, *family, &expected, &actual));
         }
         let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
-        f.bypass.extend(elsewhere(backend, &fams)?);
+        f.bypass.extend(elsewhere(io, &fams)?);
         Ok(f)
     })
 }

@@ -93,9 +93,14 @@ pub fn read_record(run_dir: &Path) -> Result<Option<Backend>> {
     }
 }
 
-/// Records `forced` (FORCE_IPTABLES_BINARY), else the detected host backend, in `run_dir` (atomically).
+/// Records `forced` (FORCE_IPTABLES_BINARY), else the detected host backend, in `run_dir` (atomically),
+/// and whether the plugin runs the node's binaries (IPTABLES_NODE_BINARIES: the record file present).
 /// Called once by the installer; with `forced` nothing is probed.
-pub fn record_host_backend(run_dir: &Path, forced: Option<Backend>) -> Result<String> {
+pub fn record_host_backend(
+    run_dir: &Path,
+    forced: Option<Backend>,
+    node_binaries: bool,
+) -> Result<String> {
     let b = match forced {
         Some(b) => {
             log::info!(
@@ -106,11 +111,33 @@ pub fn record_host_backend(run_dir: &Path, forced: Option<Backend>) -> Result<St
         }
         None => detect_host()?,
     };
-    let record = RunDir::new(run_dir).iptables_backend();
+    let dir = RunDir::new(run_dir);
+    let flag = dir.iptables_node_binaries();
+    if node_binaries {
+        crate::fsutil::write_atomic(&flag, b"true\n", 0o644)?;
+        crate::rundir::claim(&flag);
+    } else {
+        match std::fs::remove_file(&flag) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("remove {}", flag.display()), e)),
+        }
+    }
+    let record = dir.iptables_backend();
     crate::fsutil::write_atomic(&record, format!("{}\n", b.name()).as_bytes(), 0o644)?;
     // This agent's record: its cleanup removes it only while it is still this file.
     crate::rundir::claim(&record);
-    Ok(b.name().to_string())
+    let via = if node_binaries {
+        ", through the node's binaries"
+    } else {
+        ""
+    };
+    Ok(format!("{}{via}", b.name()))
+}
+
+/// Whether the installer asked the plugin to run the node's iptables binaries (IPTABLES_NODE_BINARIES).
+pub fn node_binaries(run_dir: &Path) -> bool {
+    RunDir::new(run_dir).iptables_node_binaries().exists()
 }
 
 /// The recorded backend, or a detection when there is no record. The plugin then records what it found
@@ -307,10 +334,18 @@ mod tests {
     fn forced_backend_is_recorded_without_detection() {
         let dir = crate::fsutil::test_dir("backend-forced");
         for b in [Backend::Legacy, Backend::Plain, Backend::Nft] {
-            assert_eq!(record_host_backend(&dir, Some(b)).unwrap(), b.name());
+            assert_eq!(record_host_backend(&dir, Some(b), false).unwrap(), b.name());
             assert_eq!(read_record(&dir).unwrap(), Some(b));
             assert_eq!(for_plugin(&dir).unwrap(), b);
+            assert!(!node_binaries(&dir));
         }
+        // IPTABLES_NODE_BINARIES is its own record, and a later install without it takes it away.
+        let said = record_host_backend(&dir, Some(Backend::Nft), true).unwrap();
+        assert_eq!(said, "nft, through the node's binaries");
+        assert_eq!(read_record(&dir).unwrap(), Some(Backend::Nft));
+        assert!(node_binaries(&dir));
+        record_host_backend(&dir, Some(Backend::Nft), false).unwrap();
+        assert!(!node_binaries(&dir));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,11 +1,13 @@
-//! Applying rules: backend detection, `iptables-restore`/`-save` exec inside the pod netns, convergence of
-//! existing state, and CHECK. The rule text itself comes from [`crate::redirect`].
+//! Applying rules: backend detection, writing and reading them in the pod netns ([`io`]: the kernel's own
+//! interfaces, or the node's binaries when asked), convergence of existing state, and CHECK. The rule text
+//! itself comes from [`crate::redirect`].
 
 pub mod applet_link;
 pub mod apply;
 pub mod backend;
 pub mod exec;
 pub mod foreign;
+pub mod io;
 pub mod node_root;
 pub mod nss;
 pub mod save;
@@ -13,3 +15,4 @@ pub mod state;
 pub mod tool;
 
 pub use backend::Backend;
+pub use io::Io;

@@ -62,7 +62,7 @@ impl Actor {
         })?;
         let plan = plan.ok_or_else(|| Error::other("the pod's plan was not kept for repair"))?;
         let env = |k: &str| std::env::var(k).ok();
-        let choose = || crate::backend::for_conf(&self.netconf);
+        let choose = || crate::backend::for_agent(&self.netconf);
         let (line, ns) =
             procfs::in_pod_netns(&self.host_proc, ip, &f.uid, None, "programmed", |ns| {
                 let plan = plan.clone().map_err(Error::other)?;

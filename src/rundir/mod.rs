@@ -38,15 +38,19 @@ impl RunDir {
     pub const LOG_SOCKET: &'static str = "log.sock";
     /// The recorded iptables backend (`nft`, `legacy` or `plain`, one line).
     pub const IPTABLES_BACKEND: &'static str = "iptables-backend";
+    /// Present: the plugin runs the node's iptables binaries instead of writing the kernel's tables
+    /// (IPTABLES_NODE_BINARIES).
+    pub const IPTABLES_NODE_BINARIES: &'static str = "iptables-node-binaries";
     /// The node's pod cache (unix stream socket, root only).
     pub const POD_CACHE_SOCKET: &'static str = "pod-cache.sock";
     /// The installers' lease: which one owns the node's installation ([`lease`]).
     pub const LEASE: &'static str = "agents.lock";
     /// What uninstall removes besides the kubeconfig: the sockets and the backend record (a later install
     /// records it afresh).
-    pub const RECORDS: [&'static str; 3] = [
+    pub const RECORDS: [&'static str; 4] = [
         Self::LOG_SOCKET,
         Self::IPTABLES_BACKEND,
+        Self::IPTABLES_NODE_BINARIES,
         Self::POD_CACHE_SOCKET,
     ];
 
@@ -73,6 +77,9 @@ impl RunDir {
     }
     pub fn iptables_backend(&self) -> PathBuf {
         self.0.join(Self::IPTABLES_BACKEND)
+    }
+    pub fn iptables_node_binaries(&self) -> PathBuf {
+        self.0.join(Self::IPTABLES_NODE_BINARIES)
     }
     pub fn pod_cache_socket(&self) -> PathBuf {
         self.0.join(Self::POD_CACHE_SOCKET)
@@ -213,7 +220,12 @@ mod tests {
         assert_eq!(r.pod_cache_socket(), Path::new("/tmp/x/pod-cache.sock"));
         assert_eq!(
             RunDir::RECORDS,
-            ["log.sock", "iptables-backend", "pod-cache.sock"]
+            [
+                "log.sock",
+                "iptables-backend",
+                "iptables-node-binaries",
+                "pod-cache.sock"
+            ]
         );
     }
 }

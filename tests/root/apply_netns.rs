@@ -4,7 +4,7 @@
 
 use crate::support::{conformance_dir, require_root, words, Netns};
 use istio_cni::iptables::apply::{self, Addresses, Plan, Report};
-use istio_cni::iptables::Backend;
+use istio_cni::iptables::{Backend, Io};
 use istio_cni::netfilter::Family;
 use istio_cni::netfilter::Outcome;
 
@@ -19,11 +19,11 @@ fn saved(ns: &Netns, prog: &str) -> String {
 }
 
 /// Applies a fixed plan (the namespace's addresses do not matter here).
-fn apply(ns: &str, b: Backend, plan: Plan) -> istio_cni::Result<Report> {
+fn apply(ns: &str, b: Io, plan: Plan) -> istio_cni::Result<Report> {
     apply::apply(ns, b, move |_: &Addresses| Ok(plan))
 }
 
-fn check(ns: &str, b: Backend, docs: Vec<(Family, String)>) -> istio_cni::Result<()> {
+fn check(ns: &str, b: Io, docs: Vec<(Family, String)>) -> istio_cni::Result<()> {
     apply::check(ns, b, move |_: &Addresses| {
         Ok(Plan {
             docs,
@@ -53,11 +53,25 @@ fn v4(d: String) -> Plan {
     }
 }
 
-fn backends() -> Vec<(Backend, &'static str)> {
-    vec![
-        (Backend::Nft, "iptables-nft-save"),
-        (Backend::Legacy, "iptables-legacy-save"),
-    ]
+/// Both backends, each written by us (the default) and by the node's binaries (IPTABLES_NODE_BINARIES),
+/// with the node's `-save` to look at them.
+fn backends() -> Vec<(Io, &'static str)> {
+    let mut out = Vec::new();
+    for node_binaries in [false, true] {
+        for (backend, save) in [
+            (Backend::Nft, "iptables-nft-save"),
+            (Backend::Legacy, "iptables-legacy-save"),
+        ] {
+            out.push((
+                Io {
+                    backend,
+                    node_binaries,
+                },
+                save,
+            ));
+        }
+    }
+    out
 }
 
 #[test]
@@ -114,7 +128,10 @@ fn check_lists_tampered_rules_and_reapply_repairs_them() {
         let ns = Netns::new("check");
         let basic = doc("pod/basic/expected.rules");
         apply(&ns.path(), b, v4(basic.clone())).unwrap();
-        let prog = b.program(Family::V4, "restore").replace("-restore", "");
+        let prog = b
+            .backend
+            .program(Family::V4, "restore")
+            .replace("-restore", "");
         for rule in [
             "-t nat -D ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN",
             "-t nat -A ISTIO_OUTPUT -j ACCEPT",
@@ -143,17 +160,24 @@ fn a_bad_document_fails_and_leaves_nothing() {
     if !require_root() {
         return;
     }
-    let ns = Netns::new("bad");
     let bad =
         doc("pod/basic/expected.rules").replace("-j ISTIO_IN_REDIRECT", "-j NO_SUCH_TARGET_X");
-    let e = apply(&ns.path(), Backend::Nft, v4(bad))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("iptables-nft-restore"), "{e}");
-    assert!(
-        !saved(&ns, "iptables-nft-save").contains("ISTIO"),
-        "a failed restore left rules behind"
-    );
+    for (b, save) in backends() {
+        let ns = Netns::new("bad");
+        let e = apply(&ns.path(), b, v4(bad.clone()))
+            .unwrap_err()
+            .to_string();
+        let names = if b.node_binaries {
+            "restore"
+        } else {
+            "NO_SUCH_TARGET_X"
+        };
+        assert!(e.contains(names), "{b:?}: {e}");
+        assert!(
+            !saved(&ns, save).contains("ISTIO"),
+            "a failed restore left rules behind ({b:?})"
+        );
+    }
 }
 
 #[test]
@@ -170,7 +194,7 @@ fn tproxy_routing_and_ipv6_passthrough_address() {
         tproxy: Some((1337, 133)),
         ipv6_passthrough: true,
     };
-    apply(&ns.path(), Backend::Nft, plan.clone()).unwrap();
+    apply(&ns.path(), Io::kernel(Backend::Nft), plan.clone()).unwrap();
     let rules = ns.exec_ok(&["ip", "-4", "rule"]);
     assert!(rules.contains("fwmark 0x539 lookup 133"), "{rules}");
     assert!(ns
@@ -181,7 +205,7 @@ fn tproxy_routing_and_ipv6_passthrough_address() {
     let lo = ns.exec_ok(&["ip", "-6", "addr", "show", "dev", "lo"]);
     assert!(lo.contains("::6/128"), "{lo}");
     // Idempotent: routing and address already there.
-    let again = apply(&ns.path(), Backend::Nft, plan).unwrap();
+    let again = apply(&ns.path(), Io::kernel(Backend::Nft), plan).unwrap();
     assert!(
         again
             .families
@@ -215,7 +239,7 @@ fn a_rule_inserted_before_our_jumps_fails_check_and_reapply_puts_ours_first() {
         apply(&ns.path(), b, plan.clone()).unwrap();
         check(&ns.path(), b, docs.clone()).unwrap();
         for family in [Family::V4, Family::V6] {
-            let prog = b.program(family, "restore").replace("-restore", "");
+            let prog = b.backend.program(family, "restore").replace("-restore", "");
             for chain in ["OUTPUT", "PREROUTING"] {
                 ns.exec_ok(&[prog.as_str(), "-t", "nat", "-I", chain, "1", "-j", "ACCEPT"]);
             }
@@ -235,7 +259,7 @@ fn a_rule_inserted_before_our_jumps_fails_check_and_reapply_puts_ours_first() {
         );
         check(&ns.path(), b, docs.clone()).unwrap();
         for family in [Family::V4, Family::V6] {
-            let save = b.program(family, "save");
+            let save = b.backend.program(family, "save");
             let nat = ns.exec_ok(&[save.as_str(), "-t", "nat"]);
             for chain in ["OUTPUT", "PREROUTING"] {
                 let rules: Vec<&str> = nat
@@ -283,10 +307,14 @@ fn the_planner_gets_the_namespace_addresses_in_kernel_order() {
     }
     let basic = doc("pod/basic/expected.rules");
     let (tx, rx) = std::sync::mpsc::channel();
-    apply::apply(&ns.path(), Backend::Nft, move |addrs: &Addresses| {
-        tx.send(addrs.to_vec()).unwrap();
-        Ok(v4(basic))
-    })
+    apply::apply(
+        &ns.path(),
+        Io::kernel(Backend::Nft),
+        move |addrs: &Addresses| {
+            tx.send(addrs.to_vec()).unwrap();
+            Ok(v4(basic))
+        },
+    )
     .unwrap();
     let got = istio_cni::redirect::kernel_address_order(&rx.recv().unwrap());
     let want: Vec<std::net::IpAddr> = ["127.0.0.1", "::1", "10.7.0.2", "10.7.1.2", "fd00:7::2"]

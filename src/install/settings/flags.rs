@@ -25,7 +25,8 @@ use argh::FromArgs;
             \x20   KUBERNETES_SERVICE_PROTOCOL [default: https]: the plugin's API server\n\
             \x20 FORCE_IPTABLES_BINARY: iptables-nft, iptables-legacy or iptables, recorded\n\
             \x20   as the node's backend instead of detecting it\n\
-            \x20 ISTIO_CNI_HOST_ROOT [default: /host/proc/1/root]: the node's iptables\n\
+            \x20 IPTABLES_NODE_BINARIES [default: false]: the plugin runs the node's\n\
+            \x20   iptables-restore/-save instead of writing the kernel's tables itself\n\
             \x20 AMBIENT_ENABLEMENT_SELECTOR: written into the plugin's entry\n\
             \x20 RUST_LOG: replaces the log levels",
     error_code(0, "installed (--once), uninstalled, or stopped by SIGTERM/SIGINT"),

@@ -44,6 +44,9 @@ pub struct Settings {
     pub enable_ambient_detection_retry: bool,
     /// FORCE_IPTABLES_BINARY: record this backend instead of detecting the host's.
     pub forced_iptables_backend: Option<Backend>,
+    /// IPTABLES_NODE_BINARIES: the plugin programs iptables mode through the node's `iptables-restore` and
+    /// `-save` (on its PATH) instead of the kernel's interfaces.
+    pub iptables_node_binaries: bool,
     pub k8s_protocol: String,
     pub k8s_host: String,
     pub k8s_port: String,
@@ -140,6 +143,7 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
             false,
         )?,
         forced_iptables_backend: forced_backend(env)?,
+        iptables_node_binaries: env_bool(env, "IPTABLES_NODE_BINARIES")?,
         // The installer's own logging and servers.
         log,
         warnings,
@@ -322,6 +326,15 @@ fn forced_backend(env: Env<'_>) -> Result<Option<Backend>> {
             format!("{v:?} is not an iptables binary (iptables-nft, iptables-legacy or iptables)"),
         )
     })
+}
+
+/// An environment-only boolean (`true`/`false`, any case; empty or unset is false).
+fn env_bool(env: Env<'_>, name: &str) -> Result<bool> {
+    match env(name).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("") | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(v) => Err(Error::env(name, format!("{v:?} is not true or false"))),
+    }
 }
 
 /// How the installer reads its settings (master's viper: `AllowEmptyEnv(true)`).

@@ -1,0 +1,73 @@
+//! How iptables mode's rules reach the kernel. By default directly, with no process: iptables-nft's own
+//! nf_tables objects over netlink ([`crate::xtables::nft`]) or iptables-legacy's x_tables blob over its
+//! socket options ([`crate::xtables::legacy`]), from the same restore documents the node's tools would
+//! read ([`crate::xtables::spec`]). Only where an operator asks for it (IPTABLES_NODE_BINARIES, for a
+//! kernel or an encoding we do not speak) does the plugin run the node's `iptables-restore`/`-save`
+//! instead ([`super::exec`], on its PATH); the node's agents never do.
+
+use super::{exec, Backend};
+use crate::error::{Context, Result};
+use crate::netfilter::Family;
+use crate::xtables::{legacy, names, nft, spec};
+
+/// One backend, and whether its node binaries are run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Io {
+    pub backend: Backend,
+    pub node_binaries: bool,
+}
+
+impl Io {
+    /// The kernel's interfaces for `backend`.
+    pub fn kernel(backend: Backend) -> Io {
+        Io {
+            backend,
+            node_binaries: false,
+        }
+    }
+
+    /// Whether the rules live in the legacy x_tables (an unsuffixed `iptables` run by us is legacy:
+    /// iptables 1.8 and later install suffixed `-nft`/`-legacy` tools, so a node with only the unsuffixed
+    /// one has an older, legacy-only iptables).
+    fn legacy(self) -> bool {
+        !matches!(self.backend, Backend::Nft)
+    }
+
+    /// Applies a restore document with `iptables-restore --noflush` semantics (each table all or nothing)
+    /// in the current thread's namespace.
+    pub fn restore(self, family: Family, doc: &str) -> Result<()> {
+        if self.node_binaries {
+            return exec::restore(self.backend, family, doc);
+        }
+        let ops = spec::parse_doc(family, doc, &names::system)?;
+        let what = || format!("write the {} rules ({})", family.name(), self.name());
+        if self.legacy() {
+            legacy::restore(family, &ops).with_context(what)
+        } else {
+            nft::restore(family, &ops).with_context(what)
+        }
+    }
+
+    /// The current thread's namespace's tables of this backend, as `iptables-save` prints them.
+    pub fn save(self, family: Family) -> Result<String> {
+        if self.node_binaries {
+            return exec::save(self.backend, family);
+        }
+        let what = || format!("read the {} rules ({})", family.name(), self.name());
+        let tables = if self.legacy() {
+            legacy::save(family).with_context(what)?
+        } else {
+            nft::save(family).with_context(what)?
+        };
+        Ok(spec::save_text(family, &tables))
+    }
+
+    /// `nft`, `legacy`, or the node's binaries' name.
+    pub fn name(self) -> String {
+        match (self.node_binaries, self.legacy()) {
+            (true, _) => format!("{} binaries", self.backend.command(Family::V4)),
+            (false, true) => "iptables-legacy, x_tables socket options".into(),
+            (false, false) => "iptables-nft, nf_tables netlink".into(),
+        }
+    }
+}
