@@ -56,10 +56,7 @@ fn usage(me: &str) -> String {
 }
 
 pub fn main(argv: &[String]) -> i32 {
-    let code = dispatch(argv);
-    // What running the node's iptables left on disk goes with the applet.
-    crate::iptables::tool::release();
-    code
+    dispatch(argv)
 }
 
 fn dispatch(argv: &[String]) -> i32 {

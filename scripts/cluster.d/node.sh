@@ -355,55 +355,19 @@ cluster_up() {
 	wait_for kube-proxy 60 in_node curl -fsSk "https://$API_SERVICE_IP/healthz" -o /dev/null
 }
 
-# host_root_overlay: $CLUSTER_DIR/overlay, manifests/base as it is, except on a machine whose PID 1 nobody
-# may look into (a sandbox's supervisor: /proc/1/root is EACCES even for root, where a node's init is
-# readable): there ISTIO_CNI_HOST_ROOT, the node's root for its iptables (default /host/proc/1/root), names
-# the root of a process of ours that lives as long as the cluster, in the host's mount namespace.
-host_root_overlay() {
-	local base
-	mkdir -p "$CLUSTER_DIR/overlay"
-	base=$(realpath --relative-to="$CLUSTER_DIR/overlay" "$REPO/manifests/base")
-	{
-		echo "apiVersion: kustomize.config.k8s.io/v1beta1"
-		echo "kind: Kustomization"
-		echo "resources: [$base]"
-	} >"$CLUSTER_DIR/overlay/kustomization.yaml"
-	ls /proc/1/root/ >/dev/null 2>&1 && return 0
-	daemon root-holder "$(command -v sleep)" infinity
-	note "/proc/1/root is not readable here: ISTIO_CNI_HOST_ROOT=/host/proc/$(cat "$RUN/root-holder.pid")/root"
-	cat >>"$CLUSTER_DIR/overlay/kustomization.yaml" <<YAML
-configMapGenerator:
-  - name: istio-cni-config
-    behavior: merge
-    literals: [ISTIO_CNI_HOST_ROOT=/host/proc/$(cat "$RUN/root-holder.pid")/root]
-YAML
-}
-
 # cluster_deploy [CHART]: our DaemonSet from manifests/base (or the chart render CHART with our image) and
 # a wait until it is Ready.
 cluster_deploy() {
 	local chart=$1 render ns=kube-system
 	if [ -z "$chart" ]; then
 		step "deploying manifests/base"
-		host_root_overlay
-		kubectl_ kustomize "$CLUSTER_DIR/overlay" >"$CLUSTER_DIR/deployed.yaml.tmp"
+		kubectl_ kustomize "$REPO/manifests/base" >"$CLUSTER_DIR/deployed.yaml.tmp"
 	else
 		render=${CONFORMANCE_DIR:-$REPO/../shared/conformance}/chart/$chart.yaml
 		[ -f "$render" ] || die "no chart render $render"
 		step "deploying the chart render $chart with our image"
 		sed -E "s#^([[:space:]]*image:[[:space:]]*)\"?[^\"[:space:]]*install-cni[^\"[:space:]]*\"?#\1$OUR_IMAGE#" \
 			"$render" >"$CLUSTER_DIR/deployed.yaml.tmp"
-		# Where the render mounts the host's /proc (repair in place) on a machine whose PID 1 cannot be
-		# looked into: the node's root as host_root_overlay names it, in the chart's ConfigMap.
-		if grep -q 'mountPath: /host/proc$' "$render" && ! ls /proc/1/root/ >/dev/null 2>&1; then
-			daemon root-holder "$(command -v sleep)" infinity
-			note "/proc/1/root is not readable here: ISTIO_CNI_HOST_ROOT=/host/proc/$(cat "$RUN/root-holder.pid")/root in the chart's ConfigMap"
-			awk -v root="/host/proc/$(cat "$RUN/root-holder.pid")/root" '
-				/^---/ { cm = 0 } /^kind: ConfigMap/ { cm = 1 } { print }
-				cm && /^data:$/ { printf "  ISTIO_CNI_HOST_ROOT: \"%s\"\n", root }' \
-				"$CLUSTER_DIR/deployed.yaml.tmp" >"$CLUSTER_DIR/deployed.yaml.tmp2"
-			mv "$CLUSTER_DIR/deployed.yaml.tmp2" "$CLUSTER_DIR/deployed.yaml.tmp"
-		fi
 		ns=$(awk '/^kind: DaemonSet/{d=1} d && /namespace:/{print $2; exit}' "$render" | tr -d '"')
 		kubectl_ create namespace "$ns" --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
 	fi
@@ -476,7 +440,7 @@ cluster_down() {
 			kill -9 "$pid" 2>/dev/null || true
 		fi
 	done
-	for d in containerd kube-scheduler kube-controller-manager kube-apiserver etcd root-holder; do stop_daemon "$d"; done
+	for d in containerd kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_daemon "$d"; done
 	kill_cgroup_tree
 	# Mounts under the cluster's directory (pod volumes, rootfs, shm, netns files), deepest first.
 	while read -r m; do

@@ -253,16 +253,13 @@ fn detection_summary(b: Backend, legacy: Option<usize>, nft: Option<usize>) -> S
     )
 }
 
-/// The backend's tool for `family`, located, with an error that says what to install.
+/// The backend's tool for `family` on `PATH` (IPTABLES_NODE_BINARIES), with an error that says what to
+/// install.
 pub fn require(b: Backend, family: Family, tool: &str) -> Result<tool::Tool> {
     let prog = b.program(family, tool);
     tool::find(&prog).ok_or_else(|| {
-        let place = match std::env::var_os(tool::HOST_ROOT_ENV) {
-            Some(r) if !r.is_empty() => format!("under the host root {}", r.to_string_lossy()),
-            _ => "on PATH".to_string(),
-        };
         Error::other(format!(
-            "{prog} not found {place} ({} backend, {}): install iptables on the node",
+            "{prog} not found on PATH ({} backend, {}; IPTABLES_NODE_BINARIES is set): install iptables on the node",
             b.name(),
             family.name()
         ))

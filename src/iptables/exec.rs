@@ -1,5 +1,5 @@
-//! Runs iptables tools. Called from a thread that is already inside the target network namespace (see
-//! [`crate::netns`]), so the child inherits that namespace.
+//! Runs the node's iptables tools (IPTABLES_NODE_BINARIES only, [`super::io`]). Called from a thread that
+//! is already inside the target network namespace (see [`crate::netns`]), so the child inherits it.
 
 use super::{backend, Backend};
 use crate::error::{Error, IoContext, Result};
@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 const POD_SCOPED_LOCK: &str = "/proc/self/ns/net";
 
 fn command(b: Backend, family: Family, tool: &str) -> Result<Command> {
-    let mut c = backend::require(b, family, tool)?.command()?;
+    let mut c = backend::require(b, family, tool)?.command();
     if b.uses_lock() {
         c.env("XTABLES_LOCKFILE", POD_SCOPED_LOCK);
     }

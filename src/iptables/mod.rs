@@ -2,14 +2,11 @@
 //! interfaces, or the node's binaries when asked), convergence of existing state, and CHECK. The rule text
 //! itself comes from [`crate::redirect`].
 
-pub mod applet_link;
 pub mod apply;
 pub mod backend;
 pub mod exec;
 pub mod foreign;
 pub mod io;
-pub mod node_root;
-pub mod nss;
 pub mod save;
 pub mod state;
 pub mod tool;

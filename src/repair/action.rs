@@ -149,10 +149,7 @@ impl Actor {
                     .delete_pod(&f.namespace, &f.name, uid.as_deref(), rv.as_deref())
                     .map(|_| "deleted".to_string())
             }
-            Action::Repair => match self.repair(f, plan) {
-                Err(e) if !host_has_iptables() => return self.fall_back(f, plan, &e),
-                r => r,
-            },
+            Action::Repair => self.repair(f, plan),
         };
         let kind = a.metric_type();
         let err_text = result.as_ref().err().map(|e| e.to_string());
@@ -184,39 +181,4 @@ impl Actor {
         let ev = request::event_json(f, reason, message, unix_nanos(), &self.opts.node_name);
         json::parse(&ev, "event").and_then(|v| self.client.create_event(&f.namespace, &v))
     }
-
-    /// Repair in place is impossible on this node (no iptables the agent can run): the next modes, delete
-    /// then label, each with its own log line and Event; the repair's Event says why.
-    fn fall_back(&self, f: &PodFacts, plan: Option<&Decided>, e: &Error) -> Result<()> {
-        let key = f.key();
-        let why = format!("repair in place is impossible on this node ({e})");
-        log::warn!("pod {key} detected as broken, but {why}: falling back to deleting it");
-        metrics::inc("repair", "fail");
-        self.event(
-            Action::Repair,
-            f,
-            Some(&format!("{why}; falling back to delete")),
-        );
-        match self.act(Action::Delete, f, plan) {
-            Ok(()) => Ok(()),
-            Err(de) => {
-                log::warn!(
-                    "pod {key}: the fallback delete failed too ({de}): falling back to labeling it"
-                );
-                self.act(Action::Label, f, plan)
-            }
-        }
-    }
-}
-
-/// Whether any iptables-restore is reachable (on PATH or under the node's root): without one, repairing
-/// in place cannot work on this node, whatever the pod.
-fn host_has_iptables() -> bool {
-    [
-        "iptables-restore",
-        "iptables-nft-restore",
-        "iptables-legacy-restore",
-    ]
-    .iter()
-    .any(|p| crate::iptables::tool::find(p).is_some())
 }

@@ -28,7 +28,6 @@ macro_rules! setting_flags {
                     --label-pods false.\n\
                     Environment only:\n\
                     \x20 NATIVE_NFTABLES [default: false]: repair with nftables, as the plugin does\n\
-                    \x20 ISTIO_CNI_HOST_ROOT [default: /host/proc/1/root]: the node's iptables\n\
                     \x20 EXCLUDE_NAMESPACES [default: \"\"]: comma-separated, the plugin's exclusions\n\
                     \x20   (the audit skips their pods as ADD does)\n\
                     \x20 POD_NAMESPACE [default: \"\"]: the agent's namespace (its own pods skipped)\n\

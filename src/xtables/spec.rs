@@ -433,7 +433,9 @@ pub fn render(family: Family, r: &Rule) -> String {
             format!("-j TPROXY --on-port {port} --on-ip {any} --tproxy-mark {mark:#x}/{mask:#x}")
         }
         Target::Ct { zone } => format!("-j CT --zone {zone}"),
-        Target::Other(t) => t.clone(),
+        // Always behind `-j`, so whoever reads the text sees a target it does not know (never "no target").
+        Target::Other(t) if t.starts_with("-j ") => t.clone(),
+        Target::Other(t) => format!("-j ?{t}"),
     };
     if !t.is_empty() {
         out.push(t);

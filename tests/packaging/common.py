@@ -121,10 +121,9 @@ def install_sources() -> list:
 def env_names_read() -> set:
     """Upper-case string literals in install-cni's sources outside tests: the env names it reads."""
     names = set()
-    # install-cni also reads ISTIO_CNI_HOST_ROOT through the iptables module it shares with the repair agent,
-    # the REPAIR_* settings through the agent's own parser, which skips REPAIR_RUN_AS_DAEMON for it, and
-    # AUDIT_INTERVAL through the agents' settings (agents::Options).
-    for path in install_sources() + [INSTALL_DIR.parent / "iptables" / "tool.rs", REPAIR_OPTIONS, AGENTS_OPTIONS]:
+    # install-cni also reads the REPAIR_* settings through the agent's own parser, which skips
+    # REPAIR_RUN_AS_DAEMON for it, and AUDIT_INTERVAL through the agents' settings (agents::Options).
+    for path in install_sources() + [REPAIR_OPTIONS, AGENTS_OPTIONS]:
         names |= set(re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)"', _without_tests(path.read_text())))
     return names - {"REPAIR_RUN_AS_DAEMON"}
 

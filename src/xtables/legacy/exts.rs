@@ -296,14 +296,14 @@ pub fn decode_target(
             .get(..4)
             .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
         else {
-            return Target::Other("a standard target without a verdict".into());
+            return Target::Other("-j (a standard target without a verdict)".into());
         };
         return match v {
             VERDICT_ACCEPT => Target::Accept,
             VERDICT_DROP => Target::Drop,
             VERDICT_RETURN => Target::Return,
             -4 => Target::Other("-j QUEUE".into()),
-            _ => Target::Other(format!("standard verdict {v}")),
+            _ => Target::Other(format!("-j (standard verdict {v})")),
         };
     }
     match (name, rev, d.len(), family) {
@@ -328,12 +328,25 @@ pub fn decode_target(
             nfmask: u32_ne(d, 8),
             ctmask: u32_ne(d, 4),
         },
-        ("TPROXY", 1, 32, _) => Target::Tproxy {
+        // Only the unspecified --on-ip (bytes 8..24) is ours.
+        ("TPROXY", 1, 32, _) if zeros(&d[8..24]) => Target::Tproxy {
             port: u16_be(d, 24),
             mark: u32_ne(d, 4),
             mask: u32_ne(d, 0),
         },
-        ("CT", 2, 72, _) => Target::Ct { zone: u16_ne(d, 2) },
+        // Only a zone: no flags (--notrack), events, helper or timeout; the last 8 bytes are the kernel's
+        // conntrack template pointer.
+        ("CT", 2, 72, _) if zeros(&d[0..2]) && zeros(&d[4..64]) => {
+            Target::Ct { zone: u16_ne(d, 2) }
+        }
+        // Not ours, but the bypass CHECK names most: named as iptables-save names it.
+        ("CT", 2, 72, _) if u16_ne(d, 0) == 1 && zeros(&d[2..64]) => {
+            Target::Other("-j CT --notrack".into())
+        }
         _ => other(),
     }
+}
+
+fn zeros(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0)
 }

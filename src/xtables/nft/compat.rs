@@ -52,8 +52,9 @@ fn shaped(info: &[u8], len: usize, zero: &[std::ops::Range<usize>]) -> bool {
 
 /// How a compatibility expression we cannot model is named in a rule read back.
 pub fn describe(kind: &str, e: &Ext) -> String {
+    let opt = if kind == "target" { "-j" } else { "-m" };
     format!(
-        "{kind} {} revision {} ({} bytes)",
+        "{opt} {} (revision {}, {} bytes of options)",
         e.name,
         e.rev,
         e.info.len()
@@ -306,6 +307,10 @@ pub fn read_target(e: &Ext, family: Family) -> Option<Target> {
         // The last 8 bytes are the kernel's conntrack template pointer (dumped as it holds it).
         ("CT", 2, _) if b.len() >= 64 && shaped(&b[..64], 4, &[0..2]) => {
             Some(Target::Ct { zone: get16(b, 2) })
+        }
+        // Not ours, but the bypass CHECK names most: named as iptables-save names it.
+        ("CT", 2, _) if b.len() >= 64 && get16(b, 0) == 1 && shaped(&b[..64], 2, &[]) => {
+            Some(Target::Other("-j CT --notrack".into()))
         }
         _ => None,
     }

@@ -98,6 +98,9 @@ struct Decoder {
     /// Port matches with the protocol their encoding named (`None`: native, takes the rule's).
     ports: Vec<(usize, Option<String>)>,
     has_target: bool,
+    /// An expression iptables does not write as a match: it may act on the packet (a native `notrack`,
+    /// `ct set`, `meta set`, NAT, ...), so the rule is never read as one that only matches.
+    acts: bool,
 }
 
 impl Decoder {
@@ -237,6 +240,7 @@ pub fn decode(family: Family, ex: &[XExpr]) -> Rule {
         r: Rule::any(),
         ports: Vec::new(),
         has_target: false,
+        acts: false,
     };
     let mut i = 0;
     while i < ex.len() {
@@ -254,7 +258,10 @@ pub fn decode(family: Family, ex: &[XExpr]) -> Rule {
             XExpr::Native(Expr::Counter) => {}
             XExpr::Native(e) => match d.verdict(e) {
                 Some(t) => d.target(t),
-                None => d.other(text(&ex[i])),
+                None => {
+                    d.other(text(&ex[i]));
+                    d.acts = true;
+                }
             },
             XExpr::Match(x) => match compat::read_match(x) {
                 Some(m) => {
@@ -270,7 +277,10 @@ pub fn decode(family: Family, ex: &[XExpr]) -> Rule {
                     .unwrap_or_else(|| Target::Other(describe("target", x)));
                 d.target(t);
             }
-            XExpr::Broken(what) => d.other(what.clone()),
+            XExpr::Broken(what) => {
+                d.other(what.clone());
+                d.acts = true;
+            }
         }
         i += 1;
     }
@@ -286,6 +296,13 @@ pub fn decode(family: Family, ex: &[XExpr]) -> Rule {
             let was = format!("{:?}", d.r.matches[at]);
             d.r.matches[at] = Match::Other(format!("{was} without its protocol's -p"));
         }
+    }
+    if d.acts {
+        let then = match &d.r.target {
+            Target::None => "no verdict".to_string(),
+            t => format!("{t:?}"),
+        };
+        d.r.target = Target::Other(format!("-j ?(may act on the packet; then {then})"));
     }
     d.r
 }

@@ -654,8 +654,32 @@ fn what_is_not_understood_is_kept_and_never_equal() {
     let t = decode(V4, &[counter(), tg("LOG", 0, "00")]);
     assert_eq!(
         t.target,
-        Target::Other("target LOG revision 0 (1 bytes)".into())
+        Target::Other("-j LOG (revision 0, 1 bytes of options)".into())
     );
     let t = decode(V4, &[counter(), verdict(RET, None), meta(PROTO)]);
     assert!(matches!(t.matches[..], [Match::Other(_)]), "{t:?}");
+}
+
+/// A rule of iptables-nft's tables holding an expression iptables never writes as a match (a native
+/// `notrack`, `ct set`, NAT, ... put there with `nft`) may act on the packet whatever its verdict: it reads
+/// back with a target nobody mistakes for "only matches" (the bypass walk counts it as moving traffic).
+#[test]
+fn an_expression_that_may_act_reads_as_an_unknown_target_whatever_follows() {
+    for tail in [vec![], vec![verdict(RET, None)], vec![verdict(1, None)]] {
+        let mut e = vec![n(Expr::Other("notrack".into())), counter()];
+        e.extend(tail);
+        let r = decode(V4, &e);
+        let text = crate::xtables::spec::render(V4, &r);
+        assert!(matches!(r.target, Target::Other(_)), "{r:?}");
+        assert!(text.contains("-j ?("), "{text}");
+        let t = crate::iptables::save::target(&text);
+        assert!(
+            t.is_some_and(|t| !["ACCEPT", "RETURN", "DROP"].contains(&t)),
+            "{text}"
+        );
+    }
+    // CT --notrack, which CHECK names most, as iptables-save names it.
+    let info = format!("01{}", "00".repeat(71));
+    let r = decode(V4, &[counter(), tg("CT", 2, &info)]);
+    assert_eq!(crate::xtables::spec::render(V4, &r), "-j CT --notrack");
 }
