@@ -179,6 +179,11 @@ pub fn parse(
             return Err(bad(format!("built-in chain {c} without its policy")));
         }
     }
+    for (i, c) in chains.iter().enumerate() {
+        if chains[..i].iter().any(|x| x.name == c.name) {
+            return Err(bad(format!("two chains named {}", c.name)));
+        }
+    }
     Ok(Table {
         family,
         name: name.to_string(),

@@ -248,3 +248,35 @@ fn malformed_blobs_are_errors_not_panics() {
         let _ = name;
     }
 }
+
+#[test]
+fn a_user_chain_named_like_a_built_in_one_is_refused() {
+    let mut t = blob::empty(V4, "nat").unwrap();
+    ops::apply(&mut t, &[Op::NewChain("MINE".into())]).unwrap();
+    let b = blob::build(&t).unwrap();
+    // Rename MINE's ERROR head to OUTPUT, as only a hand-made blob could.
+    let mut bytes = b.entries.clone();
+    let at = bytes.windows(4).position(|w| w == b"MINE").unwrap();
+    bytes[at..at + 6].copy_from_slice(b"OUTPUT");
+    let err = super::parse::parse(
+        V4,
+        "nat",
+        b.valid_hooks,
+        &b.hook_entry,
+        &b.underflow,
+        &bytes,
+    );
+    assert!(err
+        .unwrap_err()
+        .to_string()
+        .contains("two chains named OUTPUT"));
+    let ok = super::parse::parse(
+        V4,
+        "nat",
+        b.valid_hooks,
+        &b.hook_entry,
+        &b.underflow,
+        &b.entries,
+    );
+    assert!(ok.is_ok());
+}
