@@ -277,3 +277,52 @@ fn converging_with_a_foreign_rule_in_place_matches_the_tool() {
         }
     }
 }
+
+/// One UDP datagram from inside `ns` to a socket bound in it on lo: one packet through each hook.
+fn one_datagram(ns: &Netns) {
+    istio_cni::netns::run_in(&ns.path(), || {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.send_to(b"x", rx.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 4];
+        rx.recv(&mut buf).unwrap();
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn counters_of_the_rules_kept_are_handed_back_as_the_tool_does() {
+    if !require_root() {
+        return;
+    }
+    let tmp = TempDir::new("xtlegn");
+    let text = read(&conformance_dir().join("pod/tproxy/expected.rules"));
+    let (a, b) = (Netns::new("xtlgna"), Netns::new("xtlgnb"));
+    for ns in [&a, &b] {
+        let mut argv = vec!["iptables-legacy", "-t", "mangle"];
+        argv.extend(FOREIGN.split(' '));
+        ns.exec_ok(&argv);
+        one_datagram(ns);
+    }
+    our_restore(
+        &a,
+        Family::V4,
+        spec::parse_doc(Family::V4, &text, &names).unwrap(),
+    )
+    .unwrap();
+    tool_restore_ok(&b, Family::V4, &text, &tmp);
+    let counted = |ns: &Netns| {
+        let out = ns.exec_ok(&["iptables-legacy-save", "-c", "-t", "mangle"]);
+        out.lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let got = counted(&a);
+    // The foreign rule keeps its count; the policies the datagram went through start again at zero,
+    // as with the tool.
+    assert!(got.contains(&format!("[1:29] {FOREIGN}")), "{got}");
+    assert!(got.contains(":INPUT ACCEPT [0:0]"), "{got}");
+    assert_eq!(got, counted(&b));
+}

@@ -114,7 +114,9 @@ pub fn parse(
                 .verdict
                 .filter(|&v| v < 0)
                 .ok_or_else(|| bad(format!("policy of {} is not a verdict", BUILTIN_CHAINS[h])))?;
-            chain.policy = Some((v, Some(i)));
+            // libiptc (1.8.9) hands back the counters of the rules it keeps but starts the policies'
+            // at zero: so do we (the tool's `-c` output is the contract).
+            chain.policy = Some((v, None));
             open = None;
             continue;
         }
