@@ -326,3 +326,39 @@ fn counters_of_the_rules_kept_are_handed_back_as_the_tool_does() {
     assert!(got.contains(":INPUT ACCEPT [0:0]"), "{got}");
     assert_eq!(got, counted(&b));
 }
+
+#[test]
+fn concurrent_restores_into_one_namespace_all_land() {
+    if !require_root() {
+        return;
+    }
+    // Writers that read the table before another one's replace get EAGAIN from the kernel and read
+    // again: each of them lands, nothing is lost. Each EAGAIN is another writer landing, so fewer
+    // writers than attempts always land, however the threads are scheduled.
+    let n = legacy::ATTEMPTS - 4;
+    let ns = Netns::new("xtlgcc");
+    let writers: Vec<_> = (0..n)
+        .map(|i| {
+            let path = ns.path();
+            let doc = format!("* nat\n-N ISTIO_T{i}\n-A ISTIO_T{i} -p tcp --dport {} -j RETURN\n-A OUTPUT -j ISTIO_T{i}\nCOMMIT\n", 1000 + i);
+            std::thread::spawn(move || {
+                let ops = spec::parse_doc(Family::V4, &doc, &names).unwrap();
+                istio_cni::netns::run_in(&path, move || legacy::restore(Family::V4, &ops))
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap().unwrap();
+    }
+    let nat = &save_text(&ns, Family::V4)["nat"];
+    for i in 0..n {
+        assert!(nat.contains(&format!("-A OUTPUT -j ISTIO_T{i}\n")), "{nat}");
+        assert!(
+            nat.contains(&format!(
+                "-A ISTIO_T{i} -p tcp -m tcp --dport {} -j RETURN",
+                1000 + i
+            )),
+            "{nat}"
+        );
+    }
+}
