@@ -56,8 +56,9 @@ pub fn read(v6: bool, name: &str) -> Result<(Info, Vec<u8>)> {
     if name.is_empty() || name.len() >= 32 {
         return Err(Error::other(what("bad table name")));
     }
-    // The table can change between the two calls (the kernel then refuses the size): read again.
-    for _ in 0..3 {
+    // The table can change between the two calls (the kernel then refuses the size): read again. Each
+    // retry means another writer's replace landed in between; as many tries as a legacy restore makes.
+    for _ in 0..super::legacy::ATTEMPTS {
         let mut buf = [0u8; INFO_LEN];
         buf[..name.len()].copy_from_slice(name.as_bytes());
         get(&fd, level, SO_GET_INFO, &mut buf).map_err(|e| io(what("get info"), e))?;

@@ -16,6 +16,8 @@ mod nft_decode;
 mod plugin_handle;
 #[path = "../../fuzz/targets/prev_result.rs"]
 mod prev_result;
+#[path = "../../fuzz/targets/xt_legacy_blob.rs"]
+mod xt_legacy_blob;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -165,4 +167,9 @@ fn plugin_handle() {
 #[test]
 fn prev_result() {
     run("prev_result", prev_result::run);
+}
+
+#[test]
+fn xt_legacy_blob() {
+    run("xt_legacy_blob", xt_legacy_blob::run);
 }

@@ -5,6 +5,7 @@
 //! (`legacy::save`); a second restore fails on its `-N` and changes nothing; a converge document
 //! (`state::converge_document`) and a rule of another program (`-m comment`) behave as with the tool.
 
+use crate::support::cmd::without_counters;
 use crate::support::{conformance_dir, require_root, sh, Netns, TempDir};
 use istio_cni::iptables::{save, state};
 use istio_cni::netfilter::Family;
@@ -180,6 +181,11 @@ fn every_document_restored_by_us_is_what_the_tool_writes() {
         let model = our_save(&a, family);
         assert_eq!(model, our_save(&b, family), "{what}: decoded models");
         assert!(!model.values().any(has_other), "{what}: {model:?}");
+        // What we read renders as the tool's save prints it, table by table.
+        for (name, t) in &model {
+            let ours = without_counters(&spec::save_text(family, std::slice::from_ref(t)));
+            assert_eq!(ours.trim(), saved[name], "{what}: our save of {name}");
+        }
         // Our model of the document is what we read back.
         let desired = ops::desired(family, &doc).unwrap();
         for t in &desired {
@@ -275,5 +281,90 @@ fn converging_with_a_foreign_rule_in_place_matches_the_tool() {
             assert_eq!(foreign.len(), 1, "{what}: {foreign:?}");
             assert_eq!(foreign[0].target, Target::Accept);
         }
+    }
+}
+
+/// One UDP datagram from inside `ns` to a socket bound in it on lo: one packet through each hook.
+fn one_datagram(ns: &Netns) {
+    istio_cni::netns::run_in(&ns.path(), || {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.send_to(b"x", rx.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 4];
+        rx.recv(&mut buf).unwrap();
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn counters_of_the_rules_kept_are_handed_back_as_the_tool_does() {
+    if !require_root() {
+        return;
+    }
+    let tmp = TempDir::new("xtlegn");
+    let text = read(&conformance_dir().join("pod/tproxy/expected.rules"));
+    let (a, b) = (Netns::new("xtlgna"), Netns::new("xtlgnb"));
+    for ns in [&a, &b] {
+        let mut argv = vec!["iptables-legacy", "-t", "mangle"];
+        argv.extend(FOREIGN.split(' '));
+        ns.exec_ok(&argv);
+        one_datagram(ns);
+    }
+    our_restore(
+        &a,
+        Family::V4,
+        spec::parse_doc(Family::V4, &text, &names).unwrap(),
+    )
+    .unwrap();
+    tool_restore_ok(&b, Family::V4, &text, &tmp);
+    let counted = |ns: &Netns| {
+        let out = ns.exec_ok(&["iptables-legacy-save", "-c", "-t", "mangle"]);
+        out.lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let got = counted(&a);
+    // The foreign rule keeps its count; the policies the datagram went through start again at zero,
+    // as with the tool.
+    assert!(got.contains(&format!("[1:29] {FOREIGN}")), "{got}");
+    assert!(got.contains(":INPUT ACCEPT [0:0]"), "{got}");
+    assert_eq!(got, counted(&b));
+}
+
+#[test]
+fn concurrent_restores_into_one_namespace_all_land() {
+    if !require_root() {
+        return;
+    }
+    // Writers that read the table before another one's replace get EAGAIN from the kernel and read
+    // again: each of them lands, nothing is lost. Each EAGAIN is another writer landing, so fewer
+    // writers than attempts always land, however the threads are scheduled.
+    let n = legacy::ATTEMPTS - 4;
+    let ns = Netns::new("xtlgcc");
+    let writers: Vec<_> = (0..n)
+        .map(|i| {
+            let path = ns.path();
+            let doc = format!("* nat\n-N ISTIO_T{i}\n-A ISTIO_T{i} -p tcp --dport {} -j RETURN\n-A OUTPUT -j ISTIO_T{i}\nCOMMIT\n", 1000 + i);
+            std::thread::spawn(move || {
+                let ops = spec::parse_doc(Family::V4, &doc, &names).unwrap();
+                istio_cni::netns::run_in(&path, move || legacy::restore(Family::V4, &ops))
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap().unwrap();
+    }
+    let nat = &save_text(&ns, Family::V4)["nat"];
+    for i in 0..n {
+        assert!(nat.contains(&format!("-A OUTPUT -j ISTIO_T{i}\n")), "{nat}");
+        assert!(
+            nat.contains(&format!(
+                "-A ISTIO_T{i} -p tcp -m tcp --dport {} -j RETURN",
+                1000 + i
+            )),
+            "{nat}"
+        );
     }
 }

@@ -84,8 +84,7 @@ fn addr_bytes(l: &Layout, net: &IpNet) -> Result<(Vec<u8>, Vec<u8>)> {
             Ok((n.network().octets().to_vec(), n.netmask().octets().to_vec()))
         }
         _ => Err(rules_err(format!(
-            "address {net} is not {} (an {} rule)",
-            l.family.name(),
+            "address {net} in an {} rule",
             l.family.name()
         ))),
     }

@@ -114,7 +114,9 @@ pub fn parse(
                 .verdict
                 .filter(|&v| v < 0)
                 .ok_or_else(|| bad(format!("policy of {} is not a verdict", BUILTIN_CHAINS[h])))?;
-            chain.policy = Some((v, Some(i)));
+            // libiptc (1.8.9) hands back the counters of the rules it keeps but starts the policies'
+            // at zero: so do we (the tool's `-c` output is the contract).
+            chain.policy = Some((v, None));
             open = None;
             continue;
         }
@@ -177,6 +179,11 @@ pub fn parse(
         if valid_hooks & (1 << h) != 0 && !chains.iter().any(|x| x.name == *c && x.policy.is_some())
         {
             return Err(bad(format!("built-in chain {c} without its policy")));
+        }
+    }
+    for (i, c) in chains.iter().enumerate() {
+        if chains[..i].iter().any(|x| x.name == c.name) {
+            return Err(bad(format!("two chains named {}", c.name)));
         }
     }
     Ok(Table {

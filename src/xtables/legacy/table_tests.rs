@@ -248,3 +248,78 @@ fn malformed_blobs_are_errors_not_panics() {
         let _ = name;
     }
 }
+
+#[test]
+fn a_user_chain_named_like_a_built_in_one_is_refused() {
+    let mut t = blob::empty(V4, "nat").unwrap();
+    ops::apply(&mut t, &[Op::NewChain("MINE".into())]).unwrap();
+    let b = blob::build(&t).unwrap();
+    // Rename MINE's ERROR head to OUTPUT, as only a hand-made blob could.
+    let mut bytes = b.entries.clone();
+    let at = bytes.windows(4).position(|w| w == b"MINE").unwrap();
+    bytes[at..at + 6].copy_from_slice(b"OUTPUT");
+    let err = super::parse::parse(
+        V4,
+        "nat",
+        b.valid_hooks,
+        &b.hook_entry,
+        &b.underflow,
+        &bytes,
+    );
+    assert!(err
+        .unwrap_err()
+        .to_string()
+        .contains("two chains named OUTPUT"));
+    let ok = super::parse::parse(
+        V4,
+        "nat",
+        b.valid_hooks,
+        &b.hook_entry,
+        &b.underflow,
+        &b.entries,
+    );
+    assert!(ok.is_ok());
+}
+
+#[test]
+fn a_rule_that_cannot_be_encoded_fails_the_build_naming_it() {
+    let mut t = blob::empty(V4, "nat").unwrap();
+    let v6 = Rule {
+        dst: Some(crate::xtables::rule::Neg {
+            inv: false,
+            value: "::1/128".parse().unwrap(),
+        }),
+        target: Target::Return,
+        ..Rule::any()
+    };
+    let long = Rule {
+        oif: Some(crate::xtables::rule::Neg {
+            inv: false,
+            value: "a-sixteen-chars!".into(),
+        }),
+        ..Rule::any()
+    };
+    let port = Rule {
+        matches: vec![Match::Port {
+            dir: PortDir::Dst,
+            port: 1,
+            inv: false,
+        }],
+        ..Rule::any()
+    };
+    for (r, why) in [
+        (v6, "address ::1/128 in an IPv4 rule"),
+        (long, "longer than 15"),
+        (port, "needs -p tcp or -p udp"),
+    ] {
+        let mut t = t.clone();
+        ops::apply(&mut t, &[Op::Append("OUTPUT".into(), r)]).unwrap();
+        let err = blob::build(&t).unwrap_err().to_string();
+        assert!(err.contains("chain OUTPUT") && err.contains(why), "{err}");
+    }
+    ops::apply(
+        &mut t,
+        &[Op::NewChain("a-name-of-twenty-nine-chars-x".into())],
+    )
+    .unwrap_err();
+}
