@@ -16,6 +16,8 @@ mod nft_decode;
 mod plugin_handle;
 #[path = "../../fuzz/targets/prev_result.rs"]
 mod prev_result;
+#[path = "../../fuzz/targets/xt_nft_roundtrip.rs"]
+mod xt_nft_roundtrip;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -165,4 +167,9 @@ fn plugin_handle() {
 #[test]
 fn prev_result() {
     run("prev_result", prev_result::run);
+}
+
+#[test]
+fn xt_nft_roundtrip() {
+    run("xt_nft_roundtrip", xt_nft_roundtrip::run);
 }

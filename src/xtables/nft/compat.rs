@@ -274,13 +274,19 @@ pub fn read_target(e: &Ext, family: Family) -> Option<Target> {
     match (e.name.as_str(), e.rev, family) {
         ("REDIRECT", 0, Family::V4) => {
             let ok = shaped(b, 20, &[8..16]) && get32(b, 0) == 1 && get32(b, 4) == 2;
+            if !ok {
+                return None;
+            }
             let (lo, hi) = (be16(b, 16), be16(b, 18));
-            (ok && lo == hi).then_some(Target::Redirect { port: lo })
+            (lo == hi).then_some(Target::Redirect { port: lo })
         }
         ("REDIRECT", 0, Family::V6) => {
             let ok = shaped(b, 40, &[4..36]) && get32(b, 0) == 2;
+            if !ok {
+                return None;
+            }
             let (lo, hi) = (be16(b, 36), be16(b, 38));
-            (ok && lo == hi).then_some(Target::Redirect { port: lo })
+            (lo == hi).then_some(Target::Redirect { port: lo })
         }
         ("MARK", 2, _) if shaped(b, 8, &[]) => Some(Target::Mark {
             mark: get32(b, 0),

@@ -75,7 +75,8 @@ fn addr(family: Family, len: u32, mask: Option<&[u8]>, data: &[u8]) -> Option<Ip
                 let want = (ones as usize).saturating_sub(i * 8).min(8) as u32;
                 b == (0xffu16 << (8 - want)) as u8
             });
-            if len as usize != full || !contiguous {
+            // A zero mask matches every address: not a `-s`/`-d` iptables writes.
+            if len as usize != full || !contiguous || ones == 0 {
                 return None;
             }
             ones

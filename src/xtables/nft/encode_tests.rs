@@ -659,3 +659,33 @@ fn what_is_not_understood_is_kept_and_never_equal() {
     let t = decode(V4, &[counter(), verdict(RET, None), meta(PROTO)]);
     assert!(matches!(t.matches[..], [Match::Other(_)]), "{t:?}");
 }
+
+#[test]
+fn short_or_empty_infos_are_named_not_a_panic() {
+    // Found by the xt_nft_roundtrip fuzz target: a REDIRECT target with no info bytes.
+    for f in [V4, V6] {
+        let t = decode(f, &[counter(), tg("REDIRECT", 0, "")]);
+        assert_eq!(
+            t.target,
+            Target::Other("target REDIRECT revision 0 (0 bytes)".into())
+        );
+        for (name, rev) in [("TPROXY", 1), ("CT", 2), ("MARK", 2), ("CONNMARK", 2)] {
+            let t = decode(f, &[counter(), tg(name, rev, "0000")]);
+            assert!(matches!(t.target, Target::Other(_)), "{name}");
+        }
+        for (name, rev) in [
+            ("tcp", 0),
+            ("udp", 0),
+            ("owner", 1),
+            ("multiport", 1),
+            ("conntrack", 3),
+            ("mark", 1),
+        ] {
+            let r = decode(
+                f,
+                &[meta(PROTO), cmp(0, "06"), mt(name, rev, "00"), counter()],
+            );
+            assert!(matches!(r.matches[..], [Match::Other(_)]), "{name}: {r:?}");
+        }
+    }
+}
