@@ -205,7 +205,7 @@ fn node_restore(ns: &Netns, family: Family, doc: &str, tmp: &TempDir) {
         groups.push_str(&format!("{n}:x:{g}:\n"));
     }
     let gfile = tmp.write("group", groups);
-    let dfile = tmp.write("doc", doc.to_string());
+    let dfile = tmp.write("doc", doc);
     let cmd = format!(
         "mount --bind {} /etc/group && ip netns exec {} {} --noflush < {}",
         gfile.display(),

@@ -282,7 +282,7 @@ pub fn decode(family: Family, ex: &[XExpr]) -> Rule {
         _ => None,
     };
     for (at, name) in std::mem::take(&mut d.ports) {
-        let ok = proto.is_some() && name.as_deref().is_none_or(|n| Some(n) == proto);
+        let ok = proto.is_some() && name.as_deref().map_or(true, |n| Some(n) == proto);
         if !ok {
             let was = format!("{:?}", d.r.matches[at]);
             d.r.matches[at] = Match::Other(format!("{was} without its protocol's -p"));

@@ -176,7 +176,7 @@ fn cases() -> Vec<Case> {
     c.push((
         V4,
         r.clone(),
-        cat(&[&l4("06"), &[compat.clone()], &ret]),
+        cat(&[&l4("06"), std::slice::from_ref(&compat), &ret]),
         vec![
             cat(&[&l4("06"), &native, &ret]),
             cat(&[&nh9("06"), &native, &ret]),
