@@ -100,4 +100,10 @@ pub fn read_with_handles(family: Family) -> Result<Vec<plan::CurrentTable>> {
 #[cfg(test)]
 mod encode_tests;
 #[cfg(test)]
+mod ext_forms;
+#[cfg(test)]
+mod header_forms;
+#[cfg(test)]
 mod plan_tests;
+#[cfg(test)]
+mod test_exprs;
