@@ -326,3 +326,33 @@ fn converging_documents_apply_as_the_node_tool_applies_them() {
         );
     }
 }
+
+/// A failure at the end of the batch (a jump to a chain that does not exist) undoes everything before it
+/// and names the rule, its chain and table, and the kernel's reason.
+#[test]
+fn a_failing_rule_leaves_the_namespace_unchanged() {
+    if !require_root() {
+        return;
+    }
+    let ns = Netns::new("xtnft-fail");
+    let mut doc = small_doc();
+    doc.push(TableOps {
+        table: "mangle".into(),
+        ops: vec![Op::Append(
+            "PREROUTING".into(),
+            Rule {
+                target: Target::Jump("NO_SUCH_CHAIN".into()),
+                ..Rule::any()
+            },
+        )],
+    });
+    let e = restore_in(&ns, V4, doc).unwrap_err().to_string();
+    assert!(
+        e.contains("append to chain PREROUTING of table ip mangle: -j NO_SUCH_CHAIN")
+            && e.contains("nothing was changed")
+            && e.contains("No such file or directory"),
+        "{e}"
+    );
+    assert_eq!(node_save(&ns, "iptables-nft-save"), "");
+    assert_eq!(save_in(&ns, V4), []);
+}
