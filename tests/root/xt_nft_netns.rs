@@ -105,6 +105,11 @@ fn a_hand_built_document_reads_back_in_iptables_nft_save() {
         "{e}"
     );
     assert_eq!(node_save(&ns, "iptables-nft-save"), before);
+
+    // A policy iptables-nft never sets is named (the rule model cannot show it).
+    ns.exec_ok(&["nft", "add chain ip nat OUTPUT { policy drop ; }"]);
+    let odd = istio_cni::netns::run_in(&ns.path(), || nft::incompatible_chains(V4)).unwrap();
+    assert_eq!(odd, ["chain OUTPUT of table ip nat has policy DROP"]);
 }
 
 #[test]
@@ -242,6 +247,11 @@ fn every_golden_saves_identically_to_the_node_tools_restore() {
         let (ta, tb) = (save_in(&a, family), save_in(&b, family));
         assert_eq!(ta, tb, "{what}: our save");
         assert_eq!(spec::save_text(family, &ta), text, "{what}: rendered");
+        for ns in [&a, &b] {
+            let odd =
+                istio_cni::netns::run_in(&ns.path(), move || nft::incompatible_chains(family));
+            assert_eq!(odd.unwrap(), Vec::<String>::new(), "{what}");
+        }
         // Again: -N of our chains fails the whole batch (EXCL), and nothing changes.
         let e = restore_in(&a, family, ours(family, &doc))
             .unwrap_err()

@@ -14,6 +14,7 @@ pub mod builtin;
 pub mod compat;
 pub mod decode_rule;
 pub mod encode_rule;
+pub mod incompatible;
 pub mod plan;
 pub mod read;
 pub mod xexpr;
@@ -89,6 +90,16 @@ pub fn restore(family: Family, doc: &[TableOps]) -> Result<()> {
 /// iptables-nft's tables of `family` in the current thread's namespace, as iptables-nft-save lists them.
 pub fn save(family: Family) -> Result<Vec<Table>> {
     Ok(read::tables(&read_with_handles(family)?))
+}
+
+/// The chains of iptables-nft's tables of `family` that iptables-nft would not have made
+/// ([`incompatible::chains`]): nothing [`save`] can show.
+pub fn incompatible_chains(family: Family) -> Result<Vec<String>> {
+    let name = match family {
+        Family::V4 => "ip",
+        Family::V6 => "ip6",
+    };
+    Ok(incompatible::chains(name, &read_with_handles(family)?))
 }
 
 /// [`save`] with every rule's handle.
