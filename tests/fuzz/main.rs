@@ -18,6 +18,8 @@ mod plugin_handle;
 mod prev_result;
 #[path = "../../fuzz/targets/xt_legacy_blob.rs"]
 mod xt_legacy_blob;
+#[path = "../../fuzz/targets/xt_nft_roundtrip.rs"]
+mod xt_nft_roundtrip;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -172,4 +174,9 @@ fn prev_result() {
 #[test]
 fn xt_legacy_blob() {
     run("xt_legacy_blob", xt_legacy_blob::run);
+}
+
+#[test]
+fn xt_nft_roundtrip() {
+    run("xt_nft_roundtrip", xt_nft_roundtrip::run);
 }

@@ -105,6 +105,11 @@ fn a_hand_built_document_reads_back_in_iptables_nft_save() {
         "{e}"
     );
     assert_eq!(node_save(&ns, "iptables-nft-save"), before);
+
+    // A policy iptables-nft never sets is named (the rule model cannot show it).
+    ns.exec_ok(&["nft", "add chain ip nat OUTPUT { policy drop ; }"]);
+    let odd = istio_cni::netns::run_in(&ns.path(), || nft::incompatible_chains(V4)).unwrap();
+    assert_eq!(odd, ["chain OUTPUT of table ip nat has policy DROP"]);
 }
 
 #[test]
@@ -205,7 +210,7 @@ fn node_restore(ns: &Netns, family: Family, doc: &str, tmp: &TempDir) {
         groups.push_str(&format!("{n}:x:{g}:\n"));
     }
     let gfile = tmp.write("group", groups);
-    let dfile = tmp.write("doc", doc.to_string());
+    let dfile = tmp.write("doc", doc);
     let cmd = format!(
         "mount --bind {} /etc/group && ip netns exec {} {} --noflush < {}",
         gfile.display(),
@@ -242,6 +247,11 @@ fn every_golden_saves_identically_to_the_node_tools_restore() {
         let (ta, tb) = (save_in(&a, family), save_in(&b, family));
         assert_eq!(ta, tb, "{what}: our save");
         assert_eq!(spec::save_text(family, &ta), text, "{what}: rendered");
+        for ns in [&a, &b] {
+            let odd =
+                istio_cni::netns::run_in(&ns.path(), move || nft::incompatible_chains(family));
+            assert_eq!(odd.unwrap(), Vec::<String>::new(), "{what}");
+        }
         // Again: -N of our chains fails the whole batch (EXCL), and nothing changes.
         let e = restore_in(&a, family, ours(family, &doc))
             .unwrap_err()
@@ -325,4 +335,34 @@ fn converging_documents_apply_as_the_node_tool_applies_them() {
             "{from} -> {to}"
         );
     }
+}
+
+/// A failure at the end of the batch (a jump to a chain that does not exist) undoes everything before it
+/// and names the rule, its chain and table, and the kernel's reason.
+#[test]
+fn a_failing_rule_leaves_the_namespace_unchanged() {
+    if !require_root() {
+        return;
+    }
+    let ns = Netns::new("xtnft-fail");
+    let mut doc = small_doc();
+    doc.push(TableOps {
+        table: "mangle".into(),
+        ops: vec![Op::Append(
+            "PREROUTING".into(),
+            Rule {
+                target: Target::Jump("NO_SUCH_CHAIN".into()),
+                ..Rule::any()
+            },
+        )],
+    });
+    let e = restore_in(&ns, V4, doc).unwrap_err().to_string();
+    assert!(
+        e.contains("append to chain PREROUTING of table ip mangle: -j NO_SUCH_CHAIN")
+            && e.contains("nothing was changed")
+            && e.contains("No such file or directory"),
+        "{e}"
+    );
+    assert_eq!(node_save(&ns, "iptables-nft-save"), "");
+    assert_eq!(save_in(&ns, V4), []);
 }

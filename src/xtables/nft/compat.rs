@@ -43,11 +43,14 @@ fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-/// `info` has at least `len` bytes and only zeros after them; `zero` lists further ranges that must be 0.
-fn shaped(info: &[u8], len: usize, zero: &[std::ops::Range<usize>]) -> bool {
-    info.len() >= len
-        && info[len..].iter().all(|&b| b == 0)
-        && zero.iter().all(|r| info[r.clone()].iter().all(|&b| b == 0))
+/// `info` has at least `len` bytes and only zeros after them.
+fn shaped(info: &[u8], len: usize) -> bool {
+    info.len() >= len && zero(info, len..info.len())
+}
+
+/// The bytes `r` of `info` exist and are all zero.
+fn zero(info: &[u8], r: std::ops::Range<usize>) -> bool {
+    info.get(r).is_some_and(|b| b.iter().all(|&x| x == 0))
 }
 
 /// How a compatibility expression we cannot model is named in a rule read back.
@@ -84,7 +87,8 @@ pub fn port(proto: &str, dir: PortDir, port: u16, inv: bool) -> Ext {
 
 fn read_port(e: &Ext) -> Option<Match> {
     let inv_at = if e.name == "tcp" { 11 } else { 8 };
-    if e.rev != 0 || !shaped(&e.info, inv_at + 1, &[8..inv_at]) || e.info.len() > 16 {
+    let shape = shaped(&e.info, inv_at + 1) && zero(&e.info, 8..inv_at);
+    if e.rev != 0 || !shape || e.info.len() > 16 {
         return None;
     }
     let b = &e.info;
@@ -155,7 +159,7 @@ fn mark_info(mark: u32, mask: u32, inv: bool) -> Vec<u8> {
 }
 
 fn read_mark(info: &[u8]) -> Option<(u32, u32, bool)> {
-    (shaped(info, 9, &[]) && info[8] <= 1).then(|| (get32(info, 0), get32(info, 4), info[8] == 1))
+    (shaped(info, 9) && info[8] <= 1).then(|| (get32(info, 0), get32(info, 4), info[8] == 1))
 }
 
 /// A compatibility match read back (`None`: not one of the shapes we write).
@@ -168,7 +172,7 @@ pub fn read_match(e: &Ext) -> Option<Match> {
             read_mark(b).map(|(mark, mask, inv)| Match::Connmark { mark, mask, inv })
         }
         ("owner", 1) => {
-            if !shaped(b, 18, &[]) {
+            if !shaped(b, 18) {
                 return None;
             }
             let (kind, at, other, flag) = match b[16] {
@@ -177,7 +181,8 @@ pub fn read_match(e: &Ext) -> Option<Match> {
                 _ => return None,
             };
             let id = get32(b, at);
-            let ok = get32(b, at + 4) == id && shaped(b, 18, &[other]) && b[17] & !flag == 0;
+            let ok =
+                get32(b, at + 4) == id && shaped(b, 18) && zero(b, other) && b[17] & !flag == 0;
             ok.then_some(Match::Owner {
                 kind,
                 id,
@@ -187,7 +192,9 @@ pub fn read_match(e: &Ext) -> Option<Match> {
         ("multiport", 1) => {
             let n = b.get(1).copied().unwrap_or(0) as usize;
             // Destination ports, no ranges (pflags), invert 0/1.
-            let ok = shaped(b, 48, &[32..47, 2 + 2 * n.min(15)..32])
+            let ok = shaped(b, 48)
+                && zero(b, 32..47)
+                && zero(b, 2 + 2 * n.min(15)..32)
                 && b[0] == 1
                 && (1..=15).contains(&n)
                 && b[47] <= 1;
@@ -197,7 +204,11 @@ pub fn read_match(e: &Ext) -> Option<Match> {
             })
         }
         ("conntrack", 3) => {
-            let ok = shaped(b, 162, &[0..146, 148..150, 152..162]) && get16(b, 146) == 1;
+            let ok = shaped(b, 162)
+                && zero(b, 0..146)
+                && zero(b, 148..150)
+                && zero(b, 152..162)
+                && get16(b, 146) == 1;
             ok.then(|| Match::Conntrack {
                 states: get16(b, 150) as u32,
             })
@@ -274,20 +285,26 @@ pub fn read_target(e: &Ext, family: Family) -> Option<Target> {
     let b = &e.info;
     match (e.name.as_str(), e.rev, family) {
         ("REDIRECT", 0, Family::V4) => {
-            let ok = shaped(b, 20, &[8..16]) && get32(b, 0) == 1 && get32(b, 4) == 2;
+            let ok = shaped(b, 20) && zero(b, 8..16) && get32(b, 0) == 1 && get32(b, 4) == 2;
+            if !ok {
+                return None;
+            }
             let (lo, hi) = (be16(b, 16), be16(b, 18));
-            (ok && lo == hi).then_some(Target::Redirect { port: lo })
+            (lo == hi).then_some(Target::Redirect { port: lo })
         }
         ("REDIRECT", 0, Family::V6) => {
-            let ok = shaped(b, 40, &[4..36]) && get32(b, 0) == 2;
+            let ok = shaped(b, 40) && zero(b, 4..36) && get32(b, 0) == 2;
+            if !ok {
+                return None;
+            }
             let (lo, hi) = (be16(b, 36), be16(b, 38));
-            (ok && lo == hi).then_some(Target::Redirect { port: lo })
+            (lo == hi).then_some(Target::Redirect { port: lo })
         }
-        ("MARK", 2, _) if shaped(b, 8, &[]) => Some(Target::Mark {
+        ("MARK", 2, _) if shaped(b, 8) => Some(Target::Mark {
             mark: get32(b, 0),
             mask: get32(b, 4),
         }),
-        ("CONNMARK", 2, _) if shaped(b, 15, &[0..4, 12..14]) => {
+        ("CONNMARK", 2, _) if shaped(b, 15) && zero(b, 0..4) && zero(b, 12..14) => {
             let mode = match b[14] {
                 1 => ConnmarkMode::Save,
                 2 => ConnmarkMode::Restore,
@@ -299,17 +316,17 @@ pub fn read_target(e: &Ext, family: Family) -> Option<Target> {
                 nfmask: get32(b, 8),
             })
         }
-        ("TPROXY", 1, _) if shaped(b, 26, &[8..24]) => Some(Target::Tproxy {
+        ("TPROXY", 1, _) if shaped(b, 26) && zero(b, 8..24) => Some(Target::Tproxy {
             mask: get32(b, 0),
             mark: get32(b, 4),
             port: be16(b, 24),
         }),
         // The last 8 bytes are the kernel's conntrack template pointer (dumped as it holds it).
-        ("CT", 2, _) if b.len() >= 64 && shaped(&b[..64], 4, &[0..2]) => {
+        ("CT", 2, _) if b.len() >= 64 && shaped(&b[..64], 4) && zero(&b[..64], 0..2) => {
             Some(Target::Ct { zone: get16(b, 2) })
         }
         // Not ours, but the bypass CHECK names most: named as iptables-save names it.
-        ("CT", 2, _) if b.len() >= 64 && get16(b, 0) == 1 && shaped(&b[..64], 2, &[]) => {
+        ("CT", 2, _) if b.len() >= 64 && get16(b, 0) == 1 && shaped(&b[..64], 2) => {
             Some(Target::Other("-j CT --notrack".into()))
         }
         _ => None,

@@ -75,7 +75,8 @@ fn addr(family: Family, len: u32, mask: Option<&[u8]>, data: &[u8]) -> Option<Ip
                 let want = (ones as usize).saturating_sub(i * 8).min(8) as u32;
                 b == (0xffu16 << (8 - want)) as u8
             });
-            if len as usize != full || !contiguous {
+            // A zero mask matches every address: not a `-s`/`-d` iptables writes.
+            if len as usize != full || !contiguous || ones == 0 {
                 return None;
             }
             ones
@@ -291,7 +292,7 @@ pub fn decode(family: Family, ex: &[XExpr]) -> Rule {
         _ => None,
     };
     for (at, name) in std::mem::take(&mut d.ports) {
-        let ok = proto.is_some() && name.as_deref().is_none_or(|n| Some(n) == proto);
+        let ok = proto.is_some() && name.as_deref().map_or(true, |n| Some(n) == proto);
         if !ok {
             let was = format!("{:?}", d.r.matches[at]);
             d.r.matches[at] = Match::Other(format!("{was} without its protocol's -p"));

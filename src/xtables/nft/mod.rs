@@ -14,6 +14,7 @@ pub mod builtin;
 pub mod compat;
 pub mod decode_rule;
 pub mod encode_rule;
+pub mod incompatible;
 pub mod plan;
 pub mod read;
 pub mod xexpr;
@@ -91,6 +92,16 @@ pub fn save(family: Family) -> Result<Vec<Table>> {
     Ok(read::tables(&read_with_handles(family)?))
 }
 
+/// The chains of iptables-nft's tables of `family` that iptables-nft would not have made
+/// ([`incompatible::chains`]): nothing [`save`] can show.
+pub fn incompatible_chains(family: Family) -> Result<Vec<String>> {
+    let name = match family {
+        Family::V4 => "ip",
+        Family::V6 => "ip6",
+    };
+    Ok(incompatible::chains(name, &read_with_handles(family)?))
+}
+
 /// [`save`] with every rule's handle.
 pub fn read_with_handles(family: Family) -> Result<Vec<plan::CurrentTable>> {
     let mut s = Socket::open()?;
@@ -100,4 +111,10 @@ pub fn read_with_handles(family: Family) -> Result<Vec<plan::CurrentTable>> {
 #[cfg(test)]
 mod encode_tests;
 #[cfg(test)]
+mod ext_forms;
+#[cfg(test)]
+mod header_forms;
+#[cfg(test)]
 mod plan_tests;
+#[cfg(test)]
+mod test_exprs;

@@ -12,12 +12,16 @@ use crate::netfilter::Family;
 use crate::xtables::rule::{Op, Rule, TableOps};
 use std::collections::BTreeMap;
 
-/// One chain of a table as read from the kernel: whether it is a base chain, its rules with handles.
+/// One chain of a table as read from the kernel: whether it is a base chain, its rules with handles, and a
+/// base chain's `(type, hook, priority)` and policy ([`super::incompatible`] compares them with
+/// iptables-nft's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CurrentChain {
     pub name: String,
     pub base: bool,
     pub rules: Vec<(u64, Rule)>,
+    pub hook: Option<(String, u32, i32)>,
+    pub policy: Option<u32>,
 }
 
 /// One table as read from the kernel.

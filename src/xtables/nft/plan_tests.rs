@@ -84,6 +84,8 @@ fn inserts_follow_the_chain_through_the_document() {
             name: "ISTIO_INBOUND".into(),
             base: false,
             rules: vec![(7, ret(10)), (9, ret(11))],
+            hook: None,
+            policy: None,
         }],
     }];
     let c = || "ISTIO_INBOUND".to_string();
@@ -167,6 +169,8 @@ fn flush_and_delete_chain_forget_the_rules() {
             name: "ISTIO_OUTPUT".into(),
             base: false,
             rules: vec![(4, ret(1))],
+            hook: None,
+            policy: None,
         }],
     }];
     let c = || "ISTIO_OUTPUT".to_string();

@@ -1,0 +1,94 @@
+//! What iptables-nft would not have made in its own tables (pure): a built-in chain that is not a base
+//! chain, or one hooked with another type, hook or priority than iptables-nft gives it (iptables-nft-save
+//! then calls the table incompatible), a policy other than ACCEPT (our rules never set one), a base chain
+//! with a name iptables does not know. The rule model has no place for these, so [`super::save`] cannot
+//! show them; CHECK asks here.
+
+use super::builtin;
+use super::plan::CurrentTable;
+use crate::netfilter::NF_ACCEPT;
+
+/// One line per chain iptables-nft would not have made, naming the table, the chain and what differs.
+pub fn chains(family: &str, tables: &[CurrentTable]) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in tables {
+        for c in &t.chains {
+            let at = format!("chain {} of table {family} {}", c.name, t.name);
+            match (builtin::find(&t.name, &c.name), &c.hook) {
+                (Some(_), None) => out.push(format!("{at} is not a base chain")),
+                (Some(b), Some((kind, hook, prio))) => {
+                    if (kind.as_str(), *hook, *prio) != (b.kind, b.hooknum, b.priority) {
+                        out.push(format!(
+                            "{at} is hooked as type {kind} hook {hook} priority {prio}, not as iptables-nft \
+                             hooks it (type {} hook {} priority {})",
+                            b.kind, b.hooknum, b.priority
+                        ));
+                    }
+                }
+                (None, Some((kind, hook, prio))) => out.push(format!(
+                    "{at} is a base chain (type {kind} hook {hook} priority {prio}) iptables does not know"
+                )),
+                (None, None) => {}
+            }
+            match c.policy {
+                Some(p) if c.hook.is_some() && p != NF_ACCEPT as u32 => {
+                    let p = if p == 0 {
+                        "DROP".to_string()
+                    } else {
+                        p.to_string()
+                    };
+                    out.push(format!("{at} has policy {p}"));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::plan::{CurrentChain, CurrentTable};
+    use super::chains;
+
+    fn chain(name: &str, hook: Option<(&str, u32, i32)>, policy: Option<u32>) -> CurrentChain {
+        CurrentChain {
+            name: name.into(),
+            base: hook.is_some(),
+            rules: vec![],
+            hook: hook.map(|(k, h, p)| (k.to_string(), h, p)),
+            policy,
+        }
+    }
+
+    #[test]
+    fn only_what_iptables_nft_would_not_make_is_named() {
+        let t = |chains| CurrentTable {
+            name: "nat".into(),
+            chains,
+        };
+        let fine = t(vec![
+            chain("OUTPUT", Some(("nat", 3, -100)), Some(1)),
+            chain("PREROUTING", Some(("nat", 0, -100)), Some(1)),
+            chain("ISTIO_OUTPUT", None, None),
+        ]);
+        assert_eq!(chains("ip", &[fine]), Vec::<String>::new());
+        let odd = t(vec![
+            chain("OUTPUT", Some(("nat", 3, -200)), Some(1)),
+            chain("PREROUTING", Some(("nat", 0, -100)), Some(0)),
+            chain("POSTROUTING", None, None),
+            chain("MINE", Some(("filter", 0, -100)), Some(1)),
+        ]);
+        assert_eq!(
+            chains("ip", &[odd]),
+            [
+                "chain OUTPUT of table ip nat is hooked as type nat hook 3 priority -200, not as \
+                 iptables-nft hooks it (type nat hook 3 priority -100)",
+                "chain PREROUTING of table ip nat has policy DROP",
+                "chain POSTROUTING of table ip nat is not a base chain",
+                "chain MINE of table ip nat is a base chain (type filter hook 0 priority -100) iptables \
+                 does not know",
+            ]
+        );
+    }
+}
