@@ -20,6 +20,7 @@ mod install_server_flood;
 mod monitoring_e2e;
 mod nft_limits;
 mod nft_netns;
+mod no_exec;
 mod pod_netns_find;
 mod podcache_e2e;
 mod podcache_wall;
