@@ -158,6 +158,21 @@ fn forced_iptables_binary() {
 }
 
 #[test]
+fn iptables_node_binaries_is_off_unless_asked() {
+    let b = |v: &str| env(&[("IPTABLES_NODE_BINARIES", v)]);
+    assert!(!env(&[]).unwrap().iptables_node_binaries);
+    assert!(!b("").unwrap().iptables_node_binaries);
+    assert!(!b("false").unwrap().iptables_node_binaries);
+    assert!(b("true").unwrap().iptables_node_binaries);
+    assert!(b("TRUE").unwrap().iptables_node_binaries);
+    let e = refused("IPTABLES_NODE_BINARIES", "yes");
+    assert!(
+        e.contains("IPTABLES_NODE_BINARIES") && e.contains("yes"),
+        "{e}"
+    );
+}
+
+#[test]
 fn legacy_template_settings_are_refused_at_start() {
     for var in [
         "CNI_NETWORK_CONFIG",
