@@ -33,3 +33,4 @@ mod validation_e2e;
 mod xt_legacy_netns;
 mod xt_nft_netns;
 mod xt_spec;
+mod xt_traffic;
