@@ -94,7 +94,8 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
         return Err(first).context(format!("apply {} redirection rules", family.name()));
     }
     let expected = normalized(family, doc)?;
-    let found = foreign::findings(io.backend, family, &expected, &actual);
+    let mut found = foreign::findings(io.backend, family, &expected, &actual);
+    found.extend(io.incompatible(family)?);
     if state::diff(&expected, &actual).is_empty() {
         return Ok((Outcome::AlreadyInPlace, found));
     }
@@ -200,6 +201,7 @@ where
                 .extend(d.before.iter().map(|m| format!("{fam}: unexpected {m}")));
             f.bypass
                 .extend(foreign::findings(io.backend, *family, &expected, &actual));
+            f.bypass.extend(io.incompatible(*family)?);
         }
         let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
         f.bypass.extend(elsewhere(io, &fams)?);

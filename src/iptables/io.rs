@@ -62,6 +62,18 @@ impl Io {
         Ok(spec::save_text(family, &tables))
     }
 
+    /// iptables-nft's chains of `family` that iptables-nft would not have made (a built-in chain not hooked,
+    /// or hooked with another type, hook or priority, a policy other than ACCEPT): nothing [`Io::save`]'s
+    /// text can show, and each one can keep our jumps from running. Empty for the legacy tables (the kernel
+    /// fixes their hooks) and with the node's binaries (their `-save` refuses such a table).
+    pub fn incompatible(self, family: Family) -> Result<Vec<String>> {
+        if self.node_binaries || self.legacy() {
+            return Ok(Vec::new());
+        }
+        nft::incompatible_chains(family)
+            .with_context(|| format!("read the {} chains", family.name()))
+    }
+
     /// `nft`, `legacy`, or the node's binaries' name.
     pub fn name(self) -> String {
         match (self.node_binaries, self.legacy()) {

@@ -202,6 +202,27 @@ fn native_in_iptables_nft_raw() -> Bypass<'static> {
     }
 }
 
+/// iptables-nft's nat `OUTPUT` made again as a regular chain holding our jump: every rule reads back as
+/// it should, but nothing runs it (the rule model has no hook to show; CHECK asks the chains).
+fn unhooked_iptables_nft_output() -> Bypass<'static> {
+    Bypass {
+        what: "iptables-nft's nat OUTPUT re-made as a chain no hook runs",
+        setup: cmds(&[
+            "nft flush chain ip nat OUTPUT",
+            "nft delete chain ip nat OUTPUT",
+            "nft add chain ip nat OUTPUT",
+            "nft add rule ip nat OUTPUT counter jump ISTIO_OUTPUT",
+        ]),
+        inbound: false,
+        names: cmds(&["chain OUTPUT of table ip nat is not a base chain"]),
+        undo: cmds(&[
+            "nft flush chain ip nat OUTPUT",
+            "nft delete chain ip nat OUTPUT",
+            "iptables-nft -t nat -A OUTPUT -j ISTIO_OUTPUT",
+        ]),
+    }
+}
+
 /// Each of the backend's bypasses really goes past the redirect, and CHECK and re-ADD name it.
 fn bypasses_fail_check_and_re_add(b: Backend) {
     if !require_root() {
@@ -224,6 +245,7 @@ fn bypasses_fail_check_and_re_add(b: Backend) {
                 let mut list = iptables_bypasses(&node, r);
                 if r == "nft" {
                     list.push(native_in_iptables_nft_raw());
+                    list.push(unhooked_iptables_nft_output());
                 }
                 list
             }
