@@ -201,8 +201,8 @@ def main():
         if b.cache:
             log("==> pod cache: API requests, memory with 1,000 pods, /readyz under hostile clients")
             extra["cache"] = {"requests": podcache.api_requests(b, [
-                "add-redirect-nft", "add-redirect-nft-cache", "add-redirect-nftables", "add-redirect-nftables-cache",
-                "add-redirect-nftables-stale"]), "memory": podcache.memory(b, 200 if a.runs < 20 else 1000),
+                "add-redirect-nft", "add-redirect-nft-cache", "add-redirect-legacy-cache", "add-redirect-nftables",
+                "add-redirect-nftables-cache", "add-redirect-nftables-stale"]), "memory": podcache.memory(b, 200 if a.runs < 20 else 1000),
                 "hostile": podcache.hostile(b, secs=2.0 if a.runs < 20 else 5.0)}
         if "installer" not in skip:
             extra["installer"] = agents.installer(b)

@@ -238,7 +238,9 @@ def cache_cases(b, n, tag, add_case):
     b.ours_impls is served by its own install-cni."""
     have_nft = shutil.which("nft", path=PATH_ENV) is not None
     variants = [("add-redirect-nft-cache", "ADD with redirect, IPv4 REDIRECT, nft, pod from the node's cache",
-                 "nft", "cache", "floor-restore-add-redirect-nft", "nft" in b.backends)]
+                 "nft", "cache", "floor-restore-add-redirect-nft", "nft" in b.backends),
+                ("add-redirect-legacy-cache", "ADD with redirect, IPv4 REDIRECT, legacy, pod from the node's cache",
+                 "legacy", "cache-legacy", "floor-restore-add-redirect-legacy", "legacy" in b.backends)]
     variants += [("add-redirect-nftables-cache", "ADD with redirect, IPv4 REDIRECT, nftables, pod from the node's cache",
                   "nftables", "cache", "floor-nft-f", have_nft),
                  ("add-redirect-nftables-stale", "ADD, nftables, agent killed (its socket left): API fallback",
@@ -247,6 +249,7 @@ def cache_cases(b, n, tag, add_case):
         if not ok:
             continue
         for impl in b.ours_impls:
-            rd = podcache.cache_run(impl) if run_dir == "cache" else run_dir
+            rd = {"cache": podcache.cache_run(impl), "cache-legacy": podcache.cache_run(impl, "legacy")}.get(
+                run_dir, run_dir)
             pp, jobs = our_add_jobs(b, impl, n, tag, case, backend, rd)
             add_case(case, label, impl, jobs, floor=floor, check=(backend, [x[0] for x in pp]))

@@ -88,6 +88,13 @@ def start(b):
     for impl in b.ours_impls:
         b.caches[impl] = Agent(b, "cache-agent" if impl == "ours" else f"cache-agent-{impl}", NODE, impl)
         b.run_dirs[cache_run(impl)] = b.caches[impl].run
+        # The same agent's socket for plugins recorded on the legacy backend: a run dir of its own (the record
+        # decides the backend) whose socket is a hard link to the agent's (same inode: its heartbeat too).
+        d = b.double.run_dir(os.path.join(b.work, f"run-{cache_run(impl, 'legacy')}"))
+        with open(os.path.join(d, "iptables-backend"), "w") as f:
+            f.write("legacy\n")
+        os.link(os.path.join(b.caches[impl].run, "pod-cache.sock"), os.path.join(d, "pod-cache.sock"))
+        b.run_dirs[cache_run(impl, "legacy")] = d
     b.cache = b.caches["ours"]
     # A run dir whose socket nobody listens on: the agent was SIGKILLed and left it.
     d = b.double.run_dir(os.path.join(b.work, "run-stale"))
@@ -97,9 +104,11 @@ def start(b):
     b.run_dirs["stale"] = d
 
 
-def cache_run(impl):
-    """The key in b.run_dirs of the run dir whose socket `impl`'s own install-cni serves."""
-    return "cache" if impl == "ours" else f"cache-{impl}"
+def cache_run(impl, backend=None):
+    """The key in b.run_dirs of the run dir whose socket `impl`'s own install-cni serves (with `backend`: the
+    one recorded on that iptables backend instead of the host's)."""
+    key = "cache" if impl == "ours" else f"cache-{impl}"
+    return f"{key}-{backend}" if backend else key
 
 
 def wait_synced(b):
