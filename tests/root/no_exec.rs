@@ -7,7 +7,7 @@ use crate::support::*;
 
 /// The programs `strace -f -e trace=execve` saw started, the plugin itself first.
 fn execs(pod: &Pod, node: &Node, command: &str) -> (PluginOutput, Vec<String>) {
-    let trace = node.dir.write(&format!("strace-{command}"), "");
+    let trace = node.dir.write(format!("strace-{command}"), "");
     let mut cmd = std::process::Command::new("strace");
     cmd.args(["-f", "-qq", "-e", "trace=execve", "-e", "signal=none", "-o"])
         .arg(&trace)

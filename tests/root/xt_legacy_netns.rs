@@ -6,92 +6,18 @@
 //! (`state::converge_document`) and a rule of another program (`-m comment`) behave as with the tool.
 
 use crate::support::cmd::without_counters;
-use crate::support::{conformance_dir, require_root, sh, Netns, TempDir};
+use crate::support::xt::{documents, names, node_restore, node_restore_ok, prefix};
+use crate::support::{conformance_dir, require_root, Netns, TempDir};
 use istio_cni::iptables::{save, state};
 use istio_cni::netfilter::Family;
 use istio_cni::xtables::legacy;
-use istio_cni::xtables::rule::{Match, OwnerKind, Table, TableOps, Target};
+use istio_cni::xtables::rule::{Match, Table, TableOps, Target};
 use istio_cni::xtables::{ops, spec};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// GIDs the owner-group cases' groups get in the private /etc/group the node's tools resolve with.
-const GROUPS: [(&str, u32); 2] = [("java", 7001), ("ftp", 7002)];
 /// What another program adds to nat OUTPUT before our rules.
 const FOREIGN: &str = "-A OUTPUT -m comment --comment x -j ACCEPT";
-
-fn names(kind: OwnerKind, name: &str) -> istio_cni::Result<u32> {
-    GROUPS
-        .iter()
-        .find(|(n, _)| kind == OwnerKind::Gid && *n == name)
-        .map(|(_, g)| *g)
-        .ok_or_else(|| istio_cni::Error::other(format!("unknown name {name}")))
-}
-
-/// Every conformance iptables document: capture cases' v4 and v6, pod cases' (v4).
-fn documents() -> Vec<(PathBuf, Family)> {
-    let mut out = Vec::new();
-    for (kind, files) in [
-        (
-            "capture",
-            &[
-                ("expected.v4.rules", Family::V4),
-                ("expected.v6.rules", Family::V6),
-            ][..],
-        ),
-        ("pod", &[("expected.rules", Family::V4)][..]),
-    ] {
-        for e in std::fs::read_dir(conformance_dir().join(kind)).unwrap() {
-            let case = e.unwrap().path();
-            for (f, fam) in files {
-                if case.join(f).is_file() {
-                    out.push((case.join(f), *fam));
-                }
-            }
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(
-        out.len() >= 32,
-        "expected 26 capture and 6 pod documents, found {}",
-        out.len()
-    );
-    out
-}
-
-fn prefix(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "iptables",
-        Family::V6 => "ip6tables",
-    }
-}
-
-/// `*-legacy-restore --noflush` of `text` in `ns`, with the test groups in a private /etc/group.
-fn tool_restore(ns: &Netns, family: Family, text: &str, tmp: &TempDir) -> std::process::Output {
-    let mut groups = std::fs::read_to_string("/etc/group").unwrap();
-    for (n, g) in GROUPS {
-        groups.push_str(&format!("{n}:x:{g}:\n"));
-    }
-    let gfile = tmp.write("group", groups);
-    let doc = tmp.write("doc.rules", text);
-    let cmd = format!(
-        "mount --bind {} /etc/group && ip netns exec {} {}-legacy-restore --noflush < {}",
-        gfile.display(),
-        ns.name(),
-        prefix(family),
-        doc.display()
-    );
-    sh("unshare", &["-m", "sh", "-c", &cmd])
-}
-
-fn tool_restore_ok(ns: &Netns, family: Family, text: &str, tmp: &TempDir) {
-    let o = tool_restore(ns, family, text, tmp);
-    assert!(
-        o.status.success(),
-        "tool restore failed: {}\n{text}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
 
 /// `*-legacy-save` per table, without comment lines and counters.
 fn save_text(ns: &Netns, family: Family) -> BTreeMap<String, String> {
@@ -173,7 +99,7 @@ fn every_document_restored_by_us_is_what_the_tool_writes() {
         let doc = spec::parse_doc(family, &text, &names).unwrap();
         let (a, b) = (Netns::new("xtlega"), Netns::new("xtlegb"));
         our_restore(&a, family, doc.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
-        tool_restore_ok(&b, family, &text, &tmp);
+        node_restore_ok(&b, "legacy", family, &text, &tmp);
         let saved = save_text(&a, family);
         assert_eq!(saved, save_text(&b, family), "{what}: save text");
         let kernel = blobs(&a, family);
@@ -205,7 +131,9 @@ fn every_document_restored_by_us_is_what_the_tool_writes() {
         let err = our_restore(&a, family, doc).unwrap_err().to_string();
         assert!(err.contains("already exists"), "{what}: {err}");
         assert!(
-            !tool_restore(&b, family, &text, &tmp).status.success(),
+            !node_restore(&b, "legacy", family, &text, &tmp)
+                .status
+                .success(),
             "{what}"
         );
         assert_eq!(
@@ -255,14 +183,14 @@ fn converging_with_a_foreign_rule_in_place_matches_the_tool() {
             }
             our_restore(&a, family, spec::parse_doc(family, &from, &names).unwrap())
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
-            tool_restore_ok(&b, family, &from, &tmp);
+            node_restore_ok(&b, "legacy", family, &from, &tmp);
             let before = save_text(&b, family);
             assert_eq!(save_text(&a, family), before, "{what}: first restore");
             assert!(before["nat"].contains(FOREIGN), "{what}: {}", before["nat"]);
             let conv = converge(family, &to, &before);
             our_restore(&a, family, spec::parse_doc(family, &conv, &names).unwrap())
                 .unwrap_or_else(|e| panic!("{what}: {e}\n{conv}"));
-            tool_restore_ok(&b, family, &conv, &tmp);
+            node_restore_ok(&b, "legacy", family, &conv, &tmp);
             let after = save_text(&b, family);
             assert_eq!(save_text(&a, family), after, "{what}: converged\n{conv}");
             assert_eq!(blobs(&a, family), blobs(&b, family), "{what}: kernel blobs");
@@ -317,7 +245,7 @@ fn counters_of_the_rules_kept_are_handed_back_as_the_tool_does() {
         spec::parse_doc(Family::V4, &text, &names).unwrap(),
     )
     .unwrap();
-    tool_restore_ok(&b, Family::V4, &text, &tmp);
+    node_restore_ok(&b, "legacy", Family::V4, &text, &tmp);
     let counted = |ns: &Netns| {
         let out = ns.exec_ok(&["iptables-legacy-save", "-c", "-t", "mangle"]);
         out.lines()

@@ -3,12 +3,12 @@
 //! prints what `iptables-nft-restore --noflush` writes from the same document; our `save` reads back what
 //! either wrote to the same models; `-N` of an existing chain fails the whole batch and changes nothing.
 
-use crate::support::{conformance_dir, require_root, sh_ok, Netns, TempDir};
+use crate::support::xt::{documents, names, node_restore_ok};
+use crate::support::{conformance_dir, require_root, Netns, TempDir};
 use istio_cni::netfilter::is_builtin;
 use istio_cni::netfilter::Family::{self, V4, V6};
 use istio_cni::xtables::rule::*;
 use istio_cni::xtables::{nft, spec};
-use std::path::PathBuf;
 
 fn restore_in(ns: &Netns, family: Family, doc: Vec<TableOps>) -> istio_cni::Result<()> {
     istio_cni::netns::run_in(&ns.path(), move || nft::restore(family, &doc))
@@ -158,67 +158,11 @@ fn inserts_and_deletes_land_where_iptables_puts_them() {
     }
 }
 
-/// GIDs the owner-group cases' groups get, for our parser and (in a private /etc/group) the node's tool.
-const GROUPS: [(&str, u32); 2] = [("java", 7001), ("ftp", 7002)];
-
-fn names(kind: OwnerKind, name: &str) -> istio_cni::Result<u32> {
-    GROUPS
-        .iter()
-        .find(|(n, _)| kind == OwnerKind::Gid && *n == name)
-        .map(|(_, g)| *g)
-        .ok_or_else(|| istio_cni::Error::other(format!("unknown name {name}")))
-}
-
-/// Every conformance iptables document: the capture cases' v4/v6 goldens and the pod cases' rules.
-fn documents() -> Vec<(PathBuf, Family)> {
-    let mut out = Vec::new();
-    let capture = conformance_dir().join("capture");
-    for e in std::fs::read_dir(&capture).unwrap() {
-        let case = e.unwrap().path();
-        for (f, fam) in [("expected.v4.rules", V4), ("expected.v6.rules", V6)] {
-            if case.join(f).is_file() {
-                out.push((case.join(f), fam));
-            }
-        }
-    }
-    for e in std::fs::read_dir(conformance_dir().join("pod")).unwrap() {
-        let f = e.unwrap().path().join("expected.rules");
-        if f.is_file() {
-            out.push((f, V4));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(
-        out.len() >= 32,
-        "expected 26 capture and 6 pod documents, found {}",
-        out.len()
-    );
-    out
-}
-
 fn tool(family: Family, what: &str) -> String {
     match family {
         V4 => format!("iptables-nft-{what}"),
         V6 => format!("ip6tables-nft-{what}"),
     }
-}
-
-/// The node's `iptables-nft-restore --noflush` of `doc` in `ns`, the test groups in a private /etc/group.
-fn node_restore(ns: &Netns, family: Family, doc: &str, tmp: &TempDir) {
-    let mut groups = std::fs::read_to_string("/etc/group").unwrap();
-    for (n, g) in GROUPS {
-        groups.push_str(&format!("{n}:x:{g}:\n"));
-    }
-    let gfile = tmp.write("group", groups);
-    let dfile = tmp.write("doc", doc);
-    let cmd = format!(
-        "mount --bind {} /etc/group && ip netns exec {} {} --noflush < {}",
-        gfile.display(),
-        ns.name(),
-        tool(family, "restore"),
-        dfile.display()
-    );
-    sh_ok("unshare", &["-m", "sh", "-c", &cmd]);
 }
 
 fn ours(family: Family, doc: &str) -> Vec<TableOps> {
@@ -238,7 +182,7 @@ fn every_golden_saves_identically_to_the_node_tools_restore() {
         let b = Netns::new("xtnft-b");
         restore_in(&a, family, ours(family, &doc))
             .unwrap_or_else(|e| panic!("{what}: our restore: {e}"));
-        node_restore(&b, family, &doc, &tmp);
+        node_restore_ok(&b, "nft", family, &doc, &tmp);
         let save = tool(family, "save");
         let text = node_save(&a, &save);
         assert_eq!(text, node_save(&b, &save), "{what}: iptables-nft-save");
@@ -303,8 +247,8 @@ fn converging_documents_apply_as_the_node_tool_applies_them() {
             Netns::new("xtnft-cc"),
         );
         restore_in(&a, family, ours(family, &from_doc)).unwrap();
-        node_restore(&b, family, &from_doc, &tmp);
-        node_restore(&c, family, &to_doc, &tmp);
+        node_restore_ok(&b, "nft", family, &from_doc, &tmp);
+        node_restore_ok(&c, "nft", family, &to_doc, &tmp);
         let expected = istio_cni::iptables::save::parse(&node_save(&c, &save));
         let actual = istio_cni::iptables::save::parse(&node_save(&a, &save));
         let conv = istio_cni::iptables::state::converge_document(&to_doc, &expected, &actual);
@@ -314,7 +258,7 @@ fn converging_documents_apply_as_the_node_tool_applies_them() {
         );
         restore_in(&a, family, ours(family, &conv))
             .unwrap_or_else(|e| panic!("{from} -> {to}: {e}\n{conv}"));
-        node_restore(&b, family, &conv, &tmp);
+        node_restore_ok(&b, "nft", family, &conv, &tmp);
         let got = node_save(&a, &save);
         assert_eq!(got, node_save(&b, &save), "{from} -> {to}:\n{conv}");
         // A table the target never had stays behind, empty (as the node's tool leaves it).

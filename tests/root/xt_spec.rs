@@ -4,48 +4,13 @@
 //! (`istio_cni::xtables::spec`). This is what lets CHECK compare what the kernel holds without a scratch
 //! namespace and without exec.
 
-use crate::support::{conformance_dir, require_root, sh_ok, Netns, TempDir};
+use crate::support::xt::{documents, names, node_restore_ok, prefix};
+use crate::support::{require_root, Netns, TempDir};
 use istio_cni::iptables::save;
 use istio_cni::netfilter::Family;
-use istio_cni::xtables::rule::OwnerKind;
 use istio_cni::xtables::{ops, spec};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-/// GIDs the owner-group cases' groups get in the private /etc/group the node's tools resolve with.
-const GROUPS: [(&str, u32); 2] = [("java", 7001), ("ftp", 7002)];
-
-fn names(kind: OwnerKind, name: &str) -> istio_cni::Result<u32> {
-    GROUPS
-        .iter()
-        .find(|(n, _)| kind == OwnerKind::Gid && *n == name)
-        .map(|(_, g)| *g)
-        .ok_or_else(|| istio_cni::Error::other(format!("unknown name {name}")))
-}
-
-/// Every capture case's iptables documents: `(case/file, family)`.
-fn documents() -> Vec<(PathBuf, Family)> {
-    let dir = conformance_dir().join("capture");
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let case = e.unwrap().path();
-        for (f, fam) in [
-            ("expected.v4.rules", Family::V4),
-            ("expected.v6.rules", Family::V6),
-        ] {
-            if case.join(f).is_file() {
-                out.push((case.join(f), fam));
-            }
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(
-        out.len() >= 26,
-        "expected the 18 capture cases' documents, found {}",
-        out.len()
-    );
-    out
-}
+use std::path::Path;
 
 /// Our model of the document applied to empty tables (`xtables::ops`): `(table, chain) -> rendered rules`.
 fn ours(family: Family, doc: &str) -> BTreeMap<(String, String), Vec<String>> {
@@ -69,23 +34,9 @@ fn theirs(
     tmp: &TempDir,
 ) -> BTreeMap<(String, String), Vec<String>> {
     let ns = Netns::new("xtspec");
-    let mut groups = std::fs::read_to_string("/etc/group").unwrap();
-    for (n, g) in GROUPS {
-        groups.push_str(&format!("{n}:x:{g}:\n"));
-    }
-    let gfile = tmp.write("group", groups);
-    let prefix = if family == Family::V4 {
-        "iptables"
-    } else {
-        "ip6tables"
-    };
-    let cmd = format!(
-        "mount --bind {} /etc/group && ip netns exec {} {prefix}-{tool}-restore --noflush < {}",
-        gfile.display(),
-        ns.name(),
-        path.display()
-    );
-    sh_ok("unshare", &["-m", "sh", "-c", &cmd]);
+    let doc = std::fs::read_to_string(path).unwrap();
+    node_restore_ok(&ns, tool, family, &doc, tmp);
+    let prefix = prefix(family);
     let text = ns.exec_ok(&[format!("{prefix}-{tool}-save")]);
     let mut out = BTreeMap::new();
     for (table, t) in save::parse(&text) {

@@ -1,5 +1,5 @@
 //! The one support tree of the integration tests (`mod support;` in each entry file: `tests/unprivileged.rs`,
-//! `tests/root.rs`, `tests/conformance.rs`, `tests/host_root.rs`). Here: root check, unique names, temp dirs,
+//! `tests/root.rs`, `tests/conformance.rs`). Here: root check, unique names, temp dirs,
 //! the conformance vectors, our binary, netns, exec a plugin as a runtime does, JSON comparison, ports,
 //! polling, base64. Below: [`install`] (installer nodes and vectors), [`kube`] (clients for the API double),
 //! [`repair`] (the agent and its vectors), [`audit`] (the audit's end-to-end harness), [`e2e`] (a node with
@@ -27,6 +27,7 @@ pub mod podcache;
 pub mod prometheus;
 pub mod repair;
 pub mod traffic;
+pub mod xt;
 
 pub use cmd::{sh, sh_ok};
 pub use istio_cni::json::{Number, Object, Value};
