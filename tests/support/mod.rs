@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 pub mod audit;
 pub mod cmd;
 pub mod e2e;
-pub mod hostile;
 pub mod install;
 pub mod kube;
 pub mod monitoring;
