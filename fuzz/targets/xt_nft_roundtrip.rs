@@ -1,12 +1,12 @@
-//! iptables-nft's rule codec (`xtables::nft`): any bytes read as a rule's `NFTA_RULE_EXPRESSIONS` decode to
+//! iptables-nft's rule codec (`iptables::nft`): any bytes read as a rule's `NFTA_RULE_EXPRESSIONS` decode to
 //! a rule, never a panic, and a decoded rule we can encode encodes and decodes to itself; a rule built from
 //! the bytes (selector byte odd) encodes as iptables-nft 1.8.7 would and decodes to the same rule.
 //! The body of the cargo-fuzz target of the same name (fuzz/fuzz_targets/), also run on stable by
 //! tests/fuzz (seeds and mutations).
 
+use istio_cni::iptables::nft::{decode_rule, encode_rule, xexpr};
 use istio_cni::netfilter::Family;
 use istio_cni::nftables::encode::Attrs;
-use istio_cni::xtables::nft::{decode_rule, encode_rule, xexpr};
 use istio_cni::xtables::rule::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -1,14 +1,15 @@
 //! How iptables mode's rules reach the kernel. By default directly, with no process: iptables-nft's own
-//! nf_tables objects over netlink ([`crate::xtables::nft`]) or iptables-legacy's x_tables blob over its
+//! nf_tables objects over netlink ([`crate::iptables::nft`]) or iptables-legacy's x_tables blob over its
 //! socket options ([`crate::xtables::legacy`]), from the same restore documents the node's tools would
 //! read ([`crate::xtables::spec`]). Only where an operator asks for it (IPTABLES_NODE_BINARIES, for a
 //! kernel or an encoding we do not speak) does the plugin run the node's `iptables-restore`/`-save`
 //! instead ([`super::exec`], on its PATH); the node's agents never do.
 
+use super::nft;
 use super::{exec, Backend};
 use crate::error::{Context, Result};
 use crate::netfilter::Family;
-use crate::xtables::{legacy, names, nft, spec};
+use crate::xtables::{legacy, names, spec};
 
 /// One backend, and whether its node binaries are run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,6 +7,7 @@ pub mod backend;
 pub mod exec;
 pub mod foreign;
 pub mod io;
+pub mod nft;
 pub mod save;
 pub mod state;
 pub mod tool;

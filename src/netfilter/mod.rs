@@ -6,6 +6,7 @@
 //! the one text every reader reports that in (pure).
 
 pub mod bypass;
+pub mod owner;
 
 /// What programming a pod's rules did (per family with iptables), for the decision log; both backends'.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

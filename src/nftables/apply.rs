@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 /// Resolves a group name through the host's NSS (what nft does while parsing).
 pub fn resolve_group(name: &str) -> Result<u32> {
-    crate::xtables::names::system(crate::xtables::rule::OwnerKind::Gid, name)
+    crate::netfilter::owner::id(crate::netfilter::owner::Owner::Group, name)
 }
 
 fn rule_text_at(rs: &Ruleset, table: &str, chain: &str, i: usize) -> String {

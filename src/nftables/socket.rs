@@ -79,7 +79,7 @@ impl Socket {
         self.run_raw(&b.bytes, b.what.last().map(|w| w.seq))
     }
 
-    /// [`Socket::run_batch`] for a batch encoded elsewhere (iptables-nft's, [`crate::xtables::nft`]):
+    /// [`Socket::run_batch`] for a batch encoded elsewhere (iptables-nft's, [`crate::iptables::nft`]):
     /// `ack_seq` is the sequence number of its one message that asks for an ack.
     pub fn run_raw(&mut self, bytes: &[u8], ack_seq: Option<u32>) -> Result<Vec<Failure>> {
         self.send_all("send the batch", bytes)?;

@@ -14,10 +14,9 @@
 pub mod entries;
 pub mod legacy;
 pub mod names;
-pub mod nft;
 pub mod ops;
 pub mod rule;
-mod sockopt;
+pub mod sockopt;
 pub mod spec;
 
 use crate::error::{IoContext, Result};

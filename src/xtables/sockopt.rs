@@ -9,6 +9,11 @@ use nix::libc;
 use nix::sys::socket::{socket, AddressFamily, SockFlag, SockProtocol, SockType};
 use std::os::fd::{AsRawFd, OwnedFd};
 
+/// How often a table that changed between our read and our write is read and written again. Each
+/// `EAGAIN` means another writer's replace landed in between, so with fewer concurrent writers than this
+/// every one of them lands.
+pub const ATTEMPTS: usize = 16;
+
 const SO_GET_INFO: libc::c_int = 64;
 const SO_GET_ENTRIES: libc::c_int = 65;
 /// A table larger than this is not read (a pod could build one to stall us): fail closed.
@@ -58,7 +63,7 @@ pub fn read(v6: bool, name: &str) -> Result<(Info, Vec<u8>)> {
     }
     // The table can change between the two calls (the kernel then refuses the size): read again. Each
     // retry means another writer's replace landed in between; as many tries as a legacy restore makes.
-    for _ in 0..super::legacy::ATTEMPTS {
+    for _ in 0..ATTEMPTS {
         let mut buf = [0u8; INFO_LEN];
         buf[..name.len()].copy_from_slice(name.as_bytes());
         get(&fd, level, SO_GET_INFO, &mut buf).map_err(|e| io(what("get info"), e))?;

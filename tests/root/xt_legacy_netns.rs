@@ -269,7 +269,7 @@ fn concurrent_restores_into_one_namespace_all_land() {
     // Writers that read the table before another one's replace get EAGAIN from the kernel and read
     // again: each of them lands, nothing is lost. Each EAGAIN is another writer landing, so fewer
     // writers than attempts always land, however the threads are scheduled.
-    let n = legacy::ATTEMPTS - 4;
+    let n = istio_cni::xtables::sockopt::ATTEMPTS - 4;
     let ns = Netns::new("xtlgcc");
     let writers: Vec<_> = (0..n)
         .map(|i| {

@@ -1,14 +1,15 @@
-//! iptables-nft without exec (`istio_cni::xtables::nft`) against real namespaces and the node's own
+//! iptables-nft without exec (`istio_cni::iptables::nft`) against real namespaces and the node's own
 //! iptables-nft (1.8.9 on Debian 12): what our `restore` writes, `iptables-nft-save` prints exactly as it
 //! prints what `iptables-nft-restore --noflush` writes from the same document; our `save` reads back what
 //! either wrote to the same models; `-N` of an existing chain fails the whole batch and changes nothing.
 
 use crate::support::xt::{documents, names, node_restore_ok};
 use crate::support::{conformance_dir, require_root, Netns, TempDir};
+use istio_cni::iptables::nft;
 use istio_cni::netfilter::is_builtin;
 use istio_cni::netfilter::Family::{self, V4, V6};
 use istio_cni::xtables::rule::*;
-use istio_cni::xtables::{nft, spec};
+use istio_cni::xtables::spec;
 
 fn restore_in(ns: &Netns, family: Family, doc: Vec<TableOps>) -> istio_cni::Result<()> {
     istio_cni::netns::run_in(&ns.path(), move || nft::restore(family, &doc))

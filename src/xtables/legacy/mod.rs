@@ -20,13 +20,8 @@ use crate::error::{Error, IoContext, Result};
 use crate::netfilter::Family;
 use crate::xtables::entries::Info;
 use crate::xtables::rule::{Table, TableOps};
-use crate::xtables::sockopt;
+use crate::xtables::sockopt::{self, ATTEMPTS};
 use nix::errno::Errno;
-
-/// How often a table that changed between our read and our write is read and written again. Each
-/// `EAGAIN` means another writer's replace landed in between, so with fewer concurrent writers than this
-/// every one of them lands.
-pub const ATTEMPTS: usize = 16;
 
 fn is_v6(family: Family) -> bool {
     family == Family::V6

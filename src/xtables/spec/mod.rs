@@ -1,4 +1,4 @@
-//! Rule specs as text (pure): parsing what our generator writes into restore documents (and what
+//! Rule specs as text (pure), this file the parser, [`render`] the way back, [`doc`] whole documents: parsing what our generator writes into restore documents (and what
 //! `iptables-save` prints, so a dump's lines parse too) into [`Rule`]s and [`TableOps`], and rendering a
 //! [`Rule`] back exactly as `iptables-save` 1.8.7-1.8.11 prints it: `[!] -s [!] -d [!] -i [!] -o -p` first,
 //! then the matches in rule order (`-m tcp` named for an implicit `--dport`), then the target with every
@@ -10,7 +10,7 @@ use super::rule::*;
 use crate::error::{Error, Result};
 use crate::netfilter::Family;
 use ipnet::IpNet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 /// Resolves an owner name (`--gid-owner java`) to its number, as the node's tool would through NSS.
 pub type Names<'a> = &'a dyn Fn(OwnerKind, &str) -> Result<u32>;
@@ -50,7 +50,7 @@ fn proto_number(s: &str) -> Option<u8> {
     }
 }
 
-fn proto_name(p: u8) -> String {
+pub(super) fn proto_name(p: u8) -> String {
     match p {
         TCP => "tcp".into(),
         UDP => "udp".into(),
@@ -78,7 +78,7 @@ fn net(family: Family, s: &str) -> Option<IpNet> {
         .map(|n| n.trunc())
 }
 
-const CT_STATES: [(u32, &str); 5] = [
+pub(super) const CT_STATES: [(u32, &str); 5] = [
     (CT_INVALID, "INVALID"),
     (CT_NEW, "NEW"),
     (CT_RELATED, "RELATED"),
@@ -319,241 +319,12 @@ fn target(spec: &str, toks: &[&str]) -> Result<Target> {
     Ok(t)
 }
 
-/// An IPv6 address as glibc's `inet_ntop` writes it (`::127.0.0.53` for an IPv4-compatible address,
-/// where Rust writes `::7f00:35`).
-fn v6_text(a: &Ipv6Addr) -> String {
-    let s = a.segments();
-    if s[..6] == [0; 6] && s[6] != 0 {
-        let [.., a, b, c, d] = a.octets();
-        return format!("::{}", Ipv4Addr::new(a, b, c, d));
-    }
-    a.to_string()
-}
+mod doc;
+mod render;
 
-fn net_text(n: &IpNet) -> String {
-    match n {
-        IpNet::V4(n) => n.to_string(),
-        IpNet::V6(n) => format!("{}/{}", v6_text(&n.addr()), n.prefix_len()),
-    }
-}
-
-fn bang(inv: bool) -> &'static str {
-    if inv {
-        "! "
-    } else {
-        ""
-    }
-}
-
-/// Renders a rule as `iptables-save` prints it.
-pub fn render(family: Family, r: &Rule) -> String {
-    let mut out: Vec<String> = Vec::new();
-    for (opt, n) in [("-s", &r.src), ("-d", &r.dst)] {
-        if let Some(n) = n {
-            out.push(format!("{}{opt} {}", bang(n.inv), net_text(&n.value)));
-        }
-    }
-    for (opt, i) in [("-i", &r.iif), ("-o", &r.oif)] {
-        if let Some(i) = i {
-            out.push(format!("{}{opt} {}", bang(i.inv), i.value));
-        }
-    }
-    if let Some(p) = r.proto {
-        out.push(format!("-p {}", proto_name(p)));
-    }
-    let proto = proto_name(r.proto.unwrap_or(0));
-    for m in &r.matches {
-        out.push(match m {
-            Match::Port { dir, port, inv } => {
-                let o = if *dir == PortDir::Dst {
-                    "--dport"
-                } else {
-                    "--sport"
-                };
-                format!("-m {proto} {}{o} {port}", bang(*inv))
-            }
-            Match::Multiport { ports, inv } => {
-                let p: Vec<String> = ports.iter().map(u16::to_string).collect();
-                format!("-m multiport {}--dports {}", bang(*inv), p.join(","))
-            }
-            Match::Owner { kind, id, inv } => {
-                let o = if *kind == OwnerKind::Uid {
-                    "--uid-owner"
-                } else {
-                    "--gid-owner"
-                };
-                format!("-m owner {}{o} {id}", bang(*inv))
-            }
-            Match::Mark { mark, mask, inv } => {
-                format!("-m mark {}--mark {}", bang(*inv), hex_mark(*mark, *mask))
-            }
-            Match::Connmark { mark, mask, inv } => {
-                format!(
-                    "-m connmark {}--mark {}",
-                    bang(*inv),
-                    hex_mark(*mark, *mask)
-                )
-            }
-            Match::Conntrack { states } => {
-                let names: Vec<&str> = CT_STATES
-                    .iter()
-                    .filter(|(b, _)| states & b != 0)
-                    .map(|(_, n)| *n)
-                    .collect();
-                format!("-m conntrack --ctstate {}", names.join(","))
-            }
-            Match::Other(t) => t.clone(),
-        });
-    }
-    let any = match family {
-        Family::V4 => "0.0.0.0",
-        Family::V6 => "::",
-    };
-    let t = match &r.target {
-        Target::None => String::new(),
-        Target::Accept => "-j ACCEPT".into(),
-        Target::Drop => "-j DROP".into(),
-        Target::Return => "-j RETURN".into(),
-        Target::Jump(c) => format!("-j {c}"),
-        Target::Redirect { port } => format!("-j REDIRECT --to-ports {port}"),
-        Target::Mark { mark, mask } => format!("-j MARK --set-xmark {mark:#x}/{mask:#x}"),
-        Target::Connmark {
-            mode,
-            nfmask,
-            ctmask,
-        } => {
-            let m = if *mode == ConnmarkMode::Save {
-                "--save-mark"
-            } else {
-                "--restore-mark"
-            };
-            format!("-j CONNMARK {m} --nfmask {nfmask:#x} --ctmask {ctmask:#x}")
-        }
-        Target::Tproxy { port, mark, mask } => {
-            format!("-j TPROXY --on-port {port} --on-ip {any} --tproxy-mark {mark:#x}/{mask:#x}")
-        }
-        Target::Ct { zone } => format!("-j CT --zone {zone}"),
-        // Always behind `-j`, so whoever reads the text sees a target it does not know (never "no target").
-        Target::Other(t) if t.starts_with("-j ") => t.clone(),
-        Target::Other(t) => format!("-j ?{t}"),
-    };
-    if !t.is_empty() {
-        out.push(t);
-    }
-    out.join(" ")
-}
-
-/// `0x539`, or `0x539/0xff` with a mask other than all ones.
-fn hex_mark(mark: u32, mask: u32) -> String {
-    if mask == u32::MAX {
-        format!("{mark:#x}")
-    } else {
-        format!("{mark:#x}/{mask:#x}")
-    }
-}
-
-/// Parses an `iptables-restore --noflush` document (`*table`, `-N`, `-A`, `-I C n`, `-D`, `-F`, `-X`,
-/// `COMMIT`; comments and blank lines skipped) into its tables' operations, in order.
-pub fn parse_doc(family: Family, doc: &str, names: Names) -> Result<Vec<TableOps>> {
-    let mut out: Vec<TableOps> = Vec::new();
-    let mut open = false;
-    for (n, line) in doc.lines().enumerate() {
-        let line = line.trim();
-        let at =
-            |why: String| Error::Rules(format!("restore document line {}: {why}: {line:?}", n + 1));
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if let Some(t) = line.strip_prefix('*') {
-            if open {
-                return Err(at("table opened before COMMIT".into()));
-            }
-            out.push(TableOps {
-                table: t.trim().to_string(),
-                ops: Vec::new(),
-            });
-            open = true;
-            continue;
-        }
-        if line == "COMMIT" {
-            if !open {
-                return Err(at("COMMIT outside a table".into()));
-            }
-            open = false;
-            continue;
-        }
-        let ops = match out.last_mut() {
-            Some(t) if open => &mut t.ops,
-            _ => return Err(at("outside a table".into())),
-        };
-        let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
-        let (chain, rest) = rest.trim().split_once(' ').unwrap_or((rest.trim(), ""));
-        if chain.is_empty() {
-            return Err(at(format!("{verb} needs a chain")));
-        }
-        let c = chain.to_string();
-        let rule = |s: &str| parse_rule(family, s, names).map_err(|e| at(e.to_string()));
-        ops.push(match verb {
-            "-N" if rest.is_empty() => Op::NewChain(c),
-            "-F" if rest.is_empty() => Op::Flush(c),
-            "-X" if rest.is_empty() => Op::DeleteChain(c),
-            "-A" => Op::Append(c, rule(rest)?),
-            "-D" => Op::Delete(c, rule(rest)?),
-            "-I" => {
-                let (pos, spec) = rest.split_once(' ').unwrap_or((rest, ""));
-                match pos.parse::<usize>() {
-                    Ok(p) if p >= 1 => Op::Insert(c, p, rule(spec)?),
-                    _ => Op::Insert(c, 1, rule(rest)?),
-                }
-            }
-            _ => return Err(at("unsupported line".into())),
-        });
-    }
-    if open {
-        return Err(Error::Rules(
-            "restore document: the last table has no COMMIT".into(),
-        ));
-    }
-    Ok(out)
-}
-
-/// Built-in chains of a table in hook order.
-pub fn builtins(table: &str) -> &'static [&'static str] {
-    match table {
-        "nat" => &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"],
-        "mangle" => &["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"],
-        "raw" => &["PREROUTING", "OUTPUT"],
-        "filter" | "security" => &["INPUT", "FORWARD", "OUTPUT"],
-        _ => &[],
-    }
-}
-
-/// Tables as `iptables-save` prints them (counters zero, no comment lines): what
-/// [`crate::iptables::save::parse`] reads.
-pub fn save_text(family: Family, tables: &[Table]) -> String {
-    let mut out = String::new();
-    for t in tables {
-        out.push_str(&format!("*{}\n", t.name));
-        for c in &t.chains {
-            let policy = if builtins(&t.name).contains(&c.name.as_str()) {
-                "ACCEPT"
-            } else {
-                "-"
-            };
-            out.push_str(&format!(":{} {policy} [0:0]\n", c.name));
-        }
-        for c in &t.chains {
-            for r in &c.rules {
-                out.push_str(
-                    &format!("-A {} {}\n", c.name, render(family, r)).replace(" \n", "\n"),
-                );
-            }
-        }
-        out.push_str("COMMIT\n");
-    }
-    out
-}
+pub use doc::{builtins, parse_doc, save_text};
+pub use render::render;
 
 #[cfg(test)]
-#[path = "spec_tests.rs"]
+#[path = "tests.rs"]
 mod tests;
