@@ -61,7 +61,7 @@ pub fn for_agent(conf: &NetConf) -> Result<Box<dyn RuleBackend>> {
     if conf.native_nftables {
         return Ok(Box::new(Nftables));
     }
-    let b = crate::iptables::backend::for_plugin(Path::new(&conf.cni_agent_run_dir))?;
+    let b = crate::iptables::backend::for_agent(Path::new(&conf.cni_agent_run_dir))?;
     Ok(Box::new(Iptables(crate::iptables::Io::kernel(b))))
 }
 

@@ -167,6 +167,16 @@ pub fn for_plugin(run_dir: &Path) -> Result<Backend> {
     Ok(b)
 }
 
+/// The recorded backend, or a detection when there is no record, for the node's agents (repair in place,
+/// the audit): never recorded. They run in the installer's process, whose teardown removes the record it
+/// wrote; an audit round recording it again meanwhile would leave a record nobody removes.
+pub fn for_agent(run_dir: &Path) -> Result<Backend> {
+    match read_record(run_dir)? {
+        Some(b) => Ok(b),
+        None => detect_host(),
+    }
+}
+
 /// Tables iptables-nft and iptables-legacy keep rules in (what their `-save` lists).
 const XT_TABLES: [&str; 5] = ["filter", "nat", "mangle", "raw", "security"];
 
@@ -323,6 +333,19 @@ mod tests {
         ] {
             assert_eq!(Backend::from_binary_name(name), want, "{name}");
         }
+    }
+
+    /// The agents read the record, and without one detect without recording: a record only the installer
+    /// (claimed, removed at its teardown) or the plugin writes.
+    #[test]
+    fn agents_never_record_the_backend() {
+        let dir = crate::fsutil::test_dir("backend-agent");
+        let record = RunDir::new(&dir).iptables_backend();
+        let _ = for_agent(&dir);
+        assert!(!record.exists(), "an agent recorded the backend");
+        std::fs::write(&record, "legacy\n").unwrap();
+        assert_eq!(for_agent(&dir).unwrap(), Backend::Legacy);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A forced backend is recorded as given, without probing (a detection would need iptables tools and
