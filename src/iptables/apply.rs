@@ -86,7 +86,8 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
         Err(e) => e,
     };
     // Not a fresh namespace? Only then inspect; otherwise the restore error is the answer.
-    let actual = save::parse(&io.save(family)?);
+    let (text, incompatible) = io.inspect(family)?;
+    let actual = save::parse(&text);
     let has_ours = actual
         .values()
         .any(|t| t.chains.keys().any(|c| is_our_chain(c)));
@@ -95,7 +96,7 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
     }
     let expected = normalized(family, doc)?;
     let mut found = foreign::findings(io.backend, family, &expected, &actual);
-    found.extend(io.incompatible(family)?);
+    found.extend(incompatible);
     if state::diff(&expected, &actual).is_empty() {
         return Ok((Outcome::AlreadyInPlace, found));
     }
@@ -187,7 +188,8 @@ where
         let mut f = bypass::Findings::default();
         for (family, doc) in &plan.docs {
             let expected = normalized(*family, doc)?;
-            let actual = save::parse(&io.save(*family)?);
+            let (text, incompatible) = io.inspect(*family)?;
+            let actual = save::parse(&text);
             let d = state::diff(&expected, &actual);
             let fam = family.name();
             f.ours
@@ -201,7 +203,7 @@ where
                 .extend(d.before.iter().map(|m| format!("{fam}: unexpected {m}")));
             f.bypass
                 .extend(foreign::findings(io.backend, *family, &expected, &actual));
-            f.bypass.extend(io.incompatible(*family)?);
+            f.bypass.extend(incompatible);
         }
         let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
         f.bypass.extend(elsewhere(io, &fams)?);

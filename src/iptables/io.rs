@@ -63,16 +63,18 @@ impl Io {
         Ok(spec::save_text(family, &tables))
     }
 
-    /// iptables-nft's chains of `family` that iptables-nft would not have made (a built-in chain not hooked,
-    /// or hooked with another type, hook or priority, a policy other than ACCEPT): nothing [`Io::save`]'s
-    /// text can show, and each one can keep our jumps from running. Empty for the legacy tables (the kernel
-    /// fixes their hooks) and with the node's binaries (their `-save` refuses such a table).
-    pub fn incompatible(self, family: Family) -> Result<Vec<String>> {
+    /// [`Io::save`]'s text, and from the same read iptables-nft's chains of `family` that iptables-nft would
+    /// not have made (a built-in chain not hooked, or hooked with another type, hook or priority, a policy
+    /// other than ACCEPT): nothing the text can show, and each one can keep our jumps from running. No such
+    /// chains for the legacy tables (the kernel fixes their hooks) nor with the node's binaries (their
+    /// `-save` refuses such a table).
+    pub fn inspect(self, family: Family) -> Result<(String, Vec<String>)> {
         if self.node_binaries || self.legacy() {
-            return Ok(Vec::new());
+            return Ok((self.save(family)?, Vec::new()));
         }
-        nft::incompatible_chains(family)
-            .with_context(|| format!("read the {} chains", family.name()))
+        let what = || format!("read the {} rules and chains ({})", family.name(), self.name());
+        let (tables, incompatible) = nft::inspect(family).with_context(what)?;
+        Ok((spec::save_text(family, &tables), incompatible))
     }
 
     /// `nft`, `legacy`, or the node's binaries' name.

@@ -95,11 +95,17 @@ pub fn save(family: Family) -> Result<Vec<Table>> {
 /// The chains of iptables-nft's tables of `family` that iptables-nft would not have made
 /// ([`incompatible::chains`]): nothing [`save`] can show.
 pub fn incompatible_chains(family: Family) -> Result<Vec<String>> {
+    Ok(inspect(family)?.1)
+}
+
+/// [`save`] and [`incompatible_chains`] from one read of the kernel's tables.
+pub fn inspect(family: Family) -> Result<(Vec<Table>, Vec<String>)> {
     let name = match family {
         Family::V4 => "ip",
         Family::V6 => "ip6",
     };
-    Ok(incompatible::chains(name, &read_with_handles(family)?))
+    let current = read_with_handles(family)?;
+    Ok((read::tables(&current), incompatible::chains(name, &current)))
 }
 
 /// [`save`] with every rule's handle.
