@@ -70,11 +70,25 @@ pub enum Step {
     },
 }
 
-/// Whether applying `doc` needs the tables' current rules (it inserts or deletes).
+/// Whether applying `doc` needs the tables' current rules: it inserts into or deletes from a chain whose
+/// rules the document has not made known itself (by creating it with `-N`, which fails if it exists, or
+/// flushing it). A TPROXY pod's document inserts only into chains it creates: no read on its ADD.
 pub fn needs_current(doc: &[TableOps]) -> bool {
-    doc.iter()
-        .flat_map(|t| &t.ops)
-        .any(|o| matches!(o, Op::Insert(..) | Op::Delete(..)))
+    doc.iter().any(|t| {
+        let mut known = std::collections::BTreeSet::new();
+        t.ops.iter().any(|o| match o {
+            Op::NewChain(c) | Op::Flush(c) => {
+                known.insert(c.as_str());
+                false
+            }
+            Op::DeleteChain(c) => {
+                known.remove(c.as_str());
+                false
+            }
+            Op::Insert(c, ..) | Op::Delete(c, _) => !known.contains(c.as_str()),
+            Op::Append(..) => false,
+        })
+    })
 }
 
 /// A chain followed through the document: `None` while nothing is known about its rules.
