@@ -218,11 +218,13 @@ pub fn plan(
                     });
                 }
                 Op::Delete(c, r) => {
-                    let Some(at) = ch.rules.iter().position(|(_, x)| x == r) else {
-                        return Err(err(format!(
-                            "-D {c}: no such rule in the chain ({})",
-                            super::describe(family, r)
-                        )));
+                    // The first rule that prints the same, as the tool and the other two appliers
+                    // (xtables::ops, legacy::ops) match it: a model read from the kernel that differs from
+                    // the document's only where the text cannot show it is the same rule to iptables.
+                    let text = super::describe(family, r);
+                    let same = |x: &Rule| x == r || super::describe(family, x) == text;
+                    let Some(at) = ch.rules.iter().position(|(_, x)| same(x)) else {
+                        return Err(err(format!("-D {c}: no such rule in the chain ({text})")));
                     };
                     let (which, rule) = ch.rules.remove(at);
                     let (table, chain) = s(c);

@@ -235,3 +235,32 @@ fn only_inserts_and_deletes_in_chains_the_document_did_not_make_known_need_a_rea
     assert!(needs_current(&two));
     assert!(needs_current(&doc("nat", vec![n("A"), x("A"), ins("A", 1)])));
 }
+
+#[test]
+fn delete_takes_the_first_rule_that_prints_the_same() {
+    // A rule read from the kernel in a form the reader names rather than models prints as the document's
+    // rule does: to iptables-nft (and to the two other appliers) it is that rule.
+    let ours = Rule {
+        proto: Some(TCP),
+        target: Target::Redirect { port: 15001 },
+        ..Rule::any()
+    };
+    let read = Rule {
+        target: Target::Other("-j REDIRECT --to-ports 15001".into()),
+        ..ours.clone()
+    };
+    assert_ne!(read, ours);
+    let cur = [CurrentTable {
+        name: "nat".into(),
+        chains: vec![CurrentChain {
+            name: "ISTIO_REDIRECT".into(),
+            base: false,
+            rules: vec![(4, ret(1)), (7, read)],
+            hook: None,
+            policy: None,
+        }],
+    }];
+    let d = doc("nat", vec![Op::Delete("ISTIO_REDIRECT".into(), ours)]);
+    let steps = plan(V4, &d, Some(&cur)).unwrap();
+    assert_eq!(shape(&steps), ["table nat", "del ISTIO_REDIRECT Handle(7)"]);
+}
