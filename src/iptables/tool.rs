@@ -29,7 +29,7 @@ pub fn find(prog: &str) -> Option<Tool> {
 }
 
 impl Tool {
-    /// A command for the tool with only the environment in [`INHERITED_ENV`].
+    /// A command for the tool with only the environment in `INHERITED_ENV`.
     pub fn command(&self) -> Command {
         let mut c = Command::new(&self.path);
         c.env_clear();

@@ -73,7 +73,7 @@ pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Parses kubeconfig text. JSON if it starts with `{`, else the YAML subset of [`super::yaml`].
+/// Parses kubeconfig text. JSON if it starts with `{`, else the YAML subset of `super::yaml`.
 pub fn parse_document(text: &str, origin: &str) -> Result<Object> {
     if text.trim_start().starts_with('{') {
         return json::parse_object(text, origin);

@@ -1,7 +1,7 @@
 //! Logging: `env_logger` on stderr, never stdout (stdout carries only CNI results). The level comes from
 //! `RUST_LOG` when set, else from the caller (the plugin's `plugin_log_level`, the installer's settings).
 //!
-//! Lines read like upstream's ([`line`]): `<time>\t<level>\t<scope>\t<msg>`, or with `--log_as_json`
+//! Lines read like upstream's ([`mod@line`]): `<time>\t<level>\t<scope>\t<msg>`, or with `--log_as_json`
 //! Istio's JSON. The installer honours Istio's scoped levels (`--log_output_level=default:debug,cni-plugin:info`,
 //! [`levels`]) per scope — `default`, `install`, `repair` and `cni-plugin` (the plugin's relayed lines).
 //!
@@ -134,7 +134,7 @@ pub fn relayed(data: &[u8]) {
 const RELAY_SLACK: usize = 64;
 
 /// The level and (sanitised) message of a relayed datagram. The message as logged (JSON-escaped or not)
-/// is at most the datagram's size plus [`RELAY_SLACK`] ([`line::sanitise`]), so a datagram cannot make
+/// is at most the datagram's size plus `RELAY_SLACK` ([`line::sanitise`]), so a datagram cannot make
 /// the installer write more than it was sent.
 pub fn parse_relayed(data: &[u8]) -> (Level, String) {
     let text = line::compact_lossy(data);

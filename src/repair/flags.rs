@@ -1,7 +1,11 @@
 //! The `istio-cni-repair` applet's command line. Go-style `--flag=value` and bare boolean flags are
 //! accepted (rewritten for argh by [`crate::settings::normalize_args`]); every repair setting has its
-//! master (`--repair-*`) and 1.9 name. The setting flags are declared once, in [`setting_flags!`], which
+//! master (`--repair-*`) and 1.9 name. The setting flags are declared once, in `setting_flags!`, which
 //! makes both the argh fields and the by-name lookup [`Flags::get`] the settings table uses.
+
+// The fields' doc comments are their --help text (argh), written for operators: `[required]` and `<node>`
+// there are help conventions, not rustdoc links or HTML.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use super::options::is_bool_flag;
 use crate::settings::{self, ArgStyle, FlagKind};

@@ -290,7 +290,7 @@ pub fn from_env(env: Env<'_>) -> Result<Options> {
     read(&|_| None, env, Reader::Agent).map(|(o, _)| o)
 }
 
-/// The in-installer agent's settings (`install-cni` with `REPAIR_ENABLED`; see [`Reader::Installer`]).
+/// The in-installer agent's settings (`install-cni` with `REPAIR_ENABLED`; see `Reader::Installer`).
 pub fn from_installer_env(env: Env<'_>) -> Result<Options> {
     read(&|_| None, env, Reader::Installer).map(|(o, _)| o)
 }

@@ -32,9 +32,9 @@ pub const IPV6: Layout = Layout {
     target_offset_at: 140,
 };
 
-/// `sizeof(struct ipt_getinfo)`: name[32], valid_hooks, hook_entry[5], underflow[5], num_entries, size.
+/// `sizeof(struct ipt_getinfo)`: `name[32]`, valid_hooks, `hook_entry[5]`, `underflow[5]`, num_entries, size.
 pub const INFO_LEN: usize = 84;
-/// `sizeof(struct ipt_get_entries)` without its entries: name[32], size, padding to 8.
+/// `sizeof(struct ipt_get_entries)` without its entries: `name[32]`, size, padding to 8.
 pub const ENTRIES_HEADER: usize = 40;
 /// `xt_entry_match` / `xt_entry_target` header: size (u16), name[29], revision.
 const EXT_HEADER: usize = 32;

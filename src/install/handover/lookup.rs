@@ -11,7 +11,7 @@ use crate::kube::{Backoff, Client, Config, Timeouts};
 use crate::rundir::lease::Lease;
 use std::time::{Duration, Instant};
 
-/// The lookups' deadline; the decision is made within [`BUDGET`] + [`GRACE`] of the signal.
+/// The lookups' deadline; the decision is made within [`BUDGET`] + `GRACE` of the signal.
 pub const BUDGET: Duration = Duration::from_secs(4);
 /// Time allowed past the budget for a transport that overshoots its own timeout.
 const GRACE: Duration = Duration::from_secs(1);
@@ -37,7 +37,7 @@ pub fn decide_at_stop(s: &Settings, lease: Option<&mut Lease>) -> Decision {
     handover::decide(&facts, s.istio_owned)
 }
 
-/// What the API says, within [`BUDGET`] + [`GRACE`].
+/// What the API says, within [`BUDGET`] + `GRACE`.
 pub fn facts(s: &Settings) -> Facts {
     let h = &s.handover;
     if let Some(setting) = &h.disabled_by {

@@ -1,6 +1,6 @@
 //! The watch-and-reinstall loop (upstream master `Installer.Run`): install everything, then rounds of
-//! [`round`] (validate, mark ready, block on inotify until something relevant changes, mark not-ready),
-//! reinstalling after each. What to do next is decided by the table [`next`]; here are only the effects.
+//! [`mod@round`] (validate, mark ready, block on inotify until something relevant changes, mark not-ready),
+//! reinstalling after each. What to do next is decided by the table [`mod@next`]; here are only the effects.
 //! A primary that keeps reverting us is throttled by a token bucket (burst [`next::BURST`],
 //! [`next::REFILL_PER_S`] per second): while it is empty we report not-ready and log the conflict once per
 //! [`next::CONFLICT_LOG_INTERVAL`] instead of spinning.

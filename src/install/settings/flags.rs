@@ -1,6 +1,10 @@
 //! The installer's command line (argh): every option also has an environment variable (upper-case,
 //! `-` → `_`); [`super::options::resolve`] applies flag > env > default.
 
+// The fields' doc comments are their --help text (argh), written for operators: `[required]` and `<node>`
+// there are help conventions, not rustdoc links or HTML.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use crate::settings::FlagKind;
 use argh::FromArgs;
 

@@ -50,7 +50,7 @@ pub struct Settings {
     pub k8s_protocol: String,
     pub k8s_host: String,
     pub k8s_port: String,
-    /// This node ([`node_name`]): the pod watch's, the in-process repair agent's and the SIGTERM
+    /// This node (`node_name`): the pod watch's, the in-process repair agent's and the SIGTERM
     /// decision's; "" = none known.
     pub node_name: String,
     pub bin_dir: PathBuf,

@@ -1,5 +1,5 @@
 //! The installer's state and its effectful steps over it: binaries, kubeconfig, plugin configuration
-//! ([`write`]), the validity check, the cleanup ([`teardown`]). Its fields are this module's: the loop that
+//! ([`mod@write`]), the validity check, the cleanup ([`teardown`]). Its fields are this module's: the loop that
 //! drives the steps ([`crate::install::run`]) and the rest ask through methods.
 
 pub mod binaries;

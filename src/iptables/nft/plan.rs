@@ -1,6 +1,6 @@
 //! A restore document (`iptables-restore --noflush` operations per table) as the steps of one nf_tables
 //! batch (pure). The chains' rules are followed through the document, from what the tables hold now
-//! ([`Current`], read only when the document inserts or deletes) and the rules the batch adds, so `-I C n`
+//! ([`CurrentTable`], read only when the document inserts or deletes) and the rules the batch adds, so `-I C n`
 //! lands after the (n-1)th rule as it stands at that line (an existing rule by handle, one of the batch by
 //! its `NFTA_RULE_ID`) and `-D C rule` names the first equal rule. Encoding the steps: [`super::batch`].
 

@@ -1,6 +1,6 @@
 //! The payloads of the matches and targets our rules use, as `iptables-legacy` 1.8.7-1.8.11 writes them
 //! into an `ipt_entry` (pure; research in issue 40 §3.2): `xt_entry_match` / `xt_entry_target` = a 32-byte
-//! header (u16 size, name[29], revision) and the extension's info struct padded to 8 bytes. Host byte
+//! header (u16 size, `name[29]`, revision) and the extension's info struct padded to 8 bytes. Host byte
 //! order except where the struct says big-endian (NAT and TPROXY ports). Anything else decodes to
 //! [`Match::Other`] / [`Target::Other`] naming the extension and its revision.
 

@@ -4,7 +4,7 @@
 //! [`restore`] applies a restore document's operations per table: it reads the table (`GET_INFO` +
 //! `GET_ENTRIES`, which also instantiates it, as the tool does), applies the operations in memory
 //! ([`ops`]), lays the whole table out as libiptc does ([`blob`]: [`entry`] per rule, [`exts`] per match
-//! and target; [`parse`] reads it back) and swaps it in with one `SET_REPLACE` ([`kernel`]), then hands the counters of the
+//! and target; [`parse`] reads it back) and swaps it in with one `SET_REPLACE` (`kernel`), then hands the counters of the
 //! entries it kept back with `SET_ADD_COUNTERS`. Each table is atomic on its own; rules that are not ours
 //! (anything the decoder cannot model) are kept byte for byte, only their jumps moved.
 //! [`save`] reads every legacy table that exists into the shared model.

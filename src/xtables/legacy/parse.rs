@@ -1,5 +1,5 @@
 //! What `IPT_SO_GET_ENTRIES` returned, read into a [`Table`] of chains and entries (pure). An entry is
-//! ours when it decodes to a [`Rule`] that encodes back to exactly its bytes (counters and `comefrom`
+//! ours when it decodes to a [`crate::xtables::rule::Rule`] that encodes back to exactly its bytes (counters and `comefrom`
 //! aside, which the kernel owns); anything else is foreign: its bytes are kept, and where its standard
 //! verdict goes (a user chain, the next entry) is remembered so [`super::blob::build`] can move it.
 //! Malformed input is an error, never a panic.

@@ -1,4 +1,4 @@
-//! Rule specs as text (pure), this file the parser, [`render`] the way back, [`doc`] whole documents: parsing what our generator writes into restore documents (and what
+//! Rule specs as text (pure), this file the parser, [`render`] the way back, `doc` whole documents: parsing what our generator writes into restore documents (and what
 //! `iptables-save` prints, so a dump's lines parse too) into [`Rule`]s and [`TableOps`], and rendering a
 //! [`Rule`] back exactly as `iptables-save` 1.8.7-1.8.11 prints it: `[!] -s [!] -d [!] -i [!] -o -p` first,
 //! then the matches in rule order (`-m tcp` named for an implicit `--dport`), then the target with every

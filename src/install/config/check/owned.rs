@@ -9,7 +9,7 @@ use std::ffi::{OsStr, OsString};
 /// The owned layout's check (upstream's owned-mode rules, made strict): every valid file sorting before
 /// the owned one holds our entry (else reinstall: the runtime loads it instead of ours), the owned file
 /// exists and is exactly [`layout::owned_text`] of the primary as it is now (else reinstall: never a stale
-/// copy, [`owned_written`]), and then we are ready only when nothing sorts before it, a pinned
+/// copy, `owned_written`), and then we are ready only when nothing sorts before it, a pinned
 /// CNI_CONF_NAME names the primary (the runtime's own choice, [`layout::pin_refusal`]) and a primary
 /// exists. `read(name)`: the file's bytes, `None` when missing.
 pub fn check_owned(

@@ -6,7 +6,7 @@
 //!
 //! A watched directory can go away (an operator's `rm -rf /etc/cni/net.d; mkdir ...`, a rename): its watch
 //! ends with `IN_DELETE_SELF`/`IN_MOVE_SELF`/`IN_IGNORED`, and the directory at its path is watched again
-//! — or, while it is missing, its nearest existing ancestor, for the name that leads to it ([`dirs`]).
+//! — or, while it is missing, its nearest existing ancestor, for the name that leads to it (`dirs`).
 //! [`Watcher::health`] says when that is impossible: no ancestor can be watched, or the path still shows
 //! the deleted directory (a bind mount of a removed host directory), where a recreated one is invisible.
 
