@@ -98,145 +98,185 @@ struct Chain {
     rules: Vec<(Ref, Rule)>,
 }
 
-fn fail(family: Family, table: &str, msg: String) -> Error {
-    Error::Rules(format!(
-        "iptables-nft ({}) table {table}: {msg}",
-        family.name()
-    ))
-}
-
 /// The steps of `doc`, given `current` (required when [`needs_current`]; `None` otherwise).
 pub fn plan(
     family: Family,
     doc: &[TableOps],
     current: Option<&[CurrentTable]>,
 ) -> Result<Vec<Step>> {
-    let mut steps = Vec::new();
-    let mut id = 0u32;
+    let mut p = Planner {
+        family,
+        table: "",
+        known: current.is_some(),
+        chains: BTreeMap::new(),
+        steps: Vec::new(),
+        id: 0,
+    };
     for t in doc {
-        let table = t.table.as_str();
-        let err = |m: String| fail(family, table, m);
-        if builtin::chains(table).is_none() {
-            return Err(err("not a table iptables knows".into()));
+        p.table = t.table.as_str();
+        if builtin::chains(p.table).is_none() {
+            return Err(p.fail("not a table iptables knows".into()));
         }
-        let cur = current.and_then(|c| c.iter().find(|c| c.name == table));
-        let mut chains: BTreeMap<String, Chain> = BTreeMap::new();
-        if let Some(cur) = cur {
-            for c in &cur.chains {
-                let rules = c.rules.iter().map(|(h, r)| (Ref::Handle(*h), r.clone()));
-                let chain = Chain {
-                    exists: Some(true),
-                    base: c.base,
-                    rules: rules.collect(),
-                };
-                chains.insert(c.name.clone(), chain);
-            }
-        }
-        let known = current.is_some();
-        steps.push(Step::Table(table.to_string()));
+        let cur = current.and_then(|c| c.iter().find(|c| c.name == p.table));
+        p.chains = cur.map(chains_of).unwrap_or_default();
+        p.steps.push(Step::Table(p.table.to_string()));
         for op in &t.ops {
-            let name = match op {
-                Op::NewChain(c) | Op::Flush(c) | Op::DeleteChain(c) => c,
-                Op::Append(c, _) | Op::Insert(c, _, _) | Op::Delete(c, _) => c,
-            };
-            let bi = builtin::find(table, name);
-            let ch = chains.entry(name.clone()).or_insert(Chain {
-                exists: known.then_some(false),
-                base: false,
-                rules: Vec::new(),
-            });
-            // A built-in chain is created (as its base chain) when first used, as iptables-nft does.
-            let ensure_base = |steps: &mut Vec<Step>, ch: &mut Chain| {
-                if let Some(b) = bi.filter(|_| !ch.base) {
-                    steps.push(Step::BaseChain {
-                        table: table.to_string(),
-                        chain: b,
-                    });
-                    ch.base = true;
-                    ch.exists = Some(true);
-                }
-            };
-            let s = |c: &str| (table.to_string(), c.to_string());
-            match op {
-                Op::NewChain(c) => {
-                    if bi.is_some() {
-                        return Err(err(format!("-N {c}: a built-in chain cannot be created")));
-                    }
-                    let (table, chain) = s(c);
-                    steps.push(Step::NewChain { table, chain });
-                    *ch = Chain {
-                        exists: Some(true),
-                        base: false,
-                        rules: Vec::new(),
-                    };
-                }
-                Op::Flush(c) => {
-                    ensure_base(&mut steps, ch);
-                    let (table, chain) = s(c);
-                    steps.push(Step::Flush { table, chain });
-                    ch.rules.clear();
-                }
-                Op::DeleteChain(c) => {
-                    if bi.is_some() {
-                        return Err(err(format!("-X {c}: a built-in chain cannot be deleted")));
-                    }
-                    let (table, chain) = s(c);
-                    steps.push(Step::DeleteChain { table, chain });
-                    ch.exists = known.then_some(false);
-                    ch.rules.clear();
-                }
-                Op::Append(c, r) | Op::Insert(c, _, r) => {
-                    ensure_base(&mut steps, ch);
-                    if ch.exists == Some(false) {
-                        return Err(err(format!("chain {c} does not exist")));
-                    }
-                    let exprs = encode_rule::encode(family, r)
-                        .map_err(|e| err(format!("chain {c}: {e}")))?;
-                    id += 1;
-                    let (append, after, at) = match op {
-                        Op::Insert(_, n, _) if *n == 0 || *n > ch.rules.len() + 1 => {
-                            return Err(err(format!(
-                                "-I {c} {n}: the chain has {} rules at that point",
-                                ch.rules.len()
-                            )))
-                        }
-                        Op::Insert(_, 1, _) => (false, None, 0),
-                        Op::Insert(_, n, _) => (true, Some(ch.rules[n - 2].0), n - 1),
-                        _ => (true, None, ch.rules.len()),
-                    };
-                    ch.rules.insert(at, (Ref::Id(id), r.clone()));
-                    let (table, chain) = s(c);
-                    let rule = r.clone();
-                    steps.push(Step::Rule {
-                        table,
-                        chain,
-                        rule,
-                        exprs,
-                        id,
-                        append,
-                        after,
-                    });
-                }
-                Op::Delete(c, r) => {
-                    // The first rule that prints the same, as the tool and the other two appliers
-                    // (xtables::ops, legacy::ops) match it: a model read from the kernel that differs from
-                    // the document's only where the text cannot show it is the same rule to iptables.
-                    let text = super::describe(family, r);
-                    let same = |x: &Rule| x == r || super::describe(family, x) == text;
-                    let Some(at) = ch.rules.iter().position(|(_, x)| same(x)) else {
-                        return Err(err(format!("-D {c}: no such rule in the chain ({text})")));
-                    };
-                    let (which, rule) = ch.rules.remove(at);
-                    let (table, chain) = s(c);
-                    steps.push(Step::DeleteRule {
-                        table,
-                        chain,
-                        rule,
-                        which,
-                    });
-                }
-            }
+            p.op(op)?;
         }
     }
-    Ok(steps)
+    Ok(p.steps)
+}
+
+/// The chains of a table as read, each rule by its handle.
+fn chains_of(cur: &CurrentTable) -> BTreeMap<String, Chain> {
+    let chain = |c: &CurrentChain| Chain {
+        exists: Some(true),
+        base: c.base,
+        rules: c.rules.iter().map(|(h, r)| (Ref::Handle(*h), r.clone())).collect(),
+    };
+    cur.chains.iter().map(|c| (c.name.clone(), chain(c))).collect()
+}
+
+/// The planning of one table at a time: its chains as the document has left them so far, and the steps and
+/// rule ids of the whole batch.
+struct Planner<'a> {
+    family: Family,
+    table: &'a str,
+    /// The tables' current rules were read: a chain not among them does not exist.
+    known: bool,
+    chains: BTreeMap<String, Chain>,
+    steps: Vec<Step>,
+    /// The last `NFTA_RULE_ID` given to a rule of the batch.
+    id: u32,
+}
+
+impl Planner<'_> {
+    fn fail(&self, msg: String) -> Error {
+        Error::Rules(format!(
+            "iptables-nft ({}) table {}: {msg}",
+            self.family.name(),
+            self.table
+        ))
+    }
+
+    fn names(&self, c: &str) -> (String, String) {
+        (self.table.to_string(), c.to_string())
+    }
+
+    /// The chain `name` as followed so far (created empty, unknown or absent, on first mention).
+    fn chain(&mut self, name: &str) -> &mut Chain {
+        let known = self.known;
+        self.chains.entry(name.to_string()).or_insert(Chain {
+            exists: known.then_some(false),
+            base: false,
+            rules: Vec::new(),
+        })
+    }
+
+    /// A built-in chain is created (as its base chain) when first used, as iptables-nft does.
+    fn ensure_base(&mut self, name: &str) {
+        let Some(b) = builtin::find(self.table, name) else {
+            return;
+        };
+        let table = self.table.to_string();
+        let ch = self.chain(name);
+        if !ch.base {
+            ch.base = true;
+            ch.exists = Some(true);
+            self.steps.push(Step::BaseChain { table, chain: b });
+        }
+    }
+
+    fn op(&mut self, op: &Op) -> Result<()> {
+        let builtin = |c: &str| builtin::find(self.table, c).is_some();
+        match op {
+            Op::NewChain(c) => {
+                if builtin(c) {
+                    return Err(self.fail(format!("-N {c}: a built-in chain cannot be created")));
+                }
+                let (table, chain) = self.names(c);
+                self.steps.push(Step::NewChain { table, chain });
+                *self.chain(c) = Chain {
+                    exists: Some(true),
+                    base: false,
+                    rules: Vec::new(),
+                };
+            }
+            Op::Flush(c) => {
+                self.ensure_base(c);
+                let (table, chain) = self.names(c);
+                self.steps.push(Step::Flush { table, chain });
+                self.chain(c).rules.clear();
+            }
+            Op::DeleteChain(c) => {
+                if builtin(c) {
+                    return Err(self.fail(format!("-X {c}: a built-in chain cannot be deleted")));
+                }
+                let (table, chain) = self.names(c);
+                self.steps.push(Step::DeleteChain { table, chain });
+                let known = self.known;
+                let ch = self.chain(c);
+                ch.exists = known.then_some(false);
+                ch.rules.clear();
+            }
+            Op::Append(c, r) => self.add(c, None, r)?,
+            Op::Insert(c, n, r) => self.add(c, Some(*n), r)?,
+            Op::Delete(c, r) => self.delete(c, r)?,
+        }
+        Ok(())
+    }
+
+    /// `-A` (`at` none) or `-I C n`: the rule after the (n-1)th rule as the chain stands now.
+    fn add(&mut self, c: &str, at: Option<usize>, r: &Rule) -> Result<()> {
+        self.ensure_base(c);
+        if self.chain(c).exists == Some(false) {
+            return Err(self.fail(format!("chain {c} does not exist")));
+        }
+        let exprs = encode_rule::encode(self.family, r)
+            .map_err(|e| self.fail(format!("chain {c}: {e}")))?;
+        let len = self.chain(c).rules.len();
+        let (append, after, pos) = match at {
+            Some(n) if n == 0 || n > len + 1 => {
+                return Err(self.fail(format!("-I {c} {n}: the chain has {len} rules at that point")))
+            }
+            Some(1) => (false, None, 0),
+            Some(n) => (true, Some(self.chain(c).rules[n - 2].0), n - 1),
+            None => (true, None, len),
+        };
+        self.id += 1;
+        let id = self.id;
+        self.chain(c).rules.insert(pos, (Ref::Id(id), r.clone()));
+        let (table, chain) = self.names(c);
+        self.steps.push(Step::Rule {
+            table,
+            chain,
+            rule: r.clone(),
+            exprs,
+            id,
+            append,
+            after,
+        });
+        Ok(())
+    }
+
+    /// `-D C rule`: the first rule that prints the same, as the tool and the other two appliers
+    /// (xtables::ops, legacy::ops) match it: a model read from the kernel that differs from the document's
+    /// only where the text cannot show it is the same rule to iptables.
+    fn delete(&mut self, c: &str, r: &Rule) -> Result<()> {
+        let family = self.family;
+        let text = super::describe(family, r);
+        let same = |x: &Rule| x == r || super::describe(family, x) == text;
+        let Some(at) = self.chain(c).rules.iter().position(|(_, x)| same(x)) else {
+            return Err(self.fail(format!("-D {c}: no such rule in the chain ({text})")));
+        };
+        let (which, rule) = self.chain(c).rules.remove(at);
+        let (table, chain) = self.names(c);
+        self.steps.push(Step::DeleteRule {
+            table,
+            chain,
+            rule,
+            which,
+        });
+        Ok(())
+    }
 }

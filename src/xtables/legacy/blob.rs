@@ -127,81 +127,11 @@ pub fn ordered(t: &Table) -> Vec<&Chain> {
     builtin
 }
 
-/// `t` as `IPT_SO_SET_REPLACE` takes it.
+/// `t` as `IPT_SO_SET_REPLACE` takes it: its entries laid out ([`lay_out`]), then the jumps filled in
+/// ([`link`]).
 pub fn build(t: &Table) -> Result<Built> {
     let l = entry::layout(t.family);
     let chains = ordered(t);
-    // Each entry: bytes, where its verdict goes, old index.
-    let mut items: Vec<(Vec<u8>, Link, Option<usize>)> = Vec::new();
-    let mut firsts: Vec<(String, usize)> = Vec::new();
-    let mut hook_entry = [0u32; 5];
-    let mut underflow = [0u32; 5];
-    let any = || entry::encode(&l, &Rule::any());
-    let mut off = 0usize;
-    let push = |items: &mut Vec<(Vec<u8>, Link, Option<usize>)>,
-                off: &mut usize,
-                b: Vec<u8>,
-                link: Link,
-                old: Option<usize>| {
-        let at = *off;
-        *off += b.len();
-        items.push((b, link, old));
-        at
-    };
-    for c in &chains {
-        let hook = BUILTIN_CHAINS
-            .iter()
-            .position(|b| *b == c.name)
-            .filter(|_| c.policy.is_some());
-        if hook.is_none() {
-            let mut head = any()?;
-            head.truncate(l.size);
-            head.extend(exts::error(&c.name));
-            set_offsets(&l, &mut head);
-            push(&mut items, &mut off, head, Link::Fixed, None);
-        }
-        let first = off;
-        if hook.is_none() {
-            firsts.push((c.name.clone(), first));
-        }
-        for e in &c.entries {
-            match &e.raw {
-                Some((raw, link)) => push(&mut items, &mut off, raw.clone(), link.clone(), e.old),
-                None => {
-                    let link = match &e.rule.target {
-                        Target::Jump(to) => Link::Chain(to.clone()),
-                        Target::None => Link::Next,
-                        _ => Link::Fixed,
-                    };
-                    let b = entry::encode(&l, &e.rule).map_err(|err| err_in(t, &c.name, err))?;
-                    push(&mut items, &mut off, b, link, e.old)
-                }
-            };
-        }
-        let mut tail = any()?;
-        let (verdict, old) = match (hook, c.policy) {
-            (Some(_), Some((v, old))) => (v, old),
-            _ => (VERDICT_RETURN, None),
-        };
-        let vat = tail.len() - exts::STANDARD_SIZE + exts::EXT_HEADER;
-        tail[vat..vat + 4].copy_from_slice(&verdict.to_ne_bytes());
-        let at = push(&mut items, &mut off, tail, Link::Fixed, old);
-        if let Some(h) = hook {
-            if t.valid_hooks & (1 << h) == 0 {
-                return Err(Error::Rules(format!(
-                    "table {} has no chain {}",
-                    t.name, c.name
-                )));
-            }
-            hook_entry[h] = first as u32;
-            underflow[h] = at as u32;
-        }
-    }
-    let mut end = any()?;
-    end.truncate(l.size);
-    end.extend(exts::error("ERROR"));
-    set_offsets(&l, &mut end);
-    push(&mut items, &mut off, end, Link::Fixed, None);
     for (h, c) in BUILTIN_CHAINS.iter().enumerate() {
         if t.valid_hooks & (1 << h) != 0
             && !chains.iter().any(|x| x.name == *c && x.policy.is_some())
@@ -212,8 +142,120 @@ pub fn build(t: &Table) -> Result<Built> {
             )));
         }
     }
-    // Fill in the jumps.
-    let mut entries = Vec::with_capacity(off);
+    let laid = lay_out(t, &l, &chains)?;
+    let (entries, old) = link(t, &l, laid.items, &laid.firsts, laid.size)?;
+    Ok(Built {
+        valid_hooks: t.valid_hooks,
+        num_entries: old.len() as u32,
+        hook_entry: laid.hook_entry,
+        underflow: laid.underflow,
+        entries,
+        old,
+    })
+}
+
+/// One entry of the blob being laid out: its bytes, where its verdict goes, and the index of the entry it
+/// keeps from the table read (for the counters' hand-back).
+type Item = (Vec<u8>, Link, Option<usize>);
+
+/// A table's entries in blob order, jumps not yet filled in.
+struct Laid {
+    items: Vec<Item>,
+    /// Each user chain's first entry after its head, as a byte offset: where a jump to it goes.
+    firsts: Vec<(String, usize)>,
+    hook_entry: [u32; 5],
+    underflow: [u32; 5],
+    /// The bytes laid out so far.
+    size: usize,
+}
+
+impl Laid {
+    /// Appends an entry; its offset.
+    fn push(&mut self, b: Vec<u8>, link: Link, old: Option<usize>) -> usize {
+        let at = self.size;
+        self.size += b.len();
+        self.items.push((b, link, old));
+        at
+    }
+}
+
+/// Lays `chains` (in blob order) out: each user chain's `ERROR` head, every chain's entries (foreign ones
+/// byte for byte, ours encoded), each chain's tail (the policy of a built-in chain, `RETURN` for a user
+/// chain), the final `ERROR` entry; and where each built-in chain starts and ends for its hook.
+fn lay_out(t: &Table, l: &Layout, chains: &[&Chain]) -> Result<Laid> {
+    let any = || entry::encode(l, &Rule::any());
+    let head = |name: &str| -> Result<Vec<u8>> {
+        let mut b = any()?;
+        b.truncate(l.size);
+        b.extend(exts::error(name));
+        set_offsets(l, &mut b);
+        Ok(b)
+    };
+    let mut laid = Laid {
+        items: Vec::new(),
+        firsts: Vec::new(),
+        hook_entry: [0; 5],
+        underflow: [0; 5],
+        size: 0,
+    };
+    for c in chains {
+        let hook = BUILTIN_CHAINS
+            .iter()
+            .position(|b| *b == c.name)
+            .filter(|_| c.policy.is_some());
+        if hook.is_none() {
+            laid.push(head(&c.name)?, Link::Fixed, None);
+            laid.firsts.push((c.name.clone(), laid.size));
+        }
+        let first = laid.size;
+        for e in &c.entries {
+            let (b, link) = match &e.raw {
+                Some((raw, link)) => (raw.clone(), link.clone()),
+                None => {
+                    let link = match &e.rule.target {
+                        Target::Jump(to) => Link::Chain(to.clone()),
+                        Target::None => Link::Next,
+                        _ => Link::Fixed,
+                    };
+                    let b = entry::encode(l, &e.rule).map_err(|err| err_in(t, &c.name, err))?;
+                    (b, link)
+                }
+            };
+            laid.push(b, link, e.old);
+        }
+        let mut tail = any()?;
+        let (verdict, old) = match (hook, c.policy) {
+            (Some(_), Some((v, old))) => (v, old),
+            _ => (VERDICT_RETURN, None),
+        };
+        let vat = tail.len() - exts::STANDARD_SIZE + exts::EXT_HEADER;
+        tail[vat..vat + 4].copy_from_slice(&verdict.to_ne_bytes());
+        let at = laid.push(tail, Link::Fixed, old);
+        if let Some(h) = hook {
+            if t.valid_hooks & (1 << h) == 0 {
+                return Err(Error::Rules(format!(
+                    "table {} has no chain {}",
+                    t.name, c.name
+                )));
+            }
+            laid.hook_entry[h] = first as u32;
+            laid.underflow[h] = at as u32;
+        }
+    }
+    laid.push(head("ERROR")?, Link::Fixed, None);
+    Ok(laid)
+}
+
+/// The blob's bytes with every jump and fall-through pointing at its entry's offset, and the old index
+/// of each entry.
+fn link(
+    t: &Table,
+    l: &Layout,
+    items: Vec<Item>,
+    firsts: &[(String, usize)],
+    size: usize,
+) -> Result<(Vec<u8>, Vec<Option<usize>>)> {
+    let mut entries = Vec::with_capacity(size);
     let mut old = Vec::with_capacity(items.len());
     for (mut b, link, o) in items {
         let here = entries.len();
@@ -246,14 +288,7 @@ pub fn build(t: &Table) -> Result<Built> {
         entries.extend(b);
         old.push(o);
     }
-    Ok(Built {
-        valid_hooks: t.valid_hooks,
-        num_entries: old.len() as u32,
-        hook_entry,
-        underflow,
-        entries,
-        old,
-    })
+    Ok((entries, old))
 }
 
 fn err_in(t: &Table, chain: &str, e: Error) -> Error {
