@@ -72,7 +72,13 @@ impl Io {
         if self.node_binaries || self.legacy() {
             return Ok((self.save(family)?, Vec::new()));
         }
-        let what = || format!("read the {} rules and chains ({})", family.name(), self.name());
+        let what = || {
+            format!(
+                "read the {} rules and chains ({})",
+                family.name(),
+                self.name()
+            )
+        };
         let (tables, incompatible) = nft::inspect(family).with_context(what)?;
         Ok((spec::save_text(family, &tables), incompatible))
     }

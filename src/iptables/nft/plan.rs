@@ -132,9 +132,16 @@ fn chains_of(cur: &CurrentTable) -> BTreeMap<String, Chain> {
     let chain = |c: &CurrentChain| Chain {
         exists: Some(true),
         base: c.base,
-        rules: c.rules.iter().map(|(h, r)| (Ref::Handle(*h), r.clone())).collect(),
+        rules: c
+            .rules
+            .iter()
+            .map(|(h, r)| (Ref::Handle(*h), r.clone()))
+            .collect(),
     };
-    cur.chains.iter().map(|c| (c.name.clone(), chain(c))).collect()
+    cur.chains
+        .iter()
+        .map(|c| (c.name.clone(), chain(c)))
+        .collect()
 }
 
 /// The planning of one table at a time: its chains as the document has left them so far, and the steps and
@@ -237,7 +244,9 @@ impl Planner<'_> {
         let len = self.chain(c).rules.len();
         let (append, after, pos) = match at {
             Some(n) if n == 0 || n > len + 1 => {
-                return Err(self.fail(format!("-I {c} {n}: the chain has {len} rules at that point")))
+                return Err(self.fail(format!(
+                    "-I {c} {n}: the chain has {len} rules at that point"
+                )))
             }
             Some(1) => (false, None, 0),
             Some(n) => (true, Some(self.chain(c).rules[n - 2].0), n - 1),

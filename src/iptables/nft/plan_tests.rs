@@ -215,9 +215,18 @@ fn only_inserts_and_deletes_in_chains_the_document_did_not_make_known_need_a_rea
     let ins = |c: &str, at| Op::Insert(c.into(), at, ret(1));
     let del = |c: &str| Op::Delete(c.into(), ret(1));
     // TPROXY's first ADD: inserts into the chain it creates (and -N fails if it exists).
-    assert!(!needs_current(&doc("mangle", vec![n("ISTIO_INBOUND"), ins("ISTIO_INBOUND", 1)])));
-    assert!(!needs_current(&doc("nat", vec![f("PREROUTING"), del("PREROUTING")])));
-    assert!(!needs_current(&doc("nat", vec![Op::Append("OUTPUT".into(), ret(1))])));
+    assert!(!needs_current(&doc(
+        "mangle",
+        vec![n("ISTIO_INBOUND"), ins("ISTIO_INBOUND", 1)]
+    )));
+    assert!(!needs_current(&doc(
+        "nat",
+        vec![f("PREROUTING"), del("PREROUTING")]
+    )));
+    assert!(!needs_current(&doc(
+        "nat",
+        vec![Op::Append("OUTPUT".into(), ret(1))]
+    )));
     // A chain the namespace may already hold rules in.
     assert!(needs_current(&doc("mangle", vec![ins("PREROUTING", 1)])));
     assert!(needs_current(&doc("nat", vec![n("A"), del("B")])));
@@ -233,7 +242,10 @@ fn only_inserts_and_deletes_in_chains_the_document_did_not_make_known_need_a_rea
         },
     ];
     assert!(needs_current(&two));
-    assert!(needs_current(&doc("nat", vec![n("A"), x("A"), ins("A", 1)])));
+    assert!(needs_current(&doc(
+        "nat",
+        vec![n("A"), x("A"), ins("A", 1)]
+    )));
 }
 
 #[test]

@@ -86,7 +86,8 @@ pub(super) const CT_STATES: [(u32, &str); 5] = [
     (CT_UNTRACKED, "UNTRACKED"),
 ];
 
-/// Parses one rule spec (the text after `-A CHAIN`).
+/// Parses one rule spec (the text after `-A CHAIN`): the header's options ([`header_option`]), each `-m`
+/// module's ([`match_option`]), `!` before the option it negates, and the target last ([`target`]).
 pub fn parse_rule(family: Family, spec: &str, names: Names) -> Result<Rule> {
     let toks: Vec<&str> = spec.split_whitespace().collect();
     let mut r = Rule::any();
@@ -101,53 +102,12 @@ pub fn parse_rule(family: Family, spec: &str, names: Names) -> Result<Rule> {
     };
     while i < toks.len() {
         let t = toks[i];
-        if t == "!" {
-            if inv {
-                return Err(bad(spec, "two `!` in a row".into()));
-            }
-            inv = true;
-            i += 1;
-            continue;
-        }
-        let v = match t {
-            "-m" | "--match" | "-j" | "--jump" => "",
-            _ => arg(i, t)?,
-        };
         match t {
-            "-s" | "--source" | "-d" | "--destination" => {
-                let n = net(family, v).ok_or_else(|| {
-                    bad(spec, format!("{t} {v}: not an {} address", family.name()))
-                })?;
-                let n = (n.prefix_len() > 0 || inv).then_some(Neg { inv, value: n });
-                if t.starts_with("-s") || t == "--source" {
-                    r.src = n;
-                } else {
-                    r.dst = n;
-                }
-            }
-            "-i" | "--in-interface" => {
-                r.iif = Some(Neg {
-                    inv,
-                    value: v.to_string(),
-                })
-            }
-            "-o" | "--out-interface" => {
-                r.oif = Some(Neg {
-                    inv,
-                    value: v.to_string(),
-                })
-            }
-            "-p" | "--protocol" => {
-                if inv {
-                    return Err(bad(spec, "`! -p` is not supported".into()));
-                }
-                r.proto = match v {
-                    "all" | "0" => None,
-                    _ => Some(
-                        proto_number(v)
-                            .ok_or_else(|| bad(spec, format!("unknown protocol {v}")))?,
-                    ),
-                };
+            "!" if inv => return Err(bad(spec, "two `!` in a row".into())),
+            "!" => {
+                inv = true;
+                i += 1;
+                continue;
             }
             "-m" | "--match" => {
                 module = Some(arg(i, t)?);
@@ -158,61 +118,130 @@ pub fn parse_rule(family: Family, spec: &str, names: Names) -> Result<Rule> {
                 r.target = target(spec, &toks[i + 1..])?;
                 return finish(spec, r, inv);
             }
-            "--dport" | "--destination-port" | "--sport" | "--source-port" => {
-                let proto_ok = matches!(r.proto, Some(TCP | UDP));
-                let m_ok = module.is_none() || module.and_then(proto_number) == r.proto;
-                if !proto_ok || !m_ok {
-                    return Err(bad(spec, format!("{t} needs -p tcp or -p udp")));
+            _ => {
+                let opt = Opt {
+                    spec,
+                    name: t,
+                    value: arg(i, t)?,
+                    inv,
+                };
+                if !header_option(family, &opt, &mut r)? {
+                    match_option(&opt, module, names, &mut r)?;
                 }
-                let dir = if t.contains('d') {
-                    PortDir::Dst
-                } else {
-                    PortDir::Src
-                };
-                let port = port(v).ok_or_else(|| bad(spec, format!("{t} {v}: not a port")))?;
-                r.matches.push(Match::Port { dir, port, inv });
             }
-            "--dports" | "--destination-ports" if module == Some("multiport") => {
-                let ports: Option<Vec<u16>> = v.split(',').map(port).collect();
-                let ports = ports
-                    .filter(|p| !p.is_empty() && p.len() <= 15)
-                    .ok_or_else(|| bad(spec, format!("{t} {v}: 1 to 15 ports, comma-separated")))?;
-                r.matches.push(Match::Multiport { ports, inv });
-            }
-            "--uid-owner" | "--gid-owner" if module == Some("owner") => {
-                let kind = if t == "--uid-owner" {
-                    OwnerKind::Uid
-                } else {
-                    OwnerKind::Gid
-                };
-                let id = match number(v) {
-                    Some(n) => n,
-                    None => names(kind, v)?,
-                };
-                r.matches.push(Match::Owner { kind, id, inv });
-            }
-            "--mark" if matches!(module, Some("mark" | "connmark")) => {
-                let (mark, mask) = self::mark(v).ok_or_else(|| bad(spec, format!("--mark {v}")))?;
-                r.matches.push(if module == Some("mark") {
-                    Match::Mark { mark, mask, inv }
-                } else {
-                    Match::Connmark { mark, mask, inv }
-                });
-            }
-            "--ctstate" if module == Some("conntrack") && !inv => {
-                let mut states = 0;
-                for s in v.split(',') {
-                    let bit = CT_STATES.iter().find(|(_, n)| *n == s).map(|(b, _)| *b);
-                    states |= bit.ok_or_else(|| bad(spec, format!("unknown --ctstate {s}")))?;
-                }
-                r.matches.push(Match::Conntrack { states });
-            }
-            _ => return Err(bad(spec, format!("unsupported option {t}"))),
         }
         inv = false;
         i += 2;
     }
     finish(spec, r, inv)
+}
+
+/// One option of a rule spec with its value, and whether a `!` came before it.
+struct Opt<'a> {
+    spec: &'a str,
+    name: &'a str,
+    value: &'a str,
+    inv: bool,
+}
+
+/// `-s`, `-d`, `-i`, `-o` or `-p` (the `ipt_entry` header's fields) into `r`; whether `o` was one.
+fn header_option(family: Family, o: &Opt, r: &mut Rule) -> Result<bool> {
+    let (t, v, inv) = (o.name, o.value, o.inv);
+    match t {
+        "-s" | "--source" | "-d" | "--destination" => {
+            let n = net(family, v)
+                .ok_or_else(|| bad(o.spec, format!("{t} {v}: not an {} address", family.name())))?;
+            let n = (n.prefix_len() > 0 || inv).then_some(Neg { inv, value: n });
+            if t.starts_with("-s") || t == "--source" {
+                r.src = n;
+            } else {
+                r.dst = n;
+            }
+        }
+        "-i" | "--in-interface" | "-o" | "--out-interface" => {
+            let n = Some(Neg {
+                inv,
+                value: v.to_string(),
+            });
+            if t.starts_with("-i") || t == "--in-interface" {
+                r.iif = n;
+            } else {
+                r.oif = n;
+            }
+        }
+        "-p" | "--protocol" => {
+            if inv {
+                return Err(bad(o.spec, "`! -p` is not supported".into()));
+            }
+            r.proto = match v {
+                "all" | "0" => None,
+                _ => Some(
+                    proto_number(v).ok_or_else(|| bad(o.spec, format!("unknown protocol {v}")))?,
+                ),
+            };
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// An option of the match `module` (the last `-m`, if any) into `r`: ports (`-m tcp`/`udp`, or `-p` alone),
+/// multiport, owner, mark, connmark, conntrack state. Anything else is refused, naming it.
+fn match_option(o: &Opt, module: Option<&str>, names: Names, r: &mut Rule) -> Result<()> {
+    let (spec, t, v, inv) = (o.spec, o.name, o.value, o.inv);
+    match t {
+        "--dport" | "--destination-port" | "--sport" | "--source-port" => {
+            let proto_ok = matches!(r.proto, Some(TCP | UDP));
+            let m_ok = module.is_none() || module.and_then(proto_number) == r.proto;
+            if !proto_ok || !m_ok {
+                return Err(bad(spec, format!("{t} needs -p tcp or -p udp")));
+            }
+            let dir = if t.contains('d') {
+                PortDir::Dst
+            } else {
+                PortDir::Src
+            };
+            let port = port(v).ok_or_else(|| bad(spec, format!("{t} {v}: not a port")))?;
+            r.matches.push(Match::Port { dir, port, inv });
+        }
+        "--dports" | "--destination-ports" if module == Some("multiport") => {
+            let ports: Option<Vec<u16>> = v.split(',').map(port).collect();
+            let ports = ports
+                .filter(|p| !p.is_empty() && p.len() <= 15)
+                .ok_or_else(|| bad(spec, format!("{t} {v}: 1 to 15 ports, comma-separated")))?;
+            r.matches.push(Match::Multiport { ports, inv });
+        }
+        "--uid-owner" | "--gid-owner" if module == Some("owner") => {
+            let kind = if t == "--uid-owner" {
+                OwnerKind::Uid
+            } else {
+                OwnerKind::Gid
+            };
+            let id = match number(v) {
+                Some(n) => n,
+                None => names(kind, v)?,
+            };
+            r.matches.push(Match::Owner { kind, id, inv });
+        }
+        "--mark" if matches!(module, Some("mark" | "connmark")) => {
+            let (mark, mask) = self::mark(v).ok_or_else(|| bad(spec, format!("--mark {v}")))?;
+            r.matches.push(if module == Some("mark") {
+                Match::Mark { mark, mask, inv }
+            } else {
+                Match::Connmark { mark, mask, inv }
+            });
+        }
+        "--ctstate" if module == Some("conntrack") && !inv => {
+            let mut states = 0;
+            for s in v.split(',') {
+                let bit = CT_STATES.iter().find(|(_, n)| *n == s).map(|(b, _)| *b);
+                states |= bit.ok_or_else(|| bad(spec, format!("unknown --ctstate {s}")))?;
+            }
+            r.matches.push(Match::Conntrack { states });
+        }
+        _ => return Err(bad(spec, format!("unsupported option {t}"))),
+    }
+    Ok(())
 }
 
 fn finish(spec: &str, r: Rule, dangling: bool) -> Result<Rule> {

@@ -51,54 +51,66 @@ pub fn render(family: Family, r: &Rule) -> String {
         out.push(format!("-p {}", proto_name(p)));
     }
     let proto = proto_name(r.proto.unwrap_or(0));
-    for m in &r.matches {
-        out.push(match m {
-            Match::Port { dir, port, inv } => {
-                let o = if *dir == PortDir::Dst {
-                    "--dport"
-                } else {
-                    "--sport"
-                };
-                format!("-m {proto} {}{o} {port}", bang(*inv))
-            }
-            Match::Multiport { ports, inv } => {
-                let p: Vec<String> = ports.iter().map(u16::to_string).collect();
-                format!("-m multiport {}--dports {}", bang(*inv), p.join(","))
-            }
-            Match::Owner { kind, id, inv } => {
-                let o = if *kind == OwnerKind::Uid {
-                    "--uid-owner"
-                } else {
-                    "--gid-owner"
-                };
-                format!("-m owner {}{o} {id}", bang(*inv))
-            }
-            Match::Mark { mark, mask, inv } => {
-                format!("-m mark {}--mark {}", bang(*inv), hex_mark(*mark, *mask))
-            }
-            Match::Connmark { mark, mask, inv } => {
-                format!(
-                    "-m connmark {}--mark {}",
-                    bang(*inv),
-                    hex_mark(*mark, *mask)
-                )
-            }
-            Match::Conntrack { states } => {
-                let names: Vec<&str> = CT_STATES
-                    .iter()
-                    .filter(|(b, _)| states & b != 0)
-                    .map(|(_, n)| *n)
-                    .collect();
-                format!("-m conntrack --ctstate {}", names.join(","))
-            }
-            Match::Other(t) => t.clone(),
-        });
+    out.extend(r.matches.iter().map(|m| match_text(&proto, m)));
+    let t = target_text(family, &r.target);
+    if !t.is_empty() {
+        out.push(t);
     }
+    out.join(" ")
+}
+
+/// One match as `iptables-save` prints it (`proto`: the rule's `-p`, the module of its ports).
+fn match_text(proto: &str, m: &Match) -> String {
+    match m {
+        Match::Port { dir, port, inv } => {
+            let o = if *dir == PortDir::Dst {
+                "--dport"
+            } else {
+                "--sport"
+            };
+            format!("-m {proto} {}{o} {port}", bang(*inv))
+        }
+        Match::Multiport { ports, inv } => {
+            let p: Vec<String> = ports.iter().map(u16::to_string).collect();
+            format!("-m multiport {}--dports {}", bang(*inv), p.join(","))
+        }
+        Match::Owner { kind, id, inv } => {
+            let o = if *kind == OwnerKind::Uid {
+                "--uid-owner"
+            } else {
+                "--gid-owner"
+            };
+            format!("-m owner {}{o} {id}", bang(*inv))
+        }
+        Match::Mark { mark, mask, inv } => {
+            format!("-m mark {}--mark {}", bang(*inv), hex_mark(*mark, *mask))
+        }
+        Match::Connmark { mark, mask, inv } => {
+            format!(
+                "-m connmark {}--mark {}",
+                bang(*inv),
+                hex_mark(*mark, *mask)
+            )
+        }
+        Match::Conntrack { states } => {
+            let names: Vec<&str> = CT_STATES
+                .iter()
+                .filter(|(b, _)| states & b != 0)
+                .map(|(_, n)| *n)
+                .collect();
+            format!("-m conntrack --ctstate {}", names.join(","))
+        }
+        Match::Other(t) => t.clone(),
+    }
+}
+
+/// The target as `iptables-save` prints it (`-j ...`), empty for none.
+fn target_text(family: Family, target: &Target) -> String {
     let any = match family {
         Family::V4 => "0.0.0.0",
         Family::V6 => "::",
     };
-    let t = match &r.target {
+    match target {
         Target::None => String::new(),
         Target::Accept => "-j ACCEPT".into(),
         Target::Drop => "-j DROP".into(),
@@ -125,11 +137,7 @@ pub fn render(family: Family, r: &Rule) -> String {
         // Always behind `-j`, so whoever reads the text sees a target it does not know (never "no target").
         Target::Other(t) if t.starts_with("-j ") => t.clone(),
         Target::Other(t) => format!("-j ?{t}"),
-    };
-    if !t.is_empty() {
-        out.push(t);
     }
-    out.join(" ")
 }
 
 /// `0x539`, or `0x539/0xff` with a mask other than all ones.
