@@ -46,7 +46,8 @@ fn rule_ref(a: &mut Attrs, r: Ref, by_handle: u16, by_id: u16) {
     };
 }
 
-/// The message of one step: `(type, flags, attributes, description)`.
+/// The message of one step: `(type, flags, attributes, description)`. Kept whole: one arm per [`Step`],
+/// each the attributes of one nf_tables message as iptables-nft sends it.
 fn message(family: Family, step: &Step, ids: &BTreeSet<u32>) -> (u16, u16, Attrs, String) {
     let f = fam(family);
     let mut a = Attrs::default();

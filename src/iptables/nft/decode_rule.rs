@@ -117,7 +117,9 @@ impl Decoder {
         was
     }
 
-    /// The native pair (or triple) at `i`; how many expressions it took, 0 when it is none we know.
+    /// The native pair (or triple) at `i`; how many expressions it took, 0 when it is none we know. Kept
+    /// whole: one arm per expression sequence iptables-nft writes natively (payload + cmp for addresses,
+    /// meta for interfaces and protocol, ...), the table of issue 40's research read side by side.
     fn native(&mut self, ex: &[XExpr], i: usize) -> usize {
         let Some(XExpr::Native(e)) = ex.get(i) else {
             return 0;

@@ -127,8 +127,8 @@ pub fn ordered(t: &Table) -> Vec<&Chain> {
     builtin
 }
 
-/// `t` as `IPT_SO_SET_REPLACE` takes it: its entries laid out ([`lay_out`]), then the jumps filled in
-/// ([`link`]).
+/// `t` as `IPT_SO_SET_REPLACE` takes it: its entries laid out (`lay_out`), then the jumps filled in
+/// (`link`).
 pub fn build(t: &Table) -> Result<Built> {
     let l = entry::layout(t.family);
     let chains = ordered(t);

@@ -86,8 +86,8 @@ pub(super) const CT_STATES: [(u32, &str); 5] = [
     (CT_UNTRACKED, "UNTRACKED"),
 ];
 
-/// Parses one rule spec (the text after `-A CHAIN`): the header's options ([`header_option`]), each `-m`
-/// module's ([`match_option`]), `!` before the option it negates, and the target last ([`target`]).
+/// Parses one rule spec (the text after `-A CHAIN`): the header's options (`header_option`), each `-m`
+/// module's (`match_option`), `!` before the option it negates, and the target last (`target`).
 pub fn parse_rule(family: Family, spec: &str, names: Names) -> Result<Rule> {
     let toks: Vec<&str> = spec.split_whitespace().collect();
     let mut r = Rule::any();
@@ -251,7 +251,9 @@ fn finish(spec: &str, r: Rule, dangling: bool) -> Result<Rule> {
     Ok(r)
 }
 
-/// The `-j` target and its options (`toks` starts at the target's name).
+/// The `-j` target and its options (`toks` starts at the target's name). Kept whole: the options are
+/// gathered once, then one arm per target we write takes its own and refuses the rest, side by side with
+/// [`render`]'s arms for the same targets.
 fn target(spec: &str, toks: &[&str]) -> Result<Target> {
     let name = *toks
         .first()
