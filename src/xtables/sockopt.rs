@@ -62,11 +62,18 @@ pub fn read(v6: bool, name: &str) -> Result<(Info, Vec<u8>)> {
         return Err(Error::other(what("bad table name")));
     }
     // The table can change between the two calls (the kernel then refuses the size): read again. Each
-    // retry means another writer's replace landed in between; as many tries as a legacy restore makes.
+    // retry means another writer's replace (or first use) landed in between; as many tries as a legacy
+    // restore makes.
     for _ in 0..ATTEMPTS {
         let mut buf = [0u8; INFO_LEN];
         buf[..name.len()].copy_from_slice(name.as_bytes());
-        get(&fd, level, SO_GET_INFO, &mut buf).map_err(|e| io(what("get info"), e))?;
+        match get(&fd, level, SO_GET_INFO, &mut buf) {
+            Ok(_) => {}
+            // The kernel makes a namespace's table on its first use, outside its lock: a caller that
+            // raced another one's first use is told EEXIST, and the table exists now.
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(io(what("get info"), e)),
+        }
         let info = entries::info(&buf)?;
         let size = info.size as usize;
         if size > MAX_TABLE_BYTES {

@@ -296,3 +296,43 @@ fn concurrent_restores_into_one_namespace_all_land() {
         );
     }
 }
+
+#[test]
+fn first_writers_of_a_fresh_namespace_race_without_error() {
+    if !require_root() {
+        return;
+    }
+    // The kernel makes a namespace's nat (or mangle) table on its first use, outside its lock: of callers
+    // that use it first at the same moment, the losers' get-info answers EEXIST (the table exists by
+    // then). A pod's plugin and the node's agent can meet so on a new pod: each must land. Several fresh
+    // namespaces, four writers each released together by a barrier.
+    const WRITERS: usize = 4;
+    for round in 0..8 {
+        let ns = Netns::new(&format!("xtlgf{round}"));
+        let go = std::sync::Arc::new(std::sync::Barrier::new(WRITERS));
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|i| {
+                let (path, go) = (ns.path(), go.clone());
+                let table = ["nat", "mangle"][round % 2];
+                let doc = format!("* {table}\n-N ISTIO_F{i}\n-A OUTPUT -j ISTIO_F{i}\nCOMMIT\n");
+                std::thread::spawn(move || {
+                    let ops = spec::parse_doc(Family::V4, &doc, &names).unwrap();
+                    istio_cni::netns::run_in(&path, move || {
+                        go.wait();
+                        legacy::restore(Family::V4, &ops)
+                    })
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap().unwrap();
+        }
+        let table = &save_text(&ns, Family::V4)[["nat", "mangle"][round % 2]];
+        for i in 0..WRITERS {
+            assert!(
+                table.contains(&format!("-A OUTPUT -j ISTIO_F{i}\n")),
+                "{table}"
+            );
+        }
+    }
+}
