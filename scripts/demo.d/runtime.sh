@@ -106,7 +106,7 @@ compare_with_first() {
 show_pod() {
 	local i
 	for ((i = 0; i < 50; i++)); do
-		ip -n "$1" -br link show eth0 2>/dev/null | grep -q ' UP ' && break
+		ip -n "$1" -br link show eth0 2>/dev/null | grep ' UP ' >/dev/null && break
 		sleep 0.1
 	done
 	d_step "inside the pod netns $1"
