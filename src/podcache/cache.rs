@@ -59,7 +59,7 @@ impl Cache {
     }
 
     pub fn lookup(&self, req: &Request, may_wait: bool) -> Lookup {
-        self.lock().lookup(req, may_wait)
+        self.lock().lookup(req, may_wait, std::time::Instant::now())
     }
 
     /// What the server polls (and reads empty) to learn that the store changed.
@@ -104,9 +104,14 @@ impl PodSink for Cache {
     }
 
     fn caught_up(&mut self) {
-        if self.update(|s| s.caught_up()) {
+        if self.update(|s| s.caught_up(std::time::Instant::now())) {
             log::info!("pod cache: caught up with the API server; answering lookups by name too");
         }
+    }
+
+    fn heard(&mut self) {
+        // Nothing a waiting lookup needs to hear of: no wake-up.
+        self.lock().heard(std::time::Instant::now());
     }
 
     fn watch_down(&mut self) {

@@ -37,7 +37,7 @@ fn served() -> (Cache, PathBuf) {
         s.apply(pod("a", "u1"));
         s.list_done();
         s.watch_open();
-        s.caught_up();
+        s.caught_up(std::time::Instant::now());
     });
     let path = test_dir("podcache").join("pod-cache.sock");
     serve(cache.clone(), path.clone()).unwrap();
@@ -255,7 +255,7 @@ fn before_the_first_list_nothing_is_served() {
     serve(cache.clone(), path.clone()).unwrap();
     cache.update(|s| {
         s.watch_open();
-        s.caught_up();
+        s.caught_up(std::time::Instant::now());
     });
     assert_eq!(miss(&path, "a", "u1"), Miss::Agent(Answer::NotSynced));
 }

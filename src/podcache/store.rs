@@ -8,6 +8,14 @@ use crate::kube::pod::key;
 use crate::redirect::reduce::Reduced;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long the open watch may stay silent before lookups by name stop being answered from it. A quiet
+/// watch hears a BOOKMARK from kube-apiserver about every minute; one silent for longer may be dead
+/// without a FIN or RST having reached us (a restarted server behind lost NAT state, a partition), or
+/// its reader stuck, and meanwhile a pod deleted and recreated under the same name would still be
+/// answered as the old one. By UID nothing changes: a UID names one pod.
+pub const QUIET_LIMIT: Duration = Duration::from_secs(90);
 
 /// One cached pod.
 #[derive(Debug)]
@@ -42,6 +50,8 @@ pub struct Store {
     live: bool,
     /// It was live once.
     was_live: bool,
+    /// When the open watch last delivered something (or caught up).
+    heard: Option<Instant>,
 }
 
 impl Store {
@@ -99,13 +109,19 @@ impl Store {
         self.watching = true;
     }
 
-    /// The open watch has caught up with the server: lookups by name are answered from now on. Whether
-    /// this is the first time.
-    pub fn caught_up(&mut self) -> bool {
+    /// The open watch has caught up with the server (`at`): lookups by name are answered from now on, while
+    /// it is heard from ([`QUIET_LIMIT`]). Whether this is the first time.
+    pub fn caught_up(&mut self, at: Instant) -> bool {
+        self.heard = Some(at);
         self.live = self.watching;
         let first = self.live && !self.was_live;
         self.was_live |= self.live;
         first
+    }
+
+    /// The open watch delivered something at `at`.
+    pub fn heard(&mut self, at: Instant) {
+        self.heard = Some(at);
     }
 
     /// The list or watch ended (failed, expired, or closed): neither waiting nor answering by name until
@@ -115,15 +131,19 @@ impl Store {
         self.live = false;
     }
 
-    /// The answer to `req`; `may_wait` while the wait for an unseen pod is not over.
-    pub fn lookup(&self, req: &Request, may_wait: bool) -> Lookup {
+    /// The answer to `req` at `now`; `may_wait` while the wait for an unseen pod is not over.
+    pub fn lookup(&self, req: &Request, may_wait: bool, now: Instant) -> Lookup {
         if !self.listed {
             return Lookup::Answer(Answer::NotSynced);
         }
         let by_name = req.uid.is_empty();
-        if by_name && !self.live {
-            // Name and namespace alone are trusted only from a watch that has caught up: before that, the
-            // cache may hold the previous pod of that name (recreated while no watch was open).
+        let heard = self
+            .heard
+            .is_some_and(|h| now.saturating_duration_since(h) < QUIET_LIMIT);
+        if by_name && !(self.live && heard) {
+            // Name and namespace alone are trusted only from a watch that has caught up and is still heard
+            // from: otherwise the cache may hold the previous pod of that name (recreated while no watch
+            // was open, or while this one was silently dead).
             return Lookup::Answer(Answer::NotSynced);
         }
         let wait = may_wait && self.watching;
@@ -158,6 +178,10 @@ mod tests {
     }
 
     fn ask(s: &Store, name: &str, uid: &str, may_wait: bool) -> Lookup {
+        ask_at(s, name, uid, may_wait, Instant::now())
+    }
+
+    fn ask_at(s: &Store, name: &str, uid: &str, may_wait: bool, now: Instant) -> Lookup {
         s.lookup(
             &Request {
                 namespace: "ns".into(),
@@ -165,6 +189,7 @@ mod tests {
                 uid: uid.into(),
             },
             may_wait,
+            now,
         )
     }
 
@@ -178,7 +203,7 @@ mod tests {
     /// A watch opened and caught up.
     fn live(s: &mut Store) {
         s.watch_open();
-        s.caught_up();
+        s.caught_up(Instant::now());
     }
 
     #[test]
@@ -227,7 +252,7 @@ mod tests {
         assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
         hit_of(&ask(&s, "a", "u1", true));
         assert_eq!(ask(&s, "a", "u2", true), Lookup::Wait);
-        s.caught_up();
+        s.caught_up(Instant::now());
         hit_of(&ask(&s, "a", "", true));
         // Closed and reopened: not live again until the new watch has caught up.
         s.watch_closed();
@@ -235,8 +260,31 @@ mod tests {
         assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
         // A catch-up reported with no watch open counts for nothing.
         s.watch_closed();
-        s.caught_up();
+        s.caught_up(Instant::now());
         assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
+    }
+
+    #[test]
+    fn a_watch_silent_for_longer_than_the_quiet_limit_answers_no_name_only_lookup() {
+        let mut s = Store::default();
+        s.apply(pod("a", "u1", "1"));
+        s.list_done();
+        s.watch_open();
+        let t = Instant::now();
+        s.caught_up(t);
+        let just_before = t + QUIET_LIMIT - Duration::from_secs(1);
+        hit_of(&ask_at(&s, "a", "", true, just_before));
+        // Nothing heard for the limit: the watch may be dead without our knowing; a name alone is not
+        // answered (the pod may have been recreated meanwhile), a UID still is.
+        let silent = t + QUIET_LIMIT;
+        assert_eq!(
+            ask_at(&s, "a", "", true, silent),
+            Lookup::Answer(Answer::NotSynced)
+        );
+        hit_of(&ask_at(&s, "a", "u1", true, silent + QUIET_LIMIT * 10));
+        // A BOOKMARK (or any event) heard: answered by name again.
+        s.heard(silent);
+        hit_of(&ask_at(&s, "a", "", true, silent + Duration::from_secs(1)));
     }
 
     #[test]

@@ -338,3 +338,42 @@ fn a_failed_probe_never_proves_the_watch() {
     assert_eq!(calls, ["down", "listed", "up again", "pod a@100", "down"]);
     assert!(!calls.contains(&"caught up".to_string()), "{calls:?}");
 }
+
+/// Records only what the server was heard to send, and the pods.
+struct Hearing(Arc<Mutex<Vec<String>>>);
+
+impl PodSink for Hearing {
+    fn pod(&mut self, pod: &Object) {
+        let meta = istio_cni::json::obj_of(pod, "metadata").unwrap();
+        let name = istio_cni::json::str_of(meta, "name").unwrap_or("");
+        self.0.lock().unwrap().push(format!("pod {name}"));
+    }
+    fn gone(&mut self, _key: &str, _uid: &str) {}
+    fn heard(&mut self) {
+        self.0.lock().unwrap().push("heard".into());
+    }
+}
+
+#[test]
+fn every_event_and_bookmark_of_a_watch_is_heard_before_it_is_handled() {
+    // The pod cache answers by name only from a watch heard from lately (podcache::store::QUIET_LIMIT):
+    // a quiet watch's BOOKMARKs are what keep it heard.
+    let s = Script::new(vec![
+        Answer::List(vec!["a"], "10"),
+        Answer::Watch(vec![
+            event("ADDED", "b", "11"),
+            bookmark("12", false),
+            bookmark("13", false),
+        ]),
+    ]);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let sel = Selection {
+        label: None,
+        field: "spec.nodeName=node-1".into(),
+        what: "scripted",
+    };
+    let sink = Hearing(calls.clone());
+    podwatch::watch(&s, &sel, Fanout::new(vec![Box::new(sink)]), |_| false);
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls, ["pod a", "heard", "pod b", "heard", "heard"]);
+}

@@ -194,6 +194,7 @@ fn watch_once(
                 break;
             }
         };
+        sinks.heard();
         let step = catch_up::step(pending, &ev);
         if step == Step::NoWatchList {
             let why =

@@ -27,6 +27,9 @@ pub trait PodSink {
     /// The open watch has delivered every change up to a consistent read made after it was requested:
     /// from now until [`PodSink::watch_down`], the sink is as current as the watch.
     fn caught_up(&mut self) {}
+    /// The open watch delivered something (an event, or a BOOKMARK: kube-apiserver sends one about every
+    /// minute on a quiet watch): the server is still there.
+    fn heard(&mut self) {}
     /// The list or watch ended (failed, expired, or closed by the server): until the next watch has caught
     /// up, events may be missed.
     fn watch_down(&mut self) {}
@@ -104,6 +107,10 @@ impl Fanout {
 
     pub fn caught_up(&mut self) {
         self.each(|s| s.caught_up());
+    }
+
+    pub fn heard(&mut self) {
+        self.each(|s| s.heard());
     }
 
     pub fn watch_down(&mut self) {
