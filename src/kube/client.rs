@@ -252,7 +252,7 @@ impl PodSource for Client {
     }
 
     /// Without `timeout_seconds`, [`DEFAULT_WATCH_TIMEOUT`] is sent; the client gives up [`WATCH_MARGIN`]
-    /// after it.
+    /// after it. A server gone unheard ends it sooner, by TCP keepalive ([`Timeouts::keepalive`]).
     fn watch_pods(&self, p: &WatchParams) -> Result<super::WatchStream> {
         let what = "watch pods";
         let mut p = p.clone();

@@ -20,6 +20,7 @@ pub mod request;
 pub mod retry;
 pub mod scheduling;
 pub mod status;
+pub mod tcp;
 pub mod token;
 pub mod transport;
 pub mod watch;

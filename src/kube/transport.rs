@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use ureq::tls::{ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::{
+    ConnectProxyConnector, Connector, NextTimeout, RustlsConnector,
+};
 use ureq::Agent;
 
 use super::config::{certs, pem_items, Config};
 use super::request::{Method, Request};
 use super::status::{self, REASON_BAD_RESPONSE};
+use super::tcp::{Keepalive, KeepaliveTcp, KEEPALIVE};
 use crate::error::{Error, Result};
 
 /// Largest response body read into memory (a page of pods); watch streams are read line by line.
@@ -65,6 +68,9 @@ pub struct Timeouts {
     pub connect: Duration,
     /// The whole request: connect, TLS, send, response headers and body.
     pub total: Duration,
+    /// TCP keepalive on every connection ([`super::tcp::KEEPALIVE`]): a watch whose server went away
+    /// unheard ends within about a minute.
+    pub keepalive: Keepalive,
 }
 
 impl Default for Timeouts {
@@ -72,6 +78,7 @@ impl Default for Timeouts {
         Timeouts {
             connect: Duration::from_secs(5),
             total: Duration::from_secs(30),
+            keepalive: KEEPALIVE,
         }
     }
 }
@@ -160,7 +167,13 @@ impl Transport {
             .input_buffer_size(16 * 1024)
             .output_buffer_size(16 * 1024)
             .build();
-        let agent = Agent::with_parts(config, DefaultConnector::default(), LiteralFirst::default());
+        // ureq's default chain, but for the TCP connector (ours sets keepalive) and SOCKS (never
+        // supported): an HTTPS_PROXY from the environment is still honoured, as by client-go.
+        let connector =
+            ().chain(ConnectProxyConnector::default())
+                .chain(KeepaliveTcp(timeouts.keepalive))
+                .chain(RustlsConnector::default());
+        let agent = Agent::with_parts(config, connector, LiteralFirst::default());
         Ok(Transport {
             agent,
             server: cfg.server.clone(),
@@ -207,7 +220,7 @@ impl Transport {
         let res = self.call(req, token, total, per_read)?;
         let code = res.status().as_u16();
         let reader = res.into_body().into_with_config().limit(u64::MAX).reader();
-        Ok((code, Box::new(reader)))
+        Ok((code, Box::new(Named { reader })))
     }
 
     fn call(
@@ -264,6 +277,32 @@ impl Transport {
         );
         status::transport(reason, format!("{what}: {detail}"))
     }
+}
+
+/// A streamed body whose failures by time say which: ureq hands its own limits out as an opaque "other"
+/// error, and a peer that stopped answering reads as a bare "Connection timed out".
+struct Named {
+    reader: ureq::BodyReader<'static>,
+}
+
+impl Read for Named {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.reader.read(buf).map_err(name_timeout)
+    }
+}
+
+fn name_timeout(e: std::io::Error) -> std::io::Error {
+    use std::io::{Error as IoError, ErrorKind};
+    let what = match e.get_ref().and_then(|i| i.downcast_ref::<ureq::Error>()) {
+        Some(ureq::Error::Timeout(t)) => format!("the request's time limit ran out ({t:?})"),
+        _ if e.raw_os_error() == Some(nix::errno::Errno::ETIMEDOUT as i32) => {
+            "the API server stopped answering (TCP keepalive probes or retransmissions unanswered: \
+             connection timed out)"
+                .into()
+        }
+        _ => return e,
+    };
+    IoError::new(ErrorKind::TimedOut, what)
 }
 
 fn strip_query(p: &str) -> &str {

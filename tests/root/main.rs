@@ -17,6 +17,7 @@ mod install_bind_mount;
 mod install_metrics;
 mod install_server;
 mod install_server_flood;
+mod kube_keepalive;
 mod monitoring_e2e;
 mod nft_limits;
 mod nft_netns;

@@ -31,6 +31,7 @@ pub fn fast_client(srv: &Server, dir: &TempDir, total: Duration) -> Client {
     let t = Timeouts {
         connect: Duration::from_secs(2),
         total,
+        ..Timeouts::default()
     };
     Client::with_timeouts(Config::from_kubeconfig(&kc).unwrap(), t).unwrap()
 }

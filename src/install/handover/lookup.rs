@@ -56,6 +56,7 @@ pub fn facts(s: &Settings) -> Facts {
     let timeouts = Timeouts {
         connect: Duration::from_secs(1),
         total: ATTEMPT,
+        ..Timeouts::default()
     };
     let client = match cfg.and_then(|c| Client::with_timeouts(c, timeouts)) {
         Ok(c) => c,

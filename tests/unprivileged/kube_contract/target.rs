@@ -65,6 +65,7 @@ impl Target {
         let t = Timeouts {
             connect: Duration::from_secs(5),
             total: TOTAL,
+            ..Timeouts::default()
         };
         let client = Client::with_timeouts(admin.clone(), t).unwrap();
         let raw = Transport::new(&admin, t).unwrap();
