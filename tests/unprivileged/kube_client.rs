@@ -301,6 +301,86 @@ fn refused_configuration_never_dials() {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// HTTPS_PROXY from the environment carries the API requests (as client-go's), through the TCP connector
+// with keepalive: a child process, since the variable is read when a client is built.
+
+const PROXY_CHILD_ENV: &str = "KUBE_CLIENT_PROXY_KUBECONFIG";
+
+#[test]
+#[ignore = "child process of https_proxy_from_the_environment_carries_the_requests"]
+fn proxy_child_get_once() {
+    let kc = std::env::var(PROXY_CHILD_ENV).expect("run by the proxy test only");
+    let c = Client::from_kubeconfig(Path::new(&kc)).unwrap();
+    assert_eq!(name_of(&c.get_pod("testNS", "testPod").unwrap()), "testPod");
+}
+
+/// A CONNECT proxy on loopback: records each request line, then splices both ways.
+fn connect_proxy() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut client) = c else { return };
+            let mut r = BufReader::new(client.try_clone().unwrap());
+            let mut first = String::new();
+            r.read_line(&mut first).unwrap();
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 2 {
+                line.clear();
+            }
+            log.lock().unwrap().push(first.trim().to_string());
+            let target = first.split_whitespace().nth(1).unwrap_or("").to_string();
+            let Ok(mut up) = std::net::TcpStream::connect(&target) else {
+                let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
+                continue;
+            };
+            client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .unwrap();
+            let (mut up2, mut client2) = (up.try_clone().unwrap(), client.try_clone().unwrap());
+            std::thread::spawn(move || std::io::copy(&mut r, &mut up2));
+            std::thread::spawn(move || std::io::copy(&mut up, &mut client2));
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn https_proxy_from_the_environment_carries_the_requests() {
+    let srv = start();
+    let dir = TempDir::new("proxy");
+    srv.add_pod(&pod_json("testNS", "testPod", "n1")).unwrap();
+    srv.write_kubeconfig(&dir.join("kc")).unwrap();
+    let (port, seen) = connect_proxy();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "kube_client::proxy_child_get_once",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env(PROXY_CHILD_ENV, dir.join("kc"))
+        .env("HTTPS_PROXY", format!("http://127.0.0.1:{port}"))
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("1 passed"), "the child ran no test: {said}");
+    let want = format!("CONNECT {} HTTP/1.1", srv.addr());
+    assert_eq!(*seen.lock().unwrap(), vec![want]);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Latency: median of 100 pod GETs, each in a fresh process (TLS handshake included). Run with
 //   cargo test --release --test kube_client -- --ignored --nocapture fresh_process_get_latency
 
@@ -332,7 +412,7 @@ fn fresh_process_get_latency() {
         let out = std::process::Command::new(&exe)
             .args([
                 "--exact",
-                "bench_child_get_once",
+                "kube_client::bench_child_get_once",
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",
