@@ -18,8 +18,9 @@
 //!   resourceVersion `R` no older than the gap; the watch is caught up at its first event or BOOKMARK at
 //!   or past `R`. resourceVersions are compared as the integers etcd makes them (the API server compares
 //!   them the same way); one that is not an integer proves nothing, so the cache then never answers by
-//!   name. On a quiet node this waits for the server's next BOOKMARK (kube-apiserver sends one about
-//!   every minute); meanwhile name-only lookups go to the API server.
+//!   name. On a quiet node this waits for the server's next BOOKMARK (kube-apiserver sends one a minute
+//!   once the pods' resourceVersion has moved past the watch's: measured on 1.34, 1-2 min after the watch
+//!   opened); meanwhile name-only lookups go to the API server.
 
 use crate::kube::{ApiErrorExt, EventKind, WatchEvent};
 
