@@ -32,6 +32,8 @@ use argh::FromArgs;
             \x20 IPTABLES_NODE_BINARIES [default: false]: the plugin runs the node's\n\
             \x20   iptables-restore/-save instead of writing the kernel's tables itself\n\
             \x20 AMBIENT_ENABLEMENT_SELECTOR: written into the plugin's entry\n\
+            \x20 HTTPS_PROXY, NO_PROXY: this process's API connections go through the\n\
+            \x20   proxy, as client-go's do\n\
             \x20 RUST_LOG: replaces the log levels",
     error_code(0, "installed (--once), uninstalled, or stopped by SIGTERM/SIGINT"),
     error_code(1, "installing or cleaning up failed"),
