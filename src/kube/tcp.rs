@@ -76,11 +76,14 @@ impl<In: Transport> Connector<In> for KeepaliveTcp {
 }
 
 /// The first of the resolved addresses that accepts within what is left of the connect limit. An
-/// address that refuses or cannot be routed to gives way to the next; the last failure is reported.
+/// address that fails gives way to the next; the last failure is reported. Every address but the last may
+/// spend half of what is left (as ureq's own connector shares it out), so one that swallows its SYNs
+/// cannot take the whole limit from the others.
 fn connect_any(details: &ConnectionDetails) -> Result<TcpStream, ureq::Error> {
     use ureq::unversioned::transport::time::Instant;
     let mut last = None;
-    for addr in details.addrs.iter() {
+    let n = details.addrs.len();
+    for (i, addr) in details.addrs.iter().enumerate() {
         let elapsed = match ((details.current_time)(), details.now) {
             (Instant::Exact(now), Instant::Exact(then)) => now.saturating_duration_since(then),
             _ => Duration::ZERO,
@@ -88,7 +91,7 @@ fn connect_any(details: &ConnectionDetails) -> Result<TcpStream, ureq::Error> {
         let limit = details
             .timeout
             .not_zero()
-            .map(|t| t.saturating_sub(elapsed));
+            .map(|t| attempt_limit(t.saturating_sub(elapsed), i, n));
         let tried = match limit {
             Some(l) if l.is_zero() => return Err(ureq::Error::Timeout(Timeout::Connect)),
             Some(l) => TcpStream::connect_timeout(addr, l),
@@ -113,6 +116,15 @@ fn connect_any(details: &ConnectionDetails) -> Result<TcpStream, ureq::Error> {
             "no address to connect to",
         ))
     }))
+}
+
+/// What attempt `i` of `n` may spend of the `left` connect time: half of it, all of it for the last.
+fn attempt_limit(left: Duration, i: usize, n: usize) -> Duration {
+    if i + 1 < n {
+        left / 2
+    } else {
+        left
+    }
 }
 
 /// Turns keepalive on with `k`'s timing (whole seconds, at least 1).
@@ -221,6 +233,21 @@ mod tests {
         assert_eq!(getsockopt(&s, sockopt::TcpKeepIdle).unwrap(), 30);
         assert_eq!(getsockopt(&s, sockopt::TcpKeepInterval).unwrap(), 10);
         assert_eq!(getsockopt(&s, sockopt::TcpKeepCount).unwrap(), 3);
+    }
+
+    #[test]
+    fn every_address_but_the_last_leaves_half_of_the_connect_time_to_the_others() {
+        let left = Duration::from_secs(4);
+        assert_eq!(attempt_limit(left, 0, 1), left);
+        assert_eq!(attempt_limit(left, 0, 3), Duration::from_secs(2));
+        assert_eq!(
+            attempt_limit(Duration::from_secs(2), 1, 3),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            attempt_limit(Duration::from_secs(1), 2, 3),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]

@@ -27,8 +27,8 @@ pub trait PodSink {
     /// The open watch has delivered every change up to a consistent read made after it was requested:
     /// from now until [`PodSink::watch_down`], the sink is as current as the watch.
     fn caught_up(&mut self) {}
-    /// The open watch delivered something (an event, or a BOOKMARK: kube-apiserver sends one about every
-    /// minute on a quiet watch): the server is still there.
+    /// The open watch delivered something (an event, or a BOOKMARK: kube-apiserver sends one a minute once
+    /// the pods' resourceVersion has moved past the watch's): the server is still there.
     fn heard(&mut self) {}
     /// The list or watch ended (failed, expired, or closed by the server): until the next watch has caught
     /// up, events may be missed.
