@@ -1,5 +1,6 @@
-//! The API connections' TCP: what ureq's own TCP connector and transport do, plus TCP keepalive on every
-//! connection (ureq 3 has no socket options and keeps its TCP transport private).
+//! The API connections' TCP: what ureq's own TCP connector and transport do, plus TCP keepalive on the
+//! node agents' connections (ureq 3 has no socket options and keeps its TCP transport private); the
+//! plugin's one request per ADD has a deadline of its own and goes without.
 //!
 //! Why keepalive: a watch only reads. When its server goes away and the FIN or reset never reaches us (a
 //! firewall's or NAT's state lost, a node or load balancer gone under a partition), nothing on our side ever
@@ -39,12 +40,12 @@ pub const KEEPALIVE: Keepalive = Keepalive {
     count: 3,
 };
 
-/// Opens the TCP connection (to the server, or to the proxy ureq's CONNECT connector asks for) with
-/// keepalive on; a connection already made by an earlier connector in the chain passes through.
+/// Opens the TCP connection (to the server, or to the proxy ureq's CONNECT connector asks for), with
+/// keepalive when given one; a connection already made by an earlier connector in the chain passes through.
 #[derive(Debug)]
-pub struct KeepaliveTcp(pub Keepalive);
+pub struct TcpConnector(pub Option<Keepalive>);
 
-impl<In: Transport> Connector<In> for KeepaliveTcp {
+impl<In: Transport> Connector<In> for TcpConnector {
     type Out = Either<In, Tcp>;
 
     fn connect(
@@ -56,7 +57,9 @@ impl<In: Transport> Connector<In> for KeepaliveTcp {
             return Ok(Some(Either::A(t)));
         }
         let stream = connect_any(details)?;
-        keepalive(&stream, self.0)?;
+        if let Some(k) = self.0 {
+            keepalive(&stream, k)?;
+        }
         if details.config.no_delay() {
             stream.set_nodelay(true)?;
         }

@@ -16,7 +16,7 @@ use ureq::Agent;
 use super::config::{certs, pem_items, Config};
 use super::request::{Method, Request};
 use super::status::{self, REASON_BAD_RESPONSE};
-use super::tcp::{Keepalive, KeepaliveTcp, KEEPALIVE};
+use super::tcp::{Keepalive, TcpConnector, KEEPALIVE};
 use crate::error::{Error, Result};
 
 /// Largest response body read into memory (a page of pods); watch streams are read line by line.
@@ -69,8 +69,9 @@ pub struct Timeouts {
     /// The whole request: connect, TLS, send, response headers and body.
     pub total: Duration,
     /// TCP keepalive on every connection ([`super::tcp::KEEPALIVE`]): a watch whose server went away
-    /// unheard ends within about a minute.
-    pub keepalive: Keepalive,
+    /// unheard ends within about a minute. `None` for a process whose every request has a deadline of its
+    /// own (the plugin): nothing to gain, four syscalls per connection saved.
+    pub keepalive: Option<Keepalive>,
 }
 
 impl Default for Timeouts {
@@ -78,7 +79,7 @@ impl Default for Timeouts {
         Timeouts {
             connect: Duration::from_secs(5),
             total: Duration::from_secs(30),
-            keepalive: KEEPALIVE,
+            keepalive: Some(KEEPALIVE),
         }
     }
 }
@@ -171,7 +172,7 @@ impl Transport {
         // supported): an HTTPS_PROXY from the environment is still honoured, as by client-go.
         let connector =
             ().chain(ConnectProxyConnector::default())
-                .chain(KeepaliveTcp(timeouts.keepalive))
+                .chain(TcpConnector(timeouts.keepalive))
                 .chain(RustlsConnector::default());
         let agent = Agent::with_parts(config, connector, LiteralFirst::default());
         Ok(Transport {

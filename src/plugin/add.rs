@@ -87,7 +87,14 @@ fn pod_lookup(
     // Counted as an API lookup even when the GET fails.
     report.source = Some(Source::Api(miss));
     let path = conf.kubeconfig_path();
-    let client = kube::Client::from_kubeconfig(Path::new(&path))
+    // No TCP keepalive: the one request has its own deadline (pod_lookup_deadline), so probes could never
+    // end anything sooner; the ADD path keeps its four setsockopt calls.
+    let timeouts = kube::Timeouts {
+        keepalive: None,
+        ..kube::Timeouts::default()
+    };
+    let client = kube::Config::from_kubeconfig(Path::new(&path))
+        .and_then(|c| kube::Client::with_timeouts(c, timeouts))
         .with_context(|| format!("create the kubernetes client from {path}"))?;
     let pod = kube::get_pod_with_retry(
         &client,

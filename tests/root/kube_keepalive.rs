@@ -36,11 +36,11 @@ fn a_watch_whose_server_falls_silent_without_a_fin_ends_by_keepalive() {
         let kc = dir.join("kubeconfig");
         srv.write_kubeconfig(&kc).unwrap();
         let fast = Timeouts {
-            keepalive: Keepalive {
+            keepalive: Some(Keepalive {
                 idle: Duration::from_secs(1),
                 interval: Duration::from_secs(1),
                 count: 2,
-            },
+            }),
             ..Timeouts::default()
         };
         let c = Client::with_timeouts(Config::from_kubeconfig(&kc).unwrap(), fast).unwrap();

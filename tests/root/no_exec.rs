@@ -1,6 +1,7 @@
 //! iptables mode starts no process (root): ADD, CHECK and DEL of a sidecar pod, on both x_tables backends,
 //! run under `strace -f -e trace=execve` show the plugin's own exec and nothing else. The same pod with
-//! IPTABLES_NODE_BINARIES recorded shows the node's iptables-restore (the trace can see an exec).
+//! IPTABLES_NODE_BINARIES recorded shows the node's iptables-restore (the trace can see an exec). And the
+//! ADD's one API request sets no TCP keepalive (the agents' connections do; the plugin's has a deadline).
 
 use crate::support::e2e::*;
 use crate::support::*;
@@ -56,5 +57,40 @@ fn add_check_del_start_no_process_on_either_backend() {
     assert!(
         programs.iter().any(|p| p.ends_with("iptables-nft-restore")),
         "{programs:?}"
+    );
+}
+
+#[test]
+fn the_plugins_api_connection_sets_no_keepalive() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(94);
+    node.record_backend("nft");
+    let pod = node.pod("nokeepalive", "", "", false);
+    let trace = node.dir.write("strace-sockets", "");
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args([
+        "-f",
+        "-qq",
+        "-e",
+        "trace=connect,setsockopt",
+        "-e",
+        "signal=none",
+        "-o",
+    ])
+    .arg(&trace)
+    .arg(node.plugins.istio_cni());
+    pod.run_wrapped(cmd, "ADD").assert_success();
+    let text = std::fs::read_to_string(&trace).unwrap();
+    // The control: the pod came from the API double (its port connected to).
+    let port = format!("sin_port=htons({})", node.srv.addr().port());
+    assert!(
+        text.contains(&port),
+        "no connection to the API double:\n{text}"
+    );
+    assert!(
+        !text.contains("SO_KEEPALIVE"),
+        "keepalive on the ADD path:\n{text}"
     );
 }
