@@ -14,6 +14,7 @@
 
 pub mod client;
 pub mod config;
+mod failure;
 pub mod pod;
 pub mod podwatch;
 pub mod request;
