@@ -155,7 +155,11 @@ impl Client {
         let (res, hint) = self.execute_hinted(&req, total);
         let res = res
             .with_context(what)
-            .and_then(|body| parse_body(&body, &what()));
+            .and_then(|body| parse_body(&body, &what()))
+            .and_then(|pod| match super::pod::not_the_pod(&pod, ns, name, "") {
+                None => Ok(pod),
+                Some(why) => Err(status::not_the_object(format!("{}: {why}", what()))),
+            });
         (res, hint)
     }
 

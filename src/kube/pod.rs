@@ -48,6 +48,40 @@ impl<'a> PodView<'a> {
     }
 }
 
+/// On a static pod's mirror: the kubelet's own UID for the pod, the one a runtime passes as `K8S_POD_UID`
+/// (the API server gives the mirror a UID of its own).
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// What is wrong with `pod` as the answer to a GET of pod `ns/name` for a sandbox of UID `uid` (a runtime's
+/// `K8S_POD_UID`, "" when it gave none): `None` when it is that pod. A `kind` other than `Pod`, another
+/// namespace or name (a misrouted request, a proxy's or a faulty server's page: `{}` reads as a pod without
+/// containers), or another UID (the pod of that name was replaced, or the server does not show the new one
+/// yet) is never used as the pod: every field of a pod object is optional, so any of them would read as
+/// "no sidecar". A static pod's mirror matches by [`MIRROR_ANNOTATION`].
+pub fn not_the_pod(pod: &Object, ns: &str, name: &str, uid: &str) -> Option<String> {
+    let v = PodView::of(pod);
+    let kind = json::str_of(pod, "kind");
+    let mirror = json::obj_of(pod, "metadata")
+        .and_then(|m| json::obj_of(m, "annotations"))
+        .and_then(|a| json::str_of(a, MIRROR_ANNOTATION))
+        .unwrap_or("");
+    if kind.is_some_and(|k| k != "Pod") || v.namespace != ns || v.name != name {
+        return Some(format!(
+            "the API server answered with {} {:?}, not pod {ns}/{name}",
+            kind.unwrap_or("an object without a kind"),
+            v.key()
+        ));
+    }
+    if !uid.is_empty() && v.uid != uid && mirror != uid {
+        return Some(format!(
+            "the API server has pod {ns}/{name} with UID {:?}, the runtime is starting UID {uid:?} (the pod \
+             was replaced, or the server does not show the new one yet)",
+            v.uid
+        ));
+    }
+    None
+}
+
 /// A pod's key: `namespace/name`.
 pub fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
@@ -84,5 +118,56 @@ mod tests {
         // Any deletionTimestamp but null is a pod being deleted: never repaired, never audited.
         assert!(view_of(r#"{"metadata":{"deletionTimestamp":""}}"#).deleting);
         assert!(view_of(r#"{"metadata":{"deletionTimestamp":{}}}"#).deleting);
+    }
+
+    /// Only the pod asked for is the pod: its kind (when named), namespace and name, and the runtime's UID
+    /// when it gave one (a static pod's mirror by the kubelet's UID in its annotation).
+    #[test]
+    fn an_answer_is_the_pod_only_by_kind_name_and_uid() {
+        let pod = |s: &str| json::parse_object(s, "pod").unwrap();
+        let web =
+            pod(r#"{"kind":"Pod","metadata":{"namespace":"shop","name":"web-0","uid":"u1"}}"#);
+        let no_kind = pod(r#"{"metadata":{"namespace":"shop","name":"web-0","uid":"u1"}}"#);
+        let mirror = pod(
+            r#"{"metadata":{"namespace":"shop","name":"web-0","uid":"api-uid",
+                "annotations":{"kubernetes.io/config.mirror":"kubelet-uid"}}}"#,
+        );
+        for (p, uid) in [
+            (&web, "u1"),
+            (&web, ""),
+            (&no_kind, "u1"),
+            (&mirror, "kubelet-uid"),
+        ] {
+            assert_eq!(not_the_pod(p, "shop", "web-0", uid), None, "{uid}");
+        }
+        let wrong = [
+            (pod("{}"), "u1", "an object without a kind \"/\""),
+            (pod("{}"), "", "not pod shop/web-0"),
+            (
+                pod(r#"{"kind":"Status","metadata":{},"code":503}"#),
+                "",
+                "answered with Status",
+            ),
+            (
+                pod(r#"{"kind":"Pod","metadata":{"namespace":"bank","name":"web-0","uid":"u1"}}"#),
+                "u1",
+                "\"bank/web-0\"",
+            ),
+            (
+                pod(r#"{"kind":"Pod","metadata":{"namespace":"shop","name":"web-1","uid":"u1"}}"#),
+                "u1",
+                "\"shop/web-1\"",
+            ),
+            (
+                web.clone(),
+                "u2",
+                "with UID \"u1\", the runtime is starting UID \"u2\"",
+            ),
+            (mirror.clone(), "api-uid-2", "with UID \"api-uid\""),
+        ];
+        for (p, uid, says) in wrong {
+            let why = not_the_pod(&p, "shop", "web-0", uid).expect(says);
+            assert!(why.contains(says), "{why}");
+        }
     }
 }

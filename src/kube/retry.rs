@@ -120,7 +120,17 @@ fn bounded_attempt(
 /// it, give or take a few milliseconds). Each attempt is capped by [`attempt_cap`] and by what is left of
 /// the deadline. Permanent failures return at once, and so does a `Retry-After` that points past the
 /// deadline.
-pub fn get_pod_with_retry(c: &Client, ns: &str, name: &str, deadline: Duration) -> Result<Object> {
+///
+/// `uid` is the runtime's `K8S_POD_UID` ("" when it gave none): a pod of that name with another UID is
+/// retried like a 404 (the server may not show the new pod yet) and, at the deadline, fails the lookup: it
+/// is never returned as the pod ([`super::pod::not_the_pod`]).
+pub fn get_pod_with_retry(
+    c: &Client,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    deadline: Duration,
+) -> Result<Object> {
     let start = Instant::now();
     let until = start + deadline;
     let cap = attempt_cap(deadline, c.timeouts().total);
@@ -130,11 +140,20 @@ pub fn get_pod_with_retry(c: &Client, ns: &str, name: &str, deadline: Duration) 
         attempt += 1;
         let left = until.saturating_duration_since(Instant::now());
         let (res, retry_after) = bounded_attempt(c, ns, name, cap.min(left.max(MIN_ATTEMPT)));
-        let err = match res {
-            Ok(pod) => return Ok(pod),
-            Err(e) => e,
+        let (err, retriable) = match res {
+            Ok(pod) => match super::pod::not_the_pod(&pod, ns, name, uid) {
+                None => return Ok(pod),
+                Some(why) => (
+                    status::not_the_object(format!("get pod {ns}/{name}: {why}")),
+                    true,
+                ),
+            },
+            Err(e) => {
+                let r = retriable_for_get(&e);
+                (e, r)
+            }
         };
-        if !retriable_for_get(&err) {
+        if !retriable {
             return Err(err).context(format!(
                 "giving up on attempt {attempt} (not a transient failure)"
             ));

@@ -105,6 +105,19 @@ pub fn transport(reason: &str, message: impl Into<String>) -> Error {
     }
 }
 
+/// The reason of a successful answer that is not the object asked for ([`not_the_object`]).
+pub const REASON_NOT_THE_POD: &str = "not the pod asked for";
+
+/// A 2xx answer that is not the object asked for (`message` says what it was instead,
+/// [`super::pod::not_the_pod`]): an API failure like any other (CNI code 101), never transient by itself.
+pub fn not_the_object(message: String) -> Error {
+    Error::Api {
+        status: 200,
+        reason: REASON_NOT_THE_POD.to_string(),
+        message,
+    }
+}
+
 /// Questions callers ask about an error from this client.
 pub trait ApiErrorExt {
     /// The HTTP status of an API error (0 for transport errors); `None` if not an API error.

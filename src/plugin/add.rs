@@ -100,6 +100,7 @@ fn pod_lookup(
         &client,
         &args.pod_namespace,
         &args.pod_name,
+        &args.pod_uid,
         conf.pod_lookup_deadline,
     );
     let pod = match miss {

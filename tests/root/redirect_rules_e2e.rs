@@ -88,6 +88,49 @@ fn fails_closed_when_the_pod_cannot_be_read_or_is_invalid() {
     node.srv.clear_fault();
     assert!(!pod.save("iptables-save").contains("ISTIO"));
 
+    // A 200 that is not the pod (a proxy's page, a misrouted request, a faulty server): every field of a pod
+    // is optional, so it would read as "no istio-proxy container"; it is never used as the pod.
+    let elsewhere = r#"{"kind":"Pod","metadata":{"namespace":"elsewhere","name":"other","uid":"zzz"},
+        "spec":{"containers":[{"name":"app"}]}}"#;
+    for (body, says) in [
+        (
+            "{}",
+            "an object without a kind \"/\", not pod default/forbidden",
+        ),
+        (
+            elsewhere,
+            "Pod \"elsewhere/other\", not pod default/forbidden",
+        ),
+    ] {
+        node.srv
+            .set_fault(kube_double::Fault::Answer(200, body.into()), None);
+        let msg = pod.add().assert_cni_error(101);
+        assert!(msg.contains(says), "{msg}");
+        node.srv.clear_fault();
+    }
+    assert!(!pod.save("iptables-save").contains("ISTIO"));
+
+    // The runtime starts another UID than the pod the API server has under that name (replaced, or the
+    // server behind): retried to the deadline, then refused, never decided from the other pod.
+    let mut replaced = node.pod("replaced", "", "", false);
+    replaced.uid = "uid-of-the-new-pod".into();
+    let msg = replaced.add().assert_cni_error(101);
+    assert!(
+        msg.contains("the runtime is starting UID \"uid-of-the-new-pod\""),
+        "{msg}"
+    );
+    assert!(!replaced.save("iptables-save").contains("ISTIO"));
+    // A static pod: the runtime has the kubelet's UID, which its mirror carries in an annotation.
+    let mut mirror = node.pod(
+        "static",
+        r#""kubernetes.io/config.mirror": "kubelet-uid""#,
+        "",
+        false,
+    );
+    mirror.uid = "kubelet-uid".into();
+    mirror.add().assert_success();
+    assert!(mirror.save("iptables-save").contains("ISTIO_OUTPUT"));
+
     // The pod does not exist in the API.
     let ghost = node.pod_without_api_object("ghost");
     let out = ghost.add();

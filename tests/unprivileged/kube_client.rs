@@ -80,7 +80,7 @@ fn wrong_ca_fails_fast_with_tls_verification() {
     );
     std::fs::write(dir.join("kc"), kc).unwrap();
     let c = Client::from_kubeconfig(&dir.join("kc")).unwrap();
-    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30)).unwrap_err();
+    let e = get_pod_with_retry(&c, "ns", "p", "", Duration::from_secs(30)).unwrap_err();
     assert_eq!(e.api_reason(), Some(REASON_TLS_VERIFY), "{e}");
     assert!(!e.is_transient());
     assert!(e.to_string().contains("attempt 1"), "{e}");
@@ -93,7 +93,7 @@ fn wrong_ca_fails_fast_with_tls_verification() {
     // The right CA, but the server presents a certificate from another CA.
     let good = client(&srv, &dir);
     srv.set_fault(Fault::WrongCert, None);
-    let e = get_pod_with_retry(&good, "ns", "p", Duration::from_secs(30)).unwrap_err();
+    let e = get_pod_with_retry(&good, "ns", "p", "", Duration::from_secs(30)).unwrap_err();
     assert_eq!(e.api_reason(), Some(REASON_TLS_VERIFY), "{e}");
     srv.clear_fault();
     good.get_pod("ns", "p").unwrap();
@@ -189,7 +189,7 @@ fn transient_failures_are_retried_then_succeed() {
     ] {
         srv.clear_requests();
         srv.set_fault(fault.clone(), Some(2));
-        let pod = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30)).unwrap();
+        let pod = get_pod_with_retry(&c, "ns", "p", "", Duration::from_secs(30)).unwrap();
         assert_eq!(name_of(&pod), "p");
         let statuses: Vec<u16> = srv.requests().iter().map(|r| r.status).collect();
         assert_eq!(statuses.len(), 3, "{fault:?}: {statuses:?}");
@@ -198,7 +198,7 @@ fn transient_failures_are_retried_then_succeed() {
     // A server that accepts and then says nothing: the attempt times out, the next one succeeds.
     srv.set_fault(Fault::Hang, Some(1));
     let c = fast_client(&srv, &dir, Duration::from_millis(700));
-    let pod = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30)).unwrap();
+    let pod = get_pod_with_retry(&c, "ns", "p", "", Duration::from_secs(30)).unwrap();
     assert_eq!(name_of(&pod), "p");
     srv.clear_fault();
 }
@@ -227,7 +227,7 @@ fn not_found_is_retried_until_the_pod_appears() {
             out.map(|o| o.status.success()).unwrap_or(false)
         }
     });
-    let res = get_pod_with_retry(&c, "ns", "late", Duration::from_secs(20));
+    let res = get_pod_with_retry(&c, "ns", "late", "", Duration::from_secs(20));
     let via_curl = adder.join().unwrap();
     if !via_curl {
         // No curl on this machine: add it through the library instead; the retry must still be running.
@@ -246,7 +246,7 @@ fn retries_stop_at_the_deadline() {
     let c = fast_client(&srv, &dir, Duration::from_millis(500));
     srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
     srv.set_fault(Fault::Status(500), None);
-    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_millis(1500)).unwrap_err();
+    let e = get_pod_with_retry(&c, "ns", "p", "", Duration::from_millis(1500)).unwrap_err();
     assert_eq!(e.api_status(), Some(500), "{e}");
     assert!(e.to_string().contains("gave up after"), "{e}");
     assert!(srv.requests().len() >= 2);
@@ -255,7 +255,7 @@ fn retries_stop_at_the_deadline() {
     // fault applies to new connections, and the old client holds a kept-alive one.)
     srv.set_fault(Fault::Hang, None);
     let c = fast_client(&srv, &dir, Duration::from_millis(500));
-    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_millis(1500)).unwrap_err();
+    let e = get_pod_with_retry(&c, "ns", "p", "", Duration::from_millis(1500)).unwrap_err();
     assert_eq!(e.api_reason(), Some(REASON_TIMEOUT), "{e}");
     srv.clear_fault();
 }
@@ -267,7 +267,7 @@ fn unauthorized_and_forbidden_fail_fast() {
     srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
     let c = client(&srv, &dir);
     srv.set_fault(Fault::Status(403), None);
-    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30)).unwrap_err();
+    let e = get_pod_with_retry(&c, "ns", "p", "", Duration::from_secs(30)).unwrap_err();
     assert_eq!(e.api_status(), Some(403));
     assert!(e.to_string().contains("Forbidden"), "{e}");
     assert_eq!(srv.requests().len(), 1);
@@ -275,7 +275,7 @@ fn unauthorized_and_forbidden_fail_fast() {
 
     srv.clear_requests();
     srv.set_token("somebody-else");
-    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(30)).unwrap_err();
+    let e = get_pod_with_retry(&c, "ns", "p", "", Duration::from_secs(30)).unwrap_err();
     assert_eq!(e.api_status(), Some(401), "{e}");
     assert!(e.to_string().contains("Unauthorized"), "{e}");
     assert_eq!(

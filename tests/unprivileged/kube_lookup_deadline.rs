@@ -31,7 +31,7 @@ fn one_stalled_request_leaves_time_for_the_retry_that_succeeds() {
     let c = client(&srv, &dir);
     srv.set_fault(Fault::Stall, Some(1));
     let t = Instant::now();
-    let res = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(8));
+    let res = get_pod_with_retry(&c, "ns", "p", "", Duration::from_secs(8));
     let took = t.elapsed();
     srv.clear_fault();
     let pod = res.unwrap_or_else(|e| panic!("lookup failed after {took:?}: {e}"));
@@ -48,7 +48,7 @@ fn three_attempts_fit_in_the_deadline_when_every_request_stalls() {
     srv.set_fault(Fault::Stall, None);
     let deadline = Duration::from_secs(4);
     let t = Instant::now();
-    let e = get_pod_with_retry(&c, "ns", "p", deadline).unwrap_err();
+    let e = get_pod_with_retry(&c, "ns", "p", "", deadline).unwrap_err();
     let took = t.elapsed();
     srv.clear_fault();
     assert_eq!(e.api_reason(), Some(REASON_TIMEOUT), "{e}");
@@ -68,7 +68,7 @@ fn the_deadline_is_absolute_for_a_server_that_never_speaks() {
     let c = client(&srv, &dir);
     for deadline in [Duration::from_millis(1500), Duration::from_millis(2300)] {
         let t = Instant::now();
-        let e = get_pod_with_retry(&c, "ns", "p", deadline).unwrap_err();
+        let e = get_pod_with_retry(&c, "ns", "p", "", deadline).unwrap_err();
         let took = t.elapsed();
         assert!(
             took <= deadline + OVERSHOOT,
@@ -87,7 +87,7 @@ fn retry_after_is_honoured_within_the_deadline() {
     // Retry-After 1 s twice: the lookup waits for it (its own backoff would be 0.1 s, then 0.2 s).
     srv.set_fault(Fault::RetryAfter(1), Some(2));
     let t = Instant::now();
-    let pod = get_pod_with_retry(&c, "ns", "p", Duration::from_secs(10)).unwrap();
+    let pod = get_pod_with_retry(&c, "ns", "p", "", Duration::from_secs(10)).unwrap();
     let took = t.elapsed();
     assert_eq!(name_of(&pod), "p");
     let statuses: Vec<u16> = srv.requests().iter().map(|r| r.status).collect();
@@ -102,7 +102,7 @@ fn retry_after_is_honoured_within_the_deadline() {
     srv.set_fault(Fault::RetryAfter(60), None);
     let deadline = Duration::from_secs(3);
     let t = Instant::now();
-    let e = get_pod_with_retry(&c, "ns", "p", deadline).unwrap_err();
+    let e = get_pod_with_retry(&c, "ns", "p", "", deadline).unwrap_err();
     let took = t.elapsed();
     srv.clear_fault();
     assert_eq!(e.api_status(), Some(429), "{e}");
@@ -117,7 +117,7 @@ fn one_attempt_is_singular() {
     let dir = TempDir::new("plural");
     let c = client(&srv, &dir);
     srv.set_fault(Fault::Status(500), None);
-    let e = get_pod_with_retry(&c, "ns", "p", Duration::from_millis(120)).unwrap_err();
+    let e = get_pod_with_retry(&c, "ns", "p", "", Duration::from_millis(120)).unwrap_err();
     srv.clear_fault();
     let msg = e.to_string();
     assert!(msg.contains("gave up after 1 attempt "), "{msg}");

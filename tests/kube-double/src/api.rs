@@ -130,6 +130,7 @@ pub(crate) fn handle(shared: &Shared, req: HttpRequest, conn: &mut Conn) -> Next
             return Next::Drop;
         }
         Some(Fault::Status(code)) => fail(code, &format!("injected fault: HTTP {code}")),
+        Some(Fault::Answer(code, body)) => Reply::new(code, body.into_bytes()),
         Some(Fault::RetryAfter(secs)) => Reply {
             retry_after: Some(secs),
             ..fail(429, "injected fault: too many requests, retry later")

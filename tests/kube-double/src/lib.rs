@@ -89,6 +89,9 @@ pub enum Fault {
     Stall,
     /// Answer 429 `TooManyRequests` with `Retry-After: <seconds>`.
     RetryAfter(u32),
+    /// Answer with this HTTP status and this body as it is, whatever was asked (a proxy's page, a
+    /// misrouted request, a server answering 200 with another object).
+    Answer(u16, String),
     /// Watch requests only: answer 200, then end the stream at once without an event.
     WatchClose,
     /// Watch requests only: answer 200 with one `ERROR` event 410 `Expired`, then end the stream.

@@ -184,6 +184,7 @@ pub(crate) fn resource_fault(shared: &Shared, req: &HttpRequest) -> Option<Reply
             std::thread::sleep(d);
             None
         }
+        Fault::Answer(code, body) => Some(Reply::new(code, body.into_bytes())),
         _ => {
             crate::hold_until_cleared(shared);
             None
