@@ -10,7 +10,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::addrecord::{AddRecord, Backend, Outcome};
-use crate::redirect::plan::shortcut;
+use crate::redirect::plan::{decide_pod, shortcut, PodPlan};
+use crate::redirect::PodInfo;
 
 /// What an ADD did, for the record the plugin relays ([`crate::addrecord`]).
 #[derive(Debug)]
@@ -75,6 +76,7 @@ fn pod_lookup(
             uid: args.pod_uid.clone(),
         };
         match podcache::client::lookup(&conf.run_dir().pod_cache_socket(), &req) {
+            Ok(pod) if req.uid.is_empty() && skips(&pod) => Miss::NameOnlySkip,
             Ok(pod) => {
                 report.source = Some(Source::Cache);
                 return Ok((pod, t.elapsed(), Source::Cache));
@@ -108,6 +110,12 @@ fn pod_lookup(
         m => pod.with_context(|| format!("pod cache: {}; API server", m.name()))?,
     };
     Ok((pod, t.elapsed(), Source::Api(miss)))
+}
+
+/// The pod's own decision is to skip it (a pod that cannot be decided is no skip: that error is ADD's).
+fn skips(pod: &Object) -> bool {
+    let plan = PodInfo::from_pod(pod).and_then(|i| decide_pod(&i));
+    matches!(plan, Ok(PodPlan::Skip(_)))
 }
 
 /// ADD, with `node_env` the plugin process's environment (read by the plan); `report` learns where the

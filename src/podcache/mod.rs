@@ -91,6 +91,10 @@ pub enum Miss {
     SocketError,
     /// The agent's answer.
     Agent(Answer),
+    /// A hit by name alone (the runtime gave no `K8S_POD_UID`) for a pod that needs no redirection: read
+    /// again from the API server, which answers for the pod of that name now, where the watch may not have
+    /// delivered the one that replaced it yet (a hit that needs redirection fails closed, and is used).
+    NameOnlySkip,
     /// A reason this version does not know: an ADD record from another version of the plugin
     /// ([`crate::addrecord`]) is counted under `other`, never as a new series. The plugin never reports it.
     Other,
@@ -98,7 +102,7 @@ pub enum Miss {
 
 impl Miss {
     /// Every miss (a hit is not one).
-    pub const ALL: [Miss; 13] = [
+    pub const ALL: [Miss; 14] = [
         Miss::Disabled,
         Miss::NoSocket,
         Miss::Refused,
@@ -111,6 +115,7 @@ impl Miss {
         Miss::Agent(Answer::NotSynced),
         Miss::Agent(Answer::TooLarge),
         Miss::Agent(Answer::BadRequest),
+        Miss::NameOnlySkip,
         Miss::Other,
     ];
 
@@ -124,6 +129,7 @@ impl Miss {
             Miss::BadReply => "bad_reply",
             Miss::SocketError => "socket_error",
             Miss::Agent(a) => a.name(),
+            Miss::NameOnlySkip => "name_only_skip",
             Miss::Other => "other",
         }
     }

@@ -194,7 +194,7 @@ fn every_metric_is_there_after_start_and_an_add_and_parses() {
     let zero: Vec<_> = (l.iter().filter(|x| x.value == Value::Counter(0.0)))
         .map(|x| (x.labels.get("source"), x.labels.get("reason")))
         .collect();
-    assert_eq!(zero.len(), 11, "{l:?}");
+    assert_eq!(zero.len(), 12, "{l:?}");
     assert!(zero
         .iter()
         .all(|(s, r)| *s == Some("api") && !matches!(r, Some("disabled" | "other") | None)));

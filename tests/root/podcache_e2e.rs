@@ -316,3 +316,51 @@ fn nftables_pods_in_standalone_mode_start_through_the_cache() {
         assert!(m.contains(series), "{series} missing:\n{m}");
     }
 }
+
+/// An agent whose watch lags behind the kubelet's (a slow or HA API server): asked by name alone, it still
+/// answers `web-1`'s previous pod, which had no sidecar, while the API server has the new one with a
+/// sidecar. The runtime passes no `K8S_POD_UID`, so the plugin cannot tell the two apart by the answer: a
+/// name-only hit that would skip the pod is read again from the API server, and the pod starts redirected.
+#[test]
+fn a_name_only_cache_hit_that_skips_is_confirmed_from_the_api_server() {
+    if !require_root() {
+        return;
+    }
+    use std::io::{BufRead, BufReader, Write};
+    let node = Node::new(67);
+    let mut web = node.bare_pod("web-1", 7);
+    web.uid = String::new();
+    let old = concat!(
+        r#"{"metadata":{"namespace":"default","name":"web-1","uid":"uid-of-the-old-pod","#,
+        r#""resourceVersion":"1"},"spec":{"containers":[{"name":"app"}]}}"#
+    );
+    let line = istio_cni::podcache::proto::hit_line(old);
+    // The lagging agent: answers every lookup with the old pod.
+    let sock = node.dir.join("run/pod-cache.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let asked = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut req = String::new();
+        BufReader::new(&s).read_line(&mut req).unwrap();
+        s.write_all(&line).unwrap();
+        req
+    });
+    node.srv.clear_requests();
+    let out = web.add();
+    out.assert_success();
+    let req = asked.join().unwrap();
+    assert!(
+        req.contains("web-1"),
+        "the plugin did not ask the agent: {req}"
+    );
+    let rules = web.save("iptables-nft-save");
+    assert!(
+        rules.contains("-A ISTIO_OUTPUT"),
+        "web-1 started unredirected on the lagging cache's answer:\n{out}\n{rules}"
+    );
+    assert!(
+        out.stderr.contains("(api: cache miss: name_only_skip)"),
+        "{out}"
+    );
+    assert_eq!(pod_gets(&node.srv), vec!["web-1".to_string()]);
+}

@@ -35,7 +35,7 @@ static LOOKUPS: Family = Family {
         _ => "api",
     },
 };
-static LOOKUP_CELLS: Counters<14> = Cells::new([const { AtomicU64::new(0) }; 14], 0);
+static LOOKUP_CELLS: Counters<15> = Cells::new([const { AtomicU64::new(0) }; 15], 0);
 
 /// Shows at 0 the series this node's ADDs report, so Prometheus sees the first ADD of each kind (the first
 /// failed one, say) as an increase rather than a new series: those of the node's rule backend (`nftables`
@@ -48,7 +48,7 @@ pub fn expect(nftables: bool, pod_cache: bool) {
     // LOOKUPS' series: cache, then the API with each of Miss::ALL (disabled first, other last).
     let disabled = 1 << 1;
     LOOKUP_CELLS.show(match pod_cache {
-        true => (1 << 14) - 1 - disabled - (1 << 13),
+        true => (1 << 15) - 1 - disabled - (1 << 14),
         false => disabled,
     });
 }
