@@ -10,9 +10,12 @@
 //! last line in the datagram of the ADD's record ([`log_with_record`]); the installer re-logs it under the
 //! `cni-plugin` scope ([`relayed`]). A full socket queue (a burst of plugins: the kernel queues
 //! `net.unix.max_dgram_qlen` datagrams, 10 by default) is waited out, at most [`FULL_WAIT`] per process.
+//! It also appends its info, warn and error lines, as Istio's JSON, to `<run_dir>/istio-cni.log`
+//! ([`rolling`], attached with the relay).
 
 pub mod levels;
 pub mod line;
+pub mod rolling;
 
 pub use levels::{nearest_level, Scopes};
 use log::{Level, LevelFilter};
@@ -74,11 +77,19 @@ fn write_record(buf: &mut dyn Write, r: &log::Record<'_>, json: bool) -> std::io
         send(sock, datagram("{".into(), r.level(), &msg).as_bytes());
     }
     let now = SystemTime::now();
+    let json_line = || line::json_line(now, r.level(), line::scope_of(r.target()), &msg);
     let text = if json {
-        line::json_line(now, r.level(), line::scope_of(r.target()), &msg)
+        json_line()
     } else {
         line::text_line(now, r.level(), r.target(), &msg)
     };
+    // The plugin's file, when attached: Istio's JSON whatever stderr's format.
+    if rolling::attached() && r.level() <= rolling::MIN_LEVEL {
+        match json {
+            true => rolling::record(r.level(), &text),
+            false => rolling::record(r.level(), &json_line()),
+        }
+    }
     writeln!(buf, "{text}")
 }
 

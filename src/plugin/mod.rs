@@ -114,6 +114,7 @@ fn dispatch(
         logging::set_level(level);
     }
     logging::attach_relay(&conf.cni_agent_run_dir);
+    logging::rolling::attach(&conf.cni_agent_run_dir);
     match command {
         Command::Add => {
             let report = ran.insert(add::Report::new(conf.native_nftables));

@@ -6,6 +6,7 @@
 //! | --- | --- | --- |
 //! | `istio-cni-kubeconfig` | installer (`install::config::kubeconfig`) | plugin: pod lookup, STATUS |
 //! | `log.sock` | installer binds it (`install::node::relay`) | plugin sends its log records (`logging`) |
+//! | `istio-cni.log` | plugin appends its info lines, rotates it at 10 MiB (`logging::rolling`); never removed | the operator |
 //! | `iptables-backend` | installer; the plugin on its first ADD when absent | plugin, repair agent |
 //! | `pod-cache.sock` | installer binds it (`podcache::server`, unless `POD_CACHE_ENABLED=false`) | plugin asks it for the pod (`podcache::client`) |
 //! | `agents.lock` | every running installer holds a lock in it ([`lease`]) | the installers: which one owns the node's installation |
@@ -36,6 +37,8 @@ impl RunDir {
     pub const KUBECONFIG: &'static str = "istio-cni-kubeconfig";
     /// The installer's log relay socket (unix datagram).
     pub const LOG_SOCKET: &'static str = "log.sock";
+    /// The plugin's rolling log file (`logging::rolling`); kept at uninstall, as upstream keeps it.
+    pub const PLUGIN_LOG: &'static str = "istio-cni.log";
     /// The recorded iptables backend (`nft`, `legacy` or `plain`, one line).
     pub const IPTABLES_BACKEND: &'static str = "iptables-backend";
     /// Present: the plugin runs the node's iptables binaries instead of writing the kernel's tables
@@ -74,6 +77,9 @@ impl RunDir {
     }
     pub fn log_socket(&self) -> PathBuf {
         self.0.join(Self::LOG_SOCKET)
+    }
+    pub fn plugin_log(&self) -> PathBuf {
+        self.0.join(Self::PLUGIN_LOG)
     }
     pub fn iptables_backend(&self) -> PathBuf {
         self.0.join(Self::IPTABLES_BACKEND)

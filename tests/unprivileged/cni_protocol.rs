@@ -446,3 +446,93 @@ fn add_through_the_no_primary_file_is_refused_and_del_is_not() {
     let del = add_env(&dir).with_command("DEL");
     run(&dir, &del, marked.as_bytes()).assert_success();
 }
+
+/// The plugin's rolling file, as upstream's: `<cni_agent_run_dir>/istio-cni.log` holds the ADD's decision as
+/// Istio's JSON at info, nothing at debug (the process logs debug on stderr), mode 0600; written with the
+/// agent down (no `log.sock`); a run dir that does not exist is not created.
+#[test]
+fn add_appends_its_decision_to_the_rolling_log_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = PluginDir::new();
+    let run_dir = crate::support::TempDir::new("rolling");
+    let stdin = format!(
+        r#"{{"cniVersion":"1.0.0","name":"n","type":"istio-cni","plugin_log_level":"debug",
+            "exclude_namespaces":["kube-system"],"cni_agent_run_dir":"{}"}}"#,
+        run_dir.path().display()
+    );
+    let env = add_env(&dir).with_args("K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns-1");
+    let o = run(&dir, &env, stdin.as_bytes());
+    o.assert_success();
+    let file = run_dir.path().join("istio-cni.log");
+    let text =
+        std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}\n{o}", file.display()));
+    let lines: Vec<Object> = text
+        .lines()
+        .map(|l| match crate::support::parse_json(l) {
+            Value::Object(o) => o,
+            other => panic!("not a JSON object: {other:?}"),
+        })
+        .collect();
+    let field = |o: &Object, k: &str| match o.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        other => panic!("{k}: {other:?} in {text}"),
+    };
+    assert!(!lines.is_empty(), "{o}");
+    for l in &lines {
+        assert_ne!(field(l, "level"), "debug", "{text}");
+        assert_eq!(field(l, "scope"), "cni-plugin", "{text}");
+        field(l, "time");
+    }
+    let decision = lines
+        .iter()
+        .find(|l| field(l, "msg").contains("kube-system/coredns-1"))
+        .unwrap_or_else(|| panic!("no decision line in {text}\nstderr:\n{o}"));
+    assert_eq!(field(decision, "level"), "info");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o600);
+    assert!(!run_dir.path().join("log.sock").exists());
+
+    // A second ADD appends.
+    run(&dir, &env, stdin.as_bytes()).assert_success();
+    let again = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(again.lines().count(), 2 * lines.len(), "{again}");
+
+    // A pod whose lookup fails (an API server that refuses connections): the debug lines of its retries
+    // go to stderr only, its error line to the file too.
+    run_dir.write(
+        "istio-cni-kubeconfig",
+        "apiVersion: v1\nclusters:\n- cluster:\n    insecure-skip-tls-verify: true\n    server: https://127.0.0.1:1\n  name: local\ncontexts:\n- context:\n    cluster: local\n    user: u\n  name: x\ncurrent-context: x\nkind: Config\nusers:\n- name: u\n  user:\n    token: t\n",
+    );
+    let lookup = stdin.replace(
+        "{\"cniVersion\"",
+        "{\"pod_lookup_timeout_seconds\":1,\"cniVersion\"",
+    );
+    let env_web = add_env(&dir).with_args("K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1");
+    let o = run(&dir, &env_web, lookup.as_bytes());
+    cni_error(&o, 101);
+    assert!(
+        o.stderr.contains("\tdebug\t"),
+        "expected debug lines on stderr:\n{o}"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let added: Vec<&str> = text.lines().skip(2 * lines.len()).collect();
+    assert!(
+        !added.is_empty() && added.iter().all(|l| !l.contains(r#""level":"debug""#)),
+        "{text}"
+    );
+    assert!(
+        added
+            .iter()
+            .any(|l| l.contains(r#""level":"error""#) && l.contains("default/web-1")),
+        "{text}\nstderr:\n{o}"
+    );
+
+    // A run dir that does not exist stays absent.
+    let missing = run_dir.path().join("absent");
+    let stdin = stdin.replace(
+        &format!("{}\"", run_dir.path().display()),
+        &format!("{}\"", missing.display()),
+    );
+    run(&dir, &env, stdin.as_bytes()).assert_success();
+    assert!(!missing.exists());
+}
