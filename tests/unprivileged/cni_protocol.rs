@@ -11,8 +11,14 @@ const ALL_VERSIONS: [&str; 7] = [
 /// A netns path that does not exist: ADD for a non-Kubernetes container must not need it.
 const ABSENT_NETNS: &str = "/run/netns/istio-cni-test-absent";
 
+/// A run dir that does not exist: the plugin's default (`/var/run/istio-cni`) is a real node's, where these
+/// tests must not leave a rolling log file.
+const ABSENT_RUN_DIR: &str = "/run/istio-cni-test-absent";
+
 fn conf(version: &str) -> String {
-    format!(r#"{{"cniVersion":"{version}","name":"k8s-pod-network","type":"istio-cni"}}"#)
+    format!(
+        r#"{{"cniVersion":"{version}","name":"k8s-pod-network","type":"istio-cni","cni_agent_run_dir":"{ABSENT_RUN_DIR}"}}"#
+    )
 }
 
 fn add_env(dir: &PluginDir) -> CniEnv {
