@@ -1,5 +1,6 @@
 //! `CNI_ARGS` (`K=V;K=V`), parsed with libcni's `LoadArgs` semantics into Istio's `K8sArgs`:
-//! every pair needs exactly one `=`, unknown keys are an error unless `IgnoreUnknown` is `1`/`true`/`True`,
+//! every pair needs exactly one `=`, unknown keys are an error unless `IgnoreUnknown` is `1` or `true` (in any
+//! case, as libcni's `UnmarshallableBool` lower-cases it),
 //! and keys may come in any order (containerd builds them from a Go map).
 
 use crate::error::{Error, Result};
@@ -35,12 +36,14 @@ impl K8sArgs {
         // IgnoreUnknown first, whatever its position.
         for (k, v) in &pairs {
             if *k == "IgnoreUnknown" {
-                out.ignore_unknown = match *v {
-                    "1" | "true" | "True" => true,
-                    "0" | "false" | "False" => false,
-                    other => {
+                // libcni's UnmarshallableBool lower-cases the value first (no letter outside ASCII
+                // lower-cases to one of these), so `TRUE` counts as it does there.
+                out.ignore_unknown = match v.to_ascii_lowercase().as_str() {
+                    "1" | "true" => true,
+                    "0" | "false" => false,
+                    _ => {
                         return Err(Error::Decode(format!(
-                            "CNI_ARGS: IgnoreUnknown={other:?} is not a boolean (1, true, True, 0, false, False)"
+                            "CNI_ARGS: IgnoreUnknown={v:?} is not a boolean (1, true, 0 or false, in any case)"
                         )))
                     }
                 };
@@ -109,6 +112,11 @@ mod tests {
         assert!(e.to_string().contains("FOO"));
         assert!(K8sArgs::parse("FOO=b;IgnoreUnknown=true").is_ok());
         assert!(K8sArgs::parse("IgnoreUnknown=True;FOO=b").is_ok());
+        // libcni lower-cases the value first.
+        assert!(K8sArgs::parse("IgnoreUnknown=TRUE;FOO=b").is_ok());
+        assert!(K8sArgs::parse("IgnoreUnknown=tRuE;FOO=b").is_ok());
+        assert!(K8sArgs::parse("IgnoreUnknown=FALSE;FOO=b").is_err());
+        assert!(K8sArgs::parse("IgnoreUnknown=FALSE;K8S_POD_NAME=a").is_ok());
         // libcni: "yes" is not a boolean
         assert!(K8sArgs::parse("IgnoreUnknown=yes").is_err());
         assert!(K8sArgs::parse("IgnoreUnknown=0;FOO=b").is_err());
