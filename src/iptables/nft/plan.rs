@@ -24,10 +24,11 @@ pub struct CurrentChain {
     pub policy: Option<u32>,
 }
 
-/// One table as read from the kernel.
+/// One table as read from the kernel; `dormant`: flagged `NFT_TABLE_F_DORMANT` (none of its chains hooked).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CurrentTable {
     pub name: String,
+    pub dormant: bool,
     pub chains: Vec<CurrentChain>,
 }
 
@@ -41,7 +42,7 @@ pub enum Ref {
 /// One message of the batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// `NEWTABLE` (create if absent).
+    /// `NEWTABLE` (create if absent) with flags 0: a dormant table wakes up (its chains are hooked again).
     Table(String),
     /// `NEWCHAIN` with `NLM_F_EXCL`: a user chain that must not exist.
     NewChain { table: String, chain: String },

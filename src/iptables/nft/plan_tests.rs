@@ -79,6 +79,7 @@ fn base_chains_are_created_on_first_use_with_iptables_nft_parameters() {
 #[test]
 fn inserts_follow_the_chain_through_the_document() {
     let cur = [CurrentTable {
+        dormant: false,
         name: "mangle".into(),
         chains: vec![CurrentChain {
             name: "ISTIO_INBOUND".into(),
@@ -128,6 +129,7 @@ fn inserts_follow_the_chain_through_the_document() {
 #[test]
 fn refusals_name_the_table_chain_and_rule() {
     let cur = [CurrentTable {
+        dormant: false,
         name: "nat".into(),
         chains: vec![],
     }];
@@ -164,6 +166,7 @@ fn refusals_name_the_table_chain_and_rule() {
 #[test]
 fn flush_and_delete_chain_forget_the_rules() {
     let cur = [CurrentTable {
+        dormant: false,
         name: "nat".into(),
         chains: vec![CurrentChain {
             name: "ISTIO_OUTPUT".into(),
@@ -263,6 +266,7 @@ fn delete_takes_the_first_rule_that_prints_the_same() {
     };
     assert_ne!(read, ours);
     let cur = [CurrentTable {
+        dormant: false,
         name: "nat".into(),
         chains: vec![CurrentChain {
             name: "ISTIO_REDIRECT".into(),
