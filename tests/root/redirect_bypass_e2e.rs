@@ -397,3 +397,25 @@ fn a_dormant_iptables_nft_table_fails_check_and_re_add_wakes_it() {
     assert!(outbound_captured(&node, &pod));
     assert!(inbound_captured(&node, &pod));
 }
+
+/// A fresh pod's `ip nat` already made and flagged dormant (by something before us in the chain): the ADD's
+/// one batch wakes it, so our rules never land in a table that runs none of them.
+#[test]
+fn a_fresh_add_into_a_dormant_iptables_nft_table_wakes_it() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(60);
+    node.record_backend("nft");
+    let pod = node.pod("ipt-dormant-fresh", "", "", false);
+    pod.ns
+        .exec_ok(&["nft", "add table ip nat { flags dormant; }"]);
+    let out = pod.add();
+    out.assert_success();
+    assert!(out.stderr.contains("Applied"), "a fresh namespace: {out}");
+    let list = pod.ns.exec_ok(&["nft", "list table ip nat"]);
+    assert!(!list.contains("dormant"), "{list}");
+    pod.run("CHECK").assert_success();
+    assert!(outbound_captured(&node, &pod));
+    assert!(inbound_captured(&node, &pod));
+}

@@ -1,9 +1,9 @@
 //! The planned steps as one nf_tables batch (pure): `BATCH_BEGIN` (with the generation id the current
 //! state was read at, when it was), the messages as iptables-nft sends them (family ip/ip6, every rule with
 //! `NFTA_RULE_COMPAT`, without which the kernel refuses compat `tcp`/`udp`/`multiport`/`TPROXY`), and
-//! `BATCH_END`; each table's first `NEWTABLE` also clears its flags, as `nft add table` does (a dormant
-//! table of ours runs none of our rules). Only the last message asks for an ack; the kernel reports any
-//! failing one and then aborts the whole batch. [`Batch::what`] names each message for error messages.
+//! `BATCH_END`; the plan's last messages wake the tables (`NEWTABLE` with flags 0, as `nft add table` sends
+//! it; iptables-nft sends no flags). Only the last message asks for an ack; the kernel reports any failing one and then aborts
+//! the whole batch. [`Batch::what`] names each message for error messages.
 
 use super::plan::{Ref, Step};
 use super::xexpr;
@@ -48,28 +48,20 @@ fn rule_ref(a: &mut Attrs, r: Ref, by_handle: u16, by_id: u16) {
 }
 
 /// The message of one step: `(type, flags, attributes, description)`. Kept whole: one arm per [`Step`],
-/// each the attributes of one nf_tables message as iptables-nft sends it, but for `first`, the batch's
-/// first `NEWTABLE` of its table, which also sets the table's flags to 0.
-fn message(
-    family: Family,
-    step: &Step,
-    ids: &BTreeSet<u32>,
-    first: bool,
-) -> (u16, u16, Attrs, String) {
+/// each the attributes of one nf_tables message as iptables-nft sends it.
+fn message(family: Family, step: &Step, ids: &BTreeSet<u32>) -> (u16, u16, Attrs, String) {
     let f = fam(family);
     let mut a = Attrs::default();
     match step {
         Step::Table(t) => {
             a.str(NFTA_TABLE_NAME, t);
-            if first {
-                // Flags 0, as `nft add table` sends them: the kernel leaves a table with these flags as it
-                // is and clears a dormant one's flag, hooking its chains again (iptables-nft sends no flags
-                // and would leave our rules in a table that runs none of them). Once per table: a second
-                // flag update of the same table in one batch is refused.
-                a.be32(NFTA_TABLE_FLAGS, 0);
-            }
             let w = format!("create table {f} {t}");
             (NFT_MSG_NEWTABLE, NLM_F_CREATE, a, w)
+        }
+        Step::Wake(t) => {
+            a.str(NFTA_TABLE_NAME, t).be32(NFTA_TABLE_FLAGS, 0);
+            let w = format!("wake table {f} {t} (flags 0: not dormant)");
+            (NFT_MSG_NEWTABLE, 0, a, w)
         }
         Step::NewChain { table, chain } => {
             a.str(NFTA_CHAIN_TABLE, table).str(NFTA_CHAIN_NAME, chain);
@@ -184,15 +176,10 @@ pub fn encode(family: Family, steps: &[Step], genid: Option<u32>, seq0: u32) -> 
         &begin.buf,
     );
     let mut what = Vec::with_capacity(steps.len());
-    let mut tables = BTreeSet::new();
     let mut seq = seq0;
     for (i, s) in steps.iter().enumerate() {
         seq = seq.wrapping_add(1);
-        let first = match s {
-            Step::Table(t) => tables.insert(t.as_str()),
-            _ => false,
-        };
-        let (kind, mut flags, a, w) = message(family, s, &ids, first);
+        let (kind, mut flags, a, w) = message(family, s, &ids);
         if i + 1 == steps.len() {
             flags |= NLM_F_ACK;
         }

@@ -1,11 +1,12 @@
-//! The reader keeps each table's dormant flag, and our tables that are dormant are named; the batch's
-//! first `NEWTABLE` of each table clears the flags.
+//! The reader keeps each table's dormant flag, and our tables that are dormant are named; a batch ends
+//! clearing the flags of each table it writes to.
 
-use super::super::{batch, incompatible, plan::Step};
+use super::super::{batch, incompatible, plan};
 use super::assemble;
 use crate::netfilter::Family::V4;
 use crate::nftables::decode::{self, ChainMsg};
 use crate::nftables::encode::*;
+use crate::xtables::rule::TableOps;
 
 /// A `NEWTABLE` dump message as the kernel sends it (`flags` none: without the attribute).
 fn table_msg(name: &str, flags: Option<u32>) -> Vec<u8> {
@@ -66,21 +67,36 @@ fn a_dormant_table_is_read_and_named_only_when_it_holds_our_chains() {
 }
 
 #[test]
-fn each_tables_first_newtable_clears_its_flags_once() {
-    let steps = [
-        Step::Table("nat".into()),
-        Step::Table("mangle".into()),
-        Step::Table("nat".into()),
-    ];
+fn the_batch_ends_waking_each_table_once() {
+    let doc = |t: &str| TableOps {
+        table: t.into(),
+        ops: vec![],
+    };
+    let steps = plan::plan(V4, &[doc("nat"), doc("mangle"), doc("nat")], None).unwrap();
     let b = batch::encode(V4, &steps, None, 1);
     let msgs = decode::messages(&b.bytes).unwrap();
-    let flags: Vec<Option<u32>> = msgs[1..4]
+    // BATCH_BEGIN, the three tables as iptables-nft sends them, two wakes, BATCH_END.
+    let tables: Vec<(String, Option<u32>)> = msgs[1..6]
         .iter()
         .map(|m| {
+            assert_eq!(m.kind, nft_type(NFT_MSG_NEWTABLE));
             let a = decode::nft_attrs(m).unwrap();
             let f = a.iter().find(|(t, _)| *t == NFTA_TABLE_FLAGS);
-            f.map(|(_, p)| u32::from_be_bytes(p[..4].try_into().unwrap()))
+            let f = f.map(|(_, p)| u32::from_be_bytes(p[..4].try_into().unwrap()));
+            (decode::table(m).unwrap().0, f)
         })
         .collect();
-    assert_eq!(flags, [Some(0), Some(0), None]);
+    let t = |n: &str, f: Option<u32>| (n.to_string(), f);
+    assert_eq!(
+        tables,
+        [
+            t("nat", None),
+            t("mangle", None),
+            t("nat", None),
+            t("nat", Some(0)),
+            t("mangle", Some(0))
+        ]
+    );
+    assert_eq!(msgs.len(), 7);
+    assert_eq!(b.ack_seq, Some(6));
 }
