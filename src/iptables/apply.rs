@@ -86,8 +86,8 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
         Err(e) => e,
     };
     // Not a fresh namespace? Only then inspect; otherwise the restore error is the answer.
-    let (text, incompatible) = io.inspect(family)?;
-    let actual = save::parse(&text);
+    let seen = io.inspect(family)?;
+    let actual = save::parse(&seen.text);
     let has_ours = actual
         .values()
         .any(|t| t.chains.keys().any(|c| is_our_chain(c)));
@@ -96,25 +96,27 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
     }
     let expected = normalized(family, doc)?;
     let mut found = foreign::findings(io.backend, family, &expected, &actual);
-    found.extend(incompatible);
-    if state::diff(&expected, &actual).is_empty() {
+    found.extend(seen.incompatible);
+    if state::diff(&expected, &actual).is_empty() && seen.dormant.is_empty() {
         return Ok((Outcome::AlreadyInPlace, found));
     }
+    // The converging document names every table holding our chains: its batch wakes a dormant one.
     let converge = state::converge_document(doc, &expected, &actual);
     log::info!(
-        "{}: existing Istio rules differ from the desired ones; converging",
+        "{}: existing Istio rules differ from the desired ones or a table of ours is dormant; converging",
         family.name()
     );
     io.restore(family, &converge)
         .context(format!("converge {} redirection rules", family.name()))?;
-    let after = save::parse(&io.save(family)?);
-    let d = state::diff(&expected, &after);
-    if !d.is_empty() {
+    let after = io.inspect(family)?;
+    let d = state::diff(&expected, &save::parse(&after.text));
+    if !d.is_empty() || !after.dormant.is_empty() {
         return Err(Error::Rules(format!(
-            "{} rules still differ after converging: missing {:?}, unexpected {:?}",
+            "{} rules still differ after converging: missing {:?}, unexpected {:?}, dormant {:?}",
             family.name(),
             d.missing,
-            [&d.unexpected[..], &d.before[..]].concat()
+            [&d.unexpected[..], &d.before[..]].concat(),
+            after.dormant
         )));
     }
     Ok((Outcome::Converged, found))
@@ -188,8 +190,8 @@ where
         let mut f = bypass::Findings::default();
         for (family, doc) in &plan.docs {
             let expected = normalized(*family, doc)?;
-            let (text, incompatible) = io.inspect(*family)?;
-            let actual = save::parse(&text);
+            let seen = io.inspect(*family)?;
+            let actual = save::parse(&seen.text);
             let d = state::diff(&expected, &actual);
             let fam = family.name();
             f.ours
@@ -203,7 +205,9 @@ where
                 .extend(d.before.iter().map(|m| format!("{fam}: unexpected {m}")));
             f.bypass
                 .extend(foreign::findings(io.backend, *family, &expected, &actual));
-            f.bypass.extend(incompatible);
+            f.ours
+                .extend(seen.dormant.iter().map(|t| format!("{fam}: {t}")));
+            f.bypass.extend(seen.incompatible);
         }
         let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
         f.bypass.extend(elsewhere(io, &fams)?);

@@ -11,6 +11,15 @@ use crate::error::{Context, Result};
 use crate::netfilter::Family;
 use crate::xtables::{legacy, names, spec};
 
+/// What [`Io::inspect`] read of one family: the rules as `iptables-save` prints them, the chains that can
+/// keep our jumps from running, and our dormant tables (one line each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    pub text: String,
+    pub incompatible: Vec<String>,
+    pub dormant: Vec<String>,
+}
+
 /// One backend, and whether its node binaries are run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Io {
@@ -63,14 +72,18 @@ impl Io {
         Ok(spec::save_text(family, &tables))
     }
 
-    /// [`Io::save`]'s text, and from the same read iptables-nft's chains of `family` that iptables-nft would
-    /// not have made (a built-in chain not hooked, or hooked with another type, hook or priority, a policy
-    /// other than ACCEPT): nothing the text can show, and each one can keep our jumps from running. No such
-    /// chains for the legacy tables (the kernel fixes their hooks) nor with the node's binaries (their
-    /// `-save` refuses such a table).
-    pub fn inspect(self, family: Family) -> Result<(String, Vec<String>)> {
+    /// [`Io::save`]'s text, and from the same read what it cannot show: iptables-nft's chains of `family`
+    /// that iptables-nft would not have made (a built-in chain not hooked, or hooked with another type, hook
+    /// or priority, a policy other than ACCEPT), each of which can keep our jumps from running, and our
+    /// tables flagged dormant (none of their chains hooked). Neither for the legacy tables (the kernel fixes
+    /// their hooks) nor with the node's binaries (their `-save` refuses an incompatible table).
+    pub fn inspect(self, family: Family) -> Result<Inspection> {
         if self.node_binaries || self.legacy() {
-            return Ok((self.save(family)?, Vec::new()));
+            return Ok(Inspection {
+                text: self.save(family)?,
+                incompatible: Vec::new(),
+                dormant: Vec::new(),
+            });
         }
         let what = || {
             format!(
@@ -79,8 +92,12 @@ impl Io {
                 self.name()
             )
         };
-        let (tables, incompatible) = nft::inspect(family).with_context(what)?;
-        Ok((spec::save_text(family, &tables), incompatible))
+        let i = nft::inspect(family).with_context(what)?;
+        Ok(Inspection {
+            text: spec::save_text(family, &i.tables),
+            incompatible: i.incompatible,
+            dormant: i.dormant,
+        })
     }
 
     /// `nft`, `legacy`, or the node's binaries' name.

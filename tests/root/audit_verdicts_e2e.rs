@@ -152,3 +152,22 @@ fn audit_a_repair_undone_before_the_next_round_is_repaired_again() {
     );
     assert!(pod_writes(&node).is_empty(), "{:?}", pod_writes(&node));
 }
+
+#[test]
+fn audit_a_dormant_iptables_nft_nat_table_is_missing_naming_it() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(89);
+    node.record_backend("nft");
+    let sleepy = Audited::new(&node, "sleepy", false);
+    // Every rule of ours still reads back, but none runs: the table's chains are not hooked.
+    sleepy.sh("nft add table ip nat '{ flags dormant ; }'");
+    let sa = service_account(&node);
+    let out = one_shot(&node, &sa, &[], false);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let show = format!("{text}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with("default/sleepy missing"), "{show}");
+    assert!(text.contains("table ip nat is dormant"), "{show}");
+    assert_eq!(out.status.code(), Some(1), "{show}");
+}

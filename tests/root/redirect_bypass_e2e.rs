@@ -359,3 +359,63 @@ fn a_dormant_table_fails_check_and_re_add_wakes_it() {
     assert!(outbound_captured(&node, &pod));
     assert!(inbound_captured(&node, &pod));
 }
+
+/// iptables mode with iptables-nft recorded: `ip nat` (written by us over netlink in iptables-nft's
+/// encoding) flagged dormant with `nft` stops capture while every rule still reads back as ours. CHECK
+/// names the dormant table, re-ADD converges and clears the flag, and capture is back.
+#[test]
+fn a_dormant_iptables_nft_table_fails_check_and_re_add_wakes_it() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(60);
+    node.record_backend("nft");
+    let pod = node.pod("ipt-dormant", "", "", false);
+    pod.add().assert_success();
+    pod.run("CHECK").assert_success();
+    assert!(outbound_captured(&node, &pod));
+    pod.ns
+        .exec_ok(&["nft", "add table ip nat { flags dormant; }"]);
+    assert!(
+        pod.ns
+            .exec_ok(&["nft", "list table ip nat"])
+            .contains("flags dormant"),
+        "the test's premise: ip nat is dormant"
+    );
+    assert!(
+        !outbound_captured(&node, &pod),
+        "a dormant ip nat table should stop capture (the test's premise)"
+    );
+    assert!(!inbound_captured(&node, &pod));
+    let msg = pod.run("CHECK").assert_cni_error(103);
+    assert!(msg.contains("table ip nat is dormant"), "{msg}");
+    assert_re_add(&pod, "Converged");
+    let list = pod.ns.exec_ok(&["nft", "list table ip nat"]);
+    assert!(!list.contains("dormant"), "{list}");
+    pod.run("CHECK").assert_success();
+    assert_re_add(&pod, "AlreadyInPlace");
+    assert!(outbound_captured(&node, &pod));
+    assert!(inbound_captured(&node, &pod));
+}
+
+/// A fresh pod's `ip nat` already made and flagged dormant (by something before us in the chain): the ADD's
+/// one batch wakes it, so our rules never land in a table that runs none of them.
+#[test]
+fn a_fresh_add_into_a_dormant_iptables_nft_table_wakes_it() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(60);
+    node.record_backend("nft");
+    let pod = node.pod("ipt-dormant-fresh", "", "", false);
+    pod.ns
+        .exec_ok(&["nft", "add table ip nat { flags dormant; }"]);
+    let out = pod.add();
+    out.assert_success();
+    assert!(out.stderr.contains("Applied"), "a fresh namespace: {out}");
+    let list = pod.ns.exec_ok(&["nft", "list table ip nat"]);
+    assert!(!list.contains("dormant"), "{list}");
+    pod.run("CHECK").assert_success();
+    assert!(outbound_captured(&node, &pod));
+    assert!(inbound_captured(&node, &pod));
+}

@@ -1,7 +1,8 @@
 //! The planned steps as one nf_tables batch (pure): `BATCH_BEGIN` (with the generation id the current
 //! state was read at, when it was), the messages as iptables-nft sends them (family ip/ip6, every rule with
 //! `NFTA_RULE_COMPAT`, without which the kernel refuses compat `tcp`/`udp`/`multiport`/`TPROXY`), and
-//! `BATCH_END`. Only the last message asks for an ack; the kernel reports any failing one and then aborts
+//! `BATCH_END`; the plan's last messages wake the tables (`NEWTABLE` with flags 0, as `nft add table` sends
+//! it; iptables-nft sends no flags). Only the last message asks for an ack; the kernel reports any failing one and then aborts
 //! the whole batch. [`Batch::what`] names each message for error messages.
 
 use super::plan::{Ref, Step};
@@ -56,6 +57,11 @@ fn message(family: Family, step: &Step, ids: &BTreeSet<u32>) -> (u16, u16, Attrs
             a.str(NFTA_TABLE_NAME, t);
             let w = format!("create table {f} {t}");
             (NFT_MSG_NEWTABLE, NLM_F_CREATE, a, w)
+        }
+        Step::Wake(t) => {
+            a.str(NFTA_TABLE_NAME, t).be32(NFTA_TABLE_FLAGS, 0);
+            let w = format!("wake table {f} {t} (flags 0: not dormant)");
+            (NFT_MSG_NEWTABLE, 0, a, w)
         }
         Step::NewChain { table, chain } => {
             a.str(NFTA_CHAIN_TABLE, table).str(NFTA_CHAIN_NAME, chain);

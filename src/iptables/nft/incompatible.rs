@@ -2,11 +2,27 @@
 //! chain, or one hooked with another type, hook or priority than iptables-nft gives it (iptables-nft-save
 //! then calls the table incompatible), a policy other than ACCEPT (our rules never set one), a base chain
 //! with a name iptables does not know. The rule model has no place for these, so [`super::save`] cannot
-//! show them; CHECK asks here.
+//! show them; CHECK asks here. Nor does iptables-nft ever flag a table dormant: [`dormant`] names our
+//! tables that are.
 
 use super::builtin;
 use super::plan::CurrentTable;
-use crate::netfilter::NF_ACCEPT;
+use crate::netfilter::{is_our_chain, NF_ACCEPT};
+
+/// One line per dormant table holding one of our chains: none of its chains is hooked, so none of our
+/// rules there runs (a dormant table of someone else's does nothing and is not named).
+pub fn dormant(family: &str, tables: &[CurrentTable]) -> Vec<String> {
+    tables
+        .iter()
+        .filter(|t| t.dormant && t.chains.iter().any(|c| is_our_chain(&c.name)))
+        .map(|t| {
+            format!(
+                "table {family} {} is dormant (none of its chains is hooked: traffic is not redirected)",
+                t.name
+            )
+        })
+        .collect()
+}
 
 /// One line per chain iptables-nft would not have made, naming the table, the chain and what differs.
 pub fn chains(family: &str, tables: &[CurrentTable]) -> Vec<String> {
@@ -65,6 +81,7 @@ mod tests {
     fn only_what_iptables_nft_would_not_make_is_named() {
         let t = |chains| CurrentTable {
             name: "nat".into(),
+            dormant: false,
             chains,
         };
         let fine = t(vec![

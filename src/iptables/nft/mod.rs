@@ -95,17 +95,31 @@ pub fn save(family: Family) -> Result<Vec<Table>> {
 /// The chains of iptables-nft's tables of `family` that iptables-nft would not have made
 /// ([`incompatible::chains`]): nothing [`save`] can show.
 pub fn incompatible_chains(family: Family) -> Result<Vec<String>> {
-    Ok(inspect(family)?.1)
+    Ok(inspect(family)?.incompatible)
 }
 
-/// [`save`] and [`incompatible_chains`] from one read of the kernel's tables.
-pub fn inspect(family: Family) -> Result<(Vec<Table>, Vec<String>)> {
+/// What [`inspect`] read: iptables-nft's tables of a family as [`save`] lists them, and what the rule
+/// model cannot show: the chains [`incompatible_chains`] names, and our tables that are dormant
+/// ([`incompatible::dormant`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    pub tables: Vec<Table>,
+    pub incompatible: Vec<String>,
+    pub dormant: Vec<String>,
+}
+
+/// [`save`], [`incompatible_chains`] and our dormant tables from one read of the kernel's tables.
+pub fn inspect(family: Family) -> Result<Inspection> {
     let name = match family {
         Family::V4 => "ip",
         Family::V6 => "ip6",
     };
     let current = read_with_handles(family)?;
-    Ok((read::tables(&current), incompatible::chains(name, &current)))
+    Ok(Inspection {
+        tables: read::tables(&current),
+        incompatible: incompatible::chains(name, &current),
+        dormant: incompatible::dormant(name, &current),
+    })
 }
 
 /// [`save`] with every rule's handle.

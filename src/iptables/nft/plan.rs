@@ -2,7 +2,9 @@
 //! batch (pure). The chains' rules are followed through the document, from what the tables hold now
 //! ([`CurrentTable`], read only when the document inserts or deletes) and the rules the batch adds, so `-I C n`
 //! lands after the (n-1)th rule as it stands at that line (an existing rule by handle, one of the batch by
-//! its `NFTA_RULE_ID`) and `-D C rule` names the first equal rule. Encoding the steps: [`super::batch`].
+//! its `NFTA_RULE_ID`) and `-D C rule` names the first equal rule. The batch ends waking every table it
+//! wrote to ([`Step::Wake`]: our rules in a dormant table would run none of them). Encoding the steps:
+//! [`super::batch`].
 
 use super::builtin::{self, Builtin};
 use super::encode_rule;
@@ -24,10 +26,11 @@ pub struct CurrentChain {
     pub policy: Option<u32>,
 }
 
-/// One table as read from the kernel.
+/// One table as read from the kernel; `dormant`: flagged `NFT_TABLE_F_DORMANT` (none of its chains hooked).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CurrentTable {
     pub name: String,
+    pub dormant: bool,
     pub chains: Vec<CurrentChain>,
 }
 
@@ -41,8 +44,12 @@ pub enum Ref {
 /// One message of the batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// `NEWTABLE` (create if absent).
+    /// `NEWTABLE` (create if absent), as iptables-nft sends it.
     Table(String),
+    /// `NEWTABLE` with flags 0, as `nft add table` sends it: a dormant table wakes (its chains are hooked
+    /// again), any other is left as it is. Last in the batch: the kernel refuses a base chain added to a
+    /// table after its flags changed in the same batch.
+    Wake(String),
     /// `NEWCHAIN` with `NLM_F_EXCL`: a user chain that must not exist.
     NewChain { table: String, chain: String },
     /// `NEWCHAIN` with `NLM_F_CREATE`: a built-in chain as its base chain.
@@ -122,6 +129,14 @@ pub fn plan(
         p.steps.push(Step::Table(p.table.to_string()));
         for op in &t.ops {
             p.op(op)?;
+        }
+    }
+    // Once per table: the kernel refuses a second flags change of one table in a batch.
+    let mut woken: Vec<&str> = Vec::new();
+    for t in doc {
+        if !woken.contains(&t.table.as_str()) {
+            woken.push(&t.table);
+            p.steps.push(Step::Wake(t.table.clone()));
         }
     }
     Ok(p.steps)

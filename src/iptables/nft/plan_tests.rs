@@ -32,6 +32,7 @@ fn shape(steps: &[Step]) -> Vec<String> {
         .iter()
         .map(|s| match s {
             Step::Table(t) => format!("table {t}"),
+            Step::Wake(t) => format!("wake {t}"),
             Step::NewChain { chain, .. } => format!("new {chain}"),
             Step::BaseChain { chain, .. } => format!("base {}", chain.name),
             Step::Flush { chain, .. } => format!("flush {chain}"),
@@ -69,6 +70,7 @@ fn base_chains_are_created_on_first_use_with_iptables_nft_parameters() {
             "rule OUTPUT #1 append=true after=None",
             "rule OUTPUT #2 append=true after=None",
             "rule ISTIO_DIVERT #3 append=true after=None",
+            "wake mangle",
         ]
     );
     let out = builtin::find("mangle", "OUTPUT").unwrap();
@@ -79,6 +81,7 @@ fn base_chains_are_created_on_first_use_with_iptables_nft_parameters() {
 #[test]
 fn inserts_follow_the_chain_through_the_document() {
     let cur = [CurrentTable {
+        dormant: false,
         name: "mangle".into(),
         chains: vec![CurrentChain {
             name: "ISTIO_INBOUND".into(),
@@ -115,6 +118,7 @@ fn inserts_follow_the_chain_through_the_document() {
             "del ISTIO_INBOUND Id(2)",
             // 1 3 10 4 -> after the 4th: rule #4 of this batch (insert at the end)
             "rule ISTIO_INBOUND #5 append=true after=Some(Id(4))",
+            "wake mangle",
         ]
     );
     // Only named rules carry their id; the one deleted by id too.
@@ -128,6 +132,7 @@ fn inserts_follow_the_chain_through_the_document() {
 #[test]
 fn refusals_name_the_table_chain_and_rule() {
     let cur = [CurrentTable {
+        dormant: false,
         name: "nat".into(),
         chains: vec![],
     }];
@@ -164,6 +169,7 @@ fn refusals_name_the_table_chain_and_rule() {
 #[test]
 fn flush_and_delete_chain_forget_the_rules() {
     let cur = [CurrentTable {
+        dormant: false,
         name: "nat".into(),
         chains: vec![CurrentChain {
             name: "ISTIO_OUTPUT".into(),
@@ -199,7 +205,8 @@ fn flush_and_delete_chain_forget_the_rules() {
             "table nat",
             "base PREROUTING",
             "flush PREROUTING",
-            "rule PREROUTING #1 append=true after=None"
+            "rule PREROUTING #1 append=true after=None",
+            "wake nat"
         ]
     );
 }
@@ -263,6 +270,7 @@ fn delete_takes_the_first_rule_that_prints_the_same() {
     };
     assert_ne!(read, ours);
     let cur = [CurrentTable {
+        dormant: false,
         name: "nat".into(),
         chains: vec![CurrentChain {
             name: "ISTIO_REDIRECT".into(),
@@ -274,5 +282,8 @@ fn delete_takes_the_first_rule_that_prints_the_same() {
     }];
     let d = doc("nat", vec![Op::Delete("ISTIO_REDIRECT".into(), ours)]);
     let steps = plan(V4, &d, Some(&cur)).unwrap();
-    assert_eq!(shape(&steps), ["table nat", "del ISTIO_REDIRECT Handle(7)"]);
+    assert_eq!(
+        shape(&steps),
+        ["table nat", "del ISTIO_REDIRECT Handle(7)", "wake nat"]
+    );
 }

@@ -2,7 +2,8 @@
 //! `NETLINK_NETFILTER` socket in the calling thread's namespace (the effect), assembled purely into
 //! [`CurrentTable`]s (rules with their handles, kernel order) and into the model's [`Table`]s in the order
 //! iptables-nft-save prints them: every built-in chain of the table in hook order (whether the kernel has
-//! it or not, as iptables-nft-save prints them), then user chains sorted by name.
+//! it or not, as iptables-nft-save prints them), then user chains sorted by name. Each table keeps whether
+//! it is dormant (`NFT_TABLE_F_DORMANT`: none of its chains is hooked), which the rule model cannot show.
 
 use super::builtin;
 use super::decode_rule;
@@ -11,7 +12,7 @@ use super::xexpr;
 use crate::error::{Error, Result};
 use crate::netfilter::Family;
 use crate::nftables::decode::{self, Msg};
-use crate::nftables::encode::{self, Attrs};
+use crate::nftables::encode::{self, Attrs, NFT_TABLE_F_DORMANT};
 use crate::nftables::socket::Socket;
 use crate::xtables::rule::{Chain, Rule, Table};
 
@@ -67,18 +68,19 @@ fn policy(m: &Msg) -> Result<Option<u32>> {
 
 const NFTA_CHAIN_POLICY: u16 = 5;
 
-/// Assembles the dumps: iptables tables only, chains in dump order, rules decoded in kernel order.
+/// Assembles the dumps (`tables` as `(name, flags)`): iptables tables only, chains in dump order, rules
+/// decoded in kernel order.
 pub fn assemble(
     family: Family,
-    tables: &[String],
+    tables: &[(String, u32)],
     chains: &[(decode::ChainMsg, Option<u32>)],
     rules: &[RuleMsg],
 ) -> Vec<CurrentTable> {
     let mut out = Vec::new();
-    for t in builtin::TABLES
-        .iter()
-        .filter(|t| tables.iter().any(|x| x == *t))
-    {
+    for (t, flags) in builtin::TABLES.iter().filter_map(|t| {
+        let flags = tables.iter().find(|(x, _)| x == t)?.1;
+        Some((t, flags))
+    }) {
         let chains = chains
             .iter()
             .filter(|(c, _)| c.table == *t)
@@ -96,6 +98,7 @@ pub fn assemble(
             .collect();
         out.push(CurrentTable {
             name: t.to_string(),
+            dormant: flags & NFT_TABLE_F_DORMANT != 0,
             chains,
         });
     }
@@ -169,13 +172,13 @@ pub fn read(s: &mut Socket, family: Family) -> Result<(u32, Vec<CurrentTable>)> 
     let req = encode::dump_request(encode::NFT_MSG_GETTABLE, fam, seq, &none);
     s.dump("list tables", &req, &mut |m| {
         bound(&mut n)?;
-        tables.push(decode::table_name(m)?);
+        tables.push(decode::table(m)?);
         Ok(())
     })?;
     let (mut chains, mut rules) = (Vec::new(), Vec::new());
     if builtin::TABLES
         .iter()
-        .any(|t| tables.iter().any(|x| x == t))
+        .any(|t| tables.iter().any(|(x, _)| x == t))
     {
         let seq = s.next_seq(1);
         let req = encode::dump_request(encode::NFT_MSG_GETCHAIN, fam, seq, &none);
@@ -194,3 +197,7 @@ pub fn read(s: &mut Socket, family: Family) -> Result<(u32, Vec<CurrentTable>)> 
     }
     Ok((genid, assemble(family, &tables, &chains, &rules)))
 }
+
+#[cfg(test)]
+#[path = "read_tests.rs"]
+mod tests;
