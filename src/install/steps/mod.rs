@@ -347,3 +347,6 @@ pub fn write_if_changed(path: &Path, data: &[u8], mode: u32) -> Result<bool> {
     fsutil::write_atomic_through(path, data, mode)?;
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests;
