@@ -11,21 +11,17 @@ const FALLBACK: &[u8] = br#"{"cniVersion":"0.3.1","name":"b","plugins":[{"type":
 struct Node {
     root: PathBuf,
     conf: PathBuf,
+    bin: PathBuf,
 }
 
 impl Node {
     fn new(tag: &str) -> Node {
         let root = fsutil::test_dir(tag);
-        let conf = root.join("conf");
-        for d in [
-            &conf,
-            &root.join("bin"),
-            &root.join("run"),
-            &root.join("other"),
-        ] {
+        let (conf, bin) = (root.join("conf"), root.join("bin"));
+        for d in [&conf, &bin, &root.join("run"), &root.join("other")] {
             fs::create_dir_all(d).unwrap();
         }
-        Node { root, conf }
+        Node { root, conf, bin }
     }
 
     /// An installer of this node installing `exe` (chained, default layout).
@@ -93,4 +89,36 @@ fn cleanup_gives_a_symlinked_fallback_back_through_its_link() {
     assert!(!check::holds_entry(
         &fs::read(n.conf.join("10-a.conflist")).unwrap()
     ));
+}
+
+#[test]
+fn check_is_not_ready_while_our_binary_cannot_run() {
+    let n = Node::new("steps-binary-check");
+    fs::write(n.conf.join("10-a.conflist"), PRIMARY).unwrap();
+    let mut inst = n.installer(&n.exe());
+    inst.install_binaries().unwrap();
+    inst.write_config().unwrap();
+    assert_eq!(inst.check(), Outcome::Valid { warning: None });
+    let bin = n.bin.join(PLUGIN_BINARY);
+    let not_ready = |inst: &Installer, why: &str| {
+        let out = inst.check();
+        assert!(!matches!(out, Outcome::Valid { .. }), "ready: {out:?}");
+        let text = format!("{out:?}");
+        assert!(
+            text.contains(&bin.display().to_string()) && text.contains(why),
+            "{text}"
+        );
+    };
+    // The same bytes, but no execute bit: CRI-O's VERSION exec fails and it skips our list.
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o644)).unwrap();
+    not_ready(&inst, "mode 0644");
+    inst.install_binaries().unwrap();
+    assert_eq!(inst.check(), Outcome::Valid { warning: None });
+    fs::remove_file(&bin).unwrap();
+    not_ready(&inst, "is missing");
+    fs::create_dir(&bin).unwrap();
+    not_ready(&inst, "not a regular file");
+    fs::remove_dir(&bin).unwrap();
+    inst.install_binaries().unwrap();
+    assert_eq!(inst.check(), Outcome::Valid { warning: None });
 }
