@@ -584,6 +584,52 @@ fn a_removed_binary_or_kubeconfig_is_put_back() {
 }
 
 #[test]
+fn a_binary_made_unexecutable_is_made_executable_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let n = Node::new("chmod");
+    n.write_primary(1);
+    let mut p = n.start(&[], &[], "stderr");
+    n.wait_ready(&p);
+    let bin = n.bin.join("istio-cni");
+    let mode = |p: &std::path::Path| fs::metadata(p).map(|m| m.permissions().mode() & 0o7777);
+    let installed = mode(&bin).unwrap();
+    assert_eq!(installed, mode(&binary()).unwrap() & 0o7777);
+    assert_ne!(installed & 0o100, 0, "installed executable");
+    // The same bytes, but the runtime can no longer run the plugin (CRI-O would skip our list).
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o644)).unwrap();
+    poll_until("binary executable again", LONG, || {
+        mode(&bin).is_ok_and(|m| m == installed)
+    });
+    n.wait_ready(&p);
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success());
+}
+
+#[test]
+fn a_binary_it_may_not_replace_is_not_ready_while_unexecutable() {
+    use std::os::unix::fs::PermissionsExt;
+    let n = Node::new("chmod-keep");
+    n.write_primary(1);
+    let mut p = n.start(&[("UPDATE_CNI_BINARIES", "false")], &[], "stderr");
+    n.wait_ready(&p);
+    let bin = n.bin.join("istio-cni");
+    // UPDATE_CNI_BINARIES=false keeps the existing file: the runtime cannot run it, so not ready.
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o644)).unwrap();
+    poll_until("not ready with an unexecutable binary", LONG, || {
+        get(n.health, "/readyz").is_some_and(|(c, _)| c != 200)
+    });
+    poll_until("waiting for the bin dir, said", LONG, || {
+        p.stderr()
+            .contains("has mode 0644, not executable by its owner")
+            && p.stderr().contains("waiting for a change in the bin dir")
+    });
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    n.wait_ready(&p);
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success());
+}
+
+#[test]
 fn start_sweeps_our_temp_files_but_not_a_primarys_fresh_one() {
     let n = Node::new("sweep");
     n.write_primary(1);

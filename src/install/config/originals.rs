@@ -111,7 +111,8 @@ pub fn restorable(original: &[u8], current: &[u8]) -> bool {
 }
 
 /// At cleanup: every recorded file still as we left it is given back under its own name, with its own
-/// bytes and mode (the `.conflist` it became removed); the others are left to lose our entry only. Every
+/// bytes and mode (the `.conflist` it became removed); the others are left to lose our entry only. A name
+/// that is a symlink stays one: its target gets the bytes back, as the install merged into it. Every
 /// record is then dropped. Returns a line per file for the log.
 pub fn restore_all(conf_dir: &Path, dir: &Path) -> Result<Vec<String>> {
     let rd = match std::fs::read_dir(dir) {
@@ -139,7 +140,8 @@ pub fn restore_all(conf_dir: &Path, dir: &Path) -> Result<Vec<String>> {
         match fsutil::read_config(&cur_path, fsutil::MAX_CONFIG_BYTES) {
             Ok(Some(b)) if b == o.bytes && list.is_none() => {}
             Ok(Some(b)) if !rewritten && restorable(&o.bytes, &b) => {
-                fsutil::write_atomic(&conf_dir.join(&o.name), &o.bytes, o.mode)?;
+                // Through a link, as the install wrote: the link stays, its target gets the bytes.
+                fsutil::write_atomic_through(&conf_dir.join(&o.name), &o.bytes, o.mode)?;
                 if current != o.name {
                     fsutil::remove_if_exists(&cur_path)?;
                 }

@@ -144,6 +144,7 @@ fn round_event(inst: &Installer, end: RoundEnd) -> Event {
         },
         RoundEnd::Changed(c) => Event::Changed(c),
         RoundEnd::Preempted(reason) => Event::Preempted { reason, at },
+        RoundEnd::Binary(reason) => Event::Binary(reason),
         RoundEnd::Ready => Event::Ready,
         RoundEnd::Stopped => Event::Signal,
     }
@@ -177,6 +178,10 @@ fn say_before_wait(inst: &Installer, say: Say) {
         Say::Nothing => {}
         Say::Retry(e, delay) => log::error!("{e}; retrying in {delay:?}"),
         Say::Preempted(reason) => log::warn!("not ready: {reason}"),
+        Say::Binary(reason) => log::warn!(
+            "not ready: {reason}, still after installing the binaries again \
+             (UPDATE_CNI_BINARIES=false keeps an existing file); waiting for a change in the bin dir"
+        ),
         Say::Conflict(reason, conflicts) => log::warn!(
             "configuration conflict: our CNI config keeps being invalidated ({reason}); \
              {conflicts} throttled reinstalls so far; backing off (is another agent rewriting \

@@ -19,6 +19,9 @@
 //! | | else | top of a pass |
 //! | readiness (valid, `--once`) | | end: installed |
 //! | other CNI's file used (pinned name preempted) | | wait, saying so once per [`CONFLICT_LOG_INTERVAL`] |
+//! | our binary cannot run (missing, not a regular file, not executable) | not just reinstalled for it | top of a pass, the binaries dirty |
+//! | | else, `--once` | fail |
+//! | | else | wait for a change, saying so |
 //! | our entry missing | we had written it and the token bucket is empty (another CNI keeps rewriting) | wait for a token, saying so once per [`CONFLICT_LOG_INTERVAL`] |
 //! | | else | write our configuration |
 //! | a newer agent owns the node (before the write) | | top of a pass (it yields there) |
@@ -58,6 +61,8 @@ pub enum Event {
     },
     /// `--once`: valid and ready.
     Ready,
+    /// Our plugin binary cannot be run (missing, not a regular file, not executable).
+    Binary(String),
     /// The runtime uses another file than the pinned one, without our entry: nothing to rewrite.
     Preempted {
         reason: String,
@@ -116,6 +121,8 @@ pub enum Say {
     /// Reinstalls throttled (the count so far).
     Conflict(String, u64),
     Preempted(String),
+    /// Our binary still cannot run after installing it again.
+    Binary(String),
     /// No primary configuration yet.
     Waiting(String),
 }
@@ -156,6 +163,9 @@ pub struct Pass {
     conflict_said: Option<Instant>,
     preempt_said: Option<Instant>,
     waiting_said: bool,
+    /// The binaries were installed again because ours could not run, and nothing else happened since:
+    /// still unusable, it is waited for, not installed again and again.
+    bin_retried: bool,
     backoff: Backoff,
     /// The last validity warning logged (each is logged once: [`super::round::round`]).
     pub warned: Option<String>,
@@ -175,6 +185,7 @@ impl Pass {
             conflict_said: None,
             preempt_said: None,
             waiting_said: false,
+            bin_retried: false,
             backoff: Backoff::new(Duration::from_millis(200), MAX_ERROR_BACKOFF),
             warned: None,
         }
@@ -226,6 +237,13 @@ fn due(said: &mut Option<Instant>, at: Instant) -> bool {
 
 /// The decision table (the module's doc lists its rows).
 pub fn next(p: &mut Pass, ev: Event) -> Step {
+    // Only the steps of the pass that installed the binaries again keep them marked as just retried.
+    if !matches!(
+        ev,
+        Event::Owner | Event::Binaries | Event::Kubeconfig | Event::Binary(_)
+    ) {
+        p.bin_retried = false;
+    }
     match ev {
         Event::Signal => Step::End(End::Stopped),
         Event::TookBack => {
@@ -289,6 +307,21 @@ pub fn next(p: &mut Pass, ev: Event) -> Step {
             }
             _ => Step::Write(reason),
         },
+        Event::Binary(reason) => {
+            if !std::mem::replace(&mut p.bin_retried, true) {
+                p.dirty.bin = true;
+                Step::Top
+            } else if p.once {
+                Step::Fail(Error::other(format!(
+                    "{reason}: still so after installing it again"
+                )))
+            } else {
+                Step::Wait {
+                    limit: None,
+                    say: Say::Binary(reason),
+                }
+            }
+        }
         Event::Newer => Step::Top,
         Event::Waiting(why) => {
             let say = !std::mem::replace(&mut p.waiting_said, true);

@@ -17,6 +17,7 @@ fn short(s: Step) -> String {
                 Say::Conflict(r, n) => format!("conflict {r} {n}"),
                 Say::Preempted(r) => format!("preempted {r}"),
                 Say::Waiting(w) => format!("waiting {w}"),
+                Say::Binary(r) => format!("binary {r}"),
             }
         ),
         Step::Fail(e) => format!("Fail {e}"),
@@ -258,6 +259,47 @@ fn a_preempted_pin_waits_and_is_said_every_interval() {
             "Wait Some(30s) preempted elsewhere"
         ]
     );
+}
+
+#[test]
+fn an_unrunnable_binary_is_installed_again_then_waited_for_until_a_change() {
+    let unrunnable = || Event::Binary("0644".into());
+    let mut p = installed(false);
+    let evs = [
+        unrunnable(),
+        Event::Owner,
+        Event::Binaries,
+        // Still unrunnable right after (UPDATE_CNI_BINARIES=false keeps the file): no loop of installs.
+        unrunnable(),
+        unrunnable(),
+        // A change in the bin dir: installed again once more.
+        changed(|c| c.bin = true),
+        Event::Owner,
+        Event::Binaries,
+        unrunnable(),
+    ];
+    assert_eq!(
+        steps(&mut p, evs),
+        [
+            "Top",
+            "Binaries",
+            "Round",
+            "Wait None binary 0644",
+            "Wait None binary 0644",
+            "Top",
+            "Binaries",
+            "Round",
+            "Top",
+        ]
+    );
+    // `--once`: still unrunnable after installing it again ends the run.
+    let mut p = installed(true);
+    let got = steps(
+        &mut p,
+        [unrunnable(), Event::Owner, Event::Binaries, unrunnable()],
+    );
+    assert_eq!(got[..3], ["Top", "Binaries", "Round"]);
+    assert!(got[3].starts_with("Fail 0644"), "{got:?}");
 }
 
 #[test]

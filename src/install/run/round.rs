@@ -91,6 +91,9 @@ pub enum RoundEnd {
     /// CNI_CONF_NAME is pinned and the runtime uses another file without our entry: not ready, nothing
     /// to rewrite; wait for a change.
     Preempted(String),
+    /// Our plugin binary cannot be run (missing, not a regular file, not executable): not ready;
+    /// install the binaries again.
+    Binary(String),
     /// Something changed (before or after readiness); readiness is false again.
     Changed(Changes),
     /// Valid and ready, and the caller asked not to wait (`--once`).
@@ -127,6 +130,11 @@ pub fn round(
         Outcome::Preempted { reason, .. } => {
             state.set_ready(false);
             return Ok(RoundEnd::Preempted(reason));
+        }
+        Outcome::Binary { reason } => {
+            log::warn!("not ready: {reason}");
+            state.set_ready(false);
+            return Ok(RoundEnd::Binary(reason));
         }
         Outcome::Valid { warning: Some(w) } => {
             if last_warning.as_deref() != Some(w.as_str()) {

@@ -1,6 +1,7 @@
 //! Installing binaries into the host bin dirs: temp file in the same dir, fsync, rename (never an
-//! in-place overwrite, which a running exec would hit as ETXTBSY); identical content is skipped; stale
-//! `<name>.tmp.*` files are removed first. The installer installs its own executable as `istio-cni`.
+//! in-place overwrite, which a running exec would hit as ETXTBSY); a regular file with identical content
+//! in the same mode is skipped; stale `<name>.tmp.*` files are removed first. The installer installs its
+//! own executable as `istio-cni`.
 
 use crate::error::{IoContext, Result};
 use crate::fsutil;
@@ -60,8 +61,19 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
+/// Whether `target` is what a copy makes: a regular file (not a symlink) with exactly `mode`.
+fn is_installed_as(target: &Path, mode: u32) -> Result<bool> {
+    let m = fsutil::existing(std::fs::symlink_metadata(target), || {
+        format!("stat {}", target.display())
+    })?;
+    Ok(m.is_some_and(|m| m.file_type().is_file() && m.permissions().mode() & 0o7777 == mode))
+}
+
 /// Installs `source` as `<dir>/<name>` in the source's mode. `update=false` keeps an existing file;
-/// names in `skip` are not installed.
+/// names in `skip` are not installed. An existing file is [`Outcome::Identical`] only when it has the
+/// source's bytes and is a regular file in the source's mode: one made unexecutable (`chmod 644`), or a
+/// symlink, is copied again (the runtime must be able to run the plugin: CRI-O skips a whole conf list
+/// whose plugin fails its `VERSION` exec).
 pub fn install_one(
     source: &Path,
     dir: &Path,
@@ -77,19 +89,19 @@ pub fn install_one(
         return Ok(Outcome::Skipped("listed in SKIP_CNI_BINARIES"));
     }
     let target = dir.join(name);
-    if target.exists() {
-        if !update {
-            return Ok(Outcome::Skipped("exists and UPDATE_CNI_BINARIES is false"));
-        }
-        if same_content(source, &target)? {
-            return Ok(Outcome::Identical);
-        }
-    }
     let mode = std::fs::metadata(source)
         .io_context(|| format!("stat {}", source.display()))?
         .permissions()
         .mode()
         & 0o7777;
+    if target.exists() {
+        if !update {
+            return Ok(Outcome::Skipped("exists and UPDATE_CNI_BINARIES is false"));
+        }
+        if is_installed_as(&target, mode)? && same_content(source, &target)? {
+            return Ok(Outcome::Identical);
+        }
+    }
     fsutil::copy_atomic(source, &target, mode)?;
     Ok(Outcome::Copied)
 }
@@ -106,4 +118,63 @@ pub fn target_dirs(primary: &Path, secondary: Option<&Path>) -> Vec<PathBuf> {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    /// A source binary (mode 0755) and an empty bin dir.
+    fn setup(tag: &str) -> (PathBuf, PathBuf, PathBuf) {
+        let root = fsutil::test_dir(tag);
+        let (src, bin) = (root.join("src"), root.join("bin"));
+        fs::create_dir_all(&bin).unwrap();
+        fs::write(&src, b"#!/bin/sh\nexit 0\n").unwrap();
+        fs::set_permissions(&src, fs::Permissions::from_mode(0o755)).unwrap();
+        (root, src, bin)
+    }
+
+    fn mode(p: &Path) -> u32 {
+        fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn same_bytes_in_another_mode_are_copied_again() {
+        let (root, src, bin) = setup("bin-mode");
+        let installed = bin.join("istio-cni");
+        assert_eq!(
+            install_one(&src, &bin, "istio-cni", &[], true).unwrap(),
+            Outcome::Copied
+        );
+        assert_eq!(mode(&installed), 0o755);
+        assert_eq!(
+            install_one(&src, &bin, "istio-cni", &[], true).unwrap(),
+            Outcome::Identical
+        );
+        // Someone took the execute bits away: the runtime cannot run the plugin (CRI-O then skips the
+        // whole list holding our entry). Same bytes, but not what we install.
+        fs::set_permissions(&installed, fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(
+            install_one(&src, &bin, "istio-cni", &[], true).unwrap(),
+            Outcome::Copied
+        );
+        assert_eq!(mode(&installed), 0o755);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_link_to_the_same_bytes_is_replaced_by_a_copy() {
+        let (root, src, bin) = setup("bin-link");
+        let installed = bin.join("istio-cni");
+        std::os::unix::fs::symlink(&src, &installed).unwrap();
+        assert_eq!(
+            install_one(&src, &bin, "istio-cni", &[], true).unwrap(),
+            Outcome::Copied
+        );
+        let meta = fs::symlink_metadata(&installed).unwrap();
+        assert!(meta.file_type().is_file(), "still a link");
+        assert_eq!(mode(&installed), 0o755);
+        fs::remove_dir_all(&root).unwrap();
+    }
 }

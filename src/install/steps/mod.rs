@@ -284,8 +284,12 @@ impl Installer {
         )
     }
 
-    /// upstream `checkValidCNIConfig`, with the readiness invariant (see [`check::check`]).
+    /// upstream `checkValidCNIConfig`, with the readiness invariant (see [`check::check`]); first, our
+    /// binary must be one the runtime can run ([`Installer::binary_unusable`]).
     pub fn check(&self) -> Outcome {
+        if let Some(reason) = self.binary_unusable() {
+            return Outcome::Binary { reason };
+        }
         let s = &self.settings;
         let listing = self.listing();
         let dir = self.conf_dir().to_path_buf();
@@ -305,6 +309,41 @@ impl Installer {
                 .flatten()
         };
         check::check(&ctx, &listing, &read)
+    }
+
+    /// Why the runtime could not run our plugin binary in a bin dir we install into (each dir of the
+    /// last [`Installer::install_binaries`], unless SKIP_CNI_BINARIES names it): missing, not a regular
+    /// file (a link is followed, as the runtime's exec does) or without its owner's execute bit. `None`
+    /// when every one can run. CRI-O execs each plugin of a list (`VERSION`) and silently skips the list
+    /// when one cannot run, falling back to another file without our entry.
+    pub fn binary_unusable(&self) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt;
+        if self
+            .settings
+            .skip_binaries
+            .iter()
+            .any(|s| s == PLUGIN_BINARY)
+        {
+            return None;
+        }
+        self.bin_dirs.iter().find_map(|d| {
+            let p = d.join(PLUGIN_BINARY);
+            let why = match std::fs::metadata(&p) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => "is missing".to_string(),
+                Err(e) => format!("cannot be read ({e})"),
+                Ok(m) if !m.is_file() => "is not a regular file".to_string(),
+                Ok(m) if m.permissions().mode() & 0o100 == 0 => format!(
+                    "has mode {:04o}, not executable by its owner",
+                    m.permissions().mode() & 0o7777
+                ),
+                Ok(_) => return None,
+            };
+            Some(format!(
+                "plugin binary {} {why}: the container runtime cannot run it (CRI-O skips every CNI \
+                 config list holding our entry)",
+                p.display()
+            ))
+        })
     }
 
     /// Removes stale temp files at start. In the conf dir, which the primary CNI shares, our own temp
@@ -347,3 +386,6 @@ pub fn write_if_changed(path: &Path, data: &[u8], mode: u32) -> Result<bool> {
     fsutil::write_atomic_through(path, data, mode)?;
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests;

@@ -51,6 +51,11 @@ pub enum Outcome {
     Valid { warning: Option<String> },
     /// A (re)install is needed.
     Invalid { reason: String },
+    /// Not ready: our plugin binary in a bin dir we install into is missing, not a regular file or not
+    /// executable by its owner, so the runtime cannot run it (CRI-O then skips every list holding our
+    /// entry). The binaries are installed again; the configuration is not rewritten. Only
+    /// [`crate::install::steps::Installer::check`] says so (the configuration check here never does).
+    Binary { reason: String },
     /// Not ready and nothing to rewrite: CNI_CONF_NAME is pinned and the runtime uses another file
     /// without our entry. `runtime_file` is that file; `reason` tells the operator what to do.
     Preempted {
