@@ -86,17 +86,20 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
         Err(e) => e,
     };
     // Not a fresh namespace? Only then inspect; otherwise the restore error is the answer.
-    let (text, incompatible) = io.inspect(family)?;
-    let actual = save::parse(&text);
+    let read = io.inspect(family)?;
+    let actual = save::parse(&read.text);
     let has_ours = actual
         .values()
         .any(|t| t.chains.keys().any(|c| is_our_chain(c)));
     if !has_ours {
         return Err(first).context(format!("apply {} redirection rules", family.name()));
     }
+    // A chain name iptables refuses: the text does not say what the kernel holds, so neither "in place"
+    // nor a converge computed from it can be trusted.
+    bypass::refuse(&read.refused_names, "")?;
     let expected = normalized(family, doc)?;
     let mut found = foreign::findings(io.backend, family, &expected, &actual);
-    found.extend(incompatible);
+    found.extend(read.incompatible);
     if state::diff(&expected, &actual).is_empty() {
         return Ok((Outcome::AlreadyInPlace, found));
     }
@@ -188,8 +191,8 @@ where
         let mut f = bypass::Findings::default();
         for (family, doc) in &plan.docs {
             let expected = normalized(*family, doc)?;
-            let (text, incompatible) = io.inspect(*family)?;
-            let actual = save::parse(&text);
+            let read = io.inspect(*family)?;
+            let actual = save::parse(&read.text);
             let d = state::diff(&expected, &actual);
             let fam = family.name();
             f.ours
@@ -203,7 +206,8 @@ where
                 .extend(d.before.iter().map(|m| format!("{fam}: unexpected {m}")));
             f.bypass
                 .extend(foreign::findings(io.backend, *family, &expected, &actual));
-            f.bypass.extend(incompatible);
+            f.bypass.extend(read.incompatible);
+            f.bypass.extend(read.refused_names);
         }
         let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
         f.bypass.extend(elsewhere(io, &fams)?);

@@ -7,9 +7,20 @@
 
 use super::nft;
 use super::{exec, Backend};
-use crate::error::{Context, Result};
+use crate::error::{Context, Error, Result};
 use crate::netfilter::Family;
-use crate::xtables::{legacy, names, spec};
+use crate::xtables::{chain_name, legacy, names, rule::Table, spec};
+
+/// What [`Io::inspect`] read from one family's tables.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inspected {
+    /// The tables as `iptables-save` prints them.
+    pub text: String,
+    /// iptables-nft's chains that iptables-nft would not have made (see [`Io::inspect`]).
+    pub incompatible: Vec<String>,
+    /// Chain names iptables would refuse ([`chain_name::refused`]): with one, `text` cannot be trusted.
+    pub refused_names: Vec<String>,
+}
 
 /// One backend, and whether its node binaries are run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +60,8 @@ impl Io {
         }
     }
 
-    /// The current thread's namespace's tables of this backend, as `iptables-save` prints them.
+    /// The current thread's namespace's tables of this backend, as `iptables-save` prints them. Fails
+    /// when a chain name there is one iptables refuses: the text would not say what the kernel holds.
     pub fn save(self, family: Family) -> Result<String> {
         if self.node_binaries {
             return exec::save(self.backend, family);
@@ -60,17 +72,28 @@ impl Io {
         } else {
             nft::save(family).with_context(what)?
         };
+        let refused = self.refused_names(family, &tables);
+        if !refused.is_empty() {
+            return Err(Error::Rules(format!(
+                "cannot read the {} rules: {}; remove these chains from the pod's network namespace",
+                family.name(),
+                refused.join("; ")
+            )));
+        }
         Ok(spec::save_text(family, &tables))
     }
 
-    /// [`Io::save`]'s text, and from the same read iptables-nft's chains of `family` that iptables-nft would
-    /// not have made (a built-in chain not hooked, or hooked with another type, hook or priority, a policy
-    /// other than ACCEPT): nothing the text can show, and each one can keep our jumps from running. No such
-    /// chains for the legacy tables (the kernel fixes their hooks) nor with the node's binaries (their
-    /// `-save` refuses such a table).
-    pub fn inspect(self, family: Family) -> Result<(String, Vec<String>)> {
-        if self.node_binaries || self.legacy() {
-            return Ok((self.save(family)?, Vec::new()));
+    /// [`Io::save`]'s text, the chain names in it iptables would refuse (instead of failing), and from the
+    /// same read iptables-nft's chains of `family` that iptables-nft would not have made (a built-in chain
+    /// not hooked, or hooked with another type, hook or priority, a policy other than ACCEPT): nothing the
+    /// text can show, and each one can keep our jumps from running. No such chains for the legacy tables
+    /// (the kernel fixes their hooks) nor with the node's binaries (their `-save` refuses such a table).
+    pub fn inspect(self, family: Family) -> Result<Inspected> {
+        if self.node_binaries {
+            return Ok(Inspected {
+                text: self.save(family)?,
+                ..Inspected::default()
+            });
         }
         let what = || {
             format!(
@@ -79,8 +102,22 @@ impl Io {
                 self.name()
             )
         };
-        let (tables, incompatible) = nft::inspect(family).with_context(what)?;
-        Ok((spec::save_text(family, &tables), incompatible))
+        let (tables, incompatible) = if self.legacy() {
+            (legacy::save(family).with_context(what)?, Vec::new())
+        } else {
+            nft::inspect(family).with_context(what)?
+        };
+        Ok(Inspected {
+            text: spec::save_text(family, &tables),
+            incompatible,
+            refused_names: self.refused_names(family, &tables),
+        })
+    }
+
+    /// [`chain_name::refused`] for `tables`, named as this backend's tool lists them.
+    fn refused_names(self, family: Family, tables: &[Table]) -> Vec<String> {
+        let tool = format!("{} ({})", self.backend.command(family), family.name());
+        chain_name::refused(&tool, tables)
     }
 
     /// `nft`, `legacy`, or the node's binaries' name.
