@@ -114,10 +114,10 @@ impl Io {
         })
     }
 
-    /// [`chain_name::refused`] for `tables`, named as this backend's tool lists them.
+    /// [`chain_name::refused`] (names and rule texts iptables-save text cannot carry) for `tables`, named as this backend's tool lists them.
     fn refused_names(self, family: Family, tables: &[Table]) -> Vec<String> {
         let tool = format!("{} ({})", self.backend.command(family), family.name());
-        chain_name::refused(&tool, tables)
+        chain_name::refused(&tool, family, tables)
     }
 
     /// `nft`, `legacy`, or the node's binaries' name.

@@ -4,10 +4,14 @@
 //! to 255 bytes with `nft`, spaces and newlines included; x_tables 29 bytes through the socket options), and
 //! such a name rewrites that text: a chain named `OUTPUT -j ISTIO_OUTPUT` holding an empty rule prints as
 //! our jump, `jump "Z -j ACCEPT"` reads as ACCEPT, a chain named `CT` makes `-j CT --notrack` read as a
-//! jump to it. So a table holding one is not read at all: [`refused`] names each such chain, CHECK reports
-//! it, and a re-ADD fails instead of converging on (or calling "in place") rules it cannot see.
+//! jump to it. Other names reach the text inside a rule (a set's name in a native lookup: `x\n-A Y` moves
+//! the rest of the rule, its notrack too, into a chain `Y` nothing hooks). So a table holding such a name
+//! is not read at all: [`refused`] names each such chain or rule, CHECK reports it, and a re-ADD fails
+//! instead of converging on (or calling "in place") rules it cannot see.
 
 use super::rule::{Table, Target};
+use super::spec::render;
+use crate::netfilter::Family;
 
 /// iptables' longest chain name: under `XT_EXTENSION_MAXNAMELEN` (29) bytes.
 pub const MAX_LEN: usize = 28;
@@ -82,11 +86,44 @@ pub fn problem(name: &str) -> Option<&'static str> {
     }
 }
 
+/// Why a rule's text as `iptables-save` prints it ([`render`]) would not read back as the rule: a control
+/// character (a newline starts another line), or `-j`/`-g` words (split as the reader splits them) other
+/// than its one target's.
+pub fn rule_problem(text: &str, has_target: bool) -> Option<&'static str> {
+    if text.chars().any(char::is_control) {
+        return Some("a control character");
+    }
+    let jumps = text
+        .split_whitespace()
+        .filter(|w| *w == "-j" || *w == "-g")
+        .count();
+    (jumps != usize::from(has_target)).then_some("a -j or -g word that is not its target")
+}
+
 /// One line per chain name in `tables` (a chain's own, or a jump's target) that iptables would refuse,
-/// named as `tool` (`iptables-nft (IPv4)`) lists the table, the name printable-escaped.
-pub fn refused(tool: &str, tables: &[Table]) -> Vec<String> {
+/// and per rule whose text would not read back ([`rule_problem`]), named as `tool` (`iptables-nft (IPv4)`)
+/// lists the table, names and text printable-escaped.
+pub fn refused(tool: &str, family: Family, tables: &[Table]) -> Vec<String> {
     let mut out = Vec::new();
     for t in tables {
+        for c in &t.chains {
+            for (i, r) in c.rules.iter().enumerate() {
+                // A jump to a refused name is named once, with the name, below.
+                if matches!(&r.target, Target::Jump(to) if problem(to).is_some()) {
+                    continue;
+                }
+                let text = render(family, r);
+                if let Some(why) = rule_problem(&text, r.target != Target::None) {
+                    out.push(format!(
+                        "{tool} -t {} {} rule {}: a rule iptables-save text cannot carry ({why}): {text:?}; \
+                         the table cannot be read as iptables-save text",
+                        t.name,
+                        c.name.escape_debug(),
+                        i + 1
+                    ));
+                }
+            }
+        }
         let jumps = t
             .chains
             .iter()
@@ -115,7 +152,7 @@ pub fn refused(tool: &str, tables: &[Table]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xtables::rule::{Chain, Rule};
+    use crate::xtables::rule::{Chain, Match, Rule};
 
     #[test]
     fn iptables_names_pass_others_are_refused() {
@@ -182,7 +219,7 @@ mod tests {
             },
         ];
         assert_eq!(
-            refused("iptables-nft (IPv4)", &tables),
+            refused("iptables-nft (IPv4)", Family::V4, &tables),
             vec![
                 "iptables-nft (IPv4) -t raw chain \"Z -j ACCEPT\": a chain name iptables refuses (holds \
                  whitespace, a control character or a byte outside printable ASCII); the table cannot be \
@@ -200,6 +237,34 @@ mod tests {
                 rules: vec![jump("")],
             }],
         };
-        assert_eq!(refused("x", &[t]).len(), 1);
+        assert_eq!(refused("x", Family::V4, &[t]).len(), 1);
+    }
+
+    #[test]
+    fn rules_whose_text_would_not_read_back_are_named() {
+        assert_eq!(rule_problem("-p tcp -j ISTIO_OUTPUT", true), None);
+        assert_eq!(rule_problem("-o lo", false), None);
+        assert_eq!(rule_problem("-j CT --notrack", true), None);
+        assert!(rule_problem("nft expression [ lookup set x\n-A Y ] -j ?x", true).is_some());
+        assert!(rule_problem("nft expression [ lookup set x -j ACCEPT ]", false).is_some());
+        assert!(rule_problem("a -j X -j Y", true).is_some());
+        let rule = |m: &str| Rule {
+            matches: vec![Match::Other(m.into())],
+            ..Rule::any()
+        };
+        let t = Table {
+            name: "raw".into(),
+            chains: vec![Chain {
+                name: "OUTPUT".into(),
+                rules: vec![rule("fine"), rule("set x\n-A Y")],
+            }],
+        };
+        assert_eq!(
+            refused("iptables-nft (IPv4)", Family::V4, &[t]),
+            vec![
+                "iptables-nft (IPv4) -t raw OUTPUT rule 2: a rule iptables-save text cannot carry (a control \
+                 character): \"set x\\n-A Y\"; the table cannot be read as iptables-save text"
+            ]
+        );
     }
 }

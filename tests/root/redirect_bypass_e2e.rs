@@ -224,9 +224,9 @@ fn unhooked_iptables_nft_output() -> Bypass<'static> {
 }
 
 /// `nft -j -f -` of one JSON command list: the CLI's grammar takes no chain name with a space, the kernel
-/// (and nft's JSON) does.
+/// (and nft's JSON) does. JSON escapes (`\\n`) reach nft as written.
 fn nft_json(cmds: &str) -> String {
-    format!("echo '{{\"nftables\":[{cmds}]}}' | nft -j -f -")
+    format!("printf '%s' '{{\"nftables\":[{cmds}]}}' | nft -j -f -")
 }
 
 /// A chain of iptables-nft's table `table` named `name`, as nft's JSON names it.
@@ -281,6 +281,32 @@ fn odd_chain_names() -> Vec<Bypass<'static>> {
     ]
 }
 
+/// A native notrack in iptables-nft's raw OUTPUT behind a lookup in a set whose name holds a newline and
+/// an `-A` line: printed as text, the rule's notrack would land in another chain (`Y`) nothing hooks.
+fn set_name_with_a_line() -> Bypass<'static> {
+    let set = "\"family\":\"ip\",\"table\":\"raw\",\"name\":\"x\\n-A Y\"";
+    Bypass {
+        what: "raw OUTPUT notrack behind a lookup in a set named `x\\n-A Y`",
+        setup: vec![
+            "iptables-nft -t raw -A OUTPUT -j RETURN".into(),
+            "iptables-nft -t raw -F OUTPUT".into(),
+            nft_json(&format!(
+                "{{\"add\":{{\"set\":{{{set},\"type\":\"inet_proto\"}}}}}},\
+                 {{\"add\":{{\"element\":{{{set},\"elem\":[\"tcp\"]}}}}}},\
+                 {{\"add\":{{\"rule\":{{\"family\":\"ip\",\"table\":\"raw\",\"chain\":\"OUTPUT\",\
+                 \"expr\":[{{\"match\":{{\"op\":\"==\",\"left\":{{\"payload\":{{\"protocol\":\"ip\",\
+                 \"field\":\"protocol\"}}}},\"right\":\"@x\\n-A Y\"}}}},{{\"notrack\":null}}]}}}}}}"
+            )),
+        ],
+        inbound: false,
+        names: cmds(&["iptables-nft (IPv4) -t raw OUTPUT rule 1: a rule iptables-save text cannot carry"]),
+        undo: vec![
+            "iptables-nft -t raw -F OUTPUT".into(),
+            nft_json(&format!("{{\"delete\":{{\"set\":{{{set}}}}}}}")),
+        ],
+    }
+}
+
 /// Each of the backend's bypasses really goes past the redirect, and CHECK and re-ADD name it.
 fn bypasses_fail_check_and_re_add(b: Backend) {
     if !require_root() {
@@ -305,6 +331,7 @@ fn bypasses_fail_check_and_re_add(b: Backend) {
                     list.push(native_in_iptables_nft_raw());
                     list.push(unhooked_iptables_nft_output());
                     list.extend(odd_chain_names());
+                    list.push(set_name_with_a_line());
                 }
                 list
             }
