@@ -348,6 +348,60 @@ fn a_rule_inserted_between_our_rules_fails_check_and_reapply_puts_ours_first() {
     }
 }
 
+/// Our jump deleted and a chain named `OUTPUT -j ISTIO_OUTPUT` holding an empty rule written in its place,
+/// in either backend through the kernel's own interface (iptables refuses the name; the kernel takes it):
+/// as `iptables-save` text it prints our jump back. CHECK names the chain, and re-ADD fails instead of
+/// answering "already in place".
+#[test]
+fn a_chain_named_like_our_jump_fails_check_and_reapply() {
+    use istio_cni::xtables::rule::{Op, Rule, TableOps};
+    if !require_root() {
+        return;
+    }
+    for b in [Backend::Nft, Backend::Legacy] {
+        let io = Io::kernel(b);
+        let ns = Netns::new("chainname");
+        let docs = vec![(
+            Family::V4,
+            doc("capture/basic-exclude-nic/expected.v4.rules"),
+        )];
+        let plan = Plan {
+            docs: docs.clone(),
+            tproxy: None,
+            ipv6_passthrough: false,
+        };
+        apply(&ns.path(), io, plan.clone()).unwrap();
+        check(&ns.path(), io, docs.clone()).unwrap();
+        let prog = b.command(Family::V4);
+        ns.exec_ok(&[
+            prog.as_str(),
+            "-t",
+            "nat",
+            "-D",
+            "OUTPUT",
+            "-j",
+            "ISTIO_OUTPUT",
+        ]);
+        let fake = "OUTPUT -j ISTIO_OUTPUT".to_string();
+        let ops = vec![TableOps {
+            table: "nat".into(),
+            ops: vec![Op::NewChain(fake.clone()), Op::Append(fake, Rule::any())],
+        }];
+        istio_cni::netns::run_in(&ns.path(), move || match b {
+            Backend::Nft => istio_cni::iptables::nft::restore(Family::V4, &ops),
+            _ => istio_cni::xtables::legacy::restore(Family::V4, &ops),
+        })
+        .unwrap();
+        let want = format!(
+            "{prog} (IPv4) -t nat chain \"OUTPUT -j ISTIO_OUTPUT\": a chain name iptables refuses"
+        );
+        let e = check(&ns.path(), io, docs.clone()).unwrap_err().to_string();
+        assert!(e.contains(&want), "{b:?}: {want} not in {e}");
+        let e = apply(&ns.path(), io, plan).unwrap_err().to_string();
+        assert!(e.contains(&want), "{b:?}: {want} not in {e}");
+    }
+}
+
 /// The planner sees the namespace's real addresses from the rtnetlink dump, in the order upstream's
 /// `getLocalIP` reads them: by interface, IPv4 before IPv6, whatever order they were added in.
 #[test]
