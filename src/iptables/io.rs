@@ -90,8 +90,11 @@ impl Io {
     /// (the kernel fixes their hooks) nor with the node's binaries (their `-save` refuses such a table).
     pub fn inspect(self, family: Family) -> Result<Inspected> {
         if self.node_binaries {
+            let text = self.save(family)?;
+            let tool = format!("{} ({})", self.backend.command(family), family.name());
             return Ok(Inspected {
-                text: self.save(family)?,
+                refused_names: chain_name::refused_in_text(&tool, &text),
+                text,
                 ..Inspected::default()
             });
         }

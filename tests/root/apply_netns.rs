@@ -350,16 +350,16 @@ fn a_rule_inserted_between_our_rules_fails_check_and_reapply_puts_ours_first() {
 
 /// Our jump deleted and a chain named `OUTPUT -j ISTIO_OUTPUT` holding an empty rule written in its place,
 /// in either backend through the kernel's own interface (iptables refuses the name; the kernel takes it):
-/// as `iptables-save` text it prints our jump back. CHECK names the chain, and re-ADD fails instead of
-/// answering "already in place".
+/// as `iptables-save` text it prints our jump back, from our reader and from the node's `-save` alike.
+/// CHECK names the chain, and re-ADD fails instead of answering "already in place".
 #[test]
 fn a_chain_named_like_our_jump_fails_check_and_reapply() {
     use istio_cni::xtables::rule::{Op, Rule, TableOps};
     if !require_root() {
         return;
     }
-    for b in [Backend::Nft, Backend::Legacy] {
-        let io = Io::kernel(b);
+    for (io, _) in backends() {
+        let b = io.backend;
         let ns = Netns::new("chainname");
         let docs = vec![(
             Family::V4,
@@ -392,9 +392,12 @@ fn a_chain_named_like_our_jump_fails_check_and_reapply() {
             _ => istio_cni::xtables::legacy::restore(Family::V4, &ops),
         })
         .unwrap();
-        let want = format!(
-            "{prog} (IPv4) -t nat chain \"OUTPUT -j ISTIO_OUTPUT\": a chain name iptables refuses"
-        );
+        // Read from the model, the chain is named; from the node's `-save` text, its declaration line.
+        let want = if io.node_binaries {
+            format!("{prog} (IPv4) -t nat: \":OUTPUT -j ISTIO_OUTPUT - [0:0]\": not a chain declaration")
+        } else {
+            format!("{prog} (IPv4) -t nat chain \"OUTPUT -j ISTIO_OUTPUT\": a chain name iptables refuses")
+        };
         let e = check(&ns.path(), io, docs.clone()).unwrap_err().to_string();
         assert!(e.contains(&want), "{b:?}: {want} not in {e}");
         let e = apply(&ns.path(), io, plan).unwrap_err().to_string();
