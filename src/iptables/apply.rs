@@ -86,18 +86,21 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
         Err(e) => e,
     };
     // Not a fresh namespace? Only then inspect; otherwise the restore error is the answer.
-    let seen = io.inspect(family)?;
-    let actual = save::parse(&seen.text);
+    let read = io.inspect(family)?;
+    let actual = save::parse(&read.text);
     let has_ours = actual
         .values()
         .any(|t| t.chains.keys().any(|c| is_our_chain(c)));
     if !has_ours {
         return Err(first).context(format!("apply {} redirection rules", family.name()));
     }
+    // A chain name iptables refuses: the text does not say what the kernel holds, so neither "in place"
+    // nor a converge computed from it can be trusted.
+    bypass::refuse(&read.refused_names, "")?;
     let expected = normalized(family, doc)?;
     let mut found = foreign::findings(io.backend, family, &expected, &actual);
-    found.extend(seen.incompatible);
-    if state::diff(&expected, &actual).is_empty() && seen.dormant.is_empty() {
+    found.extend(read.incompatible);
+    if state::diff(&expected, &actual).is_empty() && read.dormant.is_empty() {
         return Ok((Outcome::AlreadyInPlace, found));
     }
     // The converging document names every table holding our chains: its batch wakes a dormant one.
@@ -190,8 +193,8 @@ where
         let mut f = bypass::Findings::default();
         for (family, doc) in &plan.docs {
             let expected = normalized(*family, doc)?;
-            let seen = io.inspect(*family)?;
-            let actual = save::parse(&seen.text);
+            let read = io.inspect(*family)?;
+            let actual = save::parse(&read.text);
             let d = state::diff(&expected, &actual);
             let fam = family.name();
             f.ours
@@ -206,8 +209,9 @@ where
             f.bypass
                 .extend(foreign::findings(io.backend, *family, &expected, &actual));
             f.ours
-                .extend(seen.dormant.iter().map(|t| format!("{fam}: {t}")));
-            f.bypass.extend(seen.incompatible);
+                .extend(read.dormant.iter().map(|t| format!("{fam}: {t}")));
+            f.bypass.extend(read.incompatible);
+            f.bypass.extend(read.refused_names);
         }
         let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
         f.bypass.extend(elsewhere(io, &fams)?);

@@ -7,17 +7,21 @@
 
 use super::nft;
 use super::{exec, Backend};
-use crate::error::{Context, Result};
+use crate::error::{Context, Error, Result};
 use crate::netfilter::Family;
-use crate::xtables::{legacy, names, spec};
+use crate::xtables::{chain_name, legacy, names, rule::Table, spec};
 
-/// What [`Io::inspect`] read of one family: the rules as `iptables-save` prints them, the chains that can
-/// keep our jumps from running, and our dormant tables (one line each).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What [`Io::inspect`] read of one family.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inspection {
+    /// The tables as `iptables-save` prints them.
     pub text: String,
+    /// iptables-nft's chains that iptables-nft would not have made (see [`Io::inspect`]).
     pub incompatible: Vec<String>,
+    /// Our tables flagged dormant (none of their chains hooked), one line each.
     pub dormant: Vec<String>,
+    /// Chain names iptables would refuse ([`chain_name::refused`]): with one, `text` cannot be trusted.
+    pub refused_names: Vec<String>,
 }
 
 /// One backend, and whether its node binaries are run.
@@ -58,7 +62,8 @@ impl Io {
         }
     }
 
-    /// The current thread's namespace's tables of this backend, as `iptables-save` prints them.
+    /// The current thread's namespace's tables of this backend, as `iptables-save` prints them. Fails
+    /// when a chain name there is one iptables refuses: the text would not say what the kernel holds.
     pub fn save(self, family: Family) -> Result<String> {
         if self.node_binaries {
             return exec::save(self.backend, family);
@@ -69,20 +74,31 @@ impl Io {
         } else {
             nft::save(family).with_context(what)?
         };
+        let refused = self.refused_names(family, &tables);
+        if !refused.is_empty() {
+            return Err(Error::Rules(format!(
+                "cannot read the {} rules: {}; remove these chains from the pod's network namespace",
+                family.name(),
+                refused.join("; ")
+            )));
+        }
         Ok(spec::save_text(family, &tables))
     }
 
-    /// [`Io::save`]'s text, and from the same read what it cannot show: iptables-nft's chains of `family`
-    /// that iptables-nft would not have made (a built-in chain not hooked, or hooked with another type, hook
-    /// or priority, a policy other than ACCEPT), each of which can keep our jumps from running, and our
-    /// tables flagged dormant (none of their chains hooked). Neither for the legacy tables (the kernel fixes
-    /// their hooks) nor with the node's binaries (their `-save` refuses an incompatible table).
+    /// [`Io::save`]'s text, the chain names in it iptables would refuse (instead of failing), and from the
+    /// same read what the text cannot show: iptables-nft's chains of `family` that iptables-nft would not
+    /// have made (a built-in chain not hooked, or hooked with another type, hook or priority, a policy other
+    /// than ACCEPT), each of which can keep our jumps from running, and our tables flagged dormant (none of
+    /// their chains hooked). Neither for the legacy tables (the kernel fixes their hooks) nor with the node's
+    /// binaries (their `-save` refuses an incompatible table and shows no table flags).
     pub fn inspect(self, family: Family) -> Result<Inspection> {
-        if self.node_binaries || self.legacy() {
+        if self.node_binaries {
+            let text = self.save(family)?;
+            let tool = format!("{} ({})", self.backend.command(family), family.name());
             return Ok(Inspection {
-                text: self.save(family)?,
-                incompatible: Vec::new(),
-                dormant: Vec::new(),
+                refused_names: chain_name::refused_in_text(&tool, &text),
+                text,
+                ..Inspection::default()
             });
         }
         let what = || {
@@ -92,12 +108,28 @@ impl Io {
                 self.name()
             )
         };
+        if self.legacy() {
+            let tables = legacy::save(family).with_context(what)?;
+            return Ok(Inspection {
+                text: spec::save_text(family, &tables),
+                refused_names: self.refused_names(family, &tables),
+                ..Inspection::default()
+            });
+        }
         let i = nft::inspect(family).with_context(what)?;
         Ok(Inspection {
             text: spec::save_text(family, &i.tables),
+            refused_names: self.refused_names(family, &i.tables),
             incompatible: i.incompatible,
             dormant: i.dormant,
         })
+    }
+
+    /// [`chain_name::refused`] (names and rule texts iptables-save text cannot carry) for `tables`, named as
+    /// this backend's tool lists them.
+    fn refused_names(self, family: Family, tables: &[Table]) -> Vec<String> {
+        let tool = format!("{} ({})", self.backend.command(family), family.name());
+        chain_name::refused(&tool, family, tables)
     }
 
     /// `nft`, `legacy`, or the node's binaries' name.

@@ -46,18 +46,22 @@ fn ours(name: &str, t: &Table, expected: &Dump) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-/// Rules of a built-in chain we hook that are not ours and come before our first rule there: whatever they
-/// accept or return never reaches our jump (`iptables -t nat -I OUTPUT 1 -j ACCEPT` disables redirection).
+/// Rules of a built-in chain we hook that are not ours and come before our last rule there: whatever they
+/// accept or return never reaches our jump (`iptables -t nat -I OUTPUT 1 -j ACCEPT` disables redirection,
+/// and so does `-I OUTPUT 2 -j ACCEPT` between an interface RETURN of ours and our jump). With nothing of
+/// ours there, every rule of the chain.
 fn bypasses(table: &str, chain: &str, t: &Table, expected: &Dump) -> Vec<String> {
     let rules = match t.chains.get(chain) {
         Some(r) => r,
         None => return Vec::new(),
     };
-    let first_ours = rules
+    let is_ours = |r: &String| builtin_rule_is_ours(table, chain, r, expected);
+    let end = rules.iter().rposition(is_ours).unwrap_or(rules.len());
+    rules[..end]
         .iter()
-        .position(|r| builtin_rule_is_ours(table, chain, r, expected))
-        .unwrap_or(rules.len());
-    rules[..first_ours].to_vec()
+        .filter(|r| !is_ours(r))
+        .cloned()
+        .collect()
 }
 
 /// What differs between the desired and the actual state, as lines an operator can read.
@@ -65,7 +69,7 @@ fn bypasses(table: &str, chain: &str, t: &Table, expected: &Dump) -> Vec<String>
 pub struct Diff {
     pub missing: Vec<String>,
     pub unexpected: Vec<String>,
-    /// Foreign rules before our jump in a built-in chain we hook: they bypass ours.
+    /// Foreign rules before (or between) our rules in a built-in chain we hook: they bypass ours.
     pub before: Vec<String>,
 }
 

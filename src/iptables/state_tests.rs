@@ -95,3 +95,34 @@ fn a_rule_before_our_jump_is_a_bypass_and_converge_goes_first_again() {
         vec!["-t nat -A OUTPUT -j ACCEPT (before our rules: it bypasses them)"]
     );
 }
+
+/// A foreign rule between two of ours (after our interface RETURN, before our jump) bypasses the jump as
+/// surely as one before both; one after our last rule does not. Converge puts ours on top again.
+#[test]
+fn a_rule_between_our_rules_is_a_bypass_and_converge_goes_first_again() {
+    let want = WANT.replace(
+        "-A OUTPUT -j ISTIO_OUTPUT\n",
+        "-A OUTPUT -o eth9 -j RETURN\n-A OUTPUT -j ISTIO_OUTPUT\n",
+    );
+    let e = parse(&want);
+    let a = parse(&want.replace(
+        "-A OUTPUT -j ISTIO_OUTPUT\n",
+        "-A OUTPUT -j ACCEPT\n-A OUTPUT -j ISTIO_OUTPUT\n-A OUTPUT -d 1.2.3.4/32 -j ACCEPT\n",
+    ));
+    let d = diff(&e, &a);
+    assert!(d.missing.is_empty() && d.unexpected.is_empty(), "{d:?}");
+    assert_eq!(
+        d.before,
+        vec!["-t nat -A OUTPUT -j ACCEPT (before our rules: it bypasses them)"]
+    );
+    let doc = "* nat\n-N ISTIO_INBOUND\n-N ISTIO_OUTPUT\n-A PREROUTING -p tcp -j ISTIO_INBOUND\n-A OUTPUT -o eth9 -j RETURN\n-A OUTPUT -j ISTIO_OUTPUT\n-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN\n-A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN\nCOMMIT\n";
+    let out = converge_document(doc, &e, &a);
+    assert!(
+        out.starts_with("* nat\n-D OUTPUT -o eth9 -j RETURN\n-D OUTPUT -j ISTIO_OUTPUT\n"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("-I OUTPUT 1 -o eth9 -j RETURN\n-I OUTPUT 2 -j ISTIO_OUTPUT\n-I PREROUTING 1 -p tcp -j ISTIO_INBOUND\nCOMMIT\n"),
+        "{out}"
+    );
+}

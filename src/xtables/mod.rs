@@ -11,6 +11,7 @@
 //! names from `/proc/thread-self/net/ip{,6}_tables_names` (only tables that exist: asking for another one
 //! would instantiate it) and each table with two getsockopt calls ([`sockopt`]).
 
+pub mod chain_name;
 pub mod entries;
 pub mod legacy;
 pub mod names;

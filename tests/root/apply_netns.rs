@@ -287,6 +287,124 @@ fn a_rule_inserted_before_our_jumps_fails_check_and_reapply_puts_ours_first() {
     }
 }
 
+/// A foreign rule between two of ours in a chain we hook (nat OUTPUT `[-o nic -j RETURN, -j ISTIO_OUTPUT]`
+/// with `-I OUTPUT 2 -j ACCEPT`) takes the traffic past our jump as surely as one before both: CHECK names
+/// it, and re-ADD converges with ours first again (never "already in place").
+#[test]
+fn a_rule_inserted_between_our_rules_fails_check_and_reapply_puts_ours_first() {
+    if !require_root() {
+        return;
+    }
+    for (b, _) in backends() {
+        let ns = Netns::new("between");
+        let docs = vec![(
+            Family::V4,
+            doc("capture/basic-exclude-nic/expected.v4.rules"),
+        )];
+        let plan = Plan {
+            docs: docs.clone(),
+            tproxy: None,
+            ipv6_passthrough: false,
+        };
+        apply(&ns.path(), b, plan.clone()).unwrap();
+        check(&ns.path(), b, docs.clone()).unwrap();
+        let prog = b.backend.command(Family::V4);
+        for chain in ["OUTPUT", "PREROUTING"] {
+            // PREROUTING holds one rule of ours: the ACCEPT after it bypasses nothing.
+            ns.exec_ok(&[prog.as_str(), "-t", "nat", "-I", chain, "2", "-j", "ACCEPT"]);
+        }
+        let e = check(&ns.path(), b, docs.clone()).unwrap_err().to_string();
+        let want =
+            "IPv4: unexpected -t nat -A OUTPUT -j ACCEPT (before our rules: it bypasses them)";
+        assert!(e.contains(want), "{b:?}: {want} not in {e}");
+        assert!(!e.contains("PREROUTING"), "{b:?}: {e}");
+        let r = apply(&ns.path(), b, plan.clone()).unwrap();
+        assert!(
+            r.families.iter().all(|(_, o, _)| *o == Outcome::Converged),
+            "{b:?}: {r:?}"
+        );
+        check(&ns.path(), b, docs.clone()).unwrap();
+        let nat = ns.exec_ok(&[b.backend.program(Family::V4, "save").as_str(), "-t", "nat"]);
+        let rules: Vec<&str> = nat
+            .lines()
+            .filter(|l| l.starts_with("-A OUTPUT "))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                "-A OUTPUT -o not-istio-nic -j RETURN",
+                "-A OUTPUT -j ISTIO_OUTPUT",
+                "-A OUTPUT -j ACCEPT"
+            ],
+            "{b:?}"
+        );
+        let r = apply(&ns.path(), b, plan).unwrap();
+        assert!(
+            r.families
+                .iter()
+                .all(|(_, o, _)| *o == Outcome::AlreadyInPlace),
+            "{b:?}: {r:?}"
+        );
+    }
+}
+
+/// Our jump deleted and a chain named `OUTPUT -j ISTIO_OUTPUT` holding an empty rule written in its place,
+/// in either backend through the kernel's own interface (iptables refuses the name; the kernel takes it):
+/// as `iptables-save` text it prints our jump back, from our reader and from the node's `-save` alike.
+/// CHECK names the chain, and re-ADD fails instead of answering "already in place".
+#[test]
+fn a_chain_named_like_our_jump_fails_check_and_reapply() {
+    use istio_cni::xtables::rule::{Op, Rule, TableOps};
+    if !require_root() {
+        return;
+    }
+    for (io, _) in backends() {
+        let b = io.backend;
+        let ns = Netns::new("chainname");
+        let docs = vec![(
+            Family::V4,
+            doc("capture/basic-exclude-nic/expected.v4.rules"),
+        )];
+        let plan = Plan {
+            docs: docs.clone(),
+            tproxy: None,
+            ipv6_passthrough: false,
+        };
+        apply(&ns.path(), io, plan.clone()).unwrap();
+        check(&ns.path(), io, docs.clone()).unwrap();
+        let prog = b.command(Family::V4);
+        ns.exec_ok(&[
+            prog.as_str(),
+            "-t",
+            "nat",
+            "-D",
+            "OUTPUT",
+            "-j",
+            "ISTIO_OUTPUT",
+        ]);
+        let fake = "OUTPUT -j ISTIO_OUTPUT".to_string();
+        let ops = vec![TableOps {
+            table: "nat".into(),
+            ops: vec![Op::NewChain(fake.clone()), Op::Append(fake, Rule::any())],
+        }];
+        istio_cni::netns::run_in(&ns.path(), move || match b {
+            Backend::Nft => istio_cni::iptables::nft::restore(Family::V4, &ops),
+            _ => istio_cni::xtables::legacy::restore(Family::V4, &ops),
+        })
+        .unwrap();
+        // Read from the model, the chain is named; from the node's `-save` text, its declaration line.
+        let want = if io.node_binaries {
+            format!("{prog} (IPv4) -t nat: \":OUTPUT -j ISTIO_OUTPUT - [0:0]\": not a chain declaration")
+        } else {
+            format!("{prog} (IPv4) -t nat chain \"OUTPUT -j ISTIO_OUTPUT\": a chain name iptables refuses")
+        };
+        let e = check(&ns.path(), io, docs.clone()).unwrap_err().to_string();
+        assert!(e.contains(&want), "{b:?}: {want} not in {e}");
+        let e = apply(&ns.path(), io, plan).unwrap_err().to_string();
+        assert!(e.contains(&want), "{b:?}: {want} not in {e}");
+    }
+}
+
 /// The planner sees the namespace's real addresses from the rtnetlink dump, in the order upstream's
 /// `getLocalIP` reads them: by interface, IPv4 before IPv6, whatever order they were added in.
 #[test]

@@ -223,6 +223,90 @@ fn unhooked_iptables_nft_output() -> Bypass<'static> {
     }
 }
 
+/// `nft -j -f -` of one JSON command list: the CLI's grammar takes no chain name with a space, the kernel
+/// (and nft's JSON) does. JSON escapes (`\\n`) reach nft as written.
+fn nft_json(cmds: &str) -> String {
+    format!("printf '%s' '{{\"nftables\":[{cmds}]}}' | nft -j -f -")
+}
+
+/// A chain of iptables-nft's table `table` named `name`, as nft's JSON names it.
+fn json_chain(table: &str, name: &str) -> String {
+    format!("{{\"chain\":{{\"family\":\"ip\",\"table\":\"{table}\",\"name\":\"{name}\"}}}}")
+}
+
+/// Chain names iptables never writes, made with nft's JSON in iptables-nft's tables, that rewrite the
+/// `iptables-save` text our reader parses: our jump deleted and a chain named like it holding an empty
+/// rule (the text then shows our jump), and raw OUTPUT jumping to a chain named `Z -j ACCEPT` that holds
+/// `-j CT --notrack` (the text reads as ACCEPT). CHECK and re-ADD name the chain.
+fn odd_chain_names() -> Vec<Bypass<'static>> {
+    let fake = json_chain("nat", "OUTPUT -j ISTIO_OUTPUT");
+    let z = json_chain("raw", "Z -j ACCEPT");
+    vec![
+        Bypass {
+            what: "our jump deleted, a chain named like it printing it back",
+            setup: vec![
+                "iptables-nft -t nat -D OUTPUT -j ISTIO_OUTPUT".into(),
+                nft_json(&format!(
+                    "{{\"add\":{fake}}},{{\"add\":{{\"rule\":{{\"family\":\"ip\",\"table\":\"nat\",\
+                     \"chain\":\"OUTPUT -j ISTIO_OUTPUT\",\"expr\":[{{\"counter\":null}}]}}}}}}"
+                )),
+            ],
+            inbound: false,
+            names: cmds(&[
+                "iptables-nft (IPv4) -t nat chain \"OUTPUT -j ISTIO_OUTPUT\": a chain name iptables refuses",
+            ]),
+            undo: vec![
+                nft_json(&format!("{{\"flush\":{fake}}},{{\"delete\":{fake}}}")),
+                "iptables-nft -t nat -A OUTPUT -j ISTIO_OUTPUT".into(),
+            ],
+        },
+        Bypass {
+            what: "raw OUTPUT jumping to a chain named `Z -j ACCEPT` that holds CT --notrack",
+            setup: vec![
+                "iptables-nft -t raw -A OUTPUT -j RETURN".into(),
+                "iptables-nft -t raw -F OUTPUT".into(),
+                nft_json(&format!(
+                    "{{\"add\":{z}}},{{\"add\":{{\"rule\":{{\"family\":\"ip\",\"table\":\"raw\",\
+                     \"chain\":\"OUTPUT\",\"expr\":[{{\"jump\":{{\"target\":\"Z -j ACCEPT\"}}}}]}}}}}}"
+                )),
+                "iptables-nft -t raw -A 'Z -j ACCEPT' -j CT --notrack".into(),
+            ],
+            inbound: false,
+            names: cmds(&["iptables-nft (IPv4) -t raw chain \"Z -j ACCEPT\": a chain name iptables refuses"]),
+            undo: vec![
+                "iptables-nft -t raw -F OUTPUT".into(),
+                nft_json(&format!("{{\"flush\":{z}}},{{\"delete\":{z}}}")),
+            ],
+        },
+    ]
+}
+
+/// A native notrack in iptables-nft's raw OUTPUT behind a lookup in a set whose name holds a newline and
+/// an `-A` line: printed as text, the rule's notrack would land in another chain (`Y`) nothing hooks.
+fn set_name_with_a_line() -> Bypass<'static> {
+    let set = "\"family\":\"ip\",\"table\":\"raw\",\"name\":\"x\\n-A Y\"";
+    Bypass {
+        what: "raw OUTPUT notrack behind a lookup in a set named `x\\n-A Y`",
+        setup: vec![
+            "iptables-nft -t raw -A OUTPUT -j RETURN".into(),
+            "iptables-nft -t raw -F OUTPUT".into(),
+            nft_json(&format!(
+                "{{\"add\":{{\"set\":{{{set},\"type\":\"inet_proto\"}}}}}},\
+                 {{\"add\":{{\"element\":{{{set},\"elem\":[\"tcp\"]}}}}}},\
+                 {{\"add\":{{\"rule\":{{\"family\":\"ip\",\"table\":\"raw\",\"chain\":\"OUTPUT\",\
+                 \"expr\":[{{\"match\":{{\"op\":\"==\",\"left\":{{\"payload\":{{\"protocol\":\"ip\",\
+                 \"field\":\"protocol\"}}}},\"right\":\"@x\\n-A Y\"}}}},{{\"notrack\":null}}]}}}}}}"
+            )),
+        ],
+        inbound: false,
+        names: cmds(&["iptables-nft (IPv4) -t raw OUTPUT rule 1: a rule iptables-save text cannot carry"]),
+        undo: vec![
+            "iptables-nft -t raw -F OUTPUT".into(),
+            nft_json(&format!("{{\"delete\":{{\"set\":{{{set}}}}}}}")),
+        ],
+    }
+}
+
 /// Each of the backend's bypasses really goes past the redirect, and CHECK and re-ADD name it.
 fn bypasses_fail_check_and_re_add(b: Backend) {
     if !require_root() {
@@ -246,6 +330,8 @@ fn bypasses_fail_check_and_re_add(b: Backend) {
                 if r == "nft" {
                     list.push(native_in_iptables_nft_raw());
                     list.push(unhooked_iptables_nft_output());
+                    list.extend(odd_chain_names());
+                    list.push(set_name_with_a_line());
                 }
                 list
             }
