@@ -151,3 +151,26 @@ fn hostile_socket_clients_stall_neither_readyz_nor_lookups() {
             > 0
     );
 }
+
+/// Without a node name (NODE_NAME unset: a DaemonSet without the downward API field) the agent can watch
+/// no node's pods: neither the pod cache nor the audit runs, and each says so instead of staying silent
+/// while its metrics read as "nothing unredirected".
+#[test]
+fn without_a_node_name_the_cache_and_the_audit_say_they_did_not_start() {
+    let srv = crate::support::kube::start();
+    let dir = TempDir::new("no-node");
+    let agent = Agent::start(&srv, &dir.join("run"), "", &[("AUDIT_INTERVAL", "60s")]);
+    let t = Instant::now();
+    let said = |l: &str| {
+        l.contains("pod cache not started: no node name")
+            && l.contains("audit not started: no node name")
+    };
+    while !said(&agent.log()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no line about the cache and the audit without a node name:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -40,6 +40,11 @@ pub fn start(s: &Settings) {
             "pod cache not started: no node name (set NODE_NAME from the pod's spec.nodeName)"
         );
     }
+    if !s.agents.audit_interval.is_zero() && node.is_empty() {
+        log::warn!(
+            "audit not started: no node name (set NODE_NAME from the pod's spec.nodeName); no running pod's rules are verified"
+        );
+    }
     let (client, conf) = match client(s).and_then(|c| Ok((c, net_conf(s)?))) {
         Ok(c) => c,
         Err(e) => {
