@@ -245,3 +245,43 @@ fn a_host_namespace_process_in_the_pod_s_cgroup_is_passed_over_and_a_host_only_p
         );
     }
 }
+
+#[test]
+fn a_static_pod_s_mirror_is_verified_in_the_namespace_of_the_kubelet_s_uid() {
+    // The kubelet names the cgroup after its own UID; the API server's mirror has another one and carries
+    // the kubelet's in `kubernetes.io/config.mirror`.
+    let ip = "10.213.6.2";
+    let (_ns, pause) = ns_with(ip);
+    let (kubelet_uid, api_uid) = (uid(9), uid(10));
+    let cg = PodCgroup::new(&kubelet_uid);
+    cg.add(pause.pid());
+    let mirror = istio_cni::json::parse_object(
+        &format!(
+            r#"{{"metadata":{{"name":"web-n1","namespace":"shop","uid":"{api_uid}","resourceVersion":"5",
+            "annotations":{{"sidecar.istio.io/status":"{{}}","kubernetes.io/config.mirror":"{kubelet_uid}"}}}},
+            "spec":{{"nodeName":"n1","containers":[{{"name":"app"}},{{"name":"istio-proxy","args":["proxy","sidecar"]}}]}},
+            "status":{{"phase":"Running","podIP":"{ip}"}}}}"#
+        ),
+        "pod",
+    )
+    .unwrap();
+    let det = istio_cni::repair::detect::Detector::new(istio_cni::repair::options::Options {
+        node_name: "n1".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let run = std::env::temp_dir().join(unique_name("mirror-run"));
+    let conf =
+        istio_cni::cni::conf::for_agents(run.to_str().unwrap(), "istio-system", &[], true).unwrap();
+    let pod = istio_cni::audit::admit(&det, &conf, &mirror).expect("the mirror is audited");
+    assert_eq!(pod.facts.uid, api_uid);
+    let verdict = istio_cni::audit::round::verify(&pod, Path::new("/proc"), &conf, None);
+    // Its namespace was found and read: no rules there.
+    assert!(
+        matches!(
+            verdict,
+            Some(istio_cni::audit::verdict::Verdict::Missing(_))
+        ),
+        "{verdict:?}"
+    );
+}
