@@ -39,7 +39,7 @@ pub fn verify(
         Err(e) => Err(crate::Error::other(e.as_str())),
     };
     // No host /proc: the lookup's error names the directory it could not read.
-    match procfs::in_pod_netns(host_proc, ip, &f.uid, scan, "read", read) {
+    match procfs::in_pod_netns(host_proc, ip, &f.cgroup_uid, scan, "read", read) {
         Ok((found, _)) => found.map(|found| Verdict::of(&found)),
         Err(e) => Some(Verdict::Unverifiable(e.to_string())),
     }

@@ -52,6 +52,18 @@ impl<'a> PodView<'a> {
 /// (the API server gives the mirror a UID of its own).
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
+/// The UID the kubelet knows `pod` by (pure), the one its cgroup is named after: a static pod's mirror
+/// carries it in [`MIRROR_ANNOTATION`] (its `metadata.uid` is the API server's own), any other pod in
+/// `metadata.uid`.
+pub fn kubelet_uid(pod: &Object) -> &str {
+    let meta = json::obj_of(pod, "metadata");
+    let mirror = meta
+        .and_then(|m| json::obj_of(m, "annotations"))
+        .and_then(|a| json::str_of(a, MIRROR_ANNOTATION))
+        .filter(|u| !u.is_empty());
+    mirror.unwrap_or_else(|| PodView::of(pod).uid)
+}
+
 /// What is wrong with `pod` as the answer to a GET of pod `ns/name` for a sandbox of UID `uid` (a runtime's
 /// `K8S_POD_UID`, "" when it gave none): `None` when it is that pod. A `kind` other than `Pod`, another
 /// namespace or name (a misrouted request, a proxy's or a faulty server's page: `{}` reads as a pod without

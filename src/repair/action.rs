@@ -63,8 +63,13 @@ impl Actor {
         let plan = plan.ok_or_else(|| Error::other("the pod's plan was not kept for repair"))?;
         let env = |k: &str| std::env::var(k).ok();
         let choose = || crate::backend::for_agent(&self.netconf);
-        let (line, ns) =
-            procfs::in_pod_netns(&self.host_proc, ip, &f.uid, None, "programmed", |ns| {
+        let (line, ns) = procfs::in_pod_netns(
+            &self.host_proc,
+            ip,
+            &f.cgroup_uid,
+            None,
+            "programmed",
+            |ns| {
                 let plan = plan.clone().map_err(Error::other)?;
                 let line =
                     crate::pod_rules::program_plan(plan.clone(), &ns.path(), &choose, &env, 0)?;
@@ -75,7 +80,8 @@ impl Actor {
                     ))
                 })?;
                 Ok(line.message)
-            })?;
+            },
+        )?;
         let gap = match plan {
             Ok(PodPlan::Redirect(r)) => self.end_gap(f, r, &ns.path()),
             _ => String::new(),

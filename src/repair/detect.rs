@@ -28,7 +28,11 @@ pub struct InitStatus {
 pub struct PodFacts {
     pub namespace: String,
     pub name: String,
+    /// `metadata.uid`: API preconditions, Events, the agent's keys.
     pub uid: String,
+    /// The UID the kubelet names the pod's cgroup after ([`crate::kube::pod::kubelet_uid`]): a static
+    /// pod's mirror's annotation, else `uid`. What its network namespace is found by.
+    pub cgroup_uid: String,
     pub resource_version: String,
     pub pod_ip: String,
     /// Passes the configured label selector and the effective field selector (incl. `spec.nodeName`).
@@ -120,6 +124,7 @@ impl Detector {
             namespace: v.namespace.into(),
             name: v.name.into(),
             uid: v.uid.into(),
+            cgroup_uid: crate::kube::pod::kubelet_uid(pod).into(),
             resource_version: v.resource_version.into(),
             pod_ip: v.pod_ip.into(),
             selected: self.labels.matches(labels) && self.fields.matches(pod),
@@ -233,6 +238,7 @@ mod tests {
         ));
         assert!(f.selected && f.annotated && !needs_repair(&f, &d.opts));
         assert_eq!((f.uid.as_str(), f.resource_version.as_str()), ("u1", "7"));
+        assert_eq!(f.cgroup_uid, "u1");
         assert_eq!(
             (f.key(), f.pod_ip.as_str()),
             ("ns/p".to_string(), "10.1.1.2")
@@ -255,6 +261,29 @@ mod tests {
         assert_eq!(choose_action(&f, &o), Action::Delete);
         o.repair_pods = true;
         assert_eq!(choose_action(&f, &o), Action::Repair);
+    }
+
+    #[test]
+    fn a_static_pod_s_mirror_is_found_by_the_kubelet_s_uid_and_written_by_its_own() {
+        let d = Detector::new(opts()).unwrap();
+        let mirror = |ann: &str| {
+            json::parse_object(
+                &format!(
+                    r#"{{"metadata":{{"name":"p-n1","namespace":"ns","uid":"api-uid","resourceVersion":"7",
+                    "annotations":{{"sidecar.istio.io/status":""{ann}}}}},
+                    "spec":{{"nodeName":"n1"}},"status":{{"podIP":"10.1.1.2"}}}}"#
+                ),
+                "pod",
+            )
+            .unwrap()
+        };
+        let f = d.facts(&mirror(r#","kubernetes.io/config.mirror":"kubelet-uid""#));
+        assert_eq!(f.cgroup_uid, "kubelet-uid");
+        // Preconditions, Events and keys stay the API server's object's.
+        assert_eq!(f.uid, "api-uid");
+        for ann in ["", r#","kubernetes.io/config.mirror":"""#] {
+            assert_eq!(d.facts(&mirror(ann)).cgroup_uid, "api-uid", "{ann}");
+        }
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! holding it with `unshare -Urn`). The pod's identity does: the kubelet puts every process of a pod in a
 //! cgroup whose path names the pod UID, and a process cannot leave it without write access to the cgroup
 //! tree. So the candidates are the namespaces of the processes in the pod's cgroup ([`cgroup_names_pod`],
-//! the layouts in [`LAYOUTS`]) owned by the node's user namespace; the IP only confirms. A pod none of whose
+//! the layouts in [`LAYOUTS`]) owned by the node's user namespace, never the host's own (a runtime's
+//! processes sit in pod cgroups too); the IP only confirms. A pod none of whose
 //! processes is in a recognised cgroup has no candidate: refused, never guessed from the IP.
 
 use crate::error::{Error, Result};
@@ -111,10 +112,12 @@ fn list<'a>(hs: impl Iterator<Item = &'a Candidate>, why: impl Fn(&Candidate) ->
 }
 
 /// The pod's namespace among the `candidates`: the namespaces of the processes in the cgroup of the pod
-/// with `uid` (pure). Refused: none (no process in a recognised pod cgroup: the IP alone never decides);
-/// any host namespace (a hostNetwork pod, or the node's own: programming it would capture the node's
-/// traffic); all owned by another user namespace; none holding `ip`; several holding it; one holding it
-/// while another could not be read (it might too).
+/// with `uid` (pure). The host's (or this agent's) namespace is never one: processes of the node's own
+/// sit in a pod's cgroup (CRI-O's `conmon` with `conmon_cgroup = "pod"`, `runc init` while a container
+/// starts), and programming it would capture the node's traffic. Refused: none (no process in a
+/// recognised pod cgroup: the IP alone never decides); only the host's (a hostNetwork pod, or only the
+/// runtime's own processes); all owned by another user namespace; none holding `ip`; several holding
+/// it; one holding it while another could not be read (it might too).
 pub fn choose(ip: IpAddr, uid: &str, candidates: &[Candidate]) -> Result<Holder> {
     if candidates.is_empty() {
         return Err(Error::other(format!(
@@ -122,18 +125,29 @@ pub fn choose(ip: IpAddr, uid: &str, candidates: &[Candidate]) -> Result<Holder>
              namespace cannot be told, and pod IP {ip} alone does not name it"
         )));
     }
-    if candidates.iter().any(|c| c.holder.host) {
+    let (host, candidates): (Vec<&Candidate>, Vec<&Candidate>) =
+        candidates.iter().partition(|c| c.holder.host);
+    if candidates.is_empty() {
         return Err(Error::other(format!(
-            "the cgroup of pod {uid} (IP {ip}) has a process in the host's (or this agent's) network \
-             namespace; refusing to program it"
+            "no process is in the cgroup of pod {uid} outside the host's (or this agent's) network \
+             namespace ({}: a hostNetwork pod, or only its runtime's own processes); refusing to \
+             program the host's",
+            list(host.iter().copied(), |_| String::new())
         )));
     }
-    let own: Vec<&Candidate> = candidates.iter().filter(|c| c.foreign.is_none()).collect();
+    let own: Vec<&Candidate> = candidates
+        .iter()
+        .copied()
+        .filter(|c| c.foreign.is_none())
+        .collect();
     if own.is_empty() {
         return Err(Error::other(format!(
             "the processes in the cgroup of pod {uid} are in network namespaces owned by another user \
              namespace than the node's ({}); refusing to program them",
-            list(candidates.iter(), |c| format!(": {}", c.foreign.as_deref().unwrap_or("")))
+            list(candidates.iter().copied(), |c| format!(
+                ": {}",
+                c.foreign.as_deref().unwrap_or("")
+            ))
         )));
     }
     let holding: Vec<&Candidate> = own

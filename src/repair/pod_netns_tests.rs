@@ -167,8 +167,49 @@ fn foreign_unreadable_and_ambiguous_candidates_are_refused_naming_them() {
         e.contains("held by 2 network namespaces") && e.contains("pid 20") && e.contains("pid 40"),
         "{e}"
     );
-    let mut host = cand(1, 1, Ok(true));
+}
+
+fn host_cand(holds: std::result::Result<bool, String>) -> Candidate {
+    let mut host = cand(1, 1, holds);
     host.holder.host = true;
-    let e = choose(ip(), UID, &[host, real]).unwrap_err().to_string();
-    assert!(e.contains("refusing to program it"), "{e}");
+    host
+}
+
+#[test]
+fn a_pod_whose_only_processes_are_in_the_host_namespace_is_refused() {
+    // A hostNetwork pod: every process of its cgroup in the host's namespace, which holds every node IP.
+    for holds in [Ok(true), Ok(false)] {
+        let e = choose(ip(), UID, &[host_cand(holds)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("outside the host's")
+                && e.contains("refusing to program")
+                && e.contains("pid 1"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_host_namespace_process_in_the_pod_cgroup_is_no_candidate_the_pod_s_namespace_is_chosen() {
+    // CRI-O's conmon (`conmon_cgroup = "pod"`) or `runc init` in the pod's cgroup, in the host's
+    // namespace, beside the pause process in the pod's.
+    let pause = cand(200, 20, Ok(true));
+    for host in [host_cand(Ok(false)), host_cand(Ok(true))] {
+        for cs in [
+            vec![host.clone(), pause.clone()],
+            vec![pause.clone(), host.clone()],
+        ] {
+            assert_eq!(choose(ip(), UID, &cs).unwrap(), pause.holder);
+        }
+        // Beside it the rest of the choice is unchanged: the pod's namespace must still hold the IP.
+        let e = choose(ip(), UID, &[host.clone(), cand(200, 20, Ok(false))])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("is not in the network namespace") && !e.contains("pid 1 "),
+            "{e}"
+        );
+    }
 }

@@ -177,3 +177,111 @@ fn an_oversized_unrelated_namespace_is_not_read_and_an_oversized_pod_namespace_i
     let e = find_pod_netns(Path::new("/proc"), ip.parse().unwrap(), &other).unwrap_err();
     assert!(e.to_string().contains("larger than"), "{e}");
 }
+
+/// A long-running process in the host's network namespace (the node's own, as CRI-O's `conmon` is).
+struct HostProcess(Child);
+
+impl HostProcess {
+    fn start() -> HostProcess {
+        let child = Command::new("sleep")
+            .arg("3600")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("sleep");
+        HostProcess(child)
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_host_namespace_process_in_the_pod_s_cgroup_is_passed_over_and_a_host_only_pod_is_refused() {
+    // CRI-O with `conmon_cgroup = "pod"`: conmon, in the host's namespace, in the pod's cgroup beside
+    // the container's process in the pod's namespace.
+    let ip = "10.213.5.2";
+    let (ns, pause) = ns_with(ip);
+    let pod = uid(7);
+    let cg = PodCgroup::scope(&pod, "crio-0123.scope");
+    let conmon_cg = PodCgroup::scope(&pod, "crio-conmon-0123.scope");
+    cg.add(pause.pid());
+    let conmon = HostProcess::start();
+    conmon_cg.add(conmon.pid());
+    let found = find_pod_netns(Path::new("/proc"), ip.parse().unwrap(), &pod)
+        .unwrap_or_else(|e| panic!("the pod's namespace beside conmon: {e}"));
+    assert_eq!(found.holder.ns, ns_id(&ns.path()));
+    assert_eq!(found.holder.pid, pause.pid());
+    // The audit's way: through a round's scan, confirmed after the read.
+    let scan = procfs::Scan::read(Path::new("/proc")).unwrap();
+    let (pid, held) = procfs::in_pod_netns(
+        Path::new("/proc"),
+        ip.parse().unwrap(),
+        &pod,
+        Some(&scan),
+        "read",
+        |n| Ok(n.holder.pid),
+    )
+    .unwrap_or_else(|e| panic!("the audit's lookup beside conmon: {e}"));
+    assert_eq!((pid, held.holder.ns), (pause.pid(), ns_id(&ns.path())));
+
+    // A pod whose only process is in the host's namespace (hostNetwork) is refused, whatever holds its IP
+    // (127.0.0.1: the host's namespace holds it).
+    let host_pod = uid(8);
+    let host_cg = PodCgroup::scope(&host_pod, "crio-conmon-0456.scope");
+    let host_only = HostProcess::start();
+    host_cg.add(host_only.pid());
+    for ip in ["127.0.0.1", "10.213.5.2"] {
+        let e = find_pod_netns(Path::new("/proc"), ip.parse().unwrap(), &host_pod).unwrap_err();
+        assert!(
+            e.to_string().contains("outside the host's") && e.to_string().contains("refusing"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_static_pod_s_mirror_is_verified_in_the_namespace_of_the_kubelet_s_uid() {
+    // The kubelet names the cgroup after its own UID; the API server's mirror has another one and carries
+    // the kubelet's in `kubernetes.io/config.mirror`.
+    let ip = "10.213.6.2";
+    let (_ns, pause) = ns_with(ip);
+    let (kubelet_uid, api_uid) = (uid(9), uid(10));
+    let cg = PodCgroup::new(&kubelet_uid);
+    cg.add(pause.pid());
+    let mirror = istio_cni::json::parse_object(
+        &format!(
+            r#"{{"metadata":{{"name":"web-n1","namespace":"shop","uid":"{api_uid}","resourceVersion":"5",
+            "annotations":{{"sidecar.istio.io/status":"{{}}","kubernetes.io/config.mirror":"{kubelet_uid}"}}}},
+            "spec":{{"nodeName":"n1","containers":[{{"name":"app"}},{{"name":"istio-proxy","args":["proxy","sidecar"]}}]}},
+            "status":{{"phase":"Running","podIP":"{ip}"}}}}"#
+        ),
+        "pod",
+    )
+    .unwrap();
+    let det = istio_cni::repair::detect::Detector::new(istio_cni::repair::options::Options {
+        node_name: "n1".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let run = std::env::temp_dir().join(unique_name("mirror-run"));
+    let conf =
+        istio_cni::cni::conf::for_agents(run.to_str().unwrap(), "istio-system", &[], true).unwrap();
+    let pod = istio_cni::audit::admit(&det, &conf, &mirror).expect("the mirror is audited");
+    assert_eq!(pod.facts.uid, api_uid);
+    let verdict = istio_cni::audit::round::verify(&pod, Path::new("/proc"), &conf, None);
+    // Its namespace was found and read: no rules there.
+    assert!(
+        matches!(
+            verdict,
+            Some(istio_cni::audit::verdict::Verdict::Missing(_))
+        ),
+        "{verdict:?}"
+    );
+}

@@ -236,12 +236,18 @@ pub struct PodCgroup {
 
 impl PodCgroup {
     pub fn new(uid: &str) -> PodCgroup {
+        PodCgroup::scope(uid, "cri-containerd-e2e.scope")
+    }
+
+    /// Another cgroup `scope` of the pod (`crio-conmon-<id>.scope`: CRI-O's `conmon_cgroup = "pod"`).
+    /// Dropped before a [`PodCgroup`] of the same pod made earlier (it removes the pod's slice).
+    pub fn scope(uid: &str, scope: &str) -> PodCgroup {
         let pod = format!("kubepods-besteffort-pod{}.slice", uid.replace('-', "_"));
         PodCgroup::at(&[
             "kubepods.slice",
             "kubepods-besteffort.slice",
             pod.as_str(),
-            "cri-containerd-e2e.scope",
+            scope,
         ])
     }
 
