@@ -73,10 +73,6 @@ pub fn kubelet_uid(pod: &Object) -> &str {
 pub fn not_the_pod(pod: &Object, ns: &str, name: &str, uid: &str) -> Option<String> {
     let v = PodView::of(pod);
     let kind = json::str_of(pod, "kind");
-    let mirror = json::obj_of(pod, "metadata")
-        .and_then(|m| json::obj_of(m, "annotations"))
-        .and_then(|a| json::str_of(a, MIRROR_ANNOTATION))
-        .unwrap_or("");
     if kind.is_some_and(|k| k != "Pod") || v.namespace != ns || v.name != name {
         return Some(format!(
             "the API server answered with {} {:?}, not pod {ns}/{name}",
@@ -84,7 +80,7 @@ pub fn not_the_pod(pod: &Object, ns: &str, name: &str, uid: &str) -> Option<Stri
             v.key()
         ));
     }
-    if !uid.is_empty() && v.uid != uid && mirror != uid {
+    if !uid.is_empty() && v.uid != uid && kubelet_uid(pod) != uid {
         return Some(format!(
             "the API server has pod {ns}/{name} with UID {:?}, the runtime is starting UID {uid:?} (the pod \
              was replaced, or the server does not show the new one yet)",
