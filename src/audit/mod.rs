@@ -1,5 +1,6 @@
 //! The continuous audit: every running sidecar pod of the node (the plugin's whole decision says it must
 //! be redirected, its namespace excluded or not, as ADD decides; it has a pod IP, it is not host-network)
+//! decided once from the pod as first seen running and kept for its UID, as ADD decides once,
 //! verified one at a time, spread over `AUDIT_INTERVAL`, exactly
 //! as CHECK verifies (our rules present and complete, nothing before them that moves traffic past them),
 //! in the namespace repair in place finds (pod IP + the pod's cgroup, ambiguity refused). Pure: which pods
@@ -28,20 +29,36 @@ use std::time::Duration;
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 
 /// A pod the audit verifies: the facts its actions and Events need, and the plugin's decision on it, made
-/// once when the watch delivered it (never a pod object: the store holds every pod of the node).
+/// once from the pod as the audit first saw it running (never a pod object: the store holds every pod of
+/// the node).
 #[derive(Debug, Clone)]
 pub struct Pod {
     pub facts: PodFacts,
-    /// What it is verified and repaired with, or why it cannot be decided (then it is unverifiable).
+    /// What it is verified and repaired with, or why it cannot be decided (then it is unverifiable): the
+    /// decision as first seen, kept while the pod keeps its UID and pod IP ([`AuditSink`]).
     pub plan: Decided,
     /// What the audit last found (kept across the watch's updates of the same pod).
     pub seen: Option<verdict::Seen>,
+    /// A later event of the pod read to another decision than [`Pod::plan`] was logged (once).
+    pub changed_logged: bool,
 }
 
-/// The pods to verify, by `namespace/name`, and whether the watch's first list is complete.
+/// A running pod the plugin's decision leaves alone, as first seen: it stays unaudited while it keeps
+/// this UID and pod IP, whatever its labels or annotations say later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub uid: String,
+    pub pod_ip: String,
+    /// A later event of the pod read to a redirection was logged (once).
+    pub changed_logged: bool,
+}
+
+/// The pods to verify, by `namespace/name`, the running pods left alone, and whether the watch's first
+/// list is complete.
 #[derive(Debug, Default)]
 pub struct Store {
     pub pods: BTreeMap<String, Pod>,
+    pub skipped: BTreeMap<String, Skipped>,
     pub listed: bool,
 }
 
@@ -59,21 +76,48 @@ pub fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Store> {
 /// skips it: never counted, never repaired); a decision that fails (a bad annotation) keeps it, and its
 /// verification says why it cannot be verified. The decision is kept with it.
 pub fn admit(det: &Detector, conf: &NetConf, pod: &Object) -> Option<Pod> {
-    let v = PodView::of(pod);
-    if v.host_network || v.terminal || v.deleting || v.pod_ip.is_empty() {
+    if !running(&PodView::of(pod)) {
         return None;
     }
     let plan = crate::pod_rules::decide(pod, Some(conf));
     if let Ok(PodPlan::Skip(_)) = plan {
         return None;
     }
-    let mut facts = det.facts(pod);
-    facts.init = Vec::new();
     Some(Pod {
-        facts,
+        facts: facts(det, pod),
         plan,
         seen: None,
+        changed_logged: false,
     })
+}
+
+/// Running with a namespace of its own: a pod IP, not terminal, not being deleted, not host-network.
+fn running(v: &PodView) -> bool {
+    !(v.host_network || v.terminal || v.deleting || v.pod_ip.is_empty())
+}
+
+/// The facts the audit keeps (not the init containers' statuses: the repair worker's).
+fn facts(det: &Detector, pod: &Object) -> PodFacts {
+    let mut facts = det.facts(pod);
+    facts.init = Vec::new();
+    facts
+}
+
+/// Whether two decisions agree (two skips do, whatever their reasons).
+fn same(a: &Decided, b: &Decided) -> bool {
+    match (a, b) {
+        (Ok(PodPlan::Skip(_)), Ok(PodPlan::Skip(_))) => true,
+        _ => a == b,
+    }
+}
+
+/// The line, once per pod, when a later event of a running pod reads to another decision than the one
+/// it is audited with.
+fn log_changed(key: &str) {
+    log::info!(
+        "audit: pod {key}: its labels or annotations changed since it started; the plugin's decision it \
+         started with is kept (a change takes effect when the pod is recreated)"
+    );
 }
 
 /// The audit's side of the node's pod watch.
@@ -85,20 +129,72 @@ pub struct AuditSink {
 }
 
 impl PodSink for AuditSink {
+    /// The plugin decides once, at the sandbox's ADD, from the pod as it was then: so does the audit. The
+    /// first event showing a pod running (a pod IP) decides it; later events of the same UID and pod IP
+    /// refresh its facts but change neither whether it is audited nor the plan it is verified and repaired
+    /// in place with (a label `sidecar.istio.io/inject=false` or an exclusion annotation patched onto a
+    /// running pod neither takes it out of the audit nor gets programmed). A new UID (the pod recreated
+    /// under its name) or a new pod IP (its sandbox recreated: ADD ran again) is decided afresh. After the
+    /// agent restarts, the first event it sees is the first seen.
     fn pod(&mut self, pod: &Object) {
-        let key = PodView::of(pod).key();
-        let admitted = admit(&self.det, &self.conf, pod);
-        let mut s = lock(&self.store);
-        match admitted {
-            Some(mut p) => {
-                let old = s.pods.get_mut(&key).filter(|o| o.facts.uid == p.facts.uid);
-                p.seen = old.and_then(|o| o.seen.take());
-                s.pods.insert(key, p);
-            }
-            None => {
-                s.pods.remove(&key);
-            }
+        let v = PodView::of(pod);
+        let key = v.key();
+        if !running(&v) {
+            let mut s = lock(&self.store);
+            s.pods.remove(&key);
+            s.skipped.remove(&key);
+            return;
         }
+        let decided = crate::pod_rules::decide(pod, Some(&self.conf));
+        let facts = facts(&self.det, pod);
+        let mut s = lock(&self.store);
+        let kept = |uid: &str, ip: &str| uid == facts.uid && ip == facts.pod_ip;
+        if let Some(p) = s
+            .pods
+            .get_mut(&key)
+            .filter(|p| kept(&p.facts.uid, &p.facts.pod_ip))
+        {
+            if !p.changed_logged && !same(&p.plan, &decided) {
+                p.changed_logged = true;
+                log_changed(&key);
+            }
+            p.facts = facts;
+            return;
+        }
+        if let Some(k) = s.skipped.get_mut(&key).filter(|k| kept(&k.uid, &k.pod_ip)) {
+            if !k.changed_logged && !matches!(decided, Ok(PodPlan::Skip(_))) {
+                k.changed_logged = true;
+                log_changed(&key);
+            }
+            return;
+        }
+        // First seen (this UID and pod IP): decided now, once.
+        s.skipped.remove(&key);
+        let old = s.pods.remove(&key);
+        if let Ok(PodPlan::Skip(_)) = decided {
+            s.skipped.insert(
+                key,
+                Skipped {
+                    uid: facts.uid,
+                    pod_ip: facts.pod_ip,
+                    changed_logged: false,
+                },
+            );
+            return;
+        }
+        // What the audit found stays with the same UID (its sandbox recreated).
+        let seen = old
+            .filter(|o| o.facts.uid == facts.uid)
+            .and_then(|o| o.seen);
+        s.pods.insert(
+            key,
+            Pod {
+                facts,
+                plan: decided,
+                seen,
+                changed_logged: false,
+            },
+        );
     }
     fn gone(&mut self, key: &str, uid: &str) {
         let mut s = lock(&self.store);
@@ -107,6 +203,12 @@ impl PodSink for AuditSink {
             .is_some_and(|p| uid.is_empty() || p.facts.uid == uid)
         {
             s.pods.remove(key);
+        }
+        if s.skipped
+            .get(key)
+            .is_some_and(|k| uid.is_empty() || k.uid == uid)
+        {
+            s.skipped.remove(key);
         }
     }
     fn list_done(&mut self) {

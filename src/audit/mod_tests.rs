@@ -152,6 +152,131 @@ fn the_sink_keeps_the_node_pods_and_forgets_gone_ones_by_uid() {
     );
 }
 
+/// `pod` with `from` replaced by `to` in its JSON.
+fn edited(pod: &Object, from: &str, to: &str) -> Object {
+    let text = json::to_compact(&Value::Object(pod.clone()));
+    assert!(text.contains(from), "{from} not in {text}");
+    json::parse_object(&text.replace(from, to), "pod").unwrap()
+}
+
+const STATUS: &str = r#""sidecar.istio.io/status":"{}""#;
+
+fn sink() -> (AuditSink, Shared) {
+    let store = Shared::default();
+    let s = AuditSink {
+        det: det(),
+        conf: conf(),
+        store: store.clone(),
+    };
+    (s, store)
+}
+
+fn plan(store: &Shared) -> Option<Decided> {
+    lock(store).pods.get("ns/p").map(|p| p.plan.clone())
+}
+
+/// The base pod labeled `sidecar.istio.io/inject=false`.
+fn labeled() -> Object {
+    pod(
+        "",
+        RUNNING,
+        r#","labels":{"sidecar.istio.io/inject":"false"}"#,
+    )
+}
+
+/// The base pod annotated `traffic.sidecar.istio.io/excludeOutboundIPRanges=0.0.0.0/0` (a new version).
+fn excluded() -> Object {
+    let p = edited(
+        &pod("", RUNNING, ""),
+        STATUS,
+        r#""sidecar.istio.io/status":"{}","traffic.sidecar.istio.io/excludeOutboundIPRanges":"0.0.0.0/0""#,
+    );
+    edited(&p, r#""resourceVersion":"5""#, r#""resourceVersion":"9""#)
+}
+
+#[test]
+fn an_opt_out_label_or_a_lost_status_on_a_running_pod_leaves_it_audited_with_its_plan() {
+    let (mut s, store) = sink();
+    let first = pod("", RUNNING, "");
+    s.pod(&first);
+    let started = plan(&store).expect("admitted");
+    assert!(matches!(started, Ok(PodPlan::Redirect(_))), "{started:?}");
+    // `kubectl label pod p sidecar.istio.io/inject=false` on the running pod: the plugin decided at ADD,
+    // the rules are there; it stays audited, with its plan.
+    assert!(matches!(
+        crate::pod_rules::decide(&labeled(), Some(&conf())),
+        Ok(PodPlan::Skip(_))
+    ));
+    s.pod(&labeled());
+    assert_eq!(plan(&store), Some(started.clone()), "the label took it out");
+    assert!(lock(&store).pods["ns/p"].changed_logged);
+    // Its sidecar status annotation removed: the same.
+    s.pod(&edited(&first, STATUS, r#""other":"x""#));
+    assert_eq!(plan(&store), Some(started));
+}
+
+#[test]
+fn an_exclusion_annotated_onto_a_running_pod_is_neither_verified_nor_repaired_in() {
+    let (mut s, store) = sink();
+    s.pod(&pod("", RUNNING, ""));
+    let started = plan(&store).expect("admitted");
+    // `kubectl annotate pod p traffic.sidecar.istio.io/excludeOutboundIPRanges=0.0.0.0/0`: verified and
+    // repaired in place with the rules it started with, never the new exclusion.
+    let wide = crate::pod_rules::decide(&excluded(), Some(&conf()));
+    assert!(matches!(wide, Ok(PodPlan::Redirect(_))) && wide != started);
+    s.pod(&excluded());
+    assert_eq!(plan(&store), Some(started), "the annotation got in");
+    let kept = lock(&store).pods["ns/p"].clone();
+    assert_eq!(kept.facts.resource_version, "9", "its facts are the latest");
+    assert!(kept.changed_logged);
+}
+
+#[test]
+fn a_pod_recreated_or_with_a_new_sandbox_is_decided_afresh_and_a_skipped_uid_stays_skipped() {
+    let (mut s, store) = sink();
+    let first = pod("", RUNNING, "");
+    s.pod(&first);
+    let started = plan(&store).expect("admitted");
+    let wide = crate::pod_rules::decide(&excluded(), Some(&conf()));
+    s.pod(&excluded());
+    assert_eq!(plan(&store), Some(started.clone()));
+    // Its sandbox recreated (a new pod IP): ADD ran again with the pod as it is.
+    s.pod(&edited(&excluded(), "10.1.2.3", "10.1.2.9"));
+    assert_eq!(plan(&store), Some(wide.clone()));
+    // Recreated under its name (a new UID): decided afresh.
+    s.pod(&first);
+    assert_eq!(plan(&store), Some(started.clone()));
+    s.pod(&edited(&excluded(), "u-1", "u-2"));
+    assert_eq!(plan(&store), Some(wide));
+    s.pod(&edited(&labeled(), "u-1", "u-3"));
+    assert_eq!(
+        plan(&store),
+        None,
+        "a new pod labeled inject=false is left alone"
+    );
+    // A pod first seen left alone stays so for its UID: its label removed later, not audited.
+    s.pod(&edited(&first, "u-1", "u-3"));
+    assert_eq!(plan(&store), None);
+    assert!(lock(&store).skipped["ns/p"].changed_logged);
+    s.gone("ns/p", "u-3");
+    assert!(lock(&store).skipped.is_empty() && lock(&store).pods.is_empty());
+    s.pod(&edited(&first, "u-1", "u-3"));
+    assert_eq!(
+        plan(&store),
+        Some(started),
+        "gone, then seen again: first seen"
+    );
+    // A pod that stops running is forgotten, left alone or not.
+    s.pod(&edited(&labeled(), "u-1", "u-4"));
+    assert_eq!(lock(&store).skipped.len(), 1);
+    s.pod(&edited(
+        &edited(&labeled(), "u-1", "u-4"),
+        r#""phase":"Running""#,
+        r#""phase":"Succeeded""#,
+    ));
+    assert!(lock(&store).skipped.is_empty() && lock(&store).pods.is_empty());
+}
+
 #[test]
 fn the_one_shot_exits_1_for_a_missing_or_bypassed_pod_and_3_for_an_unverifiable_one() {
     assert_eq!(parse_args(&[]), Ok(Some(super::once::Args::default())));

@@ -51,7 +51,7 @@ pub fn shortcut(conf: &NetConf, args: &K8sArgs) -> Option<Shortcut> {
 }
 
 /// What a pod needs, from the pod object alone.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum PodPlan {
     /// No redirection, and why.
     Skip(String),

@@ -1,6 +1,8 @@
 //! The audit's verdicts end to end (root), with the harness of `audit_e2e` ([`crate::support::audit`]): a
 //! sidecar pod of an excluded namespace is not audited (the plugin's whole decision), an unverifiable pod
-//! gets its Event and the one-shot exits 3, and a repair undone before the next round is repaired again.
+//! gets its Event and the one-shot exits 3, a repair undone before the next round is repaired again, and a
+//! label or an annotation patched onto a running pod changes neither whether it is audited nor the rules
+//! repair in place programs (ADD decided once).
 //! No timing is asserted: every wait is for a condition, with a generous bound.
 
 use crate::support::audit::*;
@@ -170,4 +172,86 @@ fn audit_a_dormant_iptables_nft_nat_table_is_missing_naming_it() {
     assert!(text.starts_with("default/sleepy missing"), "{show}");
     assert!(text.contains("table ip nat is dormant"), "{show}");
     assert_eq!(out.status.code(), Some(1), "{show}");
+}
+
+#[test]
+fn audit_labels_and_annotations_patched_onto_running_pods_change_neither_admission_nor_rules() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(97);
+    node.record_backend("nft");
+    let fine = Audited::new(&node, "fine", false);
+    let opted = Audited::new(&node, "opted-out", false);
+    let widened = Audited::new(&node, "widened", false);
+    let agent = Agent::start(&node, &["--audit-interval=1s"], &[]);
+    wait_metrics(&agent, "the three pods redirected in a round", |m| {
+        pods_in(m, "redirected") == Some(3.0)
+    });
+    let rules = widened.ruleset();
+    // After ADD, as an operator or a pod's owner can: the plugin decided at ADD, these take effect when
+    // the pods are recreated, and neither takes a pod out of the audit nor gets programmed in place.
+    node.srv
+        .patch_pod(
+            "default",
+            "opted-out",
+            r#"{"metadata":{"labels":{"sidecar.istio.io/inject":"false"}}}"#,
+        )
+        .unwrap();
+    node.srv
+        .patch_pod(
+            "default",
+            "widened",
+            r#"{"metadata":{"annotations":{"traffic.sidecar.istio.io/excludeOutboundIPRanges":"0.0.0.0/0"}}}"#,
+        )
+        .unwrap();
+    let r0 = rounds(&scrape(agent.port));
+    wait_metrics(&agent, "three more rounds", |m| rounds(m) >= r0 + 3.0);
+    let check = |when: &str| {
+        let m = scrape(agent.port);
+        assert_eq!(pods_in(&m, "redirected"), Some(3.0), "{when}: {m}");
+        for state in ["missing", "bypassed", "unverifiable"] {
+            assert_eq!(pods_in(&m, state), Some(0.0), "{when}: {state}: {m}");
+        }
+        assert_eq!(metric(&m, "repair", "success"), 0, "{when}: {m}");
+        assert_eq!(
+            widened.ruleset(),
+            rules,
+            "{when}: the audit rewrote the rules"
+        );
+        assert!(node.srv.events().is_empty(), "{:?}", node.srv.events());
+        assert!(pod_writes(&node).is_empty(), "{:?}", pod_writes(&node));
+    };
+    check("three rounds after the patches");
+    // The watch delivered both (logged once each), and rounds after that nothing changed either.
+    for pod in ["opted-out", "widened"] {
+        wait_log(
+            &agent,
+            &format!(
+                "audit: pod default/{pod}: its labels or annotations changed since it started"
+            ),
+        );
+    }
+    let r1 = rounds(&scrape(agent.port));
+    wait_metrics(&agent, "two more rounds", |m| rounds(m) >= r1 + 2.0);
+    check("after the watch delivered the patches");
+    // Flushed: both still audited, repaired in place with the rules ADD programmed, not the new exclusion.
+    opted.sh("iptables-nft -t nat -F");
+    widened.sh("iptables-nft -t nat -F");
+    wait_metrics(&agent, "both repairs counted", |m| {
+        metric(m, "repair", "success") == 2
+    });
+    wait_metrics(&agent, "the three pods redirected again", |m| {
+        pods_in(m, "redirected") == Some(3.0)
+    });
+    let add = fine.pod.save("iptables-nft-save");
+    for p in [&opted, &widened] {
+        assert_eq!(
+            p.pod.save("iptables-nft-save"),
+            add,
+            "the repaired pod's rules vs ADD's"
+        );
+    }
+    let log = agent.log();
+    assert_eq!(log.matches("changed since it started").count(), 2, "{log}");
 }
