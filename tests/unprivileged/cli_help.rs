@@ -159,13 +159,16 @@ fn readme_vars(applet: &str) -> std::collections::BTreeSet<String> {
         "istio-validation" => section(&|l| l.starts_with("**`istio-validation`**"), &heading),
         _ => return Default::default(),
     };
-    // Names in these sections that are not settings: metric labels, CNI_ARGS keys, kernel and API names.
+    // Names in these sections that are not settings: metric labels, CNI protocol words and CNI_ARGS keys,
+    // kernel and API names.
     const NOT_SETTINGS: &[&str] = &[
         "SUCCESS",
         "COPY_BINARIES_FAILURE",
         "CREATE_KUBECONFIG_FAILURE",
         "CREATE_CNI_CONFIG_FAILURE",
         "K8S_POD_UID",
+        "CNI_COMMAND",
+        "VERSION",
         "READ_ANNOTATIONS",
         "RENAME_EXCHANGE",
         "SO_ORIGINAL_DST",
