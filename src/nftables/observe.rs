@@ -178,6 +178,7 @@ fn chains(
                     t.push(ChainState {
                         name: c.name,
                         base: c.base,
+                        policy: c.policy,
                         rules: Vec::new(),
                     });
                 }

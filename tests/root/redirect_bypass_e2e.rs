@@ -493,3 +493,33 @@ fn a_fresh_add_into_a_dormant_iptables_nft_table_wakes_it() {
     assert!(outbound_captured(&node, &pod));
     assert!(inbound_captured(&node, &pod));
 }
+
+/// `policy drop` set on our nat output chain: every rule reads back as ours, but the chain now drops what
+/// it does not redirect. CHECK names the policy, re-ADD converges to accept.
+#[test]
+fn a_drop_policy_on_our_chain_fails_check_and_re_add_restores_accept() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(69);
+    let pod = node.pod("policy", "", "", false).with_native_nftables();
+    pod.add().assert_success();
+    pod.ns.exec_ok(&[
+        "nft",
+        "add chain inet istio-proxy-nat output { type nat hook output priority -100; policy drop; }",
+    ]);
+    let list = pod.ns.exec_ok(&["nft", "list table inet istio-proxy-nat"]);
+    assert!(list.contains("policy drop"), "the test's premise: {list}");
+    let msg = pod.run("CHECK").assert_cni_error(103);
+    assert!(
+        msg.contains("chain inet istio-proxy-nat output has policy drop, want accept"),
+        "{msg}"
+    );
+    assert_re_add(&pod, "Converged");
+    let list = pod.ns.exec_ok(&["nft", "list table inet istio-proxy-nat"]);
+    assert!(!list.contains("policy drop"), "{list}");
+    pod.run("CHECK").assert_success();
+    assert_re_add(&pod, "AlreadyInPlace");
+    assert!(outbound_captured(&node, &pod));
+    assert!(inbound_captured(&node, &pod));
+}
