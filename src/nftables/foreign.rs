@@ -9,13 +9,15 @@
 //! (no conntrack, no nat), a drop, a queue, a mark or a packet rewrite.
 //!
 //! After ours: prerouting and output above our priority, input (which every redirected packet reaches:
-//! inbound after prerouting, outbound after looping through `lo`), postrouting and netdev egress (an
-//! outbound redirected packet leaves through them to `lo`, where routing decides again from what they
-//! wrote: a write there sends the packet somewhere else than our proxy). NAT there cannot undo ours (the
-//! connection is bound at the first nat chain, later ones are skipped; postrouting's is source NAT), nor
-//! can `notrack` (conntrack already holds the packet), a drop or a reject; but a stateless write can put a
-//! redirected packet's address or port back (`tcp dport set ct original proto-dst`) and so can a mark, a
-//! `ct set`, a queue, tproxy, dup or fwd.
+//! inbound after prerouting, outbound after looping through `lo`), postrouting and netdev egress. NAT
+//! there cannot undo ours (the connection is bound at the first nat chain, later ones are skipped;
+//! postrouting's is source NAT), nor can `notrack` (conntrack already holds the packet), a drop or a
+//! reject; but a stateless write can put a redirected packet's address or port back (`tcp dport set ct
+//! original proto-dst`) and so can a mark, a `ct set`, a queue, tproxy, dup or fwd. At postrouting and
+//! egress an outbound redirected packet is already routed to `lo`: a write alone there only loses it (it
+//! comes back on `lo` addressed elsewhere and is dropped, measured), but a dup, fwd or queue there can send
+//! a rewritten copy, or the packet, out of the pod; they get the same test (stricter than needed for a
+//! lone write, which is reported too).
 //!
 //! A rule made only of loads, comparisons, counters, logs, limits and accept/continue/return verdicts (and
 //! after ours, NAT, notrack, drop and reject) is harmless; any other expression, or a jump to a chain with
