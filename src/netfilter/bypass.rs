@@ -74,26 +74,23 @@ fn first_mover<R: Steps>(start: &str, rules: Lookup<R>) -> Option<Mover> {
 }
 
 /// The one text of a hooked chain from which a rule that can move traffic is reached:
-/// `{hooked}[ runs before {before}:] rule {index}[ (via {chain})]: {text}`, the chain named by `via` when
-/// the rule is not in `start` itself. `None` when nothing reachable can move traffic.
+/// `{hooked}[ {place}:] rule {index}[ (via {chain})]: {text}` (`place` e.g. "runs before …"), the chain
+/// named by `via` when the rule is not in `start` itself. `None` when nothing reachable can move traffic.
 pub fn finding<R: Steps>(
     hooked: &str,
-    before: Option<&str>,
+    place: Option<&str>,
     start: &str,
     rules: Lookup<R>,
     via: &dyn Fn(&str) -> String,
 ) -> Option<String> {
     let m = first_mover(start, rules)?;
-    let before = before.map_or(String::new(), |b| format!(" runs before {b}:"));
+    let place = place.map_or(String::new(), |p| format!(" {p}:"));
     let via = if m.chain == start {
         String::new()
     } else {
         format!(" (via {})", via(&m.chain))
     };
-    Some(format!(
-        "{hooked}{before} rule {}{via}: {}",
-        m.index, m.text
-    ))
+    Some(format!("{hooked}{place} rule {}{via}: {}", m.index, m.text))
 }
 
 /// Re-ADD's answer to `found` (none: go on). `backend` follows "redirection" in the text (e.g.

@@ -54,9 +54,12 @@ pub const NFPROTO_IPV6: u8 = 10;
 
 /// Hook numbers of the ip, ip6 and inet families (`NF_INET_*`, in [`hook_name`]'s order) and of netdev.
 pub const NF_INET_PRE_ROUTING: u32 = 0;
+pub const NF_INET_LOCAL_IN: u32 = 1;
+pub const NF_INET_POST_ROUTING: u32 = 4;
 pub const NF_INET_LOCAL_OUT: u32 = 3;
 pub const NF_INET_INGRESS: u32 = 5;
 pub const NF_NETDEV_INGRESS: u32 = 0;
+pub const NF_NETDEV_EGRESS: u32 = 1;
 
 /// Verdicts (`NF_*`); x_tables stores a standard target's as `-verdict - 1` (`RETURN` is `NF_REPEAT`'s).
 pub const NF_DROP: i32 = 0;

@@ -224,13 +224,14 @@ pub fn rule(m: &Msg) -> Result<RuleMsg> {
     })
 }
 
-/// A chain as dumped: table, name, for a base chain `(type, hooknum, priority)`, and the devices of a
-/// netdev or ingress hook.
+/// A chain as dumped: table, name, for a base chain `(type, hooknum, priority)` and its policy
+/// (`NF_ACCEPT`, `NF_DROP`), and the devices of a netdev or ingress hook.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainMsg {
     pub table: String,
     pub name: String,
     pub base: Option<(String, u32, i32)>,
+    pub policy: Option<u32>,
     pub devices: Vec<String>,
 }
 
@@ -264,6 +265,10 @@ pub fn chain(m: &Msg) -> Result<ChainMsg> {
         table: str_attr(&a, NFTA_CHAIN_TABLE)?,
         name: str_attr(&a, NFTA_CHAIN_NAME)?,
         base,
+        policy: match get(&a, NFTA_CHAIN_POLICY) {
+            Some(_) => Some(be32(&a, NFTA_CHAIN_POLICY)?),
+            None => None,
+        },
         devices,
     })
 }

@@ -28,6 +28,7 @@ pub const NFTA_TABLE_FLAGS: u16 = 2;
 pub const NFTA_CHAIN_TABLE: u16 = 1;
 pub const NFTA_CHAIN_NAME: u16 = 3;
 pub const NFTA_CHAIN_HOOK: u16 = 4;
+pub const NFTA_CHAIN_POLICY: u16 = 5;
 pub const NFTA_CHAIN_TYPE: u16 = 7;
 pub const NFTA_HOOK_HOOKNUM: u16 = 1;
 pub const NFTA_HOOK_PRIORITY: u16 = 2;

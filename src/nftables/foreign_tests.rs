@@ -1,5 +1,5 @@
 use super::*;
-use crate::netfilter::{NF_DROP, NF_INET_LOCAL_OUT, NF_INET_PRE_ROUTING};
+use crate::netfilter::{NF_DROP, NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT, NF_INET_PRE_ROUTING};
 
 fn ours() -> Vec<OurHook> {
     [
@@ -164,5 +164,139 @@ fn ingress_chains_name_their_devices() {
     assert_eq!(
         f,
         vec!["foreign chain netdev t in (hook ingress device eth0, priority 0, 1 rules) runs before every IP hook (ingress): rule 1: [ notrack ]"]
+    );
+}
+
+#[test]
+fn chains_after_ours_at_our_hooks_input_postrouting_and_egress_are_placed_after_forward_is_not() {
+    let o = ours();
+    let pos = |family, hook, prio| position(&chain(family, "c", hook, prio), &o);
+    let after = |s: &str| Some(Position::After(s.to_string()));
+    let all = "inet istio-proxy-nat prerouting (priority -100), inet istio-proxy-nat output (priority -100)";
+    assert_eq!(
+        pos(NFPROTO_IPV4, NF_INET_PRE_ROUTING, 0),
+        after("inet istio-proxy-nat prerouting (priority -100)")
+    );
+    assert_eq!(
+        pos(NFPROTO_INET, NF_INET_LOCAL_OUT, -99),
+        after("inet istio-proxy-nat output (priority -100)")
+    );
+    assert_eq!(pos(NFPROTO_IPV6, NF_INET_LOCAL_IN, -300), after(all));
+    assert_eq!(pos(NFPROTO_IPV4, 4, -300), after(all));
+    assert_eq!(pos(NFPROTO_NETDEV, 1, -500), after(all));
+    assert!(matches!(
+        pos(NFPROTO_IPV4, NF_INET_LOCAL_OUT, -100),
+        Some(Position::Before(_))
+    ));
+    for (family, hook, what) in [
+        (NFPROTO_IPV4, 2, "forward"),
+        (NFPROTO_INET, 2, "inet forward"),
+        (7, NF_INET_LOCAL_IN, "bridge input"),
+        (7, 4, "bridge postrouting"),
+    ] {
+        assert_eq!(pos(family, hook, 500), None, "{what}");
+    }
+    // Nothing of ours at all: nothing to undo.
+    assert_eq!(
+        position(&chain(NFPROTO_IPV4, "c", NF_INET_LOCAL_IN, 0), &[]),
+        None
+    );
+}
+
+#[test]
+fn after_ours_nat_notrack_drop_and_reject_are_harmless_writes_marks_queues_and_unknowns_are_named()
+{
+    let o = ours();
+    let c = chain(NFPROTO_IPV4, "c", NF_INET_PRE_ROUTING, 0);
+    let harmless_after = [
+        Expr::Other("nat".into()),
+        Expr::Other("masq".into()),
+        Expr::Redir {
+            reg_min: 1,
+            flags: 0,
+        },
+        Expr::Other("notrack".into()),
+        Expr::Other("reject".into()),
+        verdict(NF_DROP, None),
+        Expr::Counter,
+        Expr::Ct { key: 0, dreg: 1 },
+    ];
+    let mut rules = Rules::new();
+    for e in &harmless_after {
+        rules.insert(key(NFPROTO_IPV4, "c"), vec![vec![e.clone()]]);
+        assert!(
+            findings(std::slice::from_ref(&c), &rules, &o).is_empty(),
+            "{e:?}"
+        );
+        // The same rule before ours moves traffic (all but the counter and the load).
+        let before = chain(NFPROTO_IPV4, "c", NF_INET_PRE_ROUTING, -200);
+        let moves = !matches!(e, Expr::Counter | Expr::Ct { .. });
+        assert_eq!(
+            findings(std::slice::from_ref(&before), &rules, &o).len(),
+            usize::from(moves),
+            "{e:?}"
+        );
+    }
+    for (moves, named) in [
+        (
+            Expr::Other("payload(other form)".into()),
+            "payload(other form)",
+        ),
+        (Expr::Other("exthdr".into()), "exthdr"),
+        (Expr::MetaSet { key: 3, sreg: 1 }, "meta set mark"),
+        (Expr::CtSet { key: 3, sreg: 1 }, "ct"),
+        (Expr::Other("queue".into()), "queue"),
+        (
+            Expr::Tproxy {
+                family: 2,
+                reg_port: 1,
+            },
+            "tproxy",
+        ),
+        (Expr::Other("dup".into()), "dup"),
+        (Expr::Other("fwd".into()), "fwd"),
+        (Expr::Other("lookup(map)".into()), "lookup(map)"),
+        (verdict(3, None), "verdict 3"),
+    ] {
+        rules.insert(
+            key(NFPROTO_IPV4, "c"),
+            vec![vec![Expr::Other("nat".into())], vec![Expr::Counter, moves]],
+        );
+        let f = findings(std::slice::from_ref(&c), &rules, &o);
+        assert_eq!(f.len(), 1, "{named}: {f:?}");
+        assert!(
+            f[0].starts_with("foreign chain ip t c (hook prerouting, priority 0, 2 rules) runs after inet istio-proxy-nat prerouting (priority -100) and can undo its redirect: rule 2: "),
+            "{f:?}"
+        );
+        assert!(f[0].contains(named), "{named}: {f:?}");
+    }
+}
+
+#[test]
+fn a_jump_from_a_chain_after_ours_is_judged_as_after_ours() {
+    let o = ours();
+    let c = chain(NFPROTO_INET, "in", NF_INET_LOCAL_IN, 100);
+    let mut rules = Rules::new();
+    rules.insert(
+        key(NFPROTO_INET, "in"),
+        vec![vec![verdict(NFT_JUMP, Some("deeper"))]],
+    );
+    rules.insert(
+        key(NFPROTO_INET, "deeper"),
+        vec![
+            vec![Expr::Other("notrack".into())],
+            vec![verdict(NF_DROP, None)],
+        ],
+    );
+    assert!(findings(std::slice::from_ref(&c), &rules, &o).is_empty());
+    rules.insert(
+        key(NFPROTO_INET, "deeper"),
+        vec![vec![Expr::Other("payload(other form)".into())]],
+    );
+    let f = findings(&[c], &rules, &o);
+    assert_eq!(f.len(), 1);
+    assert!(
+        f[0].contains("(hook input, priority 100, 1 rules) runs after inet istio-proxy-nat prerouting (priority -100), inet istio-proxy-nat output (priority -100) and can undo its redirect: rule 1 (via inet t deeper): "),
+        "{f:?}"
     );
 }

@@ -1,8 +1,8 @@
 //! Reading a pod namespace's nf_tables state back (spec nftables.md §5), bounded: the generation id and
 //! the tables (with their flags) first, which is all a fresh namespace costs; then, only when our tables
 //! exist or for CHECK, the chains, the rules of our tables (dumps filtered by table) and the rules of the
-//! foreign base chains that run before ours (filtered by table and chain, jumps followed), never the rest
-//! of a foreign ruleset. Replies are decoded as they arrive, and a namespace that makes us read more than
+//! foreign base chains that run before ours or after them on our traffic (filtered by table and chain,
+//! jumps followed), never the rest of a foreign ruleset. Replies are decoded as they arrive, and a namespace that makes us read more than
 //! [`MAX_OBJECTS`] objects or [`MAX_BYTES`] bytes fails closed (a pod with `NET_ADMIN` controls its own
 //! ruleset). Runs on a thread inside the pod's namespace.
 
@@ -149,7 +149,7 @@ pub struct Observed {
     pub ours: Tables,
     /// Our tables flagged dormant: none of their chains is hooked.
     pub dormant: Vec<String>,
-    /// Foreign base chains before ours whose rules can move traffic (one line each).
+    /// Foreign base chains before or after ours whose rules can move traffic (one line each).
     pub foreign: Vec<String>,
 }
 
@@ -178,6 +178,7 @@ fn chains(
                     t.push(ChainState {
                         name: c.name,
                         base: c.base,
+                        policy: c.policy,
                         rules: Vec::new(),
                     });
                 }
@@ -201,12 +202,13 @@ fn chains(
     Ok(base)
 }
 
-/// The rules of every base chain in `base` that runs before `hooks`, and of the chains they jump to.
+/// The rules of every base chain in `base` that runs before `hooks` or after them where it could undo
+/// the redirect ([`foreign::position`]), and of the chains they jump to.
 fn foreign_rules(r: &mut Reader, base: &[BaseChain], hooks: &[OurHook]) -> Result<Rules> {
     let mut rules = Rules::new();
     let mut todo: Vec<(u8, String, String)> = base
         .iter()
-        .filter(|c| foreign::runs_before(c, hooks).is_some())
+        .filter(|c| foreign::position(c, hooks).is_some())
         .map(|c| (c.family, c.table.clone(), c.chain.clone()))
         .collect();
     while let Some(key) = todo.pop() {
@@ -226,7 +228,7 @@ fn foreign_rules(r: &mut Reader, base: &[BaseChain], hooks: &[OurHook]) -> Resul
     Ok(rules)
 }
 
-/// Our tables in full (set lookups resolved), our dormant tables and what runs before `hooks`.
+/// Our tables in full (set lookups resolved), our dormant tables and what runs before or after `hooks`.
 pub fn observe(r: &mut Reader, head: &Head, hooks: &[OurHook]) -> Result<Observed> {
     let mut ours: Tables = head.ours.keys().map(|n| (n.clone(), Vec::new())).collect();
     let base = chains(r, head, &mut ours, &|_, _, _| false)?;

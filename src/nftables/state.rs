@@ -7,7 +7,7 @@ use super::expr_text::describe;
 use super::lower::{lower, GroupResolver};
 use super::model::{Ruleset, TABLES};
 use crate::error::Result;
-use crate::netfilter::OurHook;
+use crate::netfilter::{OurHook, NF_ACCEPT, NF_DROP};
 use std::collections::BTreeMap;
 
 /// One chain of ours as the kernel holds it.
@@ -16,6 +16,8 @@ pub struct ChainState {
     pub name: String,
     /// `(type, hooknum, priority)` for a base chain.
     pub base: Option<(String, u32, i32)>,
+    /// A base chain's policy (`NF_ACCEPT`, `NF_DROP`); a regular chain has none.
+    pub policy: Option<u32>,
     pub rules: Vec<Vec<Expr>>,
 }
 
@@ -69,6 +71,8 @@ pub fn desired(rs: &Ruleset, groups: GroupResolver) -> Result<Tables> {
             }
             chains.push(ChainState {
                 name: c.name.to_string(),
+                // Ours accept what they do not redirect (the kernel's default, which the batch keeps).
+                policy: base.as_ref().map(|_| NF_ACCEPT as u32),
                 base,
                 rules,
             });
@@ -101,6 +105,14 @@ pub fn diff(
                         out.push(format!(
                             "chain inet {tn} {} is {:?}, want {:?}",
                             wc.name, hc.base, wc.base
+                        ));
+                    }
+                    if wc.policy != hc.policy {
+                        out.push(format!(
+                            "chain inet {tn} {} has policy {}, want {}",
+                            wc.name,
+                            policy_name(hc.policy),
+                            policy_name(wc.policy)
                         ));
                     }
                     if wc.rules == hc.rules {
@@ -148,6 +160,16 @@ pub fn diff(
     out
 }
 
+/// How nft names a chain policy.
+fn policy_name(p: Option<u32>) -> String {
+    match p {
+        None => "none".into(),
+        Some(p) if p == NF_DROP as u32 => "drop".into(),
+        Some(p) if p == NF_ACCEPT as u32 => "accept".into(),
+        Some(p) => format!("{p}"),
+    }
+}
+
 /// Where our base chains run, for [`super::foreign::runs_before`].
 pub fn our_hooks(want: &Tables) -> Vec<OurHook> {
     want.iter()
@@ -161,4 +183,34 @@ pub fn our_hooks(want: &Tables) -> Vec<OurHook> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tables(policy: Option<u32>) -> Tables {
+        let chain = ChainState {
+            name: "output".into(),
+            base: Some(("nat".into(), 3, -100)),
+            policy,
+            rules: vec![vec![Expr::Counter]],
+        };
+        [("istio-proxy-nat".to_string(), vec![chain])].into()
+    }
+
+    #[test]
+    fn a_base_chain_policy_other_than_ours_is_a_difference() {
+        let text = |_: &str, _: &str, _: usize| String::new();
+        let want = tables(Some(NF_ACCEPT as u32));
+        assert!(diff(&want, &want, &text).is_empty());
+        assert_eq!(
+            diff(&want, &tables(Some(NF_DROP as u32)), &text),
+            vec!["chain inet istio-proxy-nat output has policy drop, want accept"]
+        );
+        assert_eq!(
+            diff(&want, &tables(None), &text),
+            vec!["chain inet istio-proxy-nat output has policy none, want accept"]
+        );
+    }
 }

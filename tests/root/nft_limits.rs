@@ -39,7 +39,8 @@ fn rules_check_never_needs_are_not_read_and_past_the_bound_it_fails_closed() {
     let ns = Netns::new("nftbound");
     apply(&ns.path(), rs.clone(), false, None).unwrap();
     // A large foreign table whose rules cannot touch our traffic: a regular chain nothing jumps to and a
-    // base chain at the input hook. CHECK and re-ADD do not read them.
+    // base chain at the forward hook (a redirected packet never reaches it; input, after ours, can undo a
+    // redirect and is read). CHECK and re-ADD do not read them.
     load_rules(
         &ns,
         &tmp,
@@ -53,8 +54,8 @@ fn rules_check_never_needs_are_not_read_and_past_the_bound_it_fails_closed() {
         &ns,
         &tmp,
         "inet bulk",
-        "in",
-        "{ type filter hook input priority 0 ; }",
+        "through",
+        "{ type filter hook forward priority 0 ; }",
         "tcp dport 23 counter",
         12_000,
     );

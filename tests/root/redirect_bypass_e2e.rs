@@ -3,7 +3,9 @@
 //! foreign nat chain at our priority added after ours, notrack at raw priority, notrack at netdev or inet
 //! ingress, legacy x_tables rules. iptables mode, with either backend recorded: raw `CT --notrack` in our
 //! own backend, raw notrack and a nat DNAT in the *other* backend (legacy x_tables vs iptables-nft), and
-//! native nftables notrack at netdev ingress or raw priority. For each, the traffic really goes past the
+//! native nftables notrack at netdev ingress or raw priority; in both modes, a native nftables chain that
+//! runs after ours (prerouting above our priority, input, an output route chain) and writes a redirected
+//! packet's original port or address back. For each, the traffic really goes past the
 //! redirect (the premise), CHECK fails naming it, and re-ADD either converges (dormant: our tables are
 //! re-created) or fails naming the foreign rule, never "already in place". Foreign rules that cannot move
 //! traffic (counters, logs, accept) leave CHECK and re-ADD alone.
@@ -88,6 +90,45 @@ fn nft_bypasses(node: &Node) -> Vec<Bypass<'static>> {
             names: cmds(&["foreign chain ip hop out", "(via ip hop deeper)", "[ notrack ]"]),
             undo: cmds(&["nft delete table ip hop"]),
         },
+        // After ours: a stateless write puts a redirected packet's port (and address) back. With
+        // `nf_conntrack_tcp_loose=0` the client's connection then completes with the app, unredirected.
+        Bypass {
+            what: "a prerouting chain after ours writing the original port back",
+            setup: after_ours(
+                "pre { type filter hook prerouting priority 0 ; policy accept ; }",
+                "pre tcp dport 15006 ct status dnat tcp dport set ct original proto-dst counter",
+            ),
+            inbound: true,
+            names: cmds(&[
+                "foreign chain ip after pre (hook prerouting, priority 0, 1 rules) runs after inet istio-proxy-nat prerouting (priority -100) and can undo its redirect: rule 1:",
+            ]),
+            undo: AFTER_UNDO.map(String::from).to_vec(),
+        },
+        Bypass {
+            what: "an input chain writing the original port back",
+            setup: after_ours(
+                "in { type filter hook input priority 100 ; }",
+                "in tcp dport 15006 ct status dnat tcp dport set ct original proto-dst counter",
+            ),
+            inbound: true,
+            names: cmds(&[
+                "foreign chain ip after in (hook input, priority 100, 1 rules) runs after inet istio-proxy-nat",
+                "and can undo its redirect: rule 1:",
+            ]),
+            undo: AFTER_UNDO.map(String::from).to_vec(),
+        },
+        Bypass {
+            what: "an output route chain after ours writing the original destination back",
+            setup: after_ours(
+                "out { type route hook output priority 0 ; }",
+                "out tcp dport 15001 ct status dnat ip daddr set ct original ip daddr tcp dport set ct original proto-dst counter",
+            ),
+            inbound: false,
+            names: cmds(&[
+                "foreign chain ip after out (hook output, priority 0, 1 rules) runs after inet istio-proxy-nat output (priority -100) and can undo its redirect: rule 1:",
+            ]),
+            undo: AFTER_UNDO.map(String::from).to_vec(),
+        },
         Bypass {
             what: "legacy x_tables raw notrack",
             setup: cmds(&["iptables-legacy -t raw -A OUTPUT -j CT --notrack"]),
@@ -106,6 +147,22 @@ fn nft_bypasses(node: &Node) -> Vec<Bypass<'static>> {
         },
     ]
 }
+
+/// A table `ip after` with one base chain (`chain`, as `nft add chain` takes it) holding `rule`, with
+/// `nf_conntrack_tcp_loose=0` so a packet written back to the original port is not taken for a new flow.
+fn after_ours(chain: &str, rule: &str) -> Vec<String> {
+    vec![
+        "sysctl -qw net.netfilter.nf_conntrack_tcp_loose=0".into(),
+        "nft add table ip after".into(),
+        format!("nft 'add chain ip after {chain}'"),
+        format!("nft add rule ip after {rule}"),
+    ]
+}
+
+const AFTER_UNDO: [&str; 2] = [
+    "nft delete table ip after",
+    "sysctl -qw net.netfilter.nf_conntrack_tcp_loose=1",
+];
 
 fn iptables_bypasses(node: &Node, ours: &str) -> Vec<Bypass<'static>> {
     let other = if ours == "nft" { "legacy" } else { "nft" };
@@ -169,6 +226,18 @@ fn iptables_bypasses(node: &Node, ours: &str) -> Vec<Bypass<'static>> {
             inbound: true,
             names: cmds(&["foreign chain inet early pre (hook prerouting, priority -300"]),
             undo: cmds(&["nft delete table inet early"]),
+        },
+        Bypass {
+            what: "a native nftables prerouting chain after ours writing the original port back",
+            setup: after_ours(
+                "pre { type filter hook prerouting priority 0 ; }",
+                "pre tcp dport 15006 ct status dnat tcp dport set ct original proto-dst counter",
+            ),
+            inbound: true,
+            names: cmds(&[
+                "foreign chain ip after pre (hook prerouting, priority 0, 1 rules) runs after our iptables nat PREROUTING (priority -100) and can undo its redirect: rule 1:",
+            ]),
+            undo: AFTER_UNDO.map(String::from).to_vec(),
         },
         Bypass {
             // In iptables mode no inet table is ours, whatever its name (nftables mode's names were skipped).
@@ -367,6 +436,11 @@ fn harmless_rules(ours: Option<&str>) -> Vec<String> {
             "nft add rule inet watch late notrack",
             "nft 'add chain inet watch in { type filter hook input priority -300 ; }'",
             "nft add rule inet watch in notrack",
+            "nft 'add chain inet watch pre-late { type filter hook prerouting priority 100 ; }'",
+            "nft add rule inet watch pre-late tcp dport 1 reject",
+            "nft add rule inet watch pre-late ct status dnat counter accept",
+            "nft 'add chain inet watch post { type nat hook postrouting priority 100 ; }'",
+            "nft add rule inet watch post oifname eth0 masquerade",
             "iptables-legacy -t raw -A OUTPUT -j ACCEPT",
             "iptables-legacy -t raw -A PREROUTING -p tcp",
             "iptables-legacy -t filter -A INPUT -p udp --dport 1 -j DROP",
@@ -502,6 +576,36 @@ fn a_fresh_add_into_a_dormant_iptables_nft_table_wakes_it() {
     let list = pod.ns.exec_ok(&["nft", "list table ip nat"]);
     assert!(!list.contains("dormant"), "{list}");
     pod.run("CHECK").assert_success();
+    assert!(outbound_captured(&node, &pod));
+    assert!(inbound_captured(&node, &pod));
+}
+
+/// `policy drop` set on our nat output chain: every rule reads back as ours, but the chain now drops what
+/// it does not redirect. CHECK names the policy, re-ADD converges to accept.
+#[test]
+fn a_drop_policy_on_our_chain_fails_check_and_re_add_restores_accept() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(69);
+    let pod = node.pod("policy", "", "", false).with_native_nftables();
+    pod.add().assert_success();
+    pod.ns.exec_ok(&[
+        "nft",
+        "add chain inet istio-proxy-nat output { type nat hook output priority -100; policy drop; }",
+    ]);
+    let list = pod.ns.exec_ok(&["nft", "list table inet istio-proxy-nat"]);
+    assert!(list.contains("policy drop"), "the test's premise: {list}");
+    let msg = pod.run("CHECK").assert_cni_error(103);
+    assert!(
+        msg.contains("chain inet istio-proxy-nat output has policy drop, want accept"),
+        "{msg}"
+    );
+    assert_re_add(&pod, "Converged");
+    let list = pod.ns.exec_ok(&["nft", "list table inet istio-proxy-nat"]);
+    assert!(!list.contains("policy drop"), "{list}");
+    pod.run("CHECK").assert_success();
+    assert_re_add(&pod, "AlreadyInPlace");
     assert!(outbound_captured(&node, &pod));
     assert!(inbound_captured(&node, &pod));
 }

@@ -23,6 +23,7 @@ fn chain(table: &str, name: &str) -> (ChainMsg, Option<u32>) {
         table: table.into(),
         name: name.into(),
         base: None,
+        policy: None,
         devices: Vec::new(),
     };
     (c, None)
