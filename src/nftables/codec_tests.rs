@@ -308,3 +308,54 @@ fn an_error_code_of_i32_min_is_malformed_not_a_panic() {
         0
     );
 }
+
+/// One netlink attribute: length, type, payload padded to 4 bytes.
+fn nla(ty: u16, payload: &[u8]) -> Vec<u8> {
+    let mut a = ((4 + payload.len()) as u16).to_ne_bytes().to_vec();
+    a.extend_from_slice(&ty.to_ne_bytes());
+    a.extend_from_slice(payload);
+    a.resize((a.len() + 3) & !3, 0);
+    a
+}
+
+/// An expression's `NFTA_LIST_ELEM` payload: its name and its data attributes `(type, big-endian u32)`.
+fn expr_payload(name: &str, data: &[(u16, u32)]) -> Vec<u8> {
+    let mut n = name.as_bytes().to_vec();
+    n.push(0);
+    let inner: Vec<u8> = data
+        .iter()
+        .flat_map(|(t, v)| nla(*t, &v.to_be_bytes()))
+        .collect();
+    [nla(1, &n), nla(2 | crate::netlink::NLA_F_NESTED, &inner)].concat()
+}
+
+/// Attributes we never send are not dropped on the way in: a redirect to a port range (REG_PROTO_MAX
+/// another register), a tproxy to an address, a ct load or set with a direction each decode as a foreign
+/// form, never as the expression of ours they would otherwise equal.
+#[test]
+fn attributes_we_never_send_make_an_expression_foreign() {
+    let ours = [
+        (expr_payload("redir", &[(1, 1)]), "redir"),
+        (expr_payload("redir", &[(1, 1), (2, 1)]), "redir"),
+        (expr_payload("tproxy", &[(1, 2), (3, 1)]), "tproxy"),
+        (expr_payload("ct", &[(1, 1), (2, 0)]), "ct"),
+        (expr_payload("ct", &[(2, 2), (4, 1)]), "ct"),
+    ];
+    for (p, name) in &ours {
+        let e = decode::expr(p).unwrap();
+        assert!(!matches!(e, Expr::Other(_)), "{name}: {e:?}");
+    }
+    let same_as_ours_but = [
+        expr_payload("redir", &[(1, 1), (2, 2)]),
+        expr_payload("tproxy", &[(1, 2), (2, 2), (3, 1)]),
+        expr_payload("ct", &[(1, 1), (2, 0), (3, 0)]),
+        expr_payload("ct", &[(2, 2), (3, 0), (4, 1)]),
+    ];
+    for p in &same_as_ours_but {
+        let e = decode::expr(p).unwrap();
+        assert!(
+            matches!(&e, Expr::Other(o) if o.ends_with("(other form)")),
+            "{e:?}"
+        );
+    }
+}

@@ -171,6 +171,13 @@ fn known(name: &str, d: &[(u16, &[u8])]) -> Result<Expr> {
             data: data(get(d, 2).ok_or_else(|| bad("immediate without data"))?)?,
         },
         "counter" => Expr::Counter,
+        // Shapes we never send, so never compared equal to ours by the attributes we keep: the kernel
+        // dumps a redir's REG_PROTO_MAX equal to its MIN for one port (another is a port range), our
+        // tproxy has no address register, and none of our ct loads or sets has a direction
+        // (`ct original zone set` is not `ct zone set`).
+        "redir" if has(2) && get(d, 2) != get(d, 1) => return Err(bad("redir to a port range")),
+        "tproxy" if has(2) => return Err(bad("tproxy to an address")),
+        "ct" if has(3) => return Err(bad("ct with a direction")),
         "redir" => Expr::Redir {
             reg_min: be32(d, 1)?,
             flags: be32_or0(d, 3)?,
