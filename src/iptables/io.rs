@@ -94,9 +94,8 @@ impl Io {
     pub fn inspect(self, family: Family) -> Result<Inspection> {
         if self.node_binaries {
             let text = self.save(family)?;
-            let tool = format!("{} ({})", self.backend.command(family), family.name());
             return Ok(Inspection {
-                refused_names: chain_name::refused_in_text(&tool, &text),
+                refused_names: chain_name::refused_in_text(&self.tool(family), &text),
                 text,
                 ..Inspection::default()
             });
@@ -128,8 +127,12 @@ impl Io {
     /// [`chain_name::refused`] (names and rule texts iptables-save text cannot carry) for `tables`, named as
     /// this backend's tool lists them.
     fn refused_names(self, family: Family, tables: &[Table]) -> Vec<String> {
-        let tool = format!("{} ({})", self.backend.command(family), family.name());
-        chain_name::refused(&tool, family, tables)
+        chain_name::refused(&self.tool(family), family, tables)
+    }
+
+    /// How the backend's own tool for `family` is named in findings: `iptables-nft (IPv4)`.
+    fn tool(self, family: Family) -> String {
+        format!("{} ({})", self.backend.command(family), family.name())
     }
 
     /// `nft`, `legacy`, or the node's binaries' name.

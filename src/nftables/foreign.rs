@@ -126,14 +126,6 @@ pub fn position(c: &BaseChain, ours: &[OurHook]) -> Option<Position> {
     }
 }
 
-/// Which of our chains `c` runs before (or with), or `None` when it does not run before ours.
-pub fn runs_before(c: &BaseChain, ours: &[OurHook]) -> Option<String> {
-    match position(c, ours)? {
-        Position::Before(o) => Some(o),
-        Position::After(_) => None,
-    }
-}
-
 /// A foreign rule as seen from where its base chain runs: `after` our redirect or before it.
 struct Placed<'a> {
     exprs: &'a [Expr],

@@ -42,7 +42,10 @@ fn key(family: u8, chain: &str) -> ChainKey {
 #[test]
 fn only_chains_at_or_before_ours_at_our_hooks_or_at_ingress_count() {
     let o = ours();
-    let before = |c: BaseChain| runs_before(&c, &o);
+    let before = |c: BaseChain| match position(&c, &o) {
+        Some(Position::Before(ours)) => Some(ours),
+        _ => None,
+    };
     assert!(before(chain(NFPROTO_IPV4, "c", NF_INET_LOCAL_OUT, -150)).is_some());
     // Equal priority: the chain registered last runs first, and a dump cannot say which that was.
     assert!(before(chain(NFPROTO_INET, "c", NF_INET_LOCAL_OUT, -100)).is_some());

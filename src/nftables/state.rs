@@ -170,7 +170,7 @@ fn policy_name(p: Option<u32>) -> String {
     }
 }
 
-/// Where our base chains run, for [`super::foreign::runs_before`].
+/// Where our base chains run, for [`super::foreign::position`].
 pub fn our_hooks(want: &Tables) -> Vec<OurHook> {
     want.iter()
         .flat_map(|(tn, chains)| {

@@ -55,25 +55,12 @@ pub fn rule_msg(m: &Msg) -> Result<RuleMsg> {
     })
 }
 
-/// `NFTA_CHAIN_POLICY` of a chain message (a base chain's).
-fn policy(m: &Msg) -> Result<Option<u32>> {
-    let a = decode::nft_attrs(m)?;
-    let p = a
-        .iter()
-        .find(|(t, _)| *t == NFTA_CHAIN_POLICY)
-        .map(|(_, p)| *p);
-    Ok(p.and_then(|p| p.get(..4))
-        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
-}
-
-const NFTA_CHAIN_POLICY: u16 = 5;
-
 /// Assembles the dumps (`tables` as `(name, flags)`): iptables tables only, chains in dump order, rules
 /// decoded in kernel order.
 pub fn assemble(
     family: Family,
     tables: &[(String, u32)],
-    chains: &[(decode::ChainMsg, Option<u32>)],
+    chains: &[decode::ChainMsg],
     rules: &[RuleMsg],
 ) -> Vec<CurrentTable> {
     let mut out = Vec::new();
@@ -83,12 +70,12 @@ pub fn assemble(
     }) {
         let chains = chains
             .iter()
-            .filter(|(c, _)| c.table == *t)
-            .map(|(c, policy)| CurrentChain {
+            .filter(|c| c.table == *t)
+            .map(|c| CurrentChain {
                 name: c.name.clone(),
                 base: c.base.is_some(),
                 hook: c.base.clone(),
-                policy: *policy,
+                policy: c.policy,
                 rules: rules
                     .iter()
                     .filter(|r| r.table == *t && r.chain == c.name)
@@ -184,7 +171,7 @@ pub fn read(s: &mut Socket, family: Family) -> Result<(u32, Vec<CurrentTable>)> 
         let req = encode::dump_request(encode::NFT_MSG_GETCHAIN, fam, seq, &none);
         s.dump("list chains", &req, &mut |m| {
             bound(&mut n)?;
-            chains.push((decode::chain(m)?, policy(m)?));
+            chains.push(decode::chain(m)?);
             Ok(())
         })?;
         let seq = s.next_seq(1);

@@ -18,15 +18,14 @@ fn table_msg(name: &str, flags: Option<u32>) -> Vec<u8> {
     message(nft_type(NFT_MSG_NEWTABLE), 2, 1, 2, 0, &a.buf)
 }
 
-fn chain(table: &str, name: &str) -> (ChainMsg, Option<u32>) {
-    let c = ChainMsg {
+fn chain(table: &str, name: &str) -> ChainMsg {
+    ChainMsg {
         table: table.into(),
         name: name.into(),
         base: None,
         policy: None,
         devices: Vec::new(),
-    };
-    (c, None)
+    }
 }
 
 #[test]
