@@ -130,10 +130,12 @@ impl Lines {
     }
 }
 
-/// Whether `pod` is the pod `req` asked for: its namespace and name, and its UID when the request has one.
+/// Whether `pod` is the pod `req` asked for: its namespace and name, and its UID when the request has one
+/// (a static pod's mirror: the kubelet's UID, [`crate::kube::pod::kubelet_uid`]).
 pub fn is_the_pod_asked_for(pod: &Object, req: &Request) -> bool {
     let v = PodView::of(pod);
-    v.namespace == req.namespace && v.name == req.name && (req.uid.is_empty() || v.uid == req.uid)
+    let uid_matches = || v.uid == req.uid || crate::kube::pod::kubelet_uid(pod) == req.uid;
+    v.namespace == req.namespace && v.name == req.name && (req.uid.is_empty() || uid_matches())
 }
 
 /// Asks the agent listening on `socket` for the pod; the reduced pod object, or why not.

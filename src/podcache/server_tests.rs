@@ -14,6 +14,7 @@ fn pod(name: &str, uid: &str) -> Reduced {
         namespace: "ns".into(),
         name: name.into(),
         uid: uid.into(),
+        kubelet_uid: String::new(),
         resource_version: "1".into(),
         terminal: false,
         body: Some(format!(

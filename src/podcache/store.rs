@@ -23,9 +23,19 @@ pub const QUIET_LIMIT: Duration = Duration::from_secs(90);
 #[derive(Debug)]
 struct Entry {
     uid: Box<str>,
+    /// A static pod's mirror: the kubelet's UID for it (what a runtime sends); empty otherwise.
+    kubelet_uid: Box<str>,
     resource_version: Box<str>,
     /// The whole hit reply line, shared by every reply; `None` when the pod is too large to keep.
     reply: Option<Arc<[u8]>>,
+}
+
+impl Entry {
+    /// Whether a sandbox of UID `uid` (non-empty) is this pod: its UID, or for a static pod's mirror the
+    /// kubelet's UID.
+    fn is(&self, uid: &str) -> bool {
+        *self.uid == *uid || (!self.kubelet_uid.is_empty() && *self.kubelet_uid == *uid)
+    }
 }
 
 /// What a lookup gets.
@@ -84,6 +94,7 @@ impl Store {
         }
         let entry = Entry {
             uid: r.uid.into(),
+            kubelet_uid: r.kubelet_uid.into(),
             resource_version: r.resource_version.into(),
             reply: r.body.map(|b| Arc::from(hit_line(&b))),
         };
@@ -150,7 +161,7 @@ impl Store {
         }
         let wait = may_wait && self.watching;
         match self.pods.get(&key(&req.namespace, &req.name)) {
-            Some(e) if by_name || *e.uid == *req.uid => match &e.reply {
+            Some(e) if by_name || e.is(&req.uid) => match &e.reply {
                 Some(line) => Lookup::Hit(line.clone()),
                 None => Lookup::Answer(Answer::TooLarge),
             },
@@ -171,6 +182,7 @@ mod tests {
             namespace: "ns".into(),
             name: name.into(),
             uid: uid.into(),
+            kubelet_uid: String::new(),
             resource_version: rv.into(),
             terminal: false,
             body: Some(format!(
@@ -344,5 +356,47 @@ mod tests {
             Lookup::Hit(b) => assert!(Arc::ptr_eq(&first, &b)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_static_pod_is_found_by_the_kubelet_uid_the_runtime_sends() {
+        // The mirror's own UID is the API server's; the runtime sends the kubelet's, kept in the mirror
+        // annotation. Before, such a sandbox always answered uid_mismatch and went to the API server.
+        let mirror = crate::json::parse_object(
+            r#"{"metadata":{"namespace":"ns","name":"etcd-n1","uid":"api-uid","resourceVersion":"3",
+                "annotations":{"kubernetes.io/config.mirror":"kubelet-uid"}},
+               "spec":{"containers":[{"name":"etcd"}]}}"#,
+            "mirror",
+        )
+        .unwrap();
+        let mut s = Store::default();
+        s.apply(crate::redirect::reduce::reduce(&mirror));
+        s.list_done();
+        live(&mut s);
+        for uid in ["kubelet-uid", "api-uid", ""] {
+            let line = hit_of(&ask(&s, "etcd-n1", uid, false));
+            let Ok(super::super::proto::Reply::Hit(pod)) =
+                super::super::proto::decode_reply(line.trim_end().as_bytes())
+            else {
+                panic!("{uid}: {line}");
+            };
+            let req = Request {
+                namespace: "ns".into(),
+                name: "etcd-n1".into(),
+                uid: uid.into(),
+            };
+            assert!(
+                super::super::client::is_the_pod_asked_for(&pod, &req),
+                "{uid}: {line}"
+            );
+        }
+        // Any other UID is still another pod of that name.
+        assert_eq!(
+            ask(&s, "etcd-n1", "other", false),
+            Lookup::Answer(Answer::UidMismatch)
+        );
+        // A DELETED names the API server's UID.
+        s.delete("ns/etcd-n1", "api-uid");
+        assert_eq!(s.len(), 0);
     }
 }

@@ -1,6 +1,6 @@
 //! A pod object reduced to what [`PodInfo::from_pod`](crate::redirect::PodInfo::from_pod) reads, and
 //! nothing else: name, namespace, uid, the labels and annotations in
-//! [`READ_LABELS`]/[`READ_ANNOTATIONS`], every container's and init container's name, the `istio-proxy`
+//! [`READ_LABELS`]/[`READ_ANNOTATIONS`] (and a static pod's mirror annotation, the kubelet's UID for it), every container's and init container's name, the `istio-proxy`
 //! container's env entries in [`READ_PROXY_ENV`], the first two of its `args` and its
 //! `securityContext.runAsUser/runAsGroup`, and `status.podIP(s)`. Values are copied verbatim (a malformed
 //! one stays malformed, so the decision fails on it as it fails on the API server's object); whatever
@@ -8,6 +8,7 @@
 
 use super::pod::{PROXY_CONTAINER, READ_ANNOTATIONS, READ_LABELS, READ_PROXY_ENV};
 use crate::json::{self, Object, Value};
+use crate::kube::pod::MIRROR_ANNOTATION;
 
 /// Largest reduced pod (compact JSON) the cache keeps; a bigger one is kept as "too large" and the plugin
 /// reads it from the API server. A typical injected pod reduces to well under 1 KiB.
@@ -19,6 +20,9 @@ pub struct Reduced {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    /// A static pod's mirror: the kubelet's UID for it ([`crate::kube::pod::kubelet_uid`]), the one a
+    /// runtime passes as `K8S_POD_UID`; empty for any other pod.
+    pub kubelet_uid: String,
     pub resource_version: String,
     /// `status.phase` is `Succeeded` or `Failed`: no sandbox is ever set up for it again.
     pub terminal: bool,
@@ -116,7 +120,8 @@ pub fn reduce_object(pod: &Object) -> Object {
         copy_fields(m, &["name", "namespace", "uid"], r);
         section(m, "labels", r, |l, r| copy_fields(l, &READ_LABELS, r));
         section(m, "annotations", r, |a, r| {
-            copy_fields(a, &READ_ANNOTATIONS, r)
+            copy_fields(a, &READ_ANNOTATIONS, r);
+            copy_fields(a, &[MIRROR_ANNOTATION], r);
         });
     });
     section(pod, "spec", &mut out, |s, r| {
@@ -133,11 +138,17 @@ pub fn reduce_object(pod: &Object) -> Object {
 /// The pod as the cache keeps it: its keys, and the reduced object's JSON when it fits.
 pub fn reduce(pod: &Object) -> Reduced {
     let v = crate::kube::PodView::of(pod);
+    let kubelet_uid = crate::kube::pod::kubelet_uid(pod);
     let body = json::to_compact(&Value::Object(reduce_object(pod)));
     Reduced {
         namespace: v.namespace.into(),
         name: v.name.into(),
         uid: v.uid.into(),
+        kubelet_uid: if kubelet_uid == v.uid {
+            String::new()
+        } else {
+            kubelet_uid.into()
+        },
         resource_version: v.resource_version.into(),
         terminal: v.terminal,
         body: (body.len() <= MAX_POD_BYTES).then_some(body),
