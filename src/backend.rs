@@ -11,7 +11,9 @@ use crate::netfilter::bypass::Findings;
 use crate::netfilter::Family;
 use crate::redirect::plan::{self, NodeEnv};
 use crate::redirect::{CaptureConfig, Documents, Redirect};
+use std::net::IpAddr;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 /// Programs and verifies a pod's namespace. Both methods enter the namespace once, read its addresses
 /// there (the IPv6 decision, plugin.md §4.3) and plan from `redirect` and `env`.
@@ -96,11 +98,29 @@ fn ipt_planner(
     }
 }
 
-fn mode(tproxy: bool, ipv6: bool) -> String {
+/// Where an iptables-mode ADD's planner, run inside the pod's namespace, leaves the pod's global IPv6
+/// address that gets no rules ([`plan::Addresses::ipv6_left_out`]), for the decision line.
+type LeftOut = Arc<OnceLock<IpAddr>>;
+
+/// Notes in `left` what `redirect` leaves out of the namespace whose addresses are `addrs`.
+fn note_left_out(left: &LeftOut, redirect: &Redirect, addrs: &Addresses) {
+    if let Some(a) = plan::Addresses::Netns(addrs).ipv6_left_out(redirect.dual_stack) {
+        let _ = left.set(a);
+    }
+}
+
+fn mode(tproxy: bool, ipv6: bool, left_out: Option<&IpAddr>) -> String {
+    let family = match (ipv6, left_out) {
+        (true, _) => "IPv4+IPv6".to_string(),
+        (false, None) => "IPv4".to_string(),
+        (false, Some(a)) => format!(
+            "IPv4 only: IPv6 address {a} gets no rules and its IPv6 traffic bypasses the proxy, as \
+             upstream's; set ISTIO_DUAL_STACK=true on the proxy to capture it"
+        ),
+    };
     format!(
-        "{} mode, {}",
-        if tproxy { "TPROXY" } else { "REDIRECT" },
-        if ipv6 { "IPv4+IPv6" } else { "IPv4" }
+        "{} mode, {family}",
+        if tproxy { "TPROXY" } else { "REDIRECT" }
     )
 }
 
@@ -110,8 +130,14 @@ impl RuleBackend for Iptables {
     }
 
     fn apply(&self, netns: &str, r: Redirect, env: NodeEnv, decide_us: u128) -> Result<String> {
-        let report = ipt::apply(netns, self.0, ipt_planner(r, env))
-            .context("program the pod's network namespace")?;
+        let (left, noted) = (LeftOut::default(), r.clone());
+        let planner = ipt_planner(r, env);
+        let note = left.clone();
+        let report = ipt::apply(netns, self.0, move |addrs| {
+            note_left_out(&note, &noted, addrs);
+            planner(addrs)
+        })
+        .context("program the pod's network namespace")?;
         let steps: Vec<String> = report
             .families
             .iter()
@@ -119,7 +145,7 @@ impl RuleBackend for Iptables {
             .collect();
         Ok(format!(
             "redirected ({}, iptables backend {}): rules built in {:.2} ms, {}",
-            mode(report.tproxy, report.ipv6),
+            mode(report.tproxy, report.ipv6, left.get()),
             self.0.backend.name(),
             (decide_us + report.plan_us) as f64 / 1000.0,
             steps.join(", ")
@@ -141,11 +167,13 @@ impl RuleBackend for Nftables {
     }
 
     fn apply(&self, netns: &str, r: Redirect, env: NodeEnv, decide_us: u128) -> Result<String> {
+        // No note of an IPv6 address left out: nftables mode's family-agnostic rules (inet tables) take
+        // IPv6 too (nftables.md §1.5).
         let r =
             crate::nftables::apply::apply_planned(netns, move |addrs| capture(&r, &env, addrs))?;
         Ok(format!(
             "redirected ({}, nftables): rules built in {:.2} ms, {:?} in {:.1} ms",
-            mode(r.tproxy, r.ipv6),
+            mode(r.tproxy, r.ipv6, None),
             (decide_us + r.plan_us) as f64 / 1000.0,
             r.outcome,
             r.apply_us as f64 / 1000.0

@@ -221,9 +221,44 @@ pub fn enable_ipv6(addrs: &[IpAddr], dual_stack: bool) -> Result<bool> {
     }
 }
 
+/// A global IPv6 address the pod keeps while [`enable_ipv6`] gives it no IPv6 rules (a dual-stack pod
+/// whose proxy has no `ISTIO_DUAL_STACK`, its first address IPv4): its IPv6 traffic bypasses the proxy,
+/// as upstream's does. `None` when IPv6 is enabled or the pod has no such address.
+pub fn ipv6_left_out(addrs: &[IpAddr], dual_stack: bool) -> Option<IpAddr> {
+    if enable_ipv6(addrs, dual_stack).unwrap_or(true) {
+        return None;
+    }
+    addrs
+        .iter()
+        .map(|a| unmap(*a))
+        .find(|a| a.is_ipv6() && !a.is_loopback() && !is_link_local(*a) && !a.is_unspecified())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv6_address_left_without_rules_is_named() {
+        // Dual-stack pod, IPv4 first, no ISTIO_DUAL_STACK: IPv4 rules only, fd00::2 left out.
+        let both = ips(&["127.0.0.1", "::1", "10.0.0.2", "fe80::2", "fd00::2"]);
+        assert_eq!(
+            ipv6_left_out(&both, false),
+            Some("fd00::2".parse().unwrap())
+        );
+        // With ISTIO_DUAL_STACK (or IPv6 first) it gets IPv6 rules: nothing left out.
+        assert_eq!(ipv6_left_out(&both, true), None);
+        assert_eq!(ipv6_left_out(&ips(&["fd00::2", "10.0.0.2"]), false), None);
+        // IPv4-only, link-local or mapped IPv6 only: nothing to leave out; no address at all: no note
+        // (the plan fails on it).
+        for none in [
+            &["10.0.0.2"][..],
+            &["10.0.0.2", "fe80::2", "::ffff:10.0.0.3"][..],
+            &[][..],
+        ] {
+            assert_eq!(ipv6_left_out(&ips(none), false), None, "{none:?}");
+        }
+    }
 
     fn ips(s: &[&str]) -> Vec<IpAddr> {
         s.iter().map(|x| x.parse().unwrap()).collect()

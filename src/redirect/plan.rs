@@ -5,7 +5,7 @@
 //! enters the pod's namespace and the last inside it, where the addresses are read; `explain` and the
 //! conformance tests run the same steps with the addresses a pod object names ([`plan_pod`]).
 
-use super::capture::{enable_ipv6, kernel_address_order, CaptureConfig, ENV_VARS};
+use super::capture::{enable_ipv6, ipv6_left_out, kernel_address_order, CaptureConfig, ENV_VARS};
 use super::decide::{decide, Decision};
 use super::rules::{render, Documents};
 use super::{PodInfo, Redirect};
@@ -107,6 +107,15 @@ impl Addresses<'_> {
                     .context("pod status.podIPs")
             }
             Addresses::Ipv4Only => Ok(false),
+        }
+    }
+
+    /// A global IPv6 address of the namespace that gets no rules ([`ipv6_left_out`]): its IPv6 traffic
+    /// bypasses the proxy. Only the namespace's own addresses are judged.
+    pub fn ipv6_left_out(&self, dual_stack: bool) -> Option<IpAddr> {
+        match self {
+            Addresses::Netns(a) => ipv6_left_out(&kernel_address_order(a), dual_stack),
+            Addresses::PodIps(_) | Addresses::Ipv4Only => None,
         }
     }
 }

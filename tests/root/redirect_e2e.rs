@@ -94,11 +94,66 @@ fn dual_stack_captures_ipv6(b: Backend) {
     let node = node(b, 3);
     let env = r#"{"name": "ISTIO_DUAL_STACK", "value": "true"}"#;
     let pod = b.pod(&node, "v6", "", env, true);
-    pod.add().assert_success();
+    let out = pod.add();
+    out.assert_success();
+    assert!(
+        out.stderr.contains("IPv4+IPv6") && !out.stderr.contains("gets no rules"),
+        "{out}"
+    );
     if b == Nftables {
         assert!(nft_list(&pod).contains("ip6 saddr ::6"));
     }
     assert_ipv6_traffic(&node, &pod);
+}
+
+/// A dual-stack pod whose proxy has no `ISTIO_DUAL_STACK` gets IPv4 rules only, as upstream decides
+/// (plugin.md §4.3). In iptables mode its IPv6 traffic then goes past the proxy: ADD still starts it (as
+/// upstream) but its decision line says so, naming the address, instead of a bare "IPv4". nftables mode's
+/// family-agnostic rules (inet tables, nftables.md §1.5) take IPv6 outbound to the proxy all the same:
+/// nothing is said to bypass.
+fn dual_stack_without_the_flag(b: Backend) {
+    if !require_root() {
+        return;
+    }
+    let node = node(b, 20);
+    let pod = b.pod(&node, "v6-left-out", "", "", true);
+    let out = pod.add();
+    out.assert_success();
+    let ip6 = pod.ip6.expect("pod has an IPv6 address");
+    let said = format!(
+        "IPv4 only: IPv6 address {ip6} gets no rules and its IPv6 traffic bypasses the proxy"
+    );
+    assert_eq!(
+        out.stderr.contains(&said),
+        b == Iptables,
+        "{said:?}:\n{out}"
+    );
+    let envoy_out = listen_in(&pod.ns.path(), "[::]:15001".parse().unwrap(), false);
+    let dst6: SocketAddr = format!("[fd00:252:{}::1]:9090", node.idx())
+        .parse()
+        .unwrap();
+    let node_9090 = listen_in(&node.ns.path(), dst6, false);
+    let _c = connect_from(&pod.ns.path(), dst6, None).expect("v6 app connect");
+    if b == Iptables {
+        assert!(
+            accept_within(&node_9090).is_some(),
+            "IPv6 outbound did not reach its destination directly"
+        );
+        assert!(accept_within_short(&envoy_out).is_none());
+    } else {
+        let got = accept_within(&envoy_out).expect("IPv6 outbound did not reach 15001");
+        assert_eq!(original_dst(&got), dst6);
+    }
+}
+
+#[test]
+fn dual_stack_without_istio_dual_stack_says_its_ipv6_traffic_bypasses() {
+    dual_stack_without_the_flag(Iptables)
+}
+
+#[test]
+fn nftables_dual_stack_without_istio_dual_stack_still_takes_ipv6_outbound() {
+    dual_stack_without_the_flag(Nftables)
 }
 
 #[test]
