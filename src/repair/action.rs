@@ -57,6 +57,11 @@ impl Actor {
     /// ([`procfs::in_pod_netns`]). Anything else is an error: the repair is retried and reported, never
     /// counted as done.
     fn repair(&self, f: &PodFacts, plan: Option<&Decided>) -> Result<String> {
+        if f.host_network {
+            return Err(Error::other(
+                "a hostNetwork pod shares the node's network namespace: refusing to program it",
+            ));
+        }
         let ip: IpAddr = f.pod_ip.parse().map_err(|_| {
             Error::other(format!("failed to parse addr: status.podIP {:?}", f.pod_ip))
         })?;
@@ -186,5 +191,49 @@ impl Actor {
     pub fn record(&self, f: &PodFacts, reason: &str, message: &str) -> Result<()> {
         let ev = request::event_json(f, reason, message, unix_nanos(), &self.opts.node_name);
         json::parse(&ev, "event").and_then(|v| self.client.create_event(&f.namespace, &v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::Config;
+
+    /// An actor whose API server refuses every connection, looking at `host_proc`.
+    fn actor(host_proc: PathBuf) -> Actor {
+        let kubeconfig = r#"{"apiVersion":"v1","kind":"Config",
+            "clusters":[{"name":"c","cluster":{"server":"http://127.0.0.1:1"}}],
+            "users":[{"name":"u","user":{}}],
+            "contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}"#;
+        let cfg = Config::from_kubeconfig_text(kubeconfig, std::path::Path::new("/"), "k").unwrap();
+        let conf =
+            crate::cni::conf::parse(r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni"}"#)
+                .unwrap();
+        Actor::new(
+            Client::from_config(cfg).unwrap(),
+            &super::super::options::Options::default(),
+            host_proc,
+            conf,
+        )
+    }
+
+    #[test]
+    fn a_host_network_pod_is_never_repaired_in_place() {
+        let uid = "0a1b2c3d-0000-4000-8000-0000000000aa";
+        let f = PodFacts {
+            namespace: "ns".into(),
+            name: "hostnet".into(),
+            uid: uid.into(),
+            cgroup_uid: uid.into(),
+            pod_ip: "10.1.2.3".into(),
+            host_network: true,
+            ..PodFacts::default()
+        };
+        // Any plan: the refusal comes before the plan is looked at.
+        let plan: Decided = Ok(PodPlan::Skip("test".into()));
+        let e = actor("/nonexistent/host-proc".into())
+            .repair(&f, Some(&plan))
+            .unwrap_err();
+        assert!(e.to_string().contains("hostNetwork pod"), "{e}");
     }
 }

@@ -35,6 +35,8 @@ pub struct PodFacts {
     pub cgroup_uid: String,
     pub resource_version: String,
     pub pod_ip: String,
+    /// `spec.hostNetwork`: it shares the node's network namespace, never repaired in place.
+    pub host_network: bool,
     /// Passes the configured label selector and the effective field selector (incl. `spec.nodeName`).
     pub selected: bool,
     /// Carries the configured sidecar annotation key (any value); true when none is configured.
@@ -127,6 +129,7 @@ impl Detector {
             cgroup_uid: crate::kube::pod::kubelet_uid(pod).into(),
             resource_version: v.resource_version.into(),
             pod_ip: v.pod_ip.into(),
+            host_network: v.host_network,
             selected: self.labels.matches(labels) && self.fields.matches(pod),
             annotated,
             labeled,

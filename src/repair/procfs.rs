@@ -171,8 +171,12 @@ impl Scan {
     pub fn read(proc_dir: &Path) -> Result<Scan> {
         let entries = std::fs::read_dir(proc_dir)
             .map_err(|e| Error::io(format!("read {}", proc_dir.display()), e))?;
-        // Never the host's namespace nor our own. `<proc>/1` may be unreadable (then our own namespace,
-        // the host's in the hostNetwork DaemonSet, still guards).
+        // Never the host's namespace nor our own. `<proc>/1` may be unreadable (no SYS_PTRACE; an AppArmor
+        // profile such as containerd's default denies ptrace access to unconfined processes like the
+        // host's PID 1, while the pods' processes share the agent's profile and stay readable). Then only
+        // our own namespace guards, and it is the host's only in a hostNetwork DaemonSet (ours is not):
+        // a hostNetwork pod's processes are not told from a pod's here. Repair in place therefore refuses
+        // a pod by its `spec.hostNetwork` before looking ([`super::action`]), and the audit never admits one.
         let id = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
         let mut scan = Scan {
             procs: Vec::new(),
