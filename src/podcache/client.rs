@@ -82,6 +82,21 @@ fn connect(path: &Path) -> Result<UnixStream, Miss> {
             Err(_) => return Err(Miss::SocketError),
         }
     }
+    // Whoever serves the socket decides pods: only root (the agent) or the user we run as. A socket made
+    // by anyone else (a run dir others could write) is not asked; the pod comes from the API server.
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    match getsockopt(&fd, PeerCredentials) {
+        Ok(c) if c.uid() == 0 || c.uid() == nix::unistd::geteuid().as_raw() => {}
+        Ok(c) => {
+            log::warn!(
+                "pod cache: {} is served by uid {}, neither root nor us; reading the pod from the API server",
+                path.display(),
+                c.uid()
+            );
+            return Err(Miss::SocketError);
+        }
+        Err(_) => return Err(Miss::SocketError),
+    }
     Ok(UnixStream::from(fd))
 }
 

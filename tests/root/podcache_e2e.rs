@@ -364,3 +364,58 @@ fn a_name_only_cache_hit_that_skips_is_confirmed_from_the_api_server() {
     );
     assert_eq!(pod_gets(&node.srv), vec!["web-1".to_string()]);
 }
+
+/// The plugin asks the run dir's socket only when root (or its own user) serves it. A socket made by
+/// another user (a run dir writable by others) answering a forged hit "no sidecar" for a pod that has one
+/// would start that pod unredirected; the plugin reads the pod from the API server instead.
+#[test]
+fn a_pod_cache_socket_served_by_another_user_is_not_asked() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(71);
+    let run = node.dir.join("run");
+    let pod = node.bare_pod("forged", 6);
+    // The forger: uid/gid 65534, binding the socket in a run dir it may write.
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    std::fs::set_permissions(node.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let sock = run.join("pod-cache.sock");
+    let forged = format!(
+        r#"{{"v":1,"result":"hit","pod":{{"metadata":{{"namespace":"{}","name":"{}","uid":"{}"}},"spec":{{"containers":[{{"name":"app"}}]}}}}}}"#,
+        pod.namespace, pod.name, pod.uid
+    );
+    let script = "import socket,sys\n\
+        s=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen(8)\nprint('up',flush=True)\n\
+        while True:\n  c,_=s.accept()\n  c.recv(4096)\n  c.sendall((sys.argv[2]+'\\n').encode())\n  c.close()\n";
+    let mut forger = std::process::Command::new("python3")
+        .args(["-c", script, sock.to_str().unwrap(), &forged])
+        .uid(65534)
+        .gid(65534)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut up = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(forger.stdout.take().unwrap()),
+        &mut up,
+    )
+    .unwrap();
+    assert_eq!(up.trim(), "up");
+    node.srv.clear_requests();
+    let out = pod.add();
+    let _ = forger.kill();
+    let _ = forger.wait();
+    out.assert_success();
+    assert!(
+        pod.save("iptables-nft-save").contains("-A ISTIO_OUTPUT"),
+        "the forged hit started the pod unredirected: {out}"
+    );
+    assert!(out.stderr.contains("served by uid 65534"), "{out}");
+    assert!(
+        out.stderr.contains("(api: cache miss: socket_error)"),
+        "{out}"
+    );
+    assert_eq!(pod_gets(&node.srv), vec!["forged".to_string()]);
+}
