@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::addrecord::{AddRecord, Backend, Outcome};
-use crate::redirect::plan::{decide_pod, shortcut, PodPlan};
+use crate::redirect::plan::{decide_pod, refuse_ambient, shortcut, PodPlan};
 use crate::redirect::PodInfo;
 
 /// What an ADD did, for the record the plugin relays ([`crate::addrecord`]).
@@ -147,21 +147,7 @@ pub fn add(
         report.line = Some(format!("{who}: no redirection: {}", s.reason()));
         return Ok(output);
     }
-    if conf.ambient_enabled {
-        // Upstream hands a pod its enablement selectors pick to the ambient node agent (and fails ADD when
-        // the agent cannot be reached); skipping it as a pod without a sidecar would start it uncaptured.
-        return Err(Error::UnsupportedField {
-            field: "ambient_enabled".into(),
-            value: "true".into(),
-        })
-        .with_context(|| {
-            format!(
-                "pod {}/{} may need ambient capture, which this plugin does not implement; refusing to \
-                 start it uncaptured (set ambient_enabled to false in the istio-cni entry)",
-                args.pod_namespace, args.pod_name
-            )
-        });
-    }
+    refuse_ambient(conf, &args)?;
     let (pod, lookup, source) = pod_lookup(conf, &args, report).with_context(|| {
         format!(
             "pod {}/{} may need a sidecar, refusing to start it unredirected",
