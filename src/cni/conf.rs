@@ -1,5 +1,6 @@
 //! The plugin's network configuration (stdin): the standard CNI keys, Istio's current keys
-//! (`exclude_namespaces`, `cni_agent_run_dir`, `plugin_log_level`, `pod_namespace`, `native_nftables`), our
+//! (`exclude_namespaces`, `cni_agent_run_dir`, `plugin_log_level`, `pod_namespace`, `native_nftables`,
+//! `ambient_enabled`, read only to refuse ambient mode), our
 //! `pod_lookup_timeout_seconds` and `pod_cache`, and the
 //! legacy 1.9/maistra ones (`log_level`, `kubernetes{kubeconfig, exclude_namespaces, cni_bin_dir, intercept_type}`).
 //! Unknown keys are ignored, as Go's `json.Unmarshal` does.
