@@ -1,5 +1,6 @@
 //! The plugin's network configuration (stdin): the standard CNI keys, Istio's current keys
-//! (`exclude_namespaces`, `cni_agent_run_dir`, `plugin_log_level`, `pod_namespace`, `native_nftables`), our
+//! (`exclude_namespaces`, `cni_agent_run_dir`, `plugin_log_level`, `pod_namespace`, `native_nftables`,
+//! `ambient_enabled`, read only to refuse ambient mode), our
 //! `pod_lookup_timeout_seconds` and `pod_cache`, and the
 //! legacy 1.9/maistra ones (`log_level`, `kubernetes{kubeconfig, exclude_namespaces, cni_bin_dir, intercept_type}`).
 //! Unknown keys are ignored, as Go's `json.Unmarshal` does.
@@ -33,6 +34,10 @@ pub struct NetConf {
     pub log_level: Option<String>,
     pub pod_namespace: String,
     pub native_nftables: bool,
+    /// `ambient_enabled` (upstream's ambient mode, not implemented here): ADD refuses every pod past the
+    /// shortcuts while it is true, since upstream would hand an ambient pod to its node agent for capture
+    /// and skipping it would start the pod uncaptured. Our installer always writes `false`.
+    pub ambient_enabled: bool,
     /// Ask the installer's pod cache first (`pod_cache`, default true; the installer writes `false` when
     /// `POD_CACHE_ENABLED=false`, and the plugin then never touches the cache socket).
     pub pod_cache: bool,
@@ -151,6 +156,7 @@ pub fn parse(stdin: &str) -> Result<NetConf> {
         log_level,
         pod_namespace: json::opt_string(&raw, "pod_namespace", WHAT)?.unwrap_or_default(),
         native_nftables: json::opt_bool(&raw, "native_nftables", WHAT)?.unwrap_or(false),
+        ambient_enabled: json::opt_bool(&raw, "ambient_enabled", WHAT)?.unwrap_or(false),
         pod_cache: json::opt_bool(&raw, "pod_cache", WHAT)?.unwrap_or(true),
         kubeconfig: legacy_str("kubeconfig")?,
         pod_lookup_deadline,

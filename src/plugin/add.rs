@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::addrecord::{AddRecord, Backend, Outcome};
-use crate::redirect::plan::{decide_pod, shortcut, PodPlan};
+use crate::redirect::plan::{decide_pod, refuse_ambient, shortcut, PodPlan};
 use crate::redirect::PodInfo;
 
 /// What an ADD did, for the record the plugin relays ([`crate::addrecord`]).
@@ -147,6 +147,7 @@ pub fn add(
         report.line = Some(format!("{who}: no redirection: {}", s.reason()));
         return Ok(output);
     }
+    refuse_ambient(conf, &args)?;
     let (pod, lookup, source) = pod_lookup(conf, &args, report).with_context(|| {
         format!(
             "pod {}/{} may need a sidecar, refusing to start it unredirected",

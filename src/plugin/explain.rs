@@ -162,6 +162,7 @@ fn explain_pod(
         };
         return Ok(format!("# no redirection: {why}\n"));
     }
+    plan::refuse_ambient(&netconf, &args)?;
     let r = match decide_pod(&info)? {
         PodPlan::Skip(why) => return Ok(format!("# no redirection: {why}\n")),
         PodPlan::Redirect(r) => r,

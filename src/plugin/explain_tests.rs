@@ -249,3 +249,31 @@ fn node_environment_is_validated() {
         "{out}"
     );
 }
+
+// An entry with `ambient_enabled: true`: explain answers as ADD does, refusing a pod past the shortcuts
+// (a pod without a sidecar would be upstream's ambient pod) and still passing an excluded namespace.
+#[test]
+fn ambient_enabled_conf_refuses_as_add_does() {
+    let t = test_dir("explain-ambient");
+    let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni","exclude_namespaces":["kube-system"],"ambient_enabled":true}"#;
+    let e = failed(run_pod(
+        &t,
+        &pod("ns", "p", "", "", &["10.0.0.2"]),
+        Some(conf),
+    ));
+    assert_eq!(e.cni_code(), 2);
+    assert!(e.to_string().contains("ambient_enabled"), "{e}");
+    let out = ok(run_pod(
+        &t,
+        &pod("kube-system", "p", "", "", &["10.0.0.2"]),
+        Some(conf),
+    ));
+    assert!(out.contains("exclude_namespaces"), "{out}");
+    let off = conf.replace("true", "false");
+    let out = ok(run_pod(
+        &t,
+        &pod("ns", "p", "", "", &["10.0.0.2"]),
+        Some(&off),
+    ));
+    assert!(out.contains("no sidecar.istio.io/status"), "{out}");
+}

@@ -10,7 +10,7 @@ use super::decide::{decide, Decision};
 use super::rules::{render, Documents};
 use super::{PodInfo, Redirect};
 use crate::cni::{K8sArgs, NetConf};
-use crate::error::{Context, Result};
+use crate::error::{Context, Error, Result};
 use std::net::IpAddr;
 
 /// Prefix of our own DaemonSet's pods (upstream `isCNIPod`).
@@ -48,6 +48,27 @@ pub fn shortcut(conf: &NetConf, args: &K8sArgs) -> Option<Shortcut> {
         return Some(Shortcut::ExcludedNamespace);
     }
     None
+}
+
+/// Past the shortcuts, a configuration with `ambient_enabled: true` (upstream's ambient mode, not
+/// implemented here) refuses the pod: upstream hands a pod its enablement selectors pick to the ambient node
+/// agent (and fails ADD when the agent cannot be reached), so deciding it as a sidecar pod would skip it as
+/// "no istio-proxy" and start it uncaptured.
+pub fn refuse_ambient(conf: &NetConf, args: &K8sArgs) -> Result<()> {
+    if !conf.ambient_enabled {
+        return Ok(());
+    }
+    Err(Error::UnsupportedField {
+        field: "ambient_enabled".into(),
+        value: "true".into(),
+    })
+    .with_context(|| {
+        format!(
+            "pod {}/{} may need ambient capture, which this plugin does not implement; refusing to start \
+             it uncaptured (set ambient_enabled to false in the istio-cni entry)",
+            args.pod_namespace, args.pod_name
+        )
+    })
 }
 
 /// What a pod needs, from the pod object alone.

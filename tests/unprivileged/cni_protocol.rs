@@ -542,3 +542,51 @@ fn add_appends_its_decision_to_the_rolling_log_file() {
     run(&dir, &env, stdin.as_bytes()).assert_success();
     assert!(!missing.exists());
 }
+
+/// `ambient_enabled: true` (an entry upstream's installer wrote for ambient mode, which we do not
+/// implement): upstream hands a pod its selectors pick to the ambient agent, so ADD must not skip such a pod
+/// as one without a sidecar (it would start uncaptured); it is refused with code 2 naming the field. The
+/// shortcuts still pass (an excluded namespace, the agent's own pod, a plain container), and with the flag
+/// false the same pod is skipped as upstream's sidecar path skips it.
+#[test]
+fn add_with_ambient_enabled_refuses_pods_past_the_shortcuts() {
+    let dir = PluginDir::new();
+    let run_dir = crate::support::TempDir::new("ambient");
+    let srv = crate::support::kube::start();
+    srv.write_kubeconfig(&run_dir.path().join("istio-cni-kubeconfig"))
+        .unwrap();
+    srv.add_pod(
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"default",
+            "labels":{"istio.io/dataplane-mode":"ambient"}},"spec":{"containers":[{"name":"app"}]}}"#,
+    )
+    .unwrap();
+    let stdin = |ambient: &str| {
+        format!(
+            r#"{{"cniVersion":"1.0.0","name":"n","type":"istio-cni","exclude_namespaces":["kube-system"],
+                "pod_namespace":"istio-system","pod_cache":false,"ambient_enabled":{ambient},
+                "cni_agent_run_dir":"{}"}}"#,
+            run_dir.path().display()
+        )
+    };
+    let web = add_env(&dir).with_args("K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1");
+    run(&dir, &web, stdin("false").as_bytes()).assert_success();
+    let msg = cni_error(&run(&dir, &web, stdin("true").as_bytes()), 2);
+    assert!(
+        msg.contains("ambient_enabled") && msg.contains("default/web-1"),
+        "{msg}"
+    );
+    for args in [
+        "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns-1",
+        "K8S_POD_NAMESPACE=istio-system;K8S_POD_NAME=istio-cni-node-x",
+        "IgnoreUnknown=1;K8S_POD_NAME=plain",
+    ] {
+        run(
+            &dir,
+            &add_env(&dir).with_args(args),
+            stdin("true").as_bytes(),
+        )
+        .assert_success();
+    }
+    // Not a boolean: Go's decoding of the entry fails, so does ours.
+    cni_error(&run(&dir, &web, stdin("\"true\"").as_bytes()), 6);
+}
