@@ -55,11 +55,17 @@ impl Original {
         out
     }
 
-    /// The inverse of [`Original::encode`]; `None` for anything else.
+    /// The inverse of [`Original::encode`]; `None` for anything else, and for a name that is not a plain
+    /// file name (a `/`, `.`, `..`, empty): [`restore_all`] writes under it in the conf dir, so a record
+    /// planted in the run dir must not name a path elsewhere.
     pub fn decode(b: &[u8]) -> Option<Original> {
         let rest = b.strip_prefix(MAGIC)?;
         let nl = rest.iter().position(|&c| c == b'\n')?;
         let name = OsString::from_vec(unhex(&rest[..nl])?);
+        let n = name.as_bytes();
+        if n.is_empty() || n.contains(&b'/') || n == b"." || n == b".." || n.contains(&0) {
+            return None;
+        }
         let rest = &rest[nl + 1..];
         let nl = rest.iter().position(|&c| c == b'\n')?;
         let mode = u32::from_str_radix(std::str::from_utf8(&rest[..nl]).ok()?, 8).ok()?;
@@ -176,6 +182,22 @@ mod tests {
         };
         assert_eq!(Original::decode(&o.encode()), Some(o));
         assert_eq!(Original::decode(b"other"), None);
+        // A record naming anything but a plain file name in the conf dir is no record.
+        for bad in [
+            &b"../../etc/cron.d/x"[..],
+            b"a/b",
+            b"..",
+            b".",
+            b"",
+            b"a\0b",
+        ] {
+            let o = Original {
+                name: OsString::from_vec(bad.to_vec()),
+                mode: 0o644,
+                bytes: b"{}".to_vec(),
+            };
+            assert_eq!(Original::decode(&o.encode()), None, "{bad:?}");
+        }
     }
 
     #[test]
