@@ -21,10 +21,25 @@ pub struct Tool {
 /// Finds `prog` on `PATH`.
 pub fn find(prog: &str) -> Option<Tool> {
     let path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.into());
+    find_in(&path, prog)
+}
+
+/// Finds `prog` in the `:`-separated directories of `path`, as root runs it: only absolute directories
+/// (a relative entry would name a program under whatever directory the runtime started us in), and only a
+/// regular file owned by root (or us) that no group or other user may write.
+fn find_in(path: &str, prog: &str) -> Option<Tool> {
+    use std::os::unix::fs::MetadataExt;
+    let trusted = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| {
+            m.is_file()
+                && (m.uid() == 0 || m.uid() == nix::unistd::geteuid().as_raw())
+                && m.mode() & 0o022 == 0
+        })
+    };
     path.split(':')
-        .filter(|d| !d.is_empty())
+        .filter(|d| d.starts_with('/'))
         .map(|d| Path::new(d).join(prog))
-        .find(|p| p.is_file())
+        .find(|p| trusted(p))
         .map(|path| Tool { path })
 }
 
@@ -54,5 +69,32 @@ mod tests {
         let c = t.command();
         let envs: Vec<_> = c.get_envs().map(|(k, _)| k.to_os_string()).collect();
         assert!(envs.iter().all(|k| k == "PATH"), "{envs:?}");
+    }
+
+    #[test]
+    fn only_absolute_directories_and_files_nobody_else_may_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = crate::fsutil::test_dir("iptables-tool-find");
+        let tool = dir.join("fake-restore");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        let set = |mode| std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(mode));
+        let abs = dir.to_str().unwrap();
+        set(0o755).unwrap();
+        assert_eq!(
+            find_in(abs, "fake-restore").map(|t| t.path),
+            Some(tool.clone())
+        );
+        // Group- or world-writable: anyone could have put their program there.
+        for mode in [0o775, 0o757] {
+            set(mode).unwrap();
+            assert_eq!(find_in(abs, "fake-restore"), None, "{mode:o}");
+        }
+        set(0o755).unwrap();
+        // A relative entry names nothing, even one that leads to that same directory from here.
+        let up = std::env::current_dir().unwrap().components().count() - 1;
+        let rel = format!("{}{}", "../".repeat(up), abs.trim_start_matches('/'));
+        assert!(Path::new(&rel).join("fake-restore").is_file(), "{rel}");
+        assert_eq!(find_in(&format!(".:{rel}::"), "fake-restore"), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
