@@ -19,8 +19,8 @@ use super::token::TokenSource;
 /// Default service-account directory.
 pub const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-/// Everything the transport needs.
-#[derive(Debug, Clone)]
+/// Everything the transport needs. Its `Debug` never prints the client key.
+#[derive(Clone)]
 pub struct Config {
     /// `https://host:port` (or `http://`), no trailing slash, possibly with a path prefix.
     pub server: String,
@@ -34,6 +34,24 @@ pub struct Config {
     pub token: Option<TokenSource>,
     /// Where the configuration came from, for messages ("kubeconfig /path", "in-cluster").
     pub origin: String,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let len = |b: &Option<Vec<u8>>| b.as_ref().map(|b| format!("<{} bytes>", b.len()));
+        f.debug_struct("Config")
+            .field("server", &self.server)
+            .field("ca_pem", &len(&self.ca_pem))
+            .field("insecure", &self.insecure)
+            .field("client_cert_pem", &len(&self.client_cert_pem))
+            .field(
+                "client_key_pem",
+                &len(&self.client_key_pem).map(|_| "<redacted>"),
+            )
+            .field("token", &self.token)
+            .field("origin", &self.origin)
+            .finish()
+    }
 }
 
 fn bad(origin: &str, field: &str, why: &str) -> Error {

@@ -106,6 +106,16 @@ fn client_certificate_data_and_key() {
     );
     let c = parse(&text, &t.0).unwrap();
     assert!(c.client_cert_pem.is_some() && c.client_key_pem.is_some() && c.token.is_none());
+    // Debug (what a stray `{:?}` would log) never shows the key.
+    let shown = format!("{c:?}");
+    assert!(
+        shown.contains("client_key_pem: Some(\"<redacted>\")"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("PRIVATE") && !shown.contains("45, 45, 45"),
+        "{shown}"
+    );
     let only_cert = json_kubeconfig(
         &format!(
             r#""server":"https://h:1","certificate-authority-data":"{}""#,
