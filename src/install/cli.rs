@@ -140,6 +140,7 @@ fn prepare(inst: &mut Installer) -> Result<()> {
     for d in [&s.mounted_cni_net_dir, &s.run_dir] {
         std::fs::create_dir_all(d).io_context(|| format!("create directory {}", d.display()))?;
     }
+    crate::rundir::owner::make_private(&s.run_dir)?;
     log::info!(
         "conf dir {} (host {}), chained={}, run dir {}, bin dir {}",
         s.mounted_cni_net_dir.display(),

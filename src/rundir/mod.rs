@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 pub mod lease;
+pub mod owner;
 
 /// The run dir when none is configured.
 pub const DEFAULT: &str = "/var/run/istio-cni";
