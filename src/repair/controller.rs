@@ -4,7 +4,7 @@
 //! API failures are logged and retried.
 
 use super::action::Actor;
-use super::detect::{choose_action, needs_repair, Action, Detector, PodFacts};
+use super::detect::{choose_action, needs_repair, unhandled_line, Action, Detector, PodFacts};
 use crate::json::Object;
 use crate::kube::podwatch::PodSink;
 use crate::kube::ApiErrorExt;
@@ -69,6 +69,8 @@ struct Item {
 pub struct Worker {
     pending: BTreeMap<String, Item>,
     done: HashMap<String, String>,
+    /// Broken pods no mode acts on, already named in the log (by UID), so each is named once.
+    reported: HashMap<String, String>,
     /// Pods given up on (retry budget exceeded) in this run.
     pub failed: u32,
 }
@@ -111,6 +113,7 @@ impl Worker {
             Msg::Gone(key) => {
                 self.pending.remove(&key);
                 self.done.remove(&key);
+                self.reported.remove(&key);
             }
         }
     }
@@ -135,6 +138,10 @@ impl Worker {
             };
             let action = choose_action(&item.facts, &actor.opts);
             if action == Action::None {
+                if self.reported.get(&key) != Some(&item.facts.uid) {
+                    log::warn!("{}", unhandled_line(&item.facts, &actor.opts));
+                    self.reported.insert(key, item.facts.uid.clone());
+                }
                 continue;
             }
             match actor.act(action, &item.facts, item.plan.as_deref()) {

@@ -138,16 +138,44 @@ impl Detector {
 /// The predicate (§1.2): annotated, and some named init container whose current run did not succeed
 /// last terminated with the configured message (trimmed; "" = any) and exit code (0 = any).
 pub fn needs_repair(f: &PodFacts, o: &Options) -> bool {
+    failure(f, o).is_some()
+}
+
+/// The last termination that makes the pod broken by [`needs_repair`], if any (the first matching one).
+pub fn failure<'a>(f: &'a PodFacts, o: &Options) -> Option<&'a LastTermination> {
     if !f.annotated {
-        return false;
+        return None;
     }
     let want_msg = o.init_termination_msg.trim();
-    f.init.iter().filter(|c| !c.succeeded).any(|c| {
-        c.last.as_ref().is_some_and(|t| {
+    f.init
+        .iter()
+        .filter(|c| !c.succeeded)
+        .filter_map(|c| c.last.as_ref())
+        .find(|t| {
             (want_msg.is_empty() || want_msg == t.message.trim())
                 && (o.init_exit_code == 0 || o.init_exit_code == t.exit_code)
         })
-    })
+}
+
+/// The log line for a broken pod no mode acts on (the agent said at start that such pods are only logged).
+pub fn unhandled_line(f: &PodFacts, o: &Options) -> String {
+    let container = if o.init_container_name.is_empty() {
+        "an init container"
+    } else {
+        o.init_container_name.as_str()
+    };
+    let how = match failure(f, o) {
+        Some(t) if t.message.trim().is_empty() => format!("last exited {}", t.exit_code),
+        Some(t) => format!("last exited {} ({:?})", t.exit_code, t.message.trim()),
+        None => "did not succeed".to_string(),
+    };
+    format!(
+        "pod {} (uid {}) is broken: {container} {how} (no redirection in its network namespace); \
+         no mode is enabled (repair-pods, delete-pods, label-pods), so nothing is done: it stays in its \
+         init containers until it is repaired, deleted or recreated by hand",
+        f.key(),
+        f.uid
+    )
 }
 
 /// What to do about a pod.
@@ -330,5 +358,42 @@ mod filter_tests {
         assert!(needs_repair(&f, &o));
         o.init_termination_msg = "M".into();
         assert!(!needs_repair(&f, &o), "case-sensitive");
+    }
+
+    #[test]
+    fn the_unhandled_line_names_the_matching_termination() {
+        let t = |code: i64, msg: &str| InitStatus {
+            succeeded: false,
+            last: Some(LastTermination {
+                exit_code: code,
+                message: msg.into(),
+            }),
+        };
+        let f = PodFacts {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: "u1".into(),
+            annotated: true,
+            init: vec![t(1, "other"), t(126, " died ")],
+            ..PodFacts::default()
+        };
+        let mut o = Options::default();
+        assert_eq!(failure(&f, &o).map(|t| t.exit_code), Some(126));
+        let line = unhandled_line(&f, &o);
+        assert!(
+            line.starts_with(
+                "pod ns/p (uid u1) is broken: istio-validation last exited 126 (\"died\")"
+            ),
+            "{line}"
+        );
+        assert!(line.contains("no mode is enabled"), "{line}");
+        o.init_container_name = String::new();
+        o.init_exit_code = 0;
+        assert!(unhandled_line(&f, &o).contains("an init container last exited 1 (\"other\")"));
+        let healthy = PodFacts {
+            annotated: false,
+            ..f.clone()
+        };
+        assert!(failure(&healthy, &o).is_none());
     }
 }
