@@ -237,3 +237,50 @@ fn a_namespace_squatting_the_pod_ip_is_never_programmed() {
     );
     assert_validation_passes(&pod.ns, false, &agent.log());
 }
+
+/// A broken pod the plugin leaves alone (here it opts out with `sidecar.istio.io/inject: "false"` yet
+/// carries the sidecar and `istio-validation`): repair in place has nothing to program, so it must say so
+/// and count a failure, never a repair. Before, it counted `{repair, success}`, wrote the Event "pod
+/// detected as broken, repaired" and remembered the UID as repaired, while nothing was programmed and the
+/// pod's `istio-validation` kept failing.
+#[test]
+fn a_broken_pod_the_plugin_does_not_redirect_is_never_counted_repaired() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(43);
+    let pod = node.pod("optout", r#""sidecar.istio.io/inject":"false""#, "", false);
+    let cgroup = PodCgroup::new(&pod.uid);
+    let pause = Pause::start(&pod.ns);
+    cgroup.add(pause.pid());
+    node.srv
+        .patch_pod("default", "optout", BROKEN_STATUS)
+        .unwrap();
+
+    let agent = Agent::start(&node, &[], &[]);
+    let count = |result: &str| metric(&scrape(agent.port), "repair", result);
+    let settled = wait_until(60, || count("fail") + count("success") >= 1);
+    assert!(settled, "no repair attempt; agent log:\n{}", agent.log());
+    assert_eq!(count("success"), 0, "agent log:\n{}", agent.log());
+    assert!(
+        agent.log().contains("sidecar.istio.io/inject=false"),
+        "agent log:\n{}",
+        agent.log()
+    );
+    assert!(!has_istio_rules(&pod.ns), "rules programmed");
+    let events = node.srv.events();
+    assert!(
+        !events
+            .iter()
+            .any(|e| istio_cni::json::str_of(e, "message")
+                == Some("pod detected as broken, repaired")),
+        "a repair was reported: {events:?}"
+    );
+    let before = validation_in(&pod.ns, false);
+    assert_eq!(
+        before.status.code(),
+        Some(126),
+        "{}",
+        crate::support::repair::show(&before)
+    );
+}
