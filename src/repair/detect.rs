@@ -21,6 +21,9 @@ pub struct InitStatus {
     pub succeeded: bool,
     /// `lastState.terminated`, if any.
     pub last: Option<LastTermination>,
+    /// Runs that have ended: `restartCount`, plus the one that ended last unless a run is going on (so a
+    /// run that starts does not count until it ends).
+    pub runs: i64,
 }
 
 /// What the agent remembers of a pod.
@@ -109,15 +112,22 @@ impl Detector {
                 o.init_container_name.is_empty()
                     || json::str_of(c, "name") == Some(o.init_container_name.as_str())
             })
-            .map(|c| InitStatus {
-                succeeded: terminated(c, "state").is_some_and(|t| {
-                    json::str_of(t, "reason") == Some("Completed")
-                        || int_of(t.get("exitCode")).unwrap_or(0) == 0
-                }),
-                last: terminated(c, "lastState").map(|t| LastTermination {
+            .map(|c| {
+                let last = terminated(c, "lastState").map(|t| LastTermination {
                     exit_code: int_of(t.get("exitCode")).unwrap_or(0),
                     message: json::str_of(t, "message").unwrap_or("").to_string(),
-                }),
+                });
+                let state = json::obj_of(c, "state");
+                let ended = terminated(c, "state").is_some()
+                    || (last.is_some() && state.is_some_and(|s| s.contains_key("waiting")));
+                InitStatus {
+                    succeeded: terminated(c, "state").is_some_and(|t| {
+                        json::str_of(t, "reason") == Some("Completed")
+                            || int_of(t.get("exitCode")).unwrap_or(0) == 0
+                    }),
+                    last,
+                    runs: int_of(c.get("restartCount")).unwrap_or(0).max(0) + i64::from(ended),
+                }
             })
             .collect();
         PodFacts {
@@ -138,37 +148,64 @@ impl Detector {
 /// The predicate (§1.2): annotated, and some named init container whose current run did not succeed
 /// last terminated with the configured message (trimmed; "" = any) and exit code (0 = any).
 pub fn needs_repair(f: &PodFacts, o: &Options) -> bool {
-    failure(f, o).is_some()
+    failing(f, o).is_some()
 }
 
-/// The last termination that makes the pod broken by [`needs_repair`], if any (the first matching one).
-pub fn failure<'a>(f: &'a PodFacts, o: &Options) -> Option<&'a LastTermination> {
+/// The init container that makes the pod broken by [`needs_repair`], if any (the first matching one).
+pub fn failing<'a>(f: &'a PodFacts, o: &Options) -> Option<&'a InitStatus> {
     if !f.annotated {
         return None;
     }
     let want_msg = o.init_termination_msg.trim();
-    f.init
-        .iter()
-        .filter(|c| !c.succeeded)
-        .filter_map(|c| c.last.as_ref())
-        .find(|t| {
+    f.init.iter().filter(|c| !c.succeeded).find(|c| {
+        c.last.as_ref().is_some_and(|t| {
             (want_msg.is_empty() || want_msg == t.message.trim())
                 && (o.init_exit_code == 0 || o.init_exit_code == t.exit_code)
         })
+    })
+}
+
+/// Its last termination ([`failing`]).
+pub fn failure<'a>(f: &'a PodFacts, o: &Options) -> Option<&'a LastTermination> {
+    failing(f, o).and_then(|c| c.last.as_ref())
+}
+
+/// The init container's name as the log says it.
+fn container(o: &Options) -> &str {
+    if o.init_container_name.is_empty() {
+        "an init container"
+    } else {
+        o.init_container_name.as_str()
+    }
+}
+
+/// How it last ended, e.g. `last exited 126`.
+fn how(f: &PodFacts, o: &Options) -> String {
+    match failure(f, o) {
+        Some(t) if t.message.trim().is_empty() => format!("last exited {}", t.exit_code),
+        Some(t) => format!("last exited {} ({:?})", t.exit_code, t.message.trim()),
+        None => "did not succeed".to_string(),
+    }
+}
+
+/// The log line for a pod repaired in place whose check failed again on a run that ended after the repair.
+pub fn failed_again_line(f: &PodFacts, o: &Options) -> String {
+    format!(
+        "pod {} (uid {}) is broken again: {} failed again after its repair in place ({}), though its \
+         rules were programmed and read back; something else fails the check (the probe port \
+         excluded from capture, the check run as another uid than the rules' proxy uid, the rules \
+         removed since: the audit says which); each UID is repaired once, so nothing more is done: \
+         look at the container's log",
+        f.key(),
+        f.uid,
+        container(o),
+        how(f, o)
+    )
 }
 
 /// The log line for a broken pod no mode acts on (the agent said at start that such pods are only logged).
 pub fn unhandled_line(f: &PodFacts, o: &Options) -> String {
-    let container = if o.init_container_name.is_empty() {
-        "an init container"
-    } else {
-        o.init_container_name.as_str()
-    };
-    let how = match failure(f, o) {
-        Some(t) if t.message.trim().is_empty() => format!("last exited {}", t.exit_code),
-        Some(t) => format!("last exited {} ({:?})", t.exit_code, t.message.trim()),
-        None => "did not succeed".to_string(),
-    };
+    let (container, how) = (container(o), how(f, o));
     format!(
         "pod {} (uid {}) is broken: {container} {how} (no redirection in its network namespace); \
          no mode is enabled (repair-pods, delete-pods, label-pods), so nothing is done: it stays in its \
@@ -347,6 +384,7 @@ mod filter_tests {
                     exit_code: 0,
                     message: " m ".into(),
                 }),
+                runs: 1,
             }],
             ..PodFacts::default()
         };
@@ -368,6 +406,7 @@ mod filter_tests {
                 exit_code: code,
                 message: msg.into(),
             }),
+            runs: 1,
         };
         let f = PodFacts {
             namespace: "ns".into(),
