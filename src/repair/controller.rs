@@ -4,10 +4,8 @@
 //! API failures are logged and retried.
 
 use super::action::Actor;
-use super::detect::{
-    choose_action, failed_again_line, failing, needs_repair, unhandled_line, Action, Detector,
-    PodFacts,
-};
+use super::detect::{choose_action, failing, needs_repair, Action, Detector, PodFacts};
+use super::report::{failed_again_line, unhandled_line};
 use crate::json::Object;
 use crate::kube::podwatch::PodSink;
 use crate::kube::ApiErrorExt;
