@@ -66,6 +66,15 @@ impl Actor {
             Error::other(format!("failed to parse addr: status.podIP {:?}", f.pod_ip))
         })?;
         let plan = plan.ok_or_else(|| Error::other("the pod's plan was not kept for repair"))?;
+        // A pod the plugin leaves alone has nothing to program: its istio-validation keeps failing, so
+        // this is no repair (counting one would report a pod fixed that is not, and never look again).
+        if let Ok(PodPlan::Skip(why)) = plan {
+            return Err(Error::other(format!(
+                "the plugin does not redirect this pod ({why}): nothing to program, and its \
+                 istio-validation cannot pass; recreate the pod without what makes the plugin skip it, \
+                 or without istio-validation"
+            )));
+        }
         let env = |k: &str| std::env::var(k).ok();
         let choose = || crate::backend::for_agent(&self.netconf);
         let (line, ns) = procfs::in_pod_netns(

@@ -4,7 +4,8 @@
 //! API failures are logged and retried.
 
 use super::action::Actor;
-use super::detect::{choose_action, needs_repair, Action, Detector, PodFacts};
+use super::detect::{choose_action, failing, needs_repair, Action, Detector, PodFacts};
+use super::report::{failed_again_line, unhandled_line};
 use crate::json::Object;
 use crate::kube::podwatch::PodSink;
 use crate::kube::ApiErrorExt;
@@ -63,12 +64,47 @@ struct Item {
     due: Instant,
 }
 
+/// A pod already repaired or deleted: never acted on twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    pub uid: String,
+    /// Repaired in place: the runs its failing init container had ended then ([`super::detect::InitStatus::runs`]).
+    pub repaired_at_runs: Option<i64>,
+    /// Already said that its check failed again after the repair.
+    pub warned: bool,
+}
+
+impl Done {
+    pub fn new(action: Action, f: &PodFacts, o: &super::options::Options) -> Done {
+        Done {
+            uid: f.uid.clone(),
+            repaired_at_runs: (action == Action::Repair)
+                .then(|| failing(f, o).map_or(0, |c| c.runs)),
+            warned: false,
+        }
+    }
+
+    /// The warning, once, when `f` (this UID, still broken) shows a run of the check that ended after the
+    /// repair in place: the repair did not make it pass (pure).
+    pub fn failed_again(&mut self, f: &PodFacts, o: &super::options::Options) -> Option<String> {
+        let at = self.repaired_at_runs?;
+        let now = failing(f, o)?.runs;
+        if self.warned || now <= at {
+            return None;
+        }
+        self.warned = true;
+        Some(failed_again_line(f, o))
+    }
+}
+
 /// The worker's state: broken pods waiting for an action, and the pods already repaired or deleted
 /// (by UID) so they are never acted on twice.
 #[derive(Default)]
 pub struct Worker {
     pending: BTreeMap<String, Item>,
-    done: HashMap<String, String>,
+    done: HashMap<String, Done>,
+    /// Broken pods no mode acts on, already named in the log (by UID), so each is named once.
+    reported: HashMap<String, String>,
     /// Pods given up on (retry budget exceeded) in this run.
     pub failed: u32,
 }
@@ -90,7 +126,10 @@ impl Worker {
                     self.pending.remove(&key);
                     return;
                 }
-                if self.done.get(&key).is_some_and(|u| *u == facts.uid) {
+                if let Some(d) = self.done.get_mut(&key).filter(|d| d.uid == facts.uid) {
+                    if let Some(line) = d.failed_again(&facts, opts) {
+                        log::warn!("{line}");
+                    }
                     log::debug!(
                         "pod {key} (uid {}) was already handled; skipping",
                         facts.uid
@@ -111,6 +150,7 @@ impl Worker {
             Msg::Gone(key) => {
                 self.pending.remove(&key);
                 self.done.remove(&key);
+                self.reported.remove(&key);
             }
         }
     }
@@ -135,12 +175,17 @@ impl Worker {
             };
             let action = choose_action(&item.facts, &actor.opts);
             if action == Action::None {
+                if self.reported.get(&key) != Some(&item.facts.uid) {
+                    log::warn!("{}", unhandled_line(&item.facts, &actor.opts));
+                    self.reported.insert(key, item.facts.uid.clone());
+                }
                 continue;
             }
             match actor.act(action, &item.facts, item.plan.as_deref()) {
                 Ok(()) => {
                     if matches!(action, Action::Repair | Action::Delete) {
-                        self.done.insert(key, item.facts.uid.clone());
+                        let done = Done::new(action, &item.facts, &actor.opts);
+                        self.done.insert(key, done);
                     }
                 }
                 Err(e) if action == Action::Delete && e.is_not_found() => {
@@ -222,5 +267,55 @@ impl Runner {
             })
             .map(|_| ())
             .map_err(|e| crate::Error::io("repair: spawn the agent", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repair::options::Options;
+
+    /// `istio-validation` in `state` with `restartCount` `rc`, last terminated 126.
+    fn facts(det: &Detector, state: &str, rc: i64) -> PodFacts {
+        let pod = crate::json::parse_object(
+            &format!(
+                r#"{{"metadata":{{"name":"p","namespace":"ns","uid":"u1",
+                "annotations":{{"sidecar.istio.io/status":""}}}},"spec":{{"nodeName":"n1"}},
+                "status":{{"initContainerStatuses":[{{"name":"istio-validation","state":{state},
+                "restartCount":{rc},"lastState":{{"terminated":{{"exitCode":126}}}}}}]}}}}"#
+            ),
+            "pod",
+        )
+        .unwrap();
+        det.facts(&pod)
+    }
+
+    #[test]
+    fn a_run_ended_after_the_repair_is_said_once() {
+        let det = Detector::new(Options {
+            node_name: "n1".into(),
+            ..Options::default()
+        })
+        .unwrap();
+        let o = &det.opts;
+        let waiting = r#"{"waiting":{"reason":"CrashLoopBackOff"}}"#;
+        let running = r#"{"running":{}}"#;
+        let failed = r#"{"terminated":{"exitCode":126}}"#;
+        let at_repair = facts(&det, waiting, 1);
+        let mut d = Done::new(Action::Repair, &at_repair, o);
+        assert_eq!(d.repaired_at_runs, Some(2));
+        // The same failure, then the next run going on: not news.
+        assert_eq!(d.failed_again(&at_repair, o), None);
+        assert_eq!(d.failed_again(&facts(&det, running, 2), o), None);
+        // That run ended failing: said once.
+        let line = d.failed_again(&facts(&det, failed, 2), o).expect("said");
+        assert!(
+            line.starts_with("pod ns/p (uid u1) is broken again: istio-validation failed again"),
+            "{line}"
+        );
+        assert_eq!(d.failed_again(&facts(&det, waiting, 3), o), None);
+        // A deleted pod's entry never says it.
+        let mut del = Done::new(Action::Delete, &at_repair, o);
+        assert_eq!(del.failed_again(&facts(&det, waiting, 9), o), None);
     }
 }

@@ -21,6 +21,9 @@ pub struct InitStatus {
     pub succeeded: bool,
     /// `lastState.terminated`, if any.
     pub last: Option<LastTermination>,
+    /// Runs that have ended: `restartCount`, plus the one that ended last unless a run is going on (so a
+    /// run that starts does not count until it ends).
+    pub runs: i64,
 }
 
 /// What the agent remembers of a pod.
@@ -111,15 +114,22 @@ impl Detector {
                 o.init_container_name.is_empty()
                     || json::str_of(c, "name") == Some(o.init_container_name.as_str())
             })
-            .map(|c| InitStatus {
-                succeeded: terminated(c, "state").is_some_and(|t| {
-                    json::str_of(t, "reason") == Some("Completed")
-                        || int_of(t.get("exitCode")).unwrap_or(0) == 0
-                }),
-                last: terminated(c, "lastState").map(|t| LastTermination {
+            .map(|c| {
+                let last = terminated(c, "lastState").map(|t| LastTermination {
                     exit_code: int_of(t.get("exitCode")).unwrap_or(0),
                     message: json::str_of(t, "message").unwrap_or("").to_string(),
-                }),
+                });
+                let state = json::obj_of(c, "state");
+                let ended = terminated(c, "state").is_some()
+                    || (last.is_some() && state.is_some_and(|s| s.contains_key("waiting")));
+                InitStatus {
+                    succeeded: terminated(c, "state").is_some_and(|t| {
+                        json::str_of(t, "reason") == Some("Completed")
+                            || int_of(t.get("exitCode")).unwrap_or(0) == 0
+                    }),
+                    last,
+                    runs: int_of(c.get("restartCount")).unwrap_or(0).max(0) + i64::from(ended),
+                }
             })
             .collect();
         PodFacts {
@@ -141,16 +151,26 @@ impl Detector {
 /// The predicate (§1.2): annotated, and some named init container whose current run did not succeed
 /// last terminated with the configured message (trimmed; "" = any) and exit code (0 = any).
 pub fn needs_repair(f: &PodFacts, o: &Options) -> bool {
+    failing(f, o).is_some()
+}
+
+/// The init container that makes the pod broken by [`needs_repair`], if any (the first matching one).
+pub fn failing<'a>(f: &'a PodFacts, o: &Options) -> Option<&'a InitStatus> {
     if !f.annotated {
-        return false;
+        return None;
     }
     let want_msg = o.init_termination_msg.trim();
-    f.init.iter().filter(|c| !c.succeeded).any(|c| {
+    f.init.iter().filter(|c| !c.succeeded).find(|c| {
         c.last.as_ref().is_some_and(|t| {
             (want_msg.is_empty() || want_msg == t.message.trim())
                 && (o.init_exit_code == 0 || o.init_exit_code == t.exit_code)
         })
     })
+}
+
+/// Its last termination ([`failing`]).
+pub fn failure<'a>(f: &'a PodFacts, o: &Options) -> Option<&'a LastTermination> {
+    failing(f, o).and_then(|c| c.last.as_ref())
 }
 
 /// What to do about a pod.
@@ -322,6 +342,7 @@ mod filter_tests {
                     exit_code: 0,
                     message: " m ".into(),
                 }),
+                runs: 1,
             }],
             ..PodFacts::default()
         };

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod options;
 pub mod pod_netns;
 pub mod procfs;
+pub mod report;
 pub mod request;
 pub mod selector;
 

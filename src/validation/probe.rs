@@ -161,7 +161,15 @@ pub fn check(o: &Options, ipv6: bool) -> Result<Verdict> {
         }
         let slot = (deadline - now).min(Duration::from_secs(1));
         let client = match dial(lo, target, slot) {
-            Ok(fd) => Some(fd),
+            Ok(fd) => {
+                // Said unless a connection reaches a listener below: then the dial went elsewhere.
+                last_err = format!(
+                    "dial {target} connected, but not to this check's listeners: something else \
+                     accepted it (a listener on that port, so not redirected, or one on a capture port \
+                     this check could not bind)"
+                );
+                Some(fd)
+            }
             Err(e) => {
                 last_err = format!("dial {target}: {e}");
                 log::debug!("validation: {last_err}");

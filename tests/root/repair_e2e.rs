@@ -237,3 +237,145 @@ fn a_namespace_squatting_the_pod_ip_is_never_programmed() {
     );
     assert_validation_passes(&pod.ns, false, &agent.log());
 }
+
+/// A broken pod the plugin leaves alone (here it opts out with `sidecar.istio.io/inject: "false"` yet
+/// carries the sidecar and `istio-validation`): repair in place has nothing to program, so it must say so
+/// and count a failure, never a repair. Before, it counted `{repair, success}`, wrote the Event "pod
+/// detected as broken, repaired" and remembered the UID as repaired, while nothing was programmed and the
+/// pod's `istio-validation` kept failing.
+#[test]
+fn a_broken_pod_the_plugin_does_not_redirect_is_never_counted_repaired() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(43);
+    let pod = node.pod("optout", r#""sidecar.istio.io/inject":"false""#, "", false);
+    let cgroup = PodCgroup::new(&pod.uid);
+    let pause = Pause::start(&pod.ns);
+    cgroup.add(pause.pid());
+    node.srv
+        .patch_pod("default", "optout", BROKEN_STATUS)
+        .unwrap();
+
+    let agent = Agent::start(&node, &[], &[]);
+    let count = |result: &str| metric(&scrape(agent.port), "repair", result);
+    let settled = wait_until(60, || count("fail") + count("success") >= 1);
+    assert!(settled, "no repair attempt; agent log:\n{}", agent.log());
+    assert_eq!(count("success"), 0, "agent log:\n{}", agent.log());
+    assert!(
+        agent.log().contains("sidecar.istio.io/inject=false"),
+        "agent log:\n{}",
+        agent.log()
+    );
+    assert!(!has_istio_rules(&pod.ns), "rules programmed");
+    let events = node.srv.events();
+    assert!(
+        !events
+            .iter()
+            .any(|e| istio_cni::json::str_of(e, "message")
+                == Some("pod detected as broken, repaired")),
+        "a repair was reported: {events:?}"
+    );
+    let before = validation_in(&pod.ns, false);
+    assert_eq!(
+        before.status.code(),
+        Some(126),
+        "{}",
+        crate::support::repair::show(&before)
+    );
+}
+
+/// A pod repaired in place whose `istio-validation` then fails again, on a run that started after the
+/// repair (its rules were there all along: here the pod excludes the probe port 15002 from capture, so
+/// the check cannot pass whatever is programmed): the agent does not repair the same UID twice, but
+/// says so once in a warning naming the pod. Before, every later failure was a debug line only, after a
+/// `{repair, success}` count and a "repaired" Event: the pod sat stuck in its init containers unseen.
+#[test]
+fn a_pod_still_failing_validation_after_its_repair_is_named() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(44);
+    let pod = node.pod(
+        "stuck",
+        r#""traffic.sidecar.istio.io/excludeOutboundPorts":"15002""#,
+        "",
+        false,
+    );
+    let cgroup = PodCgroup::new(&pod.uid);
+    let pause = Pause::start(&pod.ns);
+    cgroup.add(pause.pid());
+    node.srv
+        .patch_pod("default", "stuck", BROKEN_STATUS)
+        .unwrap();
+
+    let agent = Agent::start(&node, &[], &[]);
+    assert!(
+        agent.wait_repaired(),
+        "no repair; agent log:\n{}",
+        agent.log()
+    );
+    // The check fails with the rules in place.
+    let after = validation_in(&pod.ns, false);
+    assert_eq!(
+        after.status.code(),
+        Some(126),
+        "{}",
+        crate::support::repair::show(&after)
+    );
+    let warned = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("default/stuck") && l.contains("failed again after"))
+            .count()
+    };
+    // The next run starts (the same failure still its last): not news.
+    node.srv
+        .patch_pod(
+            "default",
+            "stuck",
+            r#"{"status":{"initContainerStatuses":[{"name":"istio-validation",
+              "state":{"running":{"startedAt":"2026-01-01T00:00:00Z"}},
+              "lastState":{"terminated":{"exitCode":126,"reason":"Error"}},"ready":false,"restartCount":2,"image":"","imageID":""}]}}"#,
+        )
+        .unwrap();
+    touch_pod(&node.srv, "stuck");
+    let seen = wait_until(60, || agent.log().contains("pod default/stuck (uid"));
+    assert!(
+        seen,
+        "the agent did not see the update; log:\n{}",
+        agent.log()
+    );
+    assert_eq!(warned(&agent.log()), 0, "agent log:\n{}", agent.log());
+    // That run fails too, then another: named once.
+    for (state, restarts) in [
+        (r#"{"terminated":{"exitCode":126,"reason":"Error"}}"#, 2),
+        (r#"{"waiting":{"reason":"CrashLoopBackOff"}}"#, 2),
+        (r#"{"waiting":{"reason":"CrashLoopBackOff"}}"#, 3),
+    ] {
+        node.srv
+            .patch_pod(
+                "default",
+                "stuck",
+                &format!(
+                    r#"{{"status":{{"initContainerStatuses":[{{"name":"istio-validation","state":{state},
+                      "lastState":{{"terminated":{{"exitCode":126,"reason":"Error"}}}},"ready":false,
+                      "restartCount":{restarts},"image":"","imageID":""}}]}}}}"#
+                ),
+            )
+            .unwrap();
+    }
+    let named = wait_until(60, || warned(&agent.log()) >= 1);
+    assert!(named, "not named; agent log:\n{}", agent.log());
+    let handled = |log: &str| log.matches("pod default/stuck (uid").count();
+    let before = handled(&agent.log());
+    touch_pod(&node.srv, "stuck");
+    let seen = wait_until(60, || handled(&agent.log()) > before);
+    assert!(
+        seen,
+        "the agent did not see the update; log:\n{}",
+        agent.log()
+    );
+    let count = |r: &str| metric(&scrape(agent.port), "repair", r);
+    assert_eq!((count("success"), count("fail")), (1, 0), "{}", agent.log());
+    assert_eq!(warned(&agent.log()), 1, "agent log:\n{}", agent.log());
+}

@@ -161,3 +161,38 @@ iptables-restore --noflush < {rules}
         "{err}"
     );
 }
+
+/// A listener bound in `ns` (a thread enters it; the socket stays there).
+fn listen_in(ns: &crate::support::Netns, addr: &str) -> std::net::TcpListener {
+    let (path, addr) = (ns.path(), addr.to_string());
+    std::thread::spawn(move || {
+        let f = std::fs::File::open(&path).expect("open the netns");
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
+        std::net::TcpListener::bind(addr).expect("bind")
+    })
+    .join()
+    .expect("listener thread")
+}
+
+/// Something already listening where the probe dials (0.0.0.0:15002 takes 127.0.0.6:15002), and no rules:
+/// every dial connects, straight to it. That is no redirection: exit 126, and the message says the dial
+/// connected to a listener there, not "no attempt" (what it said before, with every attempt connected).
+#[test]
+fn a_listener_on_the_probe_port_is_no_redirection_and_is_named() {
+    if !require_root() {
+        return;
+    }
+    let ns = crate::support::Netns::new("vldprobe");
+    let _squat = listen_in(&ns, "0.0.0.0:15002");
+    let o = ns.exec(&[BIN, "istio-validation", "--probe-timeout", "2s"]);
+    assert_eq!(o.status.code(), Some(126), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("validation timeout")
+            && err.contains("127.0.0.6:15002 connected")
+            && err.contains("not redirected"),
+        "{}",
+        show(&o)
+    );
+    assert!(!err.contains("no attempt"), "{}", show(&o));
+}

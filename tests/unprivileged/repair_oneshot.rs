@@ -442,3 +442,34 @@ fn boolean_values_as_the_next_argument_and_a_closed_stdout() {
         }
     }
 }
+
+/// With no mode enabled the agent says at start that broken pods are only logged: each broken pod is then
+/// named in the log (once per UID), with what its init container showed and why nothing is done; a healthy
+/// pod is not named. Before, nothing at all was logged about a broken pod: it stayed stuck unseen.
+#[test]
+fn no_mode_names_each_broken_pod_in_the_log() {
+    let api = Api::new("nomode");
+    api.add(&broken("b1"));
+    let mut healthy = broken("ok1");
+    let status = json::parse_object(
+        r#"{"initContainerStatuses":[{"name":"istio-validation",
+            "state":{"terminated":{"exitCode":0,"reason":"Completed"}},
+            "lastState":{"terminated":{"exitCode":126,"reason":"Error"}}}]}"#,
+        "status",
+    )
+    .unwrap();
+    healthy.insert("status".into(), Value::Object(status));
+    api.add(&healthy);
+    let out = api.run_once(&[format!("--repair-node-name={NODE}")]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("default/b1")).collect();
+    assert_eq!(lines.len(), 1, "{}", show(&out));
+    assert!(
+        lines[0].contains("broken") && lines[0].contains("126") && lines[0].contains("no mode"),
+        "{}",
+        show(&out)
+    );
+    assert!(!err.contains("default/ok1"), "{}", show(&out));
+    assert!(api.writes().is_empty(), "{:?}", api.writes());
+}
