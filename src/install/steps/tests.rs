@@ -215,3 +215,26 @@ fn a_file_at_the_owned_name_we_did_not_write_stays() {
     );
     assert!(!check::holds_entry(&fs::read(n.conf.join(OWNED)).unwrap()));
 }
+
+#[test]
+fn cleanup_gives_a_symlinked_conf_fallback_back_as_its_link() {
+    let n = Node::new("steps-linked-conf-fallback");
+    fs::write(n.conf.join("10-a.conflist"), PRIMARY).unwrap();
+    let conf = br#"{"cniVersion":"0.4.0","name":"b","type":"ptp"}"#;
+    let target = n.root.join("other/b.conf");
+    fs::write(&target, conf).unwrap();
+    let link = n.conf.join("20-b.conf");
+    symlink("../other/b.conf", &link).unwrap();
+    let mut inst = n.installer(&n.exe());
+    inst.write_config().unwrap();
+    // The single-plugin file became its list, which holds our entry.
+    assert!(check::holds_entry(
+        &fs::read(n.conf.join("20-b.conflist")).unwrap()
+    ));
+    inst.cleanup().unwrap();
+    assert!(!n.conf.join("20-b.conflist").exists(), "the list stayed");
+    let meta = fs::symlink_metadata(&link).unwrap();
+    assert!(meta.file_type().is_symlink(), "the link was not given back");
+    assert_eq!(fs::read_link(&link).unwrap(), Path::new("../other/b.conf"));
+    assert_eq!(fs::read(&target).unwrap(), conf);
+}

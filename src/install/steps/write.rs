@@ -95,6 +95,7 @@ impl Installer {
                     .flatten()
                     .unwrap_or(0o644),
                 bytes: bytes.clone(),
+                link: std::fs::read_link(dir.join(&f)).ok(),
             };
             if let Err(e) = originals::save(&self.originals, &original) {
                 log::warn!(
