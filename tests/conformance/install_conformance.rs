@@ -928,3 +928,31 @@ fn owned_layout_never_switches_the_nodes_network_in_any_differential_scenario() 
         "the owned file switched the network: {switched:?}"
     );
 }
+
+/// Every owned file upstream writes (the owned-layout vectors' `02-istio-conf.conflist` holding an
+/// `istio-cni` entry) is what we take for the owned layout's copy once the layout is switched off (README,
+/// "Switching the owned layout off"), so an agent replacing upstream's owned mode removes it. The one whose
+/// entry was removed is not (the default layout first merges our entry into it, the runtime's file, and
+/// then it is).
+#[test]
+fn upstreams_owned_files_are_recognised_as_owned_copies() {
+    use istio_cni::install::config::layout::is_owned_copy;
+    let mut seen = 0;
+    for case in cases("install") {
+        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.contains("istio-owned") {
+            continue;
+        }
+        for sub in ["before", "after"] {
+            let f = case.join(sub).join("02-istio-conf.conflist");
+            let Ok(bytes) = fs::read(&f) else { continue };
+            let with_entry = conflist::count_entries(&String::from_utf8_lossy(&bytes)) == 1;
+            assert_eq!(is_owned_copy(&bytes), with_entry, "{}", f.display());
+            seen += usize::from(with_entry);
+        }
+    }
+    assert!(
+        seen >= 4,
+        "only {seen} owned files with an entry in the vectors"
+    );
+}

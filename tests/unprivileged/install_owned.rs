@@ -140,3 +140,25 @@ fn a_pin_to_a_file_the_runtime_does_not_load_first_keeps_the_network_and_is_not_
         assert!(!n.conf.join(OWNED_FILE).exists());
     }
 }
+
+#[test]
+fn switched_off_the_owned_file_goes_and_the_primary_gets_our_entry_before_ready() {
+    let n = Node::new("owned-switched-off");
+    n.write("10-ptp.conflist", &list_text("ptp-net", "ptp"));
+    let p = n.start(OWNED);
+    n.settle_ready(&p, "owned layout");
+    assert!(text(&n, OWNED_FILE).contains("\"ptp\""));
+    p.signal(Signal::SIGKILL);
+    drop(p);
+    // The primary's CNI changes its file while the agent is replaced by one with the owned layout off.
+    n.write("10-ptp.conflist", &list_text("ptp-net-2", "ptp"));
+    let mut p = n.start(&[]);
+    poll_until("the owned layout's copy removed", LONG, || {
+        !n.conf.join(OWNED_FILE).exists()
+    });
+    n.settle_ready(&p, "default layout");
+    assert_eq!(n.runtime_file().as_deref(), Some("10-ptp.conflist"));
+    assert!(text(&n, "10-ptp.conflist").contains("ptp-net-2"));
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}

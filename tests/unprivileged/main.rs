@@ -15,6 +15,7 @@ mod install_conf_dir_recreated;
 mod install_e2e;
 mod install_go_json;
 mod install_handover;
+mod install_in_place;
 mod install_invariant;
 mod install_links;
 mod install_lost_update;

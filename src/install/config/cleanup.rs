@@ -59,9 +59,22 @@ pub fn remove_config(dir: &Path, name: &OsStr, delete_whole_file: bool) -> Resul
     )))
 }
 
+/// Which file at cleanup is the Istio-owned one, deleted whole.
+#[derive(Debug, Clone, Copy)]
+pub enum Owned<'a> {
+    /// None (standalone mode).
+    None,
+    /// The owned layout is on: the file of this name.
+    Named(&'a OsStr),
+    /// The owned layout is off: the file of this name only when it is the layout's copy as we write it
+    /// ([`super::layout::is_owned_copy`]); any other file there only loses our entry.
+    Copy(&'a OsStr),
+}
+
 /// `--uninstall` without a record of what was written: every candidate file that is ours (top-level type
-/// `istio-cni`, or the Istio-owned file) is deleted; every list holding an `istio-cni` plugin loses it.
-pub fn scan_and_remove(dir: &Path, owned_name: Option<&OsStr>) -> Result<Vec<String>> {
+/// `istio-cni`, or the Istio-owned file: `owned`) is deleted; every list holding an `istio-cni` plugin
+/// loses it.
+pub fn scan_and_remove(dir: &Path, owned: Owned<'_>) -> Result<Vec<String>> {
     let mut notes = Vec::new();
     let mut first_err = None;
     let mut cands = select::list_candidates(dir)?;
@@ -72,7 +85,11 @@ pub fn scan_and_remove(dir: &Path, owned_name: Option<&OsStr>) -> Result<Vec<Str
             continue;
         };
         let ours_whole = super::libcni::plugin_type(&o) == Some(PLUGIN_TYPE)
-            || owned_name.is_some_and(|n| c.name == n);
+            || match owned {
+                Owned::None => false,
+                Owned::Named(n) => c.name == n,
+                Owned::Copy(n) => c.name == n && super::layout::is_owned_copy(bytes),
+            };
         if ours_whole || super::check::list_has_entry(&o) {
             match remove_config(dir, &c.name, ours_whole) {
                 Ok(n) => notes.push(n),

@@ -102,6 +102,31 @@ pub fn owned_text(primary: Option<&str>, entry: &Object) -> Result<String> {
     }
 }
 
+/// Whether `bytes`, the file at the owned file's name (`ISTIO_OWNED_CNI_CONFIG_FILENAME`), is an owned file
+/// as we write it ([`owned_text`]; upstream's owned mode prints the same): a list whose last plugin is its
+/// only `istio-cni` plugin, printed exactly as merging that plugin into the list without it prints it.
+/// With the owned layout switched off, only such a file is taken for the layout's leftover copy (it
+/// sorts first and would shadow the primary) and removed; a file at that name in any other form is
+/// someone else's.
+pub fn is_owned_copy(bytes: &[u8]) -> bool {
+    let text = super::libcni::go_text(bytes);
+    let Ok(Value::Object(o)) = json::parse_go_depth(&text, "CNI config") else {
+        return false;
+    };
+    let Some(Value::Object(last)) = json::arr_of(&o, "plugins").and_then(|p| p.last()) else {
+        return false;
+    };
+    if super::libcni::plugin_type(last) != Some(conflist::PLUGIN_TYPE)
+        || conflist::count_entries(&text) != 1
+    {
+        return false;
+    }
+    let Ok(Some(without)) = conflist::remove_entry(&text, "CNI config") else {
+        return false;
+    };
+    conflist::merge(&without, last).is_ok_and(|again| again.as_bytes() == bytes)
+}
+
 #[cfg(test)]
 #[path = "layout_tests.rs"]
 mod tests;

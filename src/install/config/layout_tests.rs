@@ -301,3 +301,38 @@ fn owned_layout_pinned_to_a_skipped_json_list_is_not_ready() {
         other => panic!("not ready, got {other:?}"),
     }
 }
+
+#[test]
+fn an_owned_copy_is_recognised_only_in_the_form_we_write() {
+    let primary = r#"{"cniVersion":"0.3.1","name":"a","plugins":[{"type":"bridge"}]}"#;
+    let conf = r#"{"cniVersion":"0.4.0","name":"c","type":"ptp"}"#;
+    for owned in [
+        owned_text(Some(primary), &entry()).unwrap(),
+        owned_text(Some(conf), &entry()).unwrap(),
+        owned_text(None, &entry()).unwrap(),
+    ] {
+        assert!(is_owned_copy(owned.as_bytes()), "{owned}");
+        // The same document printed otherwise, or with our entry taken out, is not our copy.
+        let v = json::parse(&owned, "t").unwrap();
+        assert!(!is_owned_copy(json::to_compact(&v).as_bytes()), "{owned}");
+        let without = conflist::remove_entry(&owned, "t").unwrap().unwrap();
+        assert!(!is_owned_copy(without.as_bytes()), "{without}");
+    }
+    // Our entry not last, or twice: never written by us.
+    let mut v = json::parse_object(&owned_text(Some(primary), &entry()).unwrap(), "t").unwrap();
+    let Some(Value::Array(plugins)) = v.get_mut("plugins") else {
+        panic!("no plugins")
+    };
+    plugins.reverse();
+    let reversed = conflist::render(&Value::Object(v.clone())).unwrap();
+    assert!(!is_owned_copy(reversed.as_bytes()), "{reversed}");
+    let Some(Value::Array(plugins)) = v.get_mut("plugins") else {
+        panic!("no plugins")
+    };
+    plugins.reverse();
+    plugins.push(Value::Object(entry()));
+    let twice = conflist::render(&Value::Object(v)).unwrap();
+    assert!(!is_owned_copy(twice.as_bytes()), "{twice}");
+    assert!(!is_owned_copy(primary.as_bytes()));
+    assert!(!is_owned_copy(b"not json"));
+}

@@ -27,9 +27,13 @@ pub struct Original {
     pub name: OsString,
     pub mode: u32,
     pub bytes: Vec<u8>,
+    /// The link's text when the name was a symlink (the bytes are its target's): a `.conf` that becomes
+    /// its `.conflist` loses the link itself, so the uninstall makes it again.
+    pub link: Option<PathBuf>,
 }
 
-const MAGIC: &[u8] = b"istio-cni original v1\n";
+const MAGIC_V1: &[u8] = b"istio-cni original v1\n";
+const MAGIC: &[u8] = b"istio-cni original v2\n";
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -45,34 +49,54 @@ fn unhex(s: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl Original {
-    /// The record's bytes: a header line, the name in hex, the mode in octal, then the file's bytes.
+    /// The record's bytes: a header line, the name in hex, the mode in octal, the link's text in hex
+    /// (empty: no link), then the file's bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
         out.extend_from_slice(hex(self.name.as_bytes()).as_bytes());
         out.push(b'\n');
         out.extend_from_slice(format!("{:o}\n", self.mode).as_bytes());
+        if let Some(l) = &self.link {
+            out.extend_from_slice(hex(l.as_os_str().as_bytes()).as_bytes());
+        }
+        out.push(b'\n');
         out.extend_from_slice(&self.bytes);
         out
     }
 
-    /// The inverse of [`Original::encode`]; `None` for anything else, and for a name that is not a plain
-    /// file name (a `/`, `.`, `..`, empty): [`restore_all`] writes under it in the conf dir, so a record
-    /// planted in the run dir must not name a path elsewhere.
+    /// The inverse of [`Original::encode`] (and of the first version's, without the link line); `None`
+    /// for anything else, and for a name that is not a plain file name (a `/`, `.`, `..`, empty, NUL):
+    /// [`restore_all`] writes under it in the conf dir, so a record planted in the run dir must not name
+    /// a path elsewhere.
     pub fn decode(b: &[u8]) -> Option<Original> {
-        let rest = b.strip_prefix(MAGIC)?;
-        let nl = rest.iter().position(|&c| c == b'\n')?;
+        let (v2, rest) = match b.strip_prefix(MAGIC) {
+            Some(rest) => (true, rest),
+            None => (false, b.strip_prefix(MAGIC_V1)?),
+        };
+        let line = |rest: &[u8]| -> Option<usize> { rest.iter().position(|&c| c == b'\n') };
+        let nl = line(rest)?;
         let name = OsString::from_vec(unhex(&rest[..nl])?);
         let n = name.as_bytes();
         if n.is_empty() || n.contains(&b'/') || n == b"." || n == b".." || n.contains(&0) {
             return None;
         }
         let rest = &rest[nl + 1..];
-        let nl = rest.iter().position(|&c| c == b'\n')?;
+        let nl = line(rest)?;
         let mode = u32::from_str_radix(std::str::from_utf8(&rest[..nl]).ok()?, 8).ok()?;
+        let mut rest = &rest[nl + 1..];
+        let mut link = None;
+        if v2 {
+            let nl = line(rest)?;
+            if nl > 0 {
+                link = Some(PathBuf::from(OsString::from_vec(unhex(&rest[..nl])?)));
+            }
+            rest = &rest[nl + 1..];
+        }
         Some(Original {
             name,
             mode,
-            bytes: rest[nl + 1..].to_vec(),
+            bytes: rest.to_vec(),
+            link,
         })
     }
 }
@@ -146,8 +170,19 @@ pub fn restore_all(conf_dir: &Path, dir: &Path) -> Result<Vec<String>> {
         match fsutil::read_config(&cur_path, fsutil::MAX_CONFIG_BYTES) {
             Ok(Some(b)) if b == o.bytes && list.is_none() => {}
             Ok(Some(b)) if !rewritten && restorable(&o.bytes, &b) => {
-                // Through a link, as the install wrote: the link stays, its target gets the bytes.
-                fsutil::write_atomic_through(&conf_dir.join(&o.name), &o.bytes, o.mode)?;
+                let at = conf_dir.join(&o.name);
+                match &o.link {
+                    // A linked `.conf` that became its list: the install removed the link and left its
+                    // target alone, so the link is made again (never over a name someone made since).
+                    Some(l) if current != o.name && !exists_at_all(&at)? => {
+                        std::os::unix::fs::symlink(l, &at).map_err(|e| {
+                            Error::io(format!("link {} to {}", at.display(), l.display()), e)
+                        })?;
+                        fsutil::fsync_dir(conf_dir)?;
+                    }
+                    // Through a link, as the install wrote: the link stays, its target gets the bytes.
+                    _ => fsutil::write_atomic_through(&at, &o.bytes, o.mode)?,
+                }
                 if current != o.name {
                     fsutil::remove_if_exists(&cur_path)?;
                 }
@@ -169,19 +204,42 @@ pub fn restore_all(conf_dir: &Path, dir: &Path) -> Result<Vec<String>> {
     Ok(notes)
 }
 
+/// Whether anything (a dangling link included) has this name.
+fn exists_at_all(p: &Path) -> Result<bool> {
+    Ok(fsutil::existing(std::fs::symlink_metadata(p), || {
+        format!("stat {}", p.display())
+    })?
+    .is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_record_decodes_to_itself() {
-        let o = Original {
+        let mut o = Original {
             name: OsString::from_vec(b"20-fl\xffannel.conf".to_vec()),
             mode: 0o640,
             bytes: b"{\"type\":\"flannel\"}\n\n".to_vec(),
+            link: None,
         };
-        assert_eq!(Original::decode(&o.encode()), Some(o));
+        assert_eq!(Original::decode(&o.encode()), Some(o.clone()));
+        o.link = Some(PathBuf::from(OsString::from_vec(
+            b"../x/\xff.conf".to_vec(),
+        )));
+        assert_eq!(Original::decode(&o.encode()), Some(o.clone()));
         assert_eq!(Original::decode(b"other"), None);
+        // A record of the first version (no link line) still reads.
+        let mut v1 = MAGIC_V1.to_vec();
+        v1.extend_from_slice(b"6162\n640\n{}");
+        let want = Original {
+            name: "ab".into(),
+            mode: 0o640,
+            bytes: b"{}".to_vec(),
+            link: None,
+        };
+        assert_eq!(Original::decode(&v1), Some(want));
         // A record naming anything but a plain file name in the conf dir is no record.
         for bad in [
             &b"../../etc/cron.d/x"[..],
@@ -195,6 +253,7 @@ mod tests {
                 name: OsString::from_vec(bad.to_vec()),
                 mode: 0o644,
                 bytes: b"{}".to_vec(),
+                link: None,
             };
             assert_eq!(Original::decode(&o.encode()), None, "{bad:?}");
         }

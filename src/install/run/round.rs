@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 /// How often the link chains are re-resolved and lost watches re-placed while waiting.
 pub const RESOLVE_PERIOD: Duration = Duration::from_secs(5);
 
+/// An in-place write is acted on once its writer has been quiet this long (or closed the file) ...
+pub const SETTLE_QUIET: Duration = Duration::from_millis(100);
+/// ... or after this long at most, for a writer that keeps writing.
+pub const SETTLE_CAP: Duration = Duration::from_secs(2);
+
 /// How long a watched directory may show its deleted self before the installer exits, so the kubelet
 /// restarts the container with the directory mounted afresh (upstream's chart has no liveness probe).
 pub const DELETED_DIR_EXIT: Duration = Duration::from_secs(10);
@@ -117,6 +122,13 @@ pub fn round(
     // Conf-dir events from before the check are reflected by the check itself; other changes are
     // handed back so the loop refreshes binaries or the kubeconfig first.
     let mut before = watcher.drain()?;
+    // Not ready here (a round starts after a change, or first): a file written in place is read once
+    // its writer is done.
+    match watcher.settle(stop, SETTLE_QUIET, SETTLE_CAP)? {
+        Wake::Stop => return Ok(RoundEnd::Stopped),
+        Wake::Changed(c) => before.merge(c),
+        Wake::Timeout => {}
+    }
     before.merge(refresh(inst, watcher, state)?);
     if before.service_account || before.bin || before.run {
         state.set_ready(false);

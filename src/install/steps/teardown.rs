@@ -38,14 +38,20 @@ impl Installer {
                 Err(e) => note(Err(e)),
             }
         }
-        if let Some(name) = &self.installed {
+        let owned_name = OsStr::new(&s.istio_owned_filename);
+        // With the owned layout off, its copy left behind goes in the scan below, whole (taking only
+        // our entry out would leave a stale copy of the primary sorting first).
+        let leftover = s.chained && !owned && self.installed.as_deref() == Some(owned_name);
+        if let Some(name) = self.installed.as_ref().filter(|_| !leftover) {
             note(cleanup::remove_config(dir, name, !s.chained || owned));
         }
         if s.chained || self.installed.is_none() {
-            match cleanup::scan_and_remove(
-                dir,
-                s.istio_owned.then_some(OsStr::new(&s.istio_owned_filename)),
-            ) {
+            let owned_file = match (s.chained, owned) {
+                (true, true) => cleanup::Owned::Named(owned_name),
+                (true, false) => cleanup::Owned::Copy(owned_name),
+                (false, _) => cleanup::Owned::None,
+            };
+            match cleanup::scan_and_remove(dir, owned_file) {
                 Ok(notes) if notes.is_empty() && self.installed.is_none() => {
                     note(Ok("no Istio CNI configuration found".into()))
                 }

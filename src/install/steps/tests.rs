@@ -26,18 +26,22 @@ impl Node {
 
     /// An installer of this node installing `exe` (chained, default layout).
     fn installer(&self, exe: &Path) -> Installer {
+        self.installer_with(exe, &[])
+    }
+
+    /// An installer of this node installing `exe`, with more settings (`extra`).
+    fn installer_with(&self, exe: &Path, extra: &[(&str, &str)]) -> Installer {
         let p = |d: &str| self.root.join(d).display().to_string();
-        let s = resolve_with(
-            &Default::default(),
-            &[
-                ("MOUNTED_CNI_NET_DIR", &p("conf")),
-                ("CNI_BIN_DIR", &p("bin")),
-                ("SECONDARY_BIN_DIR", &p("no-such-dir")),
-                ("CNI_AGENT_RUN_DIR", &p("run")),
-                ("REPAIR_ENABLED", "false"),
-            ],
-        )
-        .unwrap();
+        let mut env = vec![
+            ("MOUNTED_CNI_NET_DIR", p("conf")),
+            ("CNI_BIN_DIR", p("bin")),
+            ("SECONDARY_BIN_DIR", p("no-such-dir")),
+            ("CNI_AGENT_RUN_DIR", p("run")),
+            ("REPAIR_ENABLED", "false".into()),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let s = resolve_with(&Default::default(), &env).unwrap();
         Installer::new(s, exe.to_path_buf())
     }
 
@@ -121,4 +125,116 @@ fn check_is_not_ready_while_our_binary_cannot_run() {
     fs::remove_dir(&bin).unwrap();
     inst.install_binaries().unwrap();
     assert_eq!(inst.check(), Outcome::Valid { warning: None });
+}
+
+const OWNED: &str = "02-istio-cni.conflist";
+
+/// The owned layout installs its copy of the primary (10-a.conflist) on this node.
+fn owned_layout_installed(n: &Node) {
+    fs::write(n.conf.join("10-a.conflist"), PRIMARY).unwrap();
+    let mut on = n.installer_with(&n.exe(), &[("ISTIO_OWNED_CNI_CONFIG", "true")]);
+    on.write_config().unwrap();
+    assert!(check::holds_entry(&fs::read(n.conf.join(OWNED)).unwrap()));
+    assert_eq!(fs::read(n.conf.join("10-a.conflist")).unwrap(), PRIMARY);
+}
+
+#[test]
+fn owned_layout_switched_off_removes_its_copy_after_the_primary_has_our_entry() {
+    let n = Node::new("steps-owned-off");
+    owned_layout_installed(&n);
+    // The primary's CNI rewrites its file while the owned layout is off: the runtime must load it.
+    let rewritten =
+        br#"{"cniVersion":"0.3.1","name":"a2","plugins":[{"type":"bridge","mtu":1400}]}"#;
+    fs::write(n.conf.join("10-a.conflist"), rewritten).unwrap();
+    let mut off = n.installer(&n.exe());
+    off.install_binaries().unwrap();
+    off.write_config().unwrap();
+    assert!(
+        !n.conf.join(OWNED).exists(),
+        "the owned layout's stale copy still shadows the primary"
+    );
+    let primary = fs::read(n.conf.join("10-a.conflist")).unwrap();
+    assert!(check::holds_our_entry(&primary, &off.entry().to_object()));
+    assert!(String::from_utf8_lossy(&primary).contains("1400"));
+    assert_eq!(off.check(), Outcome::Valid { warning: None });
+    off.cleanup().unwrap();
+    assert!(!n.conf.join(OWNED).exists());
+    assert!(!check::holds_entry(
+        &fs::read(n.conf.join("10-a.conflist")).unwrap()
+    ));
+}
+
+#[test]
+fn owned_copy_left_behind_keeps_the_default_layout_not_ready() {
+    let n = Node::new("steps-owned-off-check");
+    owned_layout_installed(&n);
+    let mut off = n.installer(&n.exe());
+    off.install_binaries().unwrap();
+    // As a previous default-layout agent would have left it: the copy first, the primary with our entry.
+    off.assume_installed(OWNED.into());
+    let merged = crate::install::config::conflist::merge(
+        std::str::from_utf8(PRIMARY).unwrap(),
+        &off.entry().to_object(),
+    )
+    .unwrap();
+    fs::write(n.conf.join("10-a.conflist"), merged).unwrap();
+    let out = off.check();
+    assert!(
+        matches!(&out, Outcome::Invalid { reason } if reason.contains(OWNED)),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn uninstall_with_the_owned_layout_off_removes_its_copy() {
+    let n = Node::new("steps-owned-off-uninstall");
+    owned_layout_installed(&n);
+    let off = n.installer(&n.exe());
+    off.cleanup().unwrap();
+    assert!(
+        !n.conf.join(OWNED).exists(),
+        "the stale copy survived the uninstall"
+    );
+    assert_eq!(fs::read(n.conf.join("10-a.conflist")).unwrap(), PRIMARY);
+}
+
+#[test]
+fn a_file_at_the_owned_name_we_did_not_write_stays() {
+    let n = Node::new("steps-owned-off-foreign");
+    fs::write(n.conf.join("10-a.conflist"), PRIMARY).unwrap();
+    // Not in our rendering (one line), and our entry is not last: no copy of ours.
+    let foreign =
+        br#"{"cniVersion":"0.3.1","name":"x","plugins":[{"type":"istio-cni"},{"type":"ptp"}]}"#;
+    fs::write(n.conf.join(OWNED), foreign).unwrap();
+    let off = n.installer(&n.exe());
+    assert!(!matches!(off.check(), Outcome::Invalid { reason } if reason.contains("ISTIO_OWNED")));
+    off.cleanup().unwrap();
+    assert!(
+        n.conf.join(OWNED).exists(),
+        "a file we did not write was deleted"
+    );
+    assert!(!check::holds_entry(&fs::read(n.conf.join(OWNED)).unwrap()));
+}
+
+#[test]
+fn cleanup_gives_a_symlinked_conf_fallback_back_as_its_link() {
+    let n = Node::new("steps-linked-conf-fallback");
+    fs::write(n.conf.join("10-a.conflist"), PRIMARY).unwrap();
+    let conf = br#"{"cniVersion":"0.4.0","name":"b","type":"ptp"}"#;
+    let target = n.root.join("other/b.conf");
+    fs::write(&target, conf).unwrap();
+    let link = n.conf.join("20-b.conf");
+    symlink("../other/b.conf", &link).unwrap();
+    let mut inst = n.installer(&n.exe());
+    inst.write_config().unwrap();
+    // The single-plugin file became its list, which holds our entry.
+    assert!(check::holds_entry(
+        &fs::read(n.conf.join("20-b.conflist")).unwrap()
+    ));
+    inst.cleanup().unwrap();
+    assert!(!n.conf.join("20-b.conflist").exists(), "the list stayed");
+    let meta = fs::symlink_metadata(&link).unwrap();
+    assert!(meta.file_type().is_symlink(), "the link was not given back");
+    assert_eq!(fs::read_link(&link).unwrap(), Path::new("../other/b.conf"));
+    assert_eq!(fs::read(&target).unwrap(), conf);
 }

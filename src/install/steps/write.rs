@@ -22,6 +22,11 @@ impl Installer {
         if s.chained && s.istio_owned {
             return self.write_owned(choice);
         }
+        let choice = match self.retire_owned_copy()? {
+            true => self.choose(),
+            false => choice,
+        };
+        let s = &self.settings;
         let name = match choice {
             Choice::Use(n) => n,
             Choice::Wait(why) => return Ok(ConfigWrite::Waiting(why)),
@@ -90,6 +95,7 @@ impl Installer {
                     .flatten()
                     .unwrap_or(0o644),
                 bytes: bytes.clone(),
+                link: std::fs::read_link(dir.join(&f)).ok(),
             };
             if let Err(e) = originals::save(&self.originals, &original) {
                 log::warn!(
@@ -266,6 +272,68 @@ impl Installer {
             "{} keeps changing while we merge into it ({ATTEMPTS} attempts)",
             src.display()
         )))
+    }
+
+    /// The file at the owned file's name, when it is the owned layout's copy ([`layout::is_owned_copy`])
+    /// and the default layout is in effect (chained, `ISTIO_OWNED_CNI_CONFIG` off, CNI_CONF_NAME not
+    /// naming it): its bytes and stamp.
+    pub(super) fn owned_copy(&self) -> Option<(Vec<u8>, fsutil::Stamp)> {
+        let s = &self.settings;
+        let owned = OsStr::new(&s.istio_owned_filename);
+        if !s.chained || s.istio_owned || self.configured.as_deref() == Some(owned) {
+            return None;
+        }
+        let path = self.conf_dir().join(owned);
+        let stamp = fsutil::stamp(&path).ok().flatten()?;
+        let bytes = fsutil::read_config(&path, fsutil::MAX_CONFIG_BYTES)
+            .ok()
+            .flatten()?;
+        layout::is_owned_copy(&bytes).then_some((bytes, stamp))
+    }
+
+    /// The owned layout switched off: its copy of the primary would still sort first, so the runtime
+    /// would keep loading a stale copy and never see the primary's changes. The file the runtime loads
+    /// without it gets our entry first, then the copy goes (only the version judged ours), so the
+    /// runtime's file holds our entry throughout. Returns whether it went.
+    fn retire_owned_copy(&mut self) -> Result<bool> {
+        let Some((bytes, stamp)) = self.owned_copy() else {
+            return Ok(false);
+        };
+        let dir = self.conf_dir().to_path_buf();
+        let owned = OsString::from(&self.settings.istio_owned_filename);
+        let path = dir.join(&owned);
+        let valid = self.listing_quiet()?.valid;
+        let next = layout::owned_primary(&valid, &owned);
+        if let Some(next) = &next {
+            self.merge_into(next, false).with_context(|| {
+                format!(
+                    "{} is the owned layout's copy (ISTIO_OWNED_CNI_CONFIG is off now) and stays until                      {}, which the container runtime loads without it, has our entry",
+                    path.display(),
+                    shown(next)
+                )
+            })?;
+        }
+        let unchanged = fsutil::stamp(&path)? == Some(stamp)
+            && fsutil::read_config(&path, fsutil::MAX_CONFIG_BYTES)?.as_deref()
+                == Some(bytes.as_slice());
+        if !unchanged {
+            return Err(Error::other(format!(
+                "{} changed while we removed the owned layout's copy; looking again",
+                path.display()
+            )));
+        }
+        fsutil::remove_if_exists(&path)?;
+        log::warn!(
+            "removed {}: the owned layout's copy of the primary (ISTIO_OWNED_CNI_CONFIG is off), which              sorted first and hid the primary's own file from the container runtime; it now loads {}",
+            path.display(),
+            next.as_deref()
+                .map(shown)
+                .unwrap_or_else(|| "no configuration (none is left)".into())
+        );
+        if self.installed.as_deref() == Some(owned.as_os_str()) {
+            self.installed = None;
+        }
+        Ok(true)
     }
 
     /// At a stop that keeps everything for the next agent pod (a rolling update): an owned file holding

@@ -9,6 +9,13 @@
 //! — or, while it is missing, its nearest existing ancestor, for the name that leads to it (`dirs`).
 //! [`Watcher::health`] says when that is impossible: no ancestor can be watched, or the path still shows
 //! the deleted directory (a bind mount of a removed host directory), where a recreated one is invisible.
+//!
+//! A file written in place (`IN_MODIFY`) counts too, without waiting for its close: the runtime's own
+//! watch reloads on the write, and a writer holding its descriptor open (our binary truncated, the
+//! runtime's file rewritten without our entry) never closes it. In the conf dir only the names the
+//! runtime reads (`.conf`, `.conflist`, `.json`) count so, so another file written there in place (a
+//! log, a primary's kubeconfig) does not make readiness flap. Our own writes never land in place (temp
+//! files, renamed). Acting on a half-written file is avoided by [`Watcher::settle`].
 
 use crate::error::{Error, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -21,6 +28,7 @@ use std::time::{Duration, Instant};
 
 mod chains;
 mod dirs;
+mod settle;
 
 /// What a watched directory is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,10 +126,13 @@ pub struct Watcher {
     left_out: usize,
     /// Since when a watched directory has shown its deleted self ([`Watcher::deleted_for`]).
     deleted_at: Option<Instant>,
+    /// The last relevant in-place write (`IN_MODIFY`) not yet followed by a close ([`Watcher::settle`]).
+    modified_at: Option<Instant>,
 }
 
 const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
     .union(AddWatchFlags::IN_CLOSE_WRITE)
+    .union(AddWatchFlags::IN_MODIFY)
     .union(AddWatchFlags::IN_MOVED_TO)
     .union(AddWatchFlags::IN_MOVED_FROM)
     .union(AddWatchFlags::IN_DELETE)
@@ -147,6 +158,7 @@ impl Watcher {
             unwatched: BTreeSet::new(),
             left_out: 0,
             deleted_at: None,
+            modified_at: None,
         })
     }
 
@@ -209,8 +221,10 @@ impl Watcher {
                     continue;
                 }
                 let self_event = ev.mask.intersects(SELF_EVENTS);
+                let in_place = ev.mask.contains(AddWatchFlags::IN_MODIFY);
                 let name = ev.name.unwrap_or_default();
                 let shown = name.to_string_lossy();
+                let mut relevant = false;
                 for m in self.marks.iter().filter(|m| m.wd == ev.wd) {
                     match &m.why {
                         Why::Base(i) => {
@@ -218,8 +232,13 @@ impl Watcher {
                             if self_event {
                                 ch.set(role);
                                 redo.insert(*i);
-                            } else if (self.filter)(role, &shown) {
+                            } else if (self.filter)(role, &shown)
+                                && !(in_place
+                                    && role == Role::ConfDir
+                                    && !crate::install::config::select::is_candidate_name(&name))
+                            {
                                 ch.set(role);
+                                relevant = true;
                             }
                         }
                         Why::Ancestor(i, next) => {
@@ -230,9 +249,15 @@ impl Watcher {
                         Why::Link(names, _) => {
                             if self_event || names.contains(&name) {
                                 ch.conf = true;
+                                relevant = true;
                             }
                         }
                     }
+                }
+                if relevant && in_place {
+                    self.modified_at = Some(Instant::now());
+                } else if relevant && ev.mask.contains(AddWatchFlags::IN_CLOSE_WRITE) {
+                    self.modified_at = None;
                 }
                 if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
                     // The kernel dropped this watch: forget every use of it.

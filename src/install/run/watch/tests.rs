@@ -118,3 +118,65 @@ fn link_directories_are_watched_for_their_names_and_dropped_when_unused() {
     assert!(w.marks.iter().all(|m| !m.dir.ends_with("t1")));
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn a_file_written_in_place_without_close_is_a_change_for_the_names_that_matter() {
+    use std::io::Write;
+    let d = crate::fsutil::test_dir("watch-in-place");
+    let bin = d.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for (dir, name) in [
+        (&d, "10-a.conflist"),
+        (&d, "calico-kubeconfig"),
+        (&bin, "istio-cni"),
+    ] {
+        std::fs::write(dir.join(name), b"{}").unwrap();
+    }
+    let mut w = Watcher::new(Box::new(|role, n: &str| {
+        role != Role::BinDir || n == "istio-cni"
+    }))
+    .unwrap();
+    w.add(&d, Role::ConfDir).unwrap();
+    w.add(&bin, Role::BinDir).unwrap();
+    let open = |p: std::path::PathBuf| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(p)
+            .unwrap()
+    };
+    // Truncated and rewritten in place, the descriptor kept open: no close event.
+    let mut conf = open(d.join("10-a.conflist"));
+    conf.write_all(b"{\"plugins\":[]}").unwrap();
+    match w.wait(None, Some(Duration::from_secs(5))).unwrap() {
+        Wake::Changed(c) => assert!(c.conf && !c.bin, "{c:?}"),
+        other => panic!("an in-place write of a CNI config was missed: {other:?}"),
+    }
+    let _bin_fd = open(bin.join("istio-cni"));
+    match w.wait(None, Some(Duration::from_secs(5))).unwrap() {
+        Wake::Changed(c) => assert!(c.bin, "{c:?}"),
+        other => panic!("our binary truncated in place was missed: {other:?}"),
+    }
+    // A file the runtime does not read, written in place in the conf dir: not a change.
+    let mut other = open(d.join("calico-kubeconfig"));
+    other.write_all(b"x").unwrap();
+    assert_eq!(
+        w.wait(None, Some(Duration::from_millis(50))).unwrap(),
+        Wake::Timeout
+    );
+    // Its close is (as before: a finished write of any conf-dir file is looked at).
+    drop(other);
+    assert!(changed_conf(&mut w));
+    // Settling: an unclosed write is waited for until quiet; a close ends it at once.
+    conf.write_all(b" ").unwrap();
+    assert!(changed_conf(&mut w));
+    assert!(w.modified_at.is_some());
+    assert_eq!(
+        w.settle(None, Duration::from_millis(20), Duration::from_secs(5))
+            .unwrap(),
+        Wake::Timeout
+    );
+    assert!(w.modified_at.is_none());
+    drop(conf);
+    std::fs::remove_dir_all(&d).unwrap();
+}
