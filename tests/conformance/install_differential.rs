@@ -17,6 +17,9 @@
 //!   (README, issue 32; upstream leaves them untouched): they are compared with our own merge of their
 //!   `before/` bytes ([`fallbacks`]); after cleanup they are back as we found them (issue 38), so the
 //!   whole conf dir is compared byte for byte with upstream's `after-cleanup/`.
+//! - `conflist-cniversions-*-rejected`, `conflist-disablegc-invalid-rejected`: `00-bad.conflist` is skipped
+//!   by libcni v1.3 (upstream's) but loaded by v1.1 (Debian 12's containerd 1.6 and podman 4.3), so it
+//!   holds our entry too, compared as a fallback is; after cleanup it is back as upstream left it.
 
 use crate::support::install::*;
 use istio_cni::install::config::select;

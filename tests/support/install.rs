@@ -145,7 +145,8 @@ pub struct Fallback {
     pub cleaned: String,
 }
 
-/// The fallbacks of a conf dir `before` (every valid file but `primary`, in libcni's order) with `entry`
+/// The fallbacks of a conf dir `before` (every valid file but `primary`, in libcni's order, and a list only
+/// libcni v1.1 loads sorting first: `select::Listing::older`) with `entry`
 /// (our plugin object, as the file we wrote holds it) merged in by the installer's own merge: the
 /// primary's bytes stay checked against upstream's goldens; these are the files upstream does not touch.
 pub fn fallbacks(before: &Path, primary: &str, entry: &json::Object) -> Vec<Fallback> {
@@ -154,9 +155,12 @@ pub fn fallbacks(before: &Path, primary: &str, entry: &json::Object) -> Vec<Fall
     let Ok(listing) = select::valid_configs("d", &cands, &|n| plugin_dir::read(before, n)) else {
         return Vec::new();
     };
+    // A list only libcni v1.1 loads, sorting first, holds our entry too (README: Debian 12's runtimes).
     listing
-        .valid
+        .older
         .iter()
+        .map(|(n, _)| n)
+        .chain(listing.valid.iter())
         .filter(|n| n.to_str() != Some(primary))
         .map(|n| {
             let text = libcni::go_text(&fs::read(before.join(n)).unwrap());

@@ -51,6 +51,10 @@ pub struct Listing {
     /// An [`Unread::Undecided`] candidate sorting before every valid one: the runtime may load it, so no
     /// file of ours can be the runtime's choice for sure (the installer stays not ready while it is there).
     pub blocked: Option<(OsString, String)>,
+    /// The first candidate sorting before every valid one that libcni v1.3 skips (with its reason) but
+    /// libcni v1.1 loads ([`super::libcni::Rules`]): Debian 12's containerd 1.6 and podman 4.3 use it, so
+    /// it must hold our entry too.
+    pub older: Option<(OsString, String)>,
 }
 
 /// The extensions the runtimes load, in libcni's `ConfFiles` call.
@@ -206,7 +210,20 @@ pub fn valid_configs(
         };
         match verdict {
             Ok(()) => listing.valid.push(c.name.clone()),
-            Err(why) => listing.skipped.push((c.name.clone(), why)),
+            Err(why) => {
+                if let (Ok(bytes), true) = (&c.content, listing.valid.is_empty()) {
+                    let old = super::libcni::validate_as(
+                        super::libcni::Rules::V1_1,
+                        &shown(&c.name),
+                        bytes,
+                        plugin_dir,
+                    );
+                    if old.is_ok() && listing.older.is_none() {
+                        listing.older = Some((c.name.clone(), why.clone()));
+                    }
+                }
+                listing.skipped.push((c.name.clone(), why));
+            }
         }
     }
     if listing.valid.is_empty() {

@@ -238,3 +238,66 @@ fn cleanup_gives_a_symlinked_conf_fallback_back_as_its_link() {
     assert_eq!(fs::read_link(&link).unwrap(), Path::new("../other/b.conf"));
     assert_eq!(fs::read(&target).unwrap(), conf);
 }
+
+/// Lists libcni v1.3 skips but v1.1 (Debian 12's containerd 1.6 and podman 4.3) loads: a name naming a
+/// regular file (its plugin directory cannot be listed), an unparsable `cniVersions`, a `disableGC` of
+/// another type, a plugin's GC attachments of another type.
+const OLD_LIBCNI_ONLY: [&str; 4] = [
+    r#"{"cniVersion":"0.4.0","name":"10-a.conflist","plugins":[{"type":"ptp"}]}"#,
+    r#"{"cniVersion":"0.4.0","name":"x","cniVersions":["x.y"],"plugins":[{"type":"ptp"}]}"#,
+    r#"{"cniVersion":"0.4.0","name":"x","disableGC":1,"plugins":[{"type":"ptp"}]}"#,
+    r#"{"cniVersion":"0.4.0","name":"x","plugins":[{"type":"ptp","cni.dev/valid-attachments":1}]}"#,
+];
+
+#[test]
+fn a_list_only_an_older_libcni_loads_sorting_first_gets_our_entry_too() {
+    for (i, text) in OLD_LIBCNI_ONLY.iter().enumerate() {
+        let n = Node::new(&format!("steps-old-libcni-{i}"));
+        fs::write(n.conf.join("10-a.conflist"), PRIMARY).unwrap();
+        fs::write(n.conf.join("05-x.conflist"), text).unwrap();
+        let mut inst = n.installer(&n.exe());
+        inst.install_binaries().unwrap();
+        inst.write_config().unwrap();
+        // Debian 12's runtimes load 05-x.conflist: ready only once it holds our entry.
+        let out = inst.check();
+        let x = fs::read(n.conf.join("05-x.conflist")).unwrap();
+        assert!(
+            check::holds_our_entry(&x, &inst.entry().to_object()),
+            "{text}: 05-x.conflist lacks our entry ({out:?})"
+        );
+        assert_eq!(out, Outcome::Valid { warning: None }, "{text}");
+        // Its owner rewrites it without our entry: not ready until it has it again.
+        fs::write(n.conf.join("05-x.conflist"), text).unwrap();
+        let out = inst.check();
+        assert!(
+            matches!(&out, Outcome::Invalid { reason } if reason.contains("05-x.conflist")),
+            "{text}: {out:?}"
+        );
+        inst.write_config().unwrap();
+        assert_eq!(inst.check(), Outcome::Valid { warning: None }, "{text}");
+        // The uninstall gives it back as found.
+        inst.cleanup().unwrap();
+        assert_eq!(
+            fs::read(n.conf.join("05-x.conflist")).unwrap(),
+            text.as_bytes()
+        );
+    }
+}
+
+#[test]
+fn owned_layout_a_list_only_an_older_libcni_loads_sorting_first_keeps_us_not_ready() {
+    let n = Node::new("steps-old-libcni-owned");
+    fs::write(n.conf.join("10-a.conflist"), PRIMARY).unwrap();
+    fs::write(n.conf.join("01-x.conflist"), OLD_LIBCNI_ONLY[0]).unwrap();
+    let mut inst = n.installer_with(&n.exe(), &[("ISTIO_OWNED_CNI_CONFIG", "true")]);
+    inst.install_binaries().unwrap();
+    inst.write_config().unwrap();
+    let out = inst.check();
+    assert!(
+        matches!(&out, Outcome::Preempted { runtime_file, .. } if runtime_file == "01-x.conflist"),
+        "{out:?}"
+    );
+    assert!(check::holds_entry(
+        &fs::read(n.conf.join("01-x.conflist")).unwrap()
+    ));
+}

@@ -11,6 +11,7 @@ use crate::install::config::layout;
 use crate::install::config::originals;
 use crate::install::config::select::{self, shown, Choice};
 use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 
 impl Installer {
     /// Writes our configuration (upstream `createCNIConfigFile`): merge into the primary, or the
@@ -71,10 +72,15 @@ impl Installer {
     /// by itself. A file we failed to write is not skipped (the check says not ready; we retry).
     fn merge_fallbacks(&mut self, primary: &OsStr) {
         let dir = self.conf_dir().to_path_buf();
-        let valid = self.listing_quiet().map(|l| l.valid).unwrap_or_default();
+        let (valid, older) = self
+            .listing_quiet()
+            .map(|l| (l.valid, l.older.map(|(n, _)| n)))
+            .unwrap_or_default();
         let entry = self.entry().to_object();
-        self.unmergeable.retain(|(n, _)| valid.contains(n));
-        for f in layout::entry_files(&valid, None) {
+        self.unmergeable
+            .retain(|(n, _)| valid.contains(n) || older.as_ref() == Some(n));
+        // A list only an older libcni loads, sorting first, is what such a runtime uses (select::Listing).
+        for f in older.into_iter().chain(layout::entry_files(&valid, None)) {
             if f == primary {
                 continue;
             }
@@ -145,7 +151,13 @@ impl Installer {
             .as_ref()
             .map(|l| l.valid.clone())
             .unwrap_or_default();
-        for f in layout::entry_files(&valid, Some(&owned)) {
+        let older = listing.as_ref().ok().and_then(|l| l.older.clone());
+        for f in older
+            .map(|(n, _)| n)
+            .filter(|n| n.as_bytes() < owned.as_bytes())
+            .into_iter()
+            .chain(layout::entry_files(&valid, Some(&owned)))
+        {
             match self.merge_into(&f, false) {
                 Ok((name, true)) => log::warn!(
                     "{}/{} sorts before the Istio-owned {} and the container runtime uses it: added our \

@@ -132,8 +132,8 @@ pub fn check(
     listing: &Result<Listing>,
     read: &dyn Fn(&OsStr) -> Option<Vec<u8>>,
 ) -> Outcome {
-    let (valid, blocked, skipped) = match listing {
-        Ok(l) => (&l.valid, &l.blocked, &l.skipped),
+    let (valid, blocked, skipped, older) = match listing {
+        Ok(l) => (&l.valid, &l.blocked, &l.skipped, &l.older),
         Err(e) => return invalid(e.to_string()),
     };
     if let Some((name, why)) = blocked {
@@ -151,8 +151,24 @@ pub fn check(
     let Some(first) = valid.first() else {
         return invalid(format!("no networks found in {}", ctx.dir));
     };
+    let older = older.as_ref().filter(|_| ctx.chained);
+    if let Some(out) = older.and_then(|(f, why)| older_lacking(ctx, first, f, why, read)) {
+        return out;
+    }
     if let (true, Some(owned)) = (ctx.chained, ctx.owned) {
-        return check_owned(ctx, valid, skipped, owned, read);
+        return match (check_owned(ctx, valid, skipped, owned, read), older) {
+            (Outcome::Valid { .. }, Some((f, _))) => Outcome::Preempted {
+                runtime_file: f.clone(),
+                reason: format!(
+                    "{} sorts before the Istio-owned {} and libcni before v1.2 (Debian 12's containerd \
+                     1.6, podman 4.3) loads it: our entry is in it too, but the owned layout is not in \
+                     effect there. Remove or fix it",
+                    ctx.path(f),
+                    ctx.path(owned)
+                ),
+            },
+            (out, _) => out,
+        };
     }
     let (warning, preempted) = match runtime_choice(ctx, first, skipped, read) {
         Ok(found) => found,
@@ -175,6 +191,48 @@ pub fn check(
         }
     }
     preempted.unwrap_or(Outcome::Valid { warning })
+}
+
+/// A list libcni v1.3 skips (`why`) but v1.1 loads, sorting before every valid file (`older`,
+/// [`super::select::Listing::older`]): Debian 12's containerd 1.6 and podman 4.3 use it instead of
+/// `first`, so it must hold our entry. `None` when it does; else reinstall (our entry goes into it too),
+/// or, when it cannot take our entry (its content tried, `ctx.unmergeable`) or CNI_CONF_NAME is pinned
+/// (we write nowhere else), not ready with nothing to rewrite.
+fn older_lacking(
+    ctx: &CheckCtx<'_>,
+    first: &OsStr,
+    older: &OsStr,
+    why: &str,
+    read: &dyn Fn(&OsStr) -> Option<Vec<u8>>,
+) -> Option<Outcome> {
+    let bytes = read(older)?;
+    if holds_our_entry(&bytes, ctx.entry) {
+        return None;
+    }
+    let reason = format!(
+        "{} sorts before {} and lacks our entry: libcni v1.3 skips it ({why}), but libcni before v1.2, \
+         as in Debian 12's containerd 1.6 and podman 4.3, loads it",
+        ctx.path(older),
+        ctx.path(first)
+    );
+    let unmergeable = ctx
+        .unmergeable
+        .iter()
+        .any(|(n, b)| n == older && *b == bytes);
+    if unmergeable || (ctx.configured.is_some() && ctx.owned.is_none()) {
+        return Some(Outcome::Preempted {
+            runtime_file: older.to_os_string(),
+            reason: format!(
+                "{reason}; {}: pods started now by such a runtime are NOT redirected. Remove or fix it",
+                if unmergeable {
+                    "our entry cannot be added to it"
+                } else {
+                    "CNI_CONF_NAME is pinned elsewhere"
+                }
+            ),
+        });
+    }
+    Some(invalid(format!("{reason}: it gets our entry too")))
 }
 
 /// When the runtime's file (`first`) is not the one we installed: the warning saying so and, with

@@ -1,7 +1,7 @@
 //! libcni's `.conflist` rules (`NetworkConfFromFile`, see the module docs of [`super`]): the list's own
 //! keys, its inline plugins and those of its plugin directory.
 
-use super::{check_plugin_conf, go_text, PluginDir};
+use super::{check_plugin_conf, go_text, PluginDir, Rules};
 use crate::json::ordered::{Doc, Id, Keys, Node};
 use crate::json::{self, Value};
 
@@ -49,6 +49,7 @@ fn read_bool(doc: &Doc, list: Id, key: &str) -> Result<bool, String> {
 /// unless `loadOnlyInlinedPlugins`, the plugins of `plugin_dir(name)` ([`PluginDir`]).
 pub(super) fn check_conf_list(
     doc: &Doc,
+    rules: Rules,
     plugin_dir: &dyn Fn(&str) -> PluginDir,
 ) -> Result<(), String> {
     let pre = "error parsing configuration list";
@@ -71,12 +72,27 @@ pub(super) fn check_conf_list(
             .str(v)
             .ok_or_else(|| format!("{pre}: invalid cniVersion type {}", doc.kind(v)))?,
     };
-    check_versions(doc, list, version).map_err(|e| format!("{pre}: {e}"))?;
-    for key in ["disableCheck", "disableGC"] {
-        read_bool(doc, list, key).map_err(|e| format!("{pre}: {e}"))?;
-    }
-    let only_inlined =
-        read_bool(doc, list, "loadOnlyInlinedPlugins").map_err(|e| format!("{pre}: {e}"))?;
+    let only_inlined = match rules {
+        Rules::V1_3 => {
+            check_versions(doc, list, version).map_err(|e| format!("{pre}: {e}"))?;
+            for key in ["disableCheck", "disableGC"] {
+                read_bool(doc, list, key).map_err(|e| format!("{pre}: {e}"))?;
+            }
+            read_bool(doc, list, "loadOnlyInlinedPlugins").map_err(|e| format!("{pre}: {e}"))?
+        }
+        // v1.1 `ConfListFromBytes`: `disableCheck` asserted to a Go bool, `plugins` required.
+        Rules::V1_1 => {
+            if let Some(v) = doc.get(list, "disableCheck") {
+                if !matches!(doc.node(v), Node::Scalar(Value::Bool(_))) {
+                    return Err(format!("{pre}: invalid disableCheck type {}", doc.kind(v)));
+                }
+            }
+            if doc.get(list, "plugins").is_none() {
+                return Err(format!("{pre}: no 'plugins' key"));
+            }
+            true
+        }
+    };
     let plugins: &[Id] = match doc.get(list, "plugins") {
         None if only_inlined => {
             return Err(format!(
@@ -91,7 +107,7 @@ pub(super) fn check_conf_list(
         },
     };
     for (i, p) in plugins.iter().enumerate() {
-        check_plugin_conf(doc, Keys::Map, *p)
+        check_plugin_conf(doc, Keys::Map, *p, rules)
             .map_err(|e| format!("failed to parse plugin config {i}: {e}"))?;
     }
     let mut count = plugins.len();
@@ -103,7 +119,8 @@ pub(super) fn check_conf_list(
         for (file, bytes) in files {
             let d = Doc::parse(&go_text(&bytes), &file, json::GO_MAX_DEPTH)
                 .map_err(|e| format!("{file}: error parsing configuration: {e}"))?;
-            check_plugin_conf(&d, Keys::Source, d.root()).map_err(|e| format!("{file}: {e}"))?;
+            check_plugin_conf(&d, Keys::Source, d.root(), rules)
+                .map_err(|e| format!("{file}: {e}"))?;
             count += 1;
         }
     }

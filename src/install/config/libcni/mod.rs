@@ -216,10 +216,31 @@ pub fn parse(bytes: &[u8], what: &str) -> crate::error::Result<Value> {
     json::parse_go_depth(&go_text(bytes), what)
 }
 
-/// `NetworkPluginConfFromBytes`: decodes as `types.PluginConf` (keys seen in the order `keys`), then
-/// requires a non-empty type.
-fn check_plugin_conf(doc: &Doc, keys: Keys, v: Id) -> std::result::Result<(), String> {
-    decode_struct(doc, keys, "PluginConf", v, &PLUGIN_FIELDS)
+/// Whose rules: libcni v1.3.0 (upstream Istio's, current go-cni and ocicni: the installer's model of
+/// the runtime), or v1.1 (Debian 12's containerd 1.6.20 and podman 4.3.1 carry it: no plugin directory,
+/// no `cniVersions`, `disableGC`, `loadOnlyInlinedPlugins` or GC attachments, `disableCheck` a JSON bool,
+/// `plugins` required). A list only v1.1 loads sorting first keeps the installer not ready
+/// ([`super::select::valid_configs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rules {
+    V1_3,
+    V1_1,
+}
+
+/// `NetworkPluginConfFromBytes` (v1.1: `ConfFromBytes`): decodes as `types.PluginConf` (keys seen in the
+/// order `keys`), then requires a non-empty type.
+fn check_plugin_conf(
+    doc: &Doc,
+    keys: Keys,
+    v: Id,
+    rules: Rules,
+) -> std::result::Result<(), String> {
+    let fields = match rules {
+        Rules::V1_3 => &PLUGIN_FIELDS[..],
+        // v1.1's `types.NetConf` has no `cni.dev/valid-attachments`.
+        Rules::V1_1 => &PLUGIN_FIELDS[..PLUGIN_FIELDS.len() - 1],
+    };
+    decode_struct(doc, keys, "PluginConf", v, fields)
         .map_err(|e| format!("error parsing configuration: {e}"))?;
     let ty = go_struct::last_match(doc.entries(v, keys), "type", |x| doc.is_null(x));
     match ty.and_then(|t| doc.str(t)) {
@@ -235,6 +256,16 @@ pub fn validate(
     content: &[u8],
     plugin_dir: &dyn Fn(&str) -> PluginDir,
 ) -> std::result::Result<(), String> {
+    validate_as(Rules::V1_3, name, content, plugin_dir)
+}
+
+/// [`validate`] under the given libcni's [`Rules`] (v1.1 reads no plugin directory).
+pub fn validate_as(
+    rules: Rules,
+    name: &str,
+    content: &[u8],
+    plugin_dir: &dyn Fn(&str) -> PluginDir,
+) -> std::result::Result<(), String> {
     let list = name.ends_with(".conflist");
     let doc = Doc::parse(&go_text(content), "configuration", json::GO_MAX_DEPTH).map_err(|e| {
         if list {
@@ -244,13 +275,13 @@ pub fn validate(
         }
     })?;
     if list {
-        return check_conf_list(&doc, plugin_dir);
+        return check_conf_list(&doc, rules, plugin_dir);
     }
     // The file's own bytes, keys as written; then `ConfListFromConf`, which decodes them into a map and
     // puts that into a list, so the plugin is decoded again with its keys sorted and de-duplicated (name
     // and cniVersion of that list are strings by now).
-    check_plugin_conf(&doc, Keys::Source, doc.root())?;
-    check_plugin_conf(&doc, Keys::Map, doc.root())
+    check_plugin_conf(&doc, Keys::Source, doc.root(), rules)?;
+    check_plugin_conf(&doc, Keys::Map, doc.root(), rules)
         .map_err(|e| format!("failed to parse plugin config 0: {e}"))
 }
 

@@ -255,3 +255,80 @@ fn nesting_as_deep_as_go_allows_on_any_stack() {
     };
     crate::json::tests::on_this_and_a_small_stack(run);
 }
+
+#[test]
+fn libcni_v1_1_reads_no_plugin_directory_and_fewer_keys() {
+    let v = |rules: Rules, name: &str, text: &str, dir: &dyn Fn(&str) -> PluginDir| {
+        validate_as(rules, name, text.as_bytes(), dir).is_ok()
+    };
+    let unlistable = |_: &str| PluginDir::Error("not a directory".into());
+    let with_conf =
+        |_: &str| PluginDir::Files(vec![("n/a.conf".into(), br#"{"type":"ptp"}"#.to_vec())]);
+    // Only v1.3 skips these (Debian 12's containerd 1.6 and podman 4.3 load them).
+    for (text, dir) in [
+        (
+            r#"{"name":"n","plugins":[{"type":"x"}]}"#,
+            &unlistable as &dyn Fn(&str) -> PluginDir,
+        ),
+        (
+            r#"{"name":"n","cniVersions":["x"],"plugins":[{"type":"x"}]}"#,
+            &no_plugin_dir,
+        ),
+        (
+            r#"{"name":"n","disableGC":1,"plugins":[{"type":"x"}]}"#,
+            &no_plugin_dir,
+        ),
+        (
+            r#"{"name":"n","loadOnlyInlinedPlugins":"maybe","plugins":[{"type":"x"}]}"#,
+            &no_plugin_dir,
+        ),
+        (
+            r#"{"name":"n","plugins":[{"type":"x","cni.dev/valid-attachments":1}]}"#,
+            &no_plugin_dir,
+        ),
+    ] {
+        assert!(!v(Rules::V1_3, "a.conflist", text, dir), "{text}");
+        assert!(v(Rules::V1_1, "a.conflist", text, dir), "{text}");
+    }
+    assert!(!v(
+        Rules::V1_3,
+        "a.conf",
+        r#"{"type":"x","cni.dev/valid-attachments":1}"#,
+        &no_plugin_dir
+    ));
+    assert!(v(
+        Rules::V1_1,
+        "a.conf",
+        r#"{"type":"x","cni.dev/valid-attachments":1}"#,
+        &no_plugin_dir
+    ));
+    // Only v1.3 loads these.
+    for (text, dir) in [
+        (
+            r#"{"name":"n","disableCheck":"true","plugins":[{"type":"x"}]}"#,
+            &no_plugin_dir as &dyn Fn(&str) -> PluginDir,
+        ),
+        (r#"{"name":"n"}"#, &with_conf),
+    ] {
+        assert!(v(Rules::V1_3, "a.conflist", text, dir), "{text}");
+        assert!(!v(Rules::V1_1, "a.conflist", text, dir), "{text}");
+    }
+    // Both: the common rules.
+    for text in [
+        r#"{"name":"n","plugins":[]}"#,
+        r#"{"plugins":[{"type":"x"}]}"#,
+        r#"{"name":"n","plugins":[{"type":1}]}"#,
+        r#"{"name":"n","disableCheck":null,"plugins":[{"type":"x"}]}"#,
+    ] {
+        assert!(
+            !v(Rules::V1_1, "a.conflist", text, &no_plugin_dir),
+            "{text}"
+        );
+    }
+    assert!(v(
+        Rules::V1_1,
+        "a.conflist",
+        r#"{"name":"n","disableCheck":true,"plugins":[{"type":"x"}]}"#,
+        &no_plugin_dir
+    ));
+}
