@@ -184,6 +184,8 @@ fn readme_vars(applet: &str) -> std::collections::BTreeSet<String> {
         "IPCTNL_MSG_CT_GET",
         "IPCTNL_MSG_CT_DELETE",
         "NS_GET_USERNS",
+        // The proxy container's variable the plugin's decision reads, not an agent setting.
+        "DISABLE_ENVOY",
     ];
     let is_name = |t: &str| {
         t.len() >= 4
