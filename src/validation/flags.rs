@@ -165,18 +165,20 @@ fn go_int(s: &str) -> bool {
     go_uint(s, i64::MAX as u64).is_some()
 }
 
-/// Whether `v` is Istio's `[scope:]level,...` with known levels (its `convertScopedLevel`).
+/// Whether `v` is Istio's `[scope:]level,...` with known levels (its `convertScopedLevel`), or empty:
+/// `--log_output_level=` (an injector whose `global.logging.level` is "") keeps pilot-agent's defaults.
 pub fn levels_ok(v: &str) -> bool {
-    v.split(',').all(|sl| {
-        let level = match sl.split(':').collect::<Vec<_>>()[..] {
-            [l] | [_, l] => l,
-            _ => return false,
-        };
-        matches!(
-            level,
-            "debug" | "info" | "warn" | "error" | "fatal" | "none"
-        )
-    })
+    v.is_empty()
+        || v.split(',').all(|sl| {
+            let level = match sl.split(':').collect::<Vec<_>>()[..] {
+                [l] | [_, l] => l,
+                _ => return false,
+            };
+            matches!(
+                level,
+                "debug" | "info" | "warn" | "error" | "fatal" | "none"
+            )
+        })
 }
 
 /// Whether pflag (and, for the levels, Istio's logging) takes `v` for a flag of `kind`.

@@ -195,6 +195,11 @@ fn the_injectors_arguments_of_several_releases_parse() {
             ),
         ),
     ];
+    // An empty `global.logging.level` renders `--log_output_level=`: upstream keeps its defaults.
+    releases.push((
+        "master, no log level",
+        words("-p 15001 -z 15006 -u 1337 -m REDIRECT -i * -x  -b * -d 15090,15021 --log_output_level= --run-validation --skip-rule-apply"),
+    ));
     // `-u` from the pod's runAsUser (1.20 on) and a TPROXY pod.
     releases.push((
         "master, OpenShift",
