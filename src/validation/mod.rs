@@ -1,9 +1,11 @@
 //! The `istio-validation` applet: what upstream's `istio-iptables --run-validation --skip-rule-apply` does
 //! in the injected `istio-validation` init container. Exit 0 when traffic from the proxy uid is redirected
-//! to the capture ports, 126 (upstream `ValidationErrorCode`, what the repair agent looks for) when not,
-//! 2 on bad flags or environment ([`crate::applet::EXIT_USAGE`]), 1 when it cannot become the proxy.
+//! to the capture ports, 126 (upstream `ValidationErrorCode`, what the repair agent looks for) when not;
+//! on a bad command line or configuration, upstream's codes: 255 for a flag or value pflag refuses, 1 for
+//! a configuration refused after parsing ([`options::Refusal`]); 1 when it cannot become the proxy.
 //! Nothing is written to `/dev/termination-log`, as upstream.
 
+pub mod flags;
 pub mod options;
 pub mod probe;
 
@@ -24,18 +26,18 @@ Otherwise, this pod will need to be manually removed so that it is scheduled on 
 /// after the switch, so they are owned by the proxy uid.
 fn become_proxy(o: &Options) -> crate::Result<()> {
     use nix::unistd::{geteuid, setgid, setgroups, setuid, Gid, Uid};
-    if !geteuid().is_root() || o.proxy_uid == 0 {
+    if !geteuid().is_root() {
+        return Ok(());
+    }
+    let (uid, gid) = o.proxy_ids()?;
+    if uid == 0 {
         return Ok(());
     }
     let err = |what: &str, e: nix::Error| crate::Error::io(what.to_string(), e.into());
-    setgroups(&[Gid::from_raw(o.proxy_gid)]).map_err(|e| err("setgroups", e))?;
-    setgid(Gid::from_raw(o.proxy_gid)).map_err(|e| err(&format!("setgid {}", o.proxy_gid), e))?;
-    setuid(Uid::from_raw(o.proxy_uid)).map_err(|e| err(&format!("setuid {}", o.proxy_uid), e))?;
-    log::info!(
-        "validation: started as root; checking as the proxy uid {} gid {}",
-        o.proxy_uid,
-        o.proxy_gid
-    );
+    setgroups(&[Gid::from_raw(gid)]).map_err(|e| err("setgroups", e))?;
+    setgid(Gid::from_raw(gid)).map_err(|e| err(&format!("setgid {gid}"), e))?;
+    setuid(Uid::from_raw(uid)).map_err(|e| err(&format!("setuid {uid}"), e))?;
+    log::info!("validation: started as root; checking as the proxy uid {uid} gid {gid}");
     Ok(())
 }
 
@@ -44,7 +46,10 @@ pub fn main(name: &str, args: &[String]) -> i32 {
     use crate::applet::{print_err, print_out};
     let o = match Options::parse(args, &|k| std::env::var(k).ok()) {
         Ok(o) => o,
-        Err(e) => return crate::applet::usage_error(name, &e.to_string()),
+        Err(e) => {
+            crate::applet::usage_error(name, &e.to_string());
+            return e.code();
+        }
     };
     if o.help {
         return print_out(name, options::USAGE, 0);
@@ -62,12 +67,18 @@ pub fn main(name: &str, args: &[String]) -> i32 {
             crate::logging::set_level(level);
         }
     }
+    for w in &o.warnings {
+        log::warn!("validation: {w}");
+    }
+    if o.dual_stack {
+        log::info!("validation: dual-stack: the family checked is still the pod's first address's, as upstream");
+    }
     if let Err(e) = become_proxy(&o) {
         print_err(&format!(
-            "{name}: cannot switch to the proxy uid {}: {e}\n",
+            "{name}: cannot switch to the proxy uid {:?}: {e}\n",
             o.proxy_uid
         ));
-        return 1;
+        return options::EXIT_BAD_CONFIG;
     }
     let ipv6 = probe::pod_is_ipv6();
     let (lo, dst) = probe::loopbacks(ipv6);

@@ -1,10 +1,27 @@
-//! The `istio-validation` command line: upstream `istio-iptables` flags (pflag syntax: `-p 15001`,
-//! `-p=15001`, `--envoy-port 15001`, `--envoy-port=15001`, bare booleans), so the injected container's
-//! arguments work verbatim. The flags that only shape rules are accepted and ignored: this applet never
-//! applies rules, it checks them. Env as upstream: the flag name upper-cased with `-` → `_`.
+//! The `istio-validation` command line: upstream `istio-iptables`' flags ([`super::flags`]: every flag of
+//! Istio 1.9 to master, pflag syntax), so the injected container's arguments work verbatim, and the
+//! variables upstream reads for them. Env as upstream's `flag.BindEnv`: the flag name upper-cased with
+//! `-` → `_`, plus the extra names it binds (`ISTIO_DUAL_STACK`, ...); a flag given wins.
+//!
+//! Read: `-p`, `-z`, `--iptables-probe-port`, `--probe-timeout` (what the check listens on, dials and
+//! waits), `-u`/`-g` (whom to become when started as root), `--log_output_level`, `--dual-stack` (logged:
+//! upstream's check picks the family by the pod's first address either way, see [`super::probe`]),
+//! `--force-iptables-binary` (checked as upstream's `Validate` does). Every other flag only shapes the
+//! rules `istio-iptables` would apply (ports, CIDRs, interfaces, mode, marks, DNS, nftables, reconcile,
+//! dry run, ...) or its logging: with `--skip-rule-apply` upstream applies none either, and the check
+//! (redirection of the proxy's loopback connection to a capture port) does not depend on them, so they
+//! are accepted and ignored.
 
+use super::flags::{self, BadFlag};
 use crate::error::{Error, Result};
+use std::fmt;
 use std::time::Duration;
+
+/// Exit code for a command line upstream refuses too: `pilot-agent` exits -1 (255) when cobra fails.
+pub const EXIT_BAD_FLAGS: i32 = 255;
+/// Exit code for a configuration upstream refuses after parsing (`handleErrorWithCode(err, 1)`), and for
+/// a value the check cannot use (a port that is no port).
+pub const EXIT_BAD_CONFIG: i32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
@@ -16,73 +33,68 @@ pub struct Options {
     pub probe_port: u16,
     /// `--probe-timeout`.
     pub probe_timeout: Duration,
-    /// `-u/--proxy-uid`: the proxy's uid; when started as root the check drops to it.
-    pub proxy_uid: u32,
-    /// `-g/--proxy-gid` (default: the uid).
-    pub proxy_gid: u32,
+    /// `-u/--proxy-uid` as given: one uid or a comma-separated list (upstream exempts each from capture).
+    pub proxy_uid: String,
+    /// `-g/--proxy-gid` as given (default: the uid).
+    pub proxy_gid: Option<String>,
+    /// `--dual-stack` / `DUAL_STACK` / `ISTIO_DUAL_STACK`.
+    pub dual_stack: bool,
     pub log_level: Option<String>,
     pub help: bool,
     pub version: bool,
+    /// Variables upstream ignores silently (a value its flag's type refuses): said once logging runs.
+    pub warnings: Vec<String>,
 }
 
-/// Flags taking a value: (short, long, env). Those marked ignored only shape rules.
-const VALUED: &[(Option<char>, &str, Option<&str>)] = &[
-    (Some('p'), "envoy-port", None),
-    (
-        Some('z'),
-        "inbound-capture-port",
-        Some("INBOUND_CAPTURE_PORT"),
-    ),
-    (None, "iptables-probe-port", Some("IPTABLES_PROBE_PORT")),
-    (None, "probe-timeout", Some("PROBE_TIMEOUT")),
-    (Some('u'), "proxy-uid", None),
-    (Some('g'), "proxy-gid", None),
-    (None, "log_output_level", None),
-    // Rule-shaping flags: accepted, ignored.
-    (Some('e'), "inbound-tunnel-port", None),
-    (Some('m'), "istio-inbound-interception-mode", None),
-    (Some('t'), "istio-inbound-tproxy-mark", None),
-    (Some('r'), "istio-inbound-tproxy-route-table", None),
-    (Some('b'), "istio-inbound-ports", None),
-    (Some('d'), "istio-local-exclude-ports", None),
-    (Some('o'), "istio-local-outbound-ports-exclude", None),
-    (Some('q'), "istio-outbound-ports", None),
-    (Some('i'), "istio-service-cidr", None),
-    (Some('x'), "istio-service-exclude-cidr", None),
-    (Some('k'), "kube-virt-interfaces", None),
-    (Some('c'), "istio-exclude-interfaces", None),
-    (None, "network-namespace", None),
-    (None, "log_target", None),
-    (None, "log_caller", None),
-    (None, "log_stacktrace_level", None),
-    (None, "log_rotate", None),
-    (None, "log_rotate_max_age", None),
-    (None, "log_rotate_max_backups", None),
-    (None, "log_rotate_max_size", None),
-];
+/// Why the command line or the environment is refused, with upstream's exit code for it.
+#[derive(Debug)]
+pub enum Refusal {
+    Flags(BadFlag),
+    Config(Error),
+}
 
-/// Boolean flags, all ignored (validation is what we do anyway; we never apply rules).
-const BOOLS: &[(Option<char>, &str)] = &[
-    (None, "run-validation"),
-    (None, "skip-rule-apply"),
-    (Some('n'), "dry-run"),
-    (None, "redirect-dns"),
-    (None, "capture-all-dns"),
-    (None, "drop-invalid"),
-    (None, "native-nftables"),
-    (None, "dual-stack"),
-    (None, "cni-mode"),
-    (None, "reconcile"),
-    (None, "cleanup-only"),
-    (None, "force-apply"),
-    (None, "log_as_json"),
-    (None, "restore-format"),
-    (Some('a'), "trace-logging"),
-];
+impl Refusal {
+    pub fn code(&self) -> i32 {
+        match self {
+            Refusal::Flags(_) => EXIT_BAD_FLAGS,
+            Refusal::Config(_) => EXIT_BAD_CONFIG,
+        }
+    }
+}
 
-/// Flag `what`'s port, `default` when not given.
-fn port(what: &str, v: Option<String>, default: u16) -> Result<u16> {
-    let Some(v) = v else { return Ok(default) };
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Flags(e) => e.fmt(f),
+            Refusal::Config(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<Error> for Refusal {
+    fn from(e: Error) -> Refusal {
+        Refusal::Config(e)
+    }
+}
+
+/// The variables upstream reads for each flag the check uses, in upstream's order of precedence
+/// (`AdditionalEnv` is applied after `BindEnv`, so it wins).
+fn vars_of(long: &str) -> &'static [&'static str] {
+    match long {
+        "inbound-capture-port" => &["INBOUND_CAPTURE_PORT"],
+        "iptables-probe-port" => &["IPTABLES_PROBE_PORT"],
+        "probe-timeout" => &["PROBE_TIMEOUT"],
+        "proxy-uid" => &["PROXY_UID"],
+        "proxy-gid" => &["PROXY_GID"],
+        "dual-stack" => &["ISTIO_DUAL_STACK", "DUAL_STACK"],
+        "force-iptables-binary" => &["FORCE_IPTABLES_BINARY"],
+        // `-p` has no variable in master (`flag.Bind`); the rest are not read.
+        _ => &[],
+    }
+}
+
+/// Flag `what`'s port.
+fn port(what: &str, v: &str) -> Result<u16> {
     v.trim()
         .parse::<u16>()
         .ok()
@@ -90,137 +102,124 @@ fn port(what: &str, v: Option<String>, default: u16) -> Result<u16> {
         .ok_or_else(|| Error::config(format!("{what}: {v:?} is not a port")))
 }
 
-/// Flag `what`'s numeric id, `default` when not given.
-fn id(what: &str, v: Option<String>, default: u32) -> Result<u32> {
-    let Some(v) = v else { return Ok(default) };
-    v.trim()
-        .parse::<u32>()
-        .map_err(|_| Error::config(format!("{what}: {v:?} is not a numeric id")))
+/// The first id of `-u`/`-g`'s list (`1337` or `3,4`).
+fn first_id(what: &str, v: &str) -> Result<u32> {
+    let first = v.split(',').next().unwrap_or(v).trim();
+    first.parse::<u32>().map_err(|_| {
+        Error::config(format!(
+            "{what}: {v:?} does not start with a numeric id (e.g. 1337 or 1337,1338)"
+        ))
+    })
 }
 
-/// The flags as given: the valued ones in order, and whether help or the version was asked for.
-struct Given {
-    values: Vec<(&'static str, String)>,
-    help: bool,
-    version: bool,
-}
-
-/// Scans `args` in pflag syntax: valued flags take `=v` or the next argument; booleans are checked and
-/// dropped (every one is ignored).
-fn scan(args: &[String]) -> Result<Given> {
-    let mut given = Given {
-        values: Vec::new(),
-        help: false,
-        version: false,
-    };
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        i += 1;
-        if a == "-h" || a == "--help" {
-            given.help = true;
-            continue;
-        }
-        if a == "--version" {
-            given.version = true;
-            continue;
-        }
-        let (name, inline) = split_flag(a)?;
-        if let Some(f) = VALUED.iter().find(|f| f.1 == name) {
-            let v = match inline {
-                Some(v) => v,
-                None => {
-                    let v = args.get(i).ok_or_else(|| {
-                        Error::config(format!("flag needs an argument: --{name}"))
-                    })?;
-                    i += 1;
-                    v.clone()
-                }
-            };
-            given.values.push((f.1, v));
-        } else if BOOLS.iter().any(|f| f.1 == name) {
-            // As every applet's booleans: bare, `--name=v`, or `--name v` when v is not a flag.
-            let inline = inline.or_else(|| {
-                let next = args.get(i).filter(|n| !n.starts_with('-'))?;
-                i += 1;
-                Some(next.clone())
-            });
-            if let Some(v) = inline {
-                crate::settings::go_bool(&v)
-                    .ok_or_else(|| Error::config(format!("--{name}: {v:?} is not a boolean")))?;
-            }
-        } else {
-            return Err(Error::config(format!("unrecognized argument: --{name}")));
-        }
+/// `HOST_IPV4_LOOPBACK_CIDR` as upstream's `ValidateIPv4LoopbackCidr`: an IPv4 loopback prefix, /8 to /32.
+fn loopback_cidr_ok(v: &str) -> bool {
+    match v.parse::<ipnet::Ipv4Net>() {
+        Ok(n) => n.addr().is_loopback() && (8..=32).contains(&n.prefix_len()),
+        Err(_) => false,
     }
-    Ok(given)
-}
-
-/// `--name[=v]` or a shorthand `-c[[=]v]`: the flag's long name and its inline value.
-fn split_flag(a: &str) -> Result<(String, Option<String>)> {
-    if let Some(l) = a.strip_prefix("--") {
-        return Ok(match l.split_once('=') {
-            Some((n, v)) => (n.to_string(), Some(v.to_string())),
-            None => (l.to_string(), None),
-        });
-    }
-    let Some(sh) = a.strip_prefix('-').filter(|s| !s.is_empty()) else {
-        return Err(Error::config(format!("unexpected argument {a:?}")));
-    };
-    let mut cs = sh.chars();
-    let c = cs.next().unwrap_or('-');
-    let tail: String = cs.collect();
-    let long = VALUED
-        .iter()
-        .find(|f| f.0 == Some(c))
-        .map(|f| f.1)
-        .or_else(|| BOOLS.iter().find(|f| f.0 == Some(c)).map(|f| f.1))
-        .ok_or_else(|| Error::config(format!("unknown shorthand flag: {c:?} in {a}")))?;
-    let tail = tail
-        .strip_prefix('=')
-        .map(str::to_string)
-        .or((!tail.is_empty()).then_some(tail));
-    Ok((long.to_string(), tail))
 }
 
 impl Options {
-    pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Options> {
-        let given = scan(args)?;
-        // flag (the last given) > env (upstream's viper without AllowEmptyEnv: "" is unset) > default.
-        let get = |long: &str| -> Option<String> {
-            let flag = given.values.iter().rev().find(|(n, _)| *n == long);
-            let flag = flag.map(|(n, v)| (format!("--{n}"), v.clone()));
-            let vars: Vec<&str> = VALUED
+    pub fn parse(
+        args: &[String],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> std::result::Result<Options, Refusal> {
+        let given = flags::scan(args).map_err(Refusal::Flags)?;
+        if let Some(a) = given.positional.first() {
+            return Err(Refusal::Flags(BadFlag(format!(
+                "unexpected argument {a:?} (istio-validation takes flags only)"
+            ))));
+        }
+        let mut warnings = Vec::new();
+        // flag (the last given) > env ("" is unset) > default. A flag's value was checked by its type;
+        // a variable's value its type refuses is skipped, as upstream's `BindEnv` ignores `Set`'s error.
+        let mut get = |long: &str| -> Option<(String, String)> {
+            if let Some(v) = given.last(long) {
+                return Some((format!("--{long}"), v.to_string()));
+            }
+            let kind = flags::FLAGS
                 .iter()
-                .filter(|f| f.1 == long)
-                .filter_map(|f| f.2)
-                .collect();
-            crate::settings::pick(flag, env, &vars, crate::settings::EmptyEnv::Unset)
-                .map(|f| f.value)
+                .find(|f| f.long == long)
+                .map(|f| f.kind)?;
+            for var in vars_of(long) {
+                let Some(v) = env(var).filter(|v| !v.is_empty()) else {
+                    continue;
+                };
+                if flags::value_ok(kind, &v) {
+                    return Some((var.to_string(), v));
+                }
+                warnings.push(format!(
+                    "{var}={v:?} is ignored: not a valid value for --{long} (as upstream)"
+                ));
+            }
+            None
         };
-        let uid = id("--proxy-uid", get("proxy-uid"), 1337)?;
-        Ok(Options {
-            envoy_port: port("--envoy-port", get("envoy-port"), 15001)?,
-            inbound_capture_port: port(
-                "--inbound-capture-port",
-                get("inbound-capture-port"),
-                15006,
-            )?,
-            probe_port: port("--iptables-probe-port", get("iptables-probe-port"), 15002)?,
-            probe_timeout: match get("probe-timeout") {
-                None => Duration::from_secs(5),
-                Some(v) => crate::settings::go_duration(&v).ok_or_else(|| {
-                    Error::config(format!(
-                        "--probe-timeout: {v:?} is not a duration (e.g. 5s)"
-                    ))
-                })?,
+        let envoy_port = match get("envoy-port") {
+            Some((what, v)) => port(&what, &v)?,
+            None => 15001,
+        };
+        let inbound_capture_port = match get("inbound-capture-port") {
+            Some((what, v)) => port(&what, &v)?,
+            None => 15006,
+        };
+        let probe_port = match get("iptables-probe-port") {
+            Some((what, v)) => match flags::parse_uint16(&v) {
+                Some(p) if p != 0 => p,
+                _ => return Err(Error::config(format!("{what}: {v:?} is not a port")).into()),
             },
-            proxy_uid: uid,
-            proxy_gid: id("--proxy-gid", get("proxy-gid"), uid)?,
-            log_level: get("log_output_level"),
+            None => 15002,
+        };
+        let probe_timeout = get("probe-timeout")
+            .and_then(|(_, v)| crate::settings::go_duration(&v))
+            .unwrap_or(Duration::from_secs(5));
+        let proxy_uid = get("proxy-uid").map_or_else(|| "1337".to_string(), |(_, v)| v);
+        let proxy_gid = get("proxy-gid").map(|(_, v)| v);
+        let dual_stack = get("dual-stack")
+            .and_then(|(_, v)| crate::settings::go_bool(&v))
+            .unwrap_or(false);
+        if let Some((what, v)) = get("force-iptables-binary") {
+            if !matches!(v.as_str(), "legacy" | "nft") {
+                return Err(Error::config(format!(
+                    "{what}: {v:?} is not an iptables binary (legacy or nft)"
+                ))
+                .into());
+            }
+        }
+        let log_level = get("log_output_level").map(|(_, v)| v);
+        if let Some(v) = env("HOST_IPV4_LOOPBACK_CIDR").filter(|v| !v.is_empty()) {
+            if !loopback_cidr_ok(&v) {
+                return Err(Error::config(format!(
+                    "HOST_IPV4_LOOPBACK_CIDR: {v:?} is not an IPv4 loopback CIDR with a /8 to /32 mask"
+                ))
+                .into());
+            }
+        }
+        Ok(Options {
+            envoy_port,
+            inbound_capture_port,
+            probe_port,
+            probe_timeout,
+            proxy_uid,
+            proxy_gid,
+            dual_stack,
+            log_level,
             help: given.help,
             version: given.version,
+            warnings,
         })
+    }
+
+    /// The uid and gid to become when started as root: the first of `-u`'s list, the first of `-g`'s
+    /// (default: that uid). Upstream never switches (it runs as the container's user), so a list or a
+    /// value that is no number matters only here.
+    pub fn proxy_ids(&self) -> Result<(u32, u32)> {
+        let uid = first_id("--proxy-uid", &self.proxy_uid)?;
+        let gid = match &self.proxy_gid {
+            Some(g) => first_id("--proxy-gid", g)?,
+            None => uid,
+        };
+        Ok((uid, gid))
     }
 }
 
@@ -228,9 +227,10 @@ impl Options {
 pub const USAGE: &str = "Usage: istio-validation [options]
 
 The istio-validation init container's check: exits 0 once a connection from the
-proxy uid is redirected to a capture port. Takes istio-iptables' flags (pflag
-syntax), so the injected arguments work unchanged; the ones that only shape
-rules are accepted and ignored, as no rule is applied.
+proxy uid is redirected to a capture port. Takes istio-iptables' flags (every
+flag of Istio 1.9 to master, pflag syntax), so the injected arguments work
+unchanged; the ones that only shape rules or logging are accepted and ignored,
+as no rule is applied.
 
 Options:
   -p, --envoy-port  outbound capture port to listen on [default: 15001]
@@ -242,24 +242,43 @@ Options:
                     [env: IPTABLES_PROBE_PORT] [default: 15002]
   --probe-timeout   give up after this long, e.g. 5s, 500ms [env: PROBE_TIMEOUT]
                     [default: 5s]
-  -u, --proxy-uid   the proxy's uid; started as root, the check runs as it
-                    [default: 1337]
-  -g, --proxy-gid   the proxy's gid [default: the uid]
+  -u, --proxy-uid   the proxy's uid, or a list (1337,1338); started as root, the
+                    check runs as the first [env: PROXY_UID] [default: 1337]
+  -g, --proxy-gid   the proxy's gid, or a list [env: PROXY_GID] [default: the
+                    uid]
+  --dual-stack      logged only: the family checked is the pod's first
+                    address's, as upstream [env: ISTIO_DUAL_STACK, DUAL_STACK]
+                    [default: false]
+  --force-iptables-binary
+                    checked as upstream: legacy or nft [env:
+                    FORCE_IPTABLES_BINARY] [default: \"\"]
   --log_output_level
                     scoped log levels, e.g. default:debug [default: info]
   --version         print the version and exit
   -h, --help        display usage information
 
 Notes:
+  Accepted and ignored, as they shape rules or logging only: -e -m -b -d -c
+  -i -x -q -o -k -t -r, -n/--dry-run, -f/--restore-format, --skip-rule-apply,
+  --run-validation, --redirect-dns, --capture-all-dns, --drop-invalid,
+  --network-namespace, --cni-mode, --reconcile, --cleanup-only,
+  --force-apply, --native-nftables, --iptables-trace-logging, --output-paths,
+  --host-nsenter-exec, --iptables-version, --log_target, --log_as_json,
+  --log_caller, --log_stacktrace_level, --log_rotate*, --vklog, and their
+  variables (e.g. ISTIO_META_DNS_CAPTURE, INVALID_DROP).
   A boolean flag is true bare, or takes a value: --dry-run=false,
-  --dry-run false.
+  --dry-run false. A value not of its flag's type is refused, as upstream;
+  a variable's is ignored with a warning, as upstream ignores it.
+  HOST_IPV4_LOOPBACK_CIDR is checked as upstream.
   RUST_LOG, when set, replaces the log level.
 
 Error codes:
   0 redirection works
-  1 cannot switch to the proxy uid
-  2 bad flags or environment
+  1 bad configuration (a port that is no port, FORCE_IPTABLES_BINARY,
+    HOST_IPV4_LOOPBACK_CIDR), or cannot switch to the proxy uid
   126 no redirected connection within the probe timeout (ValidationErrorCode)
+  255 bad flags: one istio-iptables does not know, or a value not of its
+    type (upstream's pilot-agent exits -1)
 ";
 
 #[cfg(test)]
@@ -279,7 +298,7 @@ mod tests {
             (o.envoy_port, o.inbound_capture_port, o.probe_port),
             (15001, 15006, 15002)
         );
-        assert_eq!((o.proxy_uid, o.proxy_gid), (1337, 1337));
+        assert_eq!(o.proxy_ids().unwrap(), (1337, 1337));
         assert_eq!(o.probe_timeout, Duration::from_secs(5));
         assert_eq!(o.log_level.as_deref(), Some("default:info"));
     }
@@ -292,13 +311,9 @@ mod tests {
             _ => None,
         };
         let o = Options::parse(&v(&["-p=1", "-z2", "--proxy-uid=5", "-g", "6"]), &env).unwrap();
+        let (uid, gid) = o.proxy_ids().unwrap();
         assert_eq!(
-            (
-                o.envoy_port,
-                o.inbound_capture_port,
-                o.proxy_uid,
-                o.proxy_gid
-            ),
+            (o.envoy_port, o.inbound_capture_port, uid, gid),
             (1, 2, 5, 6)
         );
         assert_eq!(
@@ -352,3 +367,7 @@ mod tests {
         assert!(o.version && !o.help);
     }
 }
+
+#[cfg(test)]
+#[path = "options_upstream_tests.rs"]
+mod upstream_tests;

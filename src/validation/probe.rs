@@ -44,25 +44,35 @@ pub fn pod_is_ipv6() -> bool {
     let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
         return false;
     };
-    for a in addrs {
-        let Some(sa) = a.address else { continue };
+    first_usable_is_ipv6(addrs.filter_map(|a| {
+        let sa = a.address?;
         if let Some(v4) = sa.as_sockaddr_in() {
-            let ip = v4.ip();
-            if !ip.is_loopback() && !ip.is_link_local() {
-                return false;
-            }
-        } else if let Some(v6) = sa.as_sockaddr_in6() {
-            let ip = v6.ip();
-            if let Some(m) = ip.to_ipv4_mapped() {
-                if !m.is_loopback() && !m.is_link_local() {
-                    return false;
+            return Some(IpAddr::from(v4.ip()));
+        }
+        sa.as_sockaddr_in6().map(|v6| IpAddr::from(v6.ip()))
+    }))
+}
+
+/// The family decision over the addresses in the kernel's order. Upstream's check listens and dials in
+/// the family of the first usable address, with or without `--dual-stack`: its `getLocalIP(dualStack)`
+/// returns that first address either way (dual stack only changes the IPv6 flag used to shape rules),
+/// and the validator looks at the address alone. So a dual-stack pod (IPv4 listed first) is checked
+/// over IPv4, as upstream checks it.
+pub fn first_usable_is_ipv6(addrs: impl IntoIterator<Item = IpAddr>) -> bool {
+    for ip in addrs {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match ip {
+            IpAddr::V4(v4) if !v4.is_loopback() && !v4.is_link_local() => return false,
+            IpAddr::V6(v6) => {
+                let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
+                if !v6.is_loopback() && !link_local && !v6.is_multicast() {
+                    return true;
                 }
-                continue;
             }
-            let link_local = (ip.segments()[0] & 0xffc0) == 0xfe80;
-            if !ip.is_loopback() && !link_local && !ip.is_multicast() {
-                return true;
-            }
+            IpAddr::V4(_) => {}
         }
     }
     false
@@ -213,4 +223,32 @@ pub fn check(o: &Options, ipv6: bool) -> Result<Verdict> {
         tried.join(" or "),
         o.probe_timeout
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ips(a: &[&str]) -> Vec<IpAddr> {
+        a.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    /// The family is the first usable address's: loopback and link-local skipped, a dual-stack pod
+    /// (the kernel lists IPv4 first) checked over IPv4, as upstream with or without `--dual-stack`.
+    #[test]
+    fn the_first_usable_address_picks_the_family() {
+        for (addrs, v6) in [
+            (
+                &["127.0.0.1", "::1", "fe80::1", "10.0.0.5", "fd00::5"][..],
+                false,
+            ),
+            (&["127.0.0.1", "::1", "fe80::1", "fd00::5"], true),
+            (&["::ffff:10.0.0.5", "fd00::5"], false),
+            (&["::ffff:127.0.0.1", "169.254.1.1", "2001:db8::5"], true),
+            (&["127.0.0.1", "::1"], false),
+            (&[], false),
+        ] {
+            assert_eq!(first_usable_is_ipv6(ips(addrs)), v6, "{addrs:?}");
+        }
+    }
 }

@@ -115,15 +115,48 @@ exec "$BIN" istio-validation --probe-timeout 10s"#,
     );
 }
 
+/// Bad input exits with upstream's codes: a flag istio-iptables does not know, or a value not of its flag's
+/// type, 255 (`pilot-agent` exits -1 on a cobra error); a value the check cannot use, 1. Each message
+/// names the flag.
 #[test]
-fn bad_flags_exit_2() {
-    let o = Command::new(BIN)
-        .args(["istio-validation", "--probe-timeout", "soon"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+fn bad_flags_exit_as_upstream() {
+    for (args, code, names) in [
+        (&["--probe-timeout", "soon"][..], 255, "--probe-timeout"),
+        (&["--bogus"], 255, "--bogus"),
+        (&["-p", "x"], 1, "--envoy-port"),
+    ] {
+        let o = Command::new(BIN)
+            .arg("istio-validation")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", show(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(names),
+            "{args:?}: {}",
+            show(&o)
+        );
+    }
+}
+
+/// Master's injected arguments with every conditional flag the template adds (`-o`, `-k`, `-c`,
+/// `--log_as_json`, `--native-nftables`), flags of older releases (`-q`, `-f`, `--iptables-trace-logging`)
+/// and a uid list `-u 1337,1338`: accepted, and started as root the check becomes the first uid and
+/// passes on upstream's rules.
+#[test]
+fn every_upstream_flag_and_a_uid_list_pass_on_upstream_rules() {
+    if !require_root() {
+        return;
+    }
+    let rules = capture_case("inbound-ports-wildcard", "expected.v4.rules");
+    let o = in_netns(&format!(
+        r#"iptables-restore --noflush < {rules}
+exec "$BIN" istio-validation -p 15001 -z 15006 -u 1337,1338 -m REDIRECT -i '*' -x "" -b '*' -d 15090,15021,15020 -q 443 -o 25 -k tap0 -c eth1 -f --iptables-trace-logging --log_output_level=default:info --log_as_json --run-validation --skip-rule-apply --native-nftables --dual-stack --probe-timeout 10s"#,
+        rules = rules.display()
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--probe-timeout"),
+        String::from_utf8_lossy(&o.stderr).contains("checking as the proxy uid 1337 gid 1337"),
         "{}",
         show(&o)
     );
