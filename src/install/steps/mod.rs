@@ -294,7 +294,9 @@ impl Installer {
         if self.owned_copy().is_some() {
             return Outcome::Invalid {
                 reason: format!(
-                    "{}/{} is the owned layout's copy of the primary and ISTIO_OWNED_CNI_CONFIG is off:                      it sorts first, so the container runtime loads this copy, not the primary's own                      file; removing it",
+                    "{}/{} is the owned layout's copy of the primary and ISTIO_OWNED_CNI_CONFIG is off: \
+                     it sorts first, so the container runtime loads this copy, not the primary's own \
+                     file; removing it",
                     self.conf_dir_display(),
                     s.istio_owned_filename
                 ),

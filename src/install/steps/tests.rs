@@ -206,8 +206,15 @@ fn a_file_at_the_owned_name_we_did_not_write_stays() {
     let foreign =
         br#"{"cniVersion":"0.3.1","name":"x","plugins":[{"type":"istio-cni"},{"type":"ptp"}]}"#;
     fs::write(n.conf.join(OWNED), foreign).unwrap();
-    let off = n.installer(&n.exe());
-    assert!(!matches!(off.check(), Outcome::Invalid { reason } if reason.contains("ISTIO_OWNED")));
+    let mut off = n.installer(&n.exe());
+    // With our binary in place, so that the check gets as far as the conf dir.
+    off.install_binaries().unwrap();
+    let got = off.check();
+    assert!(!matches!(got, Outcome::Binary { .. }), "{got:?}");
+    assert!(
+        !matches!(&got, Outcome::Invalid { reason } if reason.contains("ISTIO_OWNED")),
+        "{got:?}"
+    );
     off.cleanup().unwrap();
     assert!(
         n.conf.join(OWNED).exists(),

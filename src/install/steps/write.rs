@@ -319,7 +319,8 @@ impl Installer {
         if let Some(next) = &next {
             self.merge_into(next, false).with_context(|| {
                 format!(
-                    "{} is the owned layout's copy (ISTIO_OWNED_CNI_CONFIG is off now) and stays until                      {}, which the container runtime loads without it, has our entry",
+                    "{} is the owned layout's copy (ISTIO_OWNED_CNI_CONFIG is off now) and stays until \
+                     {}, which the container runtime loads without it, has our entry",
                     path.display(),
                     shown(next)
                 )
@@ -336,7 +337,8 @@ impl Installer {
         }
         fsutil::remove_if_exists(&path)?;
         log::warn!(
-            "removed {}: the owned layout's copy of the primary (ISTIO_OWNED_CNI_CONFIG is off), which              sorted first and hid the primary's own file from the container runtime; it now loads {}",
+            "removed {}: the owned layout's copy of the primary (ISTIO_OWNED_CNI_CONFIG is off), which \
+             sorted first and hid the primary's own file from the container runtime; it now loads {}",
             path.display(),
             next.as_deref()
                 .map(shown)
