@@ -10,8 +10,8 @@
 use crate::error::{Error, Result};
 use crate::json::{self, Array, Object, Value};
 
-/// The inputs of the kubeconfig.
-#[derive(Debug, Clone)]
+/// The inputs of the kubeconfig. Its `Debug` shows the token's length only.
+#[derive(Clone)]
 pub struct KubeconfigInputs<'a> {
     /// KUBERNETES_SERVICE_PROTOCOL; "" means https.
     pub protocol: &'a str,
@@ -21,6 +21,19 @@ pub struct KubeconfigInputs<'a> {
     pub ca: Option<&'a [u8]>,
     pub skip_tls_verify: bool,
     pub token: &'a [u8],
+}
+
+impl std::fmt::Debug for KubeconfigInputs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeconfigInputs")
+            .field("protocol", &self.protocol)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("ca", &self.ca.map(|c| format!("<{} bytes>", c.len())))
+            .field("skip_tls_verify", &self.skip_tls_verify)
+            .field("token", &format!("<redacted, {} bytes>", self.token.len()))
+            .finish()
+    }
 }
 
 /// Standard base64 with padding.
@@ -168,6 +181,24 @@ pub fn log_summary(inputs: &KubeconfigInputs<'_>) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn debug_never_shows_the_token() {
+        let i = super::KubeconfigInputs {
+            protocol: "",
+            host: "h",
+            port: "443",
+            ca: None,
+            skip_tls_verify: true,
+            token: b"eyJhbGciOiJSUzI1NiJ9.secret",
+        };
+        let shown = format!("{i:?}");
+        assert!(
+            !shown.contains("secret") && !shown.contains("101, 121"),
+            "{shown}"
+        );
+        assert!(shown.contains("<redacted, 27 bytes>"), "{shown}");
+    }
+
     use super::*;
 
     #[test]
