@@ -68,7 +68,9 @@ struct Item {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Done {
     pub uid: String,
-    /// Repaired in place: the runs its failing init container had ended then ([`super::detect::InitStatus::runs`]).
+    /// Repaired in place: the runs of its failing init container that had started before the repair
+    /// (those ended, [`super::detect::InitStatus::runs`], and one going on then: it began without the
+    /// rules, so its failure says nothing about the repair).
     pub repaired_at_runs: Option<i64>,
     /// Already said that its check failed again after the repair.
     pub warned: bool,
@@ -79,7 +81,7 @@ impl Done {
         Done {
             uid: f.uid.clone(),
             repaired_at_runs: (action == Action::Repair)
-                .then(|| failing(f, o).map_or(0, |c| c.runs)),
+                .then(|| failing(f, o).map_or(0, |c| c.runs + i64::from(c.running))),
             warned: false,
         }
     }
@@ -314,6 +316,12 @@ mod tests {
             "{line}"
         );
         assert_eq!(d.failed_again(&facts(&det, waiting, 3), o), None);
+        // Repaired while a run was going on: that run began without the rules, its failure is not news;
+        // the next run's is.
+        let mut mid = Done::new(Action::Repair, &facts(&det, running, 1), o);
+        assert_eq!(mid.failed_again(&facts(&det, failed, 1), o), None);
+        assert_eq!(mid.failed_again(&facts(&det, running, 2), o), None);
+        assert!(mid.failed_again(&facts(&det, failed, 2), o).is_some());
         // A deleted pod's entry never says it.
         let mut del = Done::new(Action::Delete, &at_repair, o);
         assert_eq!(del.failed_again(&facts(&det, waiting, 9), o), None);

@@ -24,6 +24,8 @@ pub struct InitStatus {
     /// Runs that have ended: `restartCount`, plus the one that ended last unless a run is going on (so a
     /// run that starts does not count until it ends).
     pub runs: i64,
+    /// A run is going on (`state.running`).
+    pub running: bool,
 }
 
 /// What the agent remembers of a pod.
@@ -129,6 +131,7 @@ impl Detector {
                     }),
                     last,
                     runs: int_of(c.get("restartCount")).unwrap_or(0).max(0) + i64::from(ended),
+                    running: state.is_some_and(|s| s.contains_key("running")),
                 }
             })
             .collect();
@@ -343,6 +346,7 @@ mod filter_tests {
                     message: " m ".into(),
                 }),
                 runs: 1,
+                running: false,
             }],
             ..PodFacts::default()
         };

@@ -63,6 +63,7 @@ mod tests {
                 message: msg.into(),
             }),
             runs: 1,
+            running: false,
         };
         let f = PodFacts {
             namespace: "ns".into(),
