@@ -18,6 +18,28 @@ pub use guarded::{
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Whether a file or peer of `uid` is trusted by a process running as `euid` (pure): root's or its own.
+/// What we read or ask as root (the run dir, its sockets, the node's binaries) must be theirs alone.
+pub fn trusted_owner(uid: u32, euid: u32) -> bool {
+    uid == 0 || uid == euid
+}
+
+/// [`trusted_owner`] for this process.
+pub fn root_or_us(uid: u32) -> bool {
+    trusted_owner(uid, nix::unistd::geteuid().as_raw())
+}
+
+/// Whether `mode` lets nobody but the owner write (no group or other write bit).
+pub fn owner_writes_only(mode: u32) -> bool {
+    mode & 0o022 == 0
+}
+
+/// Whether `name` is a plain file name: not empty, `.` or `..`, without `/` or NUL, so that joined onto a
+/// directory it names a file in it.
+pub fn is_plain_name(name: &[u8]) -> bool {
+    !(name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0))
+}
+
 /// The directory holding `path` (`.` for a bare name).
 fn parent_of(path: &Path) -> PathBuf {
     match path.parent() {

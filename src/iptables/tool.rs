@@ -32,8 +32,8 @@ fn find_in(path: &str, prog: &str) -> Option<Tool> {
     let trusted = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| {
             m.is_file()
-                && (m.uid() == 0 || m.uid() == nix::unistd::geteuid().as_raw())
-                && m.mode() & 0o022 == 0
+                && crate::fsutil::root_or_us(m.uid())
+                && crate::fsutil::owner_writes_only(m.mode())
         })
     };
     path.split(':')

@@ -86,7 +86,7 @@ fn connect(path: &Path) -> Result<UnixStream, Miss> {
     // by anyone else (a run dir others could write) is not asked; the pod comes from the API server.
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
     match getsockopt(&fd, PeerCredentials) {
-        Ok(c) if c.uid() == 0 || c.uid() == nix::unistd::geteuid().as_raw() => {}
+        Ok(c) if crate::fsutil::root_or_us(c.uid()) => {}
         Ok(c) => {
             log::warn!(
                 "pod cache: {} is served by uid {}, neither root nor us; reading the pod from the API server",

@@ -112,7 +112,7 @@ impl Protocol for Lookups {
     fn admit(&self, conn: BorrowedFd<'_>) -> bool {
         use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
         match getsockopt(&conn, PeerCredentials) {
-            Ok(c) => c.uid() == 0 || c.uid() == nix::unistd::geteuid().as_raw(),
+            Ok(c) => crate::fsutil::root_or_us(c.uid()),
             Err(_) => false,
         }
     }

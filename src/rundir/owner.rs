@@ -19,14 +19,14 @@ pub enum Verdict {
 /// The verdict on a directory owned by `uid` with permission bits `mode`, for a process running as
 /// `euid` (pure).
 pub fn judge(uid: u32, mode: u32, euid: u32) -> Verdict {
-    if uid != 0 && uid != euid {
+    if !crate::fsutil::trusted_owner(uid, euid) {
         return Verdict::Refuse(format!(
             "it is owned by uid {uid}, not root: that user could replace the kubeconfig and the sockets \
              the plugin trusts there"
         ));
     }
     let mode = mode & 0o7777;
-    if mode & 0o022 != 0 {
+    if !crate::fsutil::owner_writes_only(mode) {
         return Verdict::Tighten(mode & !0o022);
     }
     Verdict::Fine

@@ -59,23 +59,9 @@ pub fn pod_is_ipv6() -> bool {
 /// and the validator looks at the address alone. So a dual-stack pod (IPv4 listed first) is checked
 /// over IPv4, as upstream checks it.
 pub fn first_usable_is_ipv6(addrs: impl IntoIterator<Item = IpAddr>) -> bool {
-    for ip in addrs {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        match ip {
-            IpAddr::V4(v4) if !v4.is_loopback() && !v4.is_link_local() => return false,
-            IpAddr::V6(v6) => {
-                let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
-                if !v6.is_loopback() && !link_local && !v6.is_multicast() {
-                    return true;
-                }
-            }
-            IpAddr::V4(_) => {}
-        }
-    }
-    false
+    // The plugin's own rule (upstream's one `getLocalIP`), without dual-stack; no usable address: IPv4.
+    let addrs: Vec<IpAddr> = addrs.into_iter().collect();
+    crate::redirect::capture::enable_ipv6(&addrs, false).unwrap_or(false)
 }
 
 fn family(ip: IpAddr) -> AddressFamily {

@@ -76,8 +76,7 @@ impl Original {
         let line = |rest: &[u8]| -> Option<usize> { rest.iter().position(|&c| c == b'\n') };
         let nl = line(rest)?;
         let name = OsString::from_vec(unhex(&rest[..nl])?);
-        let n = name.as_bytes();
-        if n.is_empty() || n.contains(&b'/') || n == b"." || n == b".." || n.contains(&0) {
+        if !crate::fsutil::is_plain_name(name.as_bytes()) {
             return None;
         }
         let rest = &rest[nl + 1..];

@@ -387,7 +387,7 @@ fn abs_path(name: &str, v: String) -> Result<PathBuf> {
 }
 
 fn plain_file_name(name: &str, v: &str) -> Result<()> {
-    if v.is_empty() || v.contains('/') || v == "." || v == ".." {
+    if !crate::fsutil::is_plain_name(v.as_bytes()) {
         return Err(Error::env(name, format!("{v:?} is not a plain file name")));
     }
     Ok(())
