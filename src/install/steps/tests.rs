@@ -165,6 +165,23 @@ fn owned_layout_switched_off_removes_its_copy_after_the_primary_has_our_entry() 
 }
 
 #[test]
+fn retiring_the_owned_copy_first_gives_our_entry_to_what_an_older_libcni_loads_next() {
+    let n = Node::new("steps-owned-off-older");
+    owned_layout_installed(&n);
+    // Between the copy and the primary: a list only libcni v1.1 (Debian 12's runtimes) loads. While the
+    // copy sorted first nobody loaded it; once the copy is gone such a runtime does.
+    fs::write(n.conf.join("05-x.conflist"), OLD_LIBCNI_ONLY[1]).unwrap();
+    let mut off = n.installer(&n.exe());
+    assert!(off.retire_owned_copy().unwrap());
+    assert!(!n.conf.join(OWNED).exists());
+    let x = fs::read(n.conf.join("05-x.conflist")).unwrap();
+    assert!(
+        check::holds_our_entry(&x, &off.entry().to_object()),
+        "the copy went before 05-x.conflist, which an older libcni now loads, had our entry"
+    );
+}
+
+#[test]
 fn owned_copy_left_behind_keeps_the_default_layout_not_ready() {
     let n = Node::new("steps-owned-off-check");
     owned_layout_installed(&n);

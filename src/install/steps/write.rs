@@ -307,22 +307,33 @@ impl Installer {
     /// would keep loading a stale copy and never see the primary's changes. The file the runtime loads
     /// without it gets our entry first, then the copy goes (only the version judged ours), so the
     /// runtime's file holds our entry throughout. Returns whether it went.
-    fn retire_owned_copy(&mut self) -> Result<bool> {
+    pub(super) fn retire_owned_copy(&mut self) -> Result<bool> {
         let Some((bytes, stamp)) = self.owned_copy() else {
             return Ok(false);
         };
         let dir = self.conf_dir().to_path_buf();
         let owned = OsString::from(&self.settings.istio_owned_filename);
         let path = dir.join(&owned);
-        let valid = self.listing_quiet()?.valid;
+        // What the runtime loads once the copy is gone: the conf dir listed without it. A list only an
+        // older libcni loads, sorting first there (select::Listing::older), is Debian 12's runtimes' choice.
+        let mut cands = select::list_candidates(&dir)?;
+        cands.retain(|c| c.name != owned);
+        let (valid, older) = if cands.is_empty() {
+            (Vec::new(), None) // the copy was all there was
+        } else {
+            let l = select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
+                crate::install::config::plugin_dir::read(&dir, n)
+            })?;
+            (l.valid, l.older.map(|(n, _)| n))
+        };
         let next = layout::owned_primary(&valid, &owned);
-        if let Some(next) = &next {
-            self.merge_into(next, false).with_context(|| {
+        for f in older.iter().chain(next.iter()) {
+            self.merge_into(f, false).with_context(|| {
                 format!(
                     "{} is the owned layout's copy (ISTIO_OWNED_CNI_CONFIG is off now) and stays until \
                      {}, which the container runtime loads without it, has our entry",
                     path.display(),
-                    shown(next)
+                    shown(f)
                 )
             })?;
         }
