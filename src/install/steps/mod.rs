@@ -322,41 +322,6 @@ impl Installer {
         check::check(&ctx, &listing, &read)
     }
 
-    /// Why the runtime could not run our plugin binary in a bin dir we install into (each dir of the
-    /// last [`Installer::install_binaries`], unless SKIP_CNI_BINARIES names it): missing, not a regular
-    /// file (a link is followed, as the runtime's exec does) or without its owner's execute bit. `None`
-    /// when every one can run. CRI-O execs each plugin of a list (`VERSION`) and silently skips the list
-    /// when one cannot run, falling back to another file without our entry.
-    pub fn binary_unusable(&self) -> Option<String> {
-        use std::os::unix::fs::PermissionsExt;
-        if self
-            .settings
-            .skip_binaries
-            .iter()
-            .any(|s| s == PLUGIN_BINARY)
-        {
-            return None;
-        }
-        self.bin_dirs.iter().find_map(|d| {
-            let p = d.join(PLUGIN_BINARY);
-            let why = match std::fs::metadata(&p) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => "is missing".to_string(),
-                Err(e) => format!("cannot be read ({e})"),
-                Ok(m) if !m.is_file() => "is not a regular file".to_string(),
-                Ok(m) if m.permissions().mode() & 0o100 == 0 => format!(
-                    "has mode {:04o}, not executable by its owner",
-                    m.permissions().mode() & 0o7777
-                ),
-                Ok(_) => return None,
-            };
-            Some(format!(
-                "plugin binary {} {why}: the container runtime cannot run it (CRI-O skips every CNI \
-                 config list holding our entry)",
-                p.display()
-            ))
-        })
-    }
-
     /// Removes stale temp files at start. In the conf dir, which the primary CNI shares, our own temp
     /// names (`<name>.tmp.<pid>.<n>`: only this installer makes them) go at once; Go-style
     /// `<name>.tmp.<digits>` ones (an upstream installer's) only when older than a minute, so a primary's
