@@ -8,6 +8,7 @@
 //! node's one pod watch feeds ([`AuditSink`]), the round driver with its Events and actions ([`round`]),
 //! the metrics ([`metrics`]) and the operators' one-shot ([`once`]).
 
+pub mod kept;
 pub mod metrics;
 pub mod once;
 pub mod pace;

@@ -1,0 +1,140 @@
+//! The audit's kept decisions as they outlive the agent (pure): each running pod as the audit first saw it,
+//! reduced to what the plugin's decision reads ([`crate::redirect::reduce::reduce_object`]), so a restarted
+//! agent decides it again with the same function from the same pod, never from labels or annotations
+//! changed since. The file ([`crate::rundir::RunDir::AUDIT_DECISIONS`]): a header line, then one reduced
+//! pod per line as compact JSON, in key order. Which one applies to a pod event: [`applies`], only to the
+//! same UID and pod IP. Reading and writing it: [`super::persist`].
+
+use crate::json::{self, Object, Value};
+use crate::kube::PodView;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The file's first line: its format and version (another is refused, as a corrupt file is).
+pub const HEADER: &str = "istio-cni audit kept decisions v1";
+
+/// Most pods the file keeps: far above a node's pods (the kubelet's default is 110, large nodes run a
+/// few hundred); the pods past it, in key order, are left out (decided afresh after a restart).
+pub const MAX_ENTRIES: usize = 4096;
+
+/// Most bytes the file holds (the JSON layer's input bound); pods past it are left out, a larger file is
+/// refused.
+pub const MAX_BYTES: usize = json::MAX_INPUT;
+
+/// Largest pod kept: the pod cache's bound ([`crate::redirect::reduce::MAX_POD_BYTES`]); a larger one
+/// is not kept across a restart.
+pub const MAX_POD_BYTES: usize = crate::redirect::reduce::MAX_POD_BYTES;
+
+/// A pod as the audit first saw it running, read back from the file.
+#[derive(Debug, Clone)]
+pub struct First {
+    pub uid: String,
+    pub pod_ip: String,
+    /// The reduced pod, as written (compact JSON): written again as it is while the pod runs on.
+    pub body: Arc<str>,
+    /// The same, parsed: what its decision is made from.
+    pub pod: Object,
+}
+
+/// `pod` reduced, as compact JSON: what is kept of it; `None` over [`MAX_POD_BYTES`].
+pub fn reduced(pod: &Object) -> Option<Arc<str>> {
+    let body = json::to_compact(&Value::Object(crate::redirect::reduce::reduce_object(pod)));
+    (body.len() <= MAX_POD_BYTES).then(|| body.into())
+}
+
+/// Whether the pod kept as `first` decides the running pod with `uid` and `pod_ip`: the same pod in the
+/// same sandbox. A recreated pod (another UID) or sandbox (another pod IP: ADD ran again) is decided
+/// afresh, from the pod as it is.
+pub fn applies(first: &First, uid: &str, pod_ip: &str) -> bool {
+    !uid.is_empty() && !pod_ip.is_empty() && first.uid == uid && first.pod_ip == pod_ip
+}
+
+/// The file's text for the kept pods `bodies` (in the order given: the store's key order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    pub text: String,
+    /// The pods written.
+    pub kept: usize,
+    /// The pods left out: over [`MAX_POD_BYTES`], or past [`MAX_ENTRIES`] or [`MAX_BYTES`].
+    pub left_out: usize,
+}
+
+/// The file's text for `bodies`, each one reduced pod (compact JSON, one line; `None`: one too large to
+/// keep, counted as left out), within the bounds.
+pub fn encode<'a>(bodies: impl IntoIterator<Item = Option<&'a str>>) -> Encoded {
+    let mut text = format!("{HEADER}\n");
+    let (mut kept, mut left_out) = (0, 0);
+    for b in bodies {
+        let Some(b) = b else {
+            left_out += 1;
+            continue;
+        };
+        if kept < MAX_ENTRIES && text.len() + b.len() < MAX_BYTES && !b.contains('\n') {
+            text.push_str(b);
+            text.push('\n');
+            kept += 1;
+        } else {
+            left_out += 1;
+        }
+    }
+    Encoded {
+        text,
+        kept,
+        left_out,
+    }
+}
+
+/// The kept pods by `namespace/name`, from the file's text; any line that is not one of ours makes the
+/// whole file refused (it is written whole, atomically: a bad line is a file someone else wrote).
+pub fn decode(text: &str) -> Result<BTreeMap<String, First>, String> {
+    if text.len() > MAX_BYTES {
+        return Err(format!(
+            "{} bytes, over the {MAX_BYTES}-byte bound",
+            text.len()
+        ));
+    }
+    let mut lines = text.split_terminator('\n');
+    match lines.next() {
+        Some(HEADER) => {}
+        Some(other) => {
+            let head: String = other.chars().take(60).collect();
+            return Err(format!("not a kept-decisions file (first line {head:?})"));
+        }
+        None => return Err("empty".into()),
+    }
+    let mut out = BTreeMap::new();
+    for (i, line) in lines.enumerate() {
+        let n = i + 2;
+        if out.len() == MAX_ENTRIES {
+            return Err(format!("line {n}: over {MAX_ENTRIES} pods"));
+        }
+        if line.len() > MAX_POD_BYTES {
+            return Err(format!("line {n}: over {MAX_POD_BYTES} bytes"));
+        }
+        let pod = json::parse_object(line, "kept pod").map_err(|e| format!("line {n}: {e}"))?;
+        let v = PodView::of(&pod);
+        if [v.namespace, v.name, v.uid, v.pod_ip]
+            .iter()
+            .any(|s| s.is_empty())
+        {
+            return Err(format!(
+                "line {n}: a pod without its namespace, name, uid or pod IP"
+            ));
+        }
+        let (key, uid, pod_ip) = (v.key(), v.uid.to_string(), v.pod_ip.to_string());
+        let first = First {
+            uid,
+            pod_ip,
+            body: line.into(),
+            pod,
+        };
+        if out.insert(key.clone(), first).is_some() {
+            return Err(format!("line {n}: pod {key} twice"));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[path = "kept_tests.rs"]
+mod tests;
