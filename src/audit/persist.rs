@@ -1,0 +1,155 @@
+//! The audit's kept decisions in the run dir (effects): read once when the audit starts ([`load`]: a
+//! missing, unreadable or corrupt file is a warning and an empty start, the agent's behaviour without it),
+//! written whole and atomically (mode 0600) by a thread of its own ([`spawn`]) at most once per
+//! [`DEBOUNCE`], and only when the kept pods changed since the last write and the watch's first list is
+//! complete (before it, the file still holds the pods not yet seen again). The watch thread only marks the
+//! store changed: no file write on its path. The format is [`super::kept`]'s.
+
+use super::kept::{self, First};
+use super::{lock, Shared};
+use crate::error::{IoContext, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How often the writer looks for a change: a burst of pods started together is one write, and a pod's
+/// decision reaches the file within about this long of its first event.
+pub const DEBOUNCE: Duration = Duration::from_secs(1);
+
+/// The kept pods the file at `path` holds; nothing, with a warning naming it, when it cannot be read or
+/// is not ours. Temp files a write cut short left beside it are removed.
+pub fn load(path: &Path) -> BTreeMap<String, First> {
+    if let Some(dir) = path.parent() {
+        let name = crate::rundir::RunDir::AUDIT_DECISIONS;
+        if let Err(e) = crate::fsutil::remove_stale_temps(dir, |owner| owner == name) {
+            log::warn!("audit: {e}");
+        }
+    }
+    match read(path).and_then(|t| {
+        t.map(|t| kept::decode(&t))
+            .transpose()
+            .map_err(crate::Error::other)
+    }) {
+        Ok(Some(pods)) => {
+            log::info!(
+                "audit: {} kept decisions read from {}",
+                pods.len(),
+                path.display()
+            );
+            pods
+        }
+        Ok(None) => BTreeMap::new(),
+        Err(e) => {
+            log::warn!(
+                "audit: the kept decisions in {} are not used ({e}); each running pod is decided from \
+                 the pod as it is now",
+                path.display()
+            );
+            BTreeMap::new()
+        }
+    }
+}
+
+/// The file's text: `None` when there is none; a non-regular or oversized file is an error.
+fn read(path: &Path) -> Result<Option<String>> {
+    use std::io::Read;
+    let what = || format!("read {}", path.display());
+    let Some(f) = crate::fsutil::existing(std::fs::File::open(path), what)? else {
+        return Ok(None);
+    };
+    let meta = f.metadata().io_context(what)?;
+    if !meta.is_file() {
+        return Err(crate::Error::other("not a regular file"));
+    }
+    let mut buf = Vec::new();
+    f.take(kept::MAX_BYTES as u64 + 1)
+        .read_to_end(&mut buf)
+        .io_context(what)?;
+    if buf.len() > kept::MAX_BYTES {
+        return Err(crate::Error::other(format!(
+            "over the {}-byte bound",
+            kept::MAX_BYTES
+        )));
+    }
+    String::from_utf8(buf)
+        .map(Some)
+        .map_err(|_| crate::Error::other("not UTF-8"))
+}
+
+/// Writes the store's kept pods to `path` when they changed and the first list is complete; `Some` with
+/// what was written when it wrote. On a failure the change stays marked (the next call tries again).
+pub fn save(store: &Shared, path: &Path) -> Result<Option<kept::Encoded>> {
+    let enc = {
+        let mut s = lock(store);
+        if !(s.listed && s.changed) {
+            return Ok(None);
+        }
+        s.changed = false;
+        // Each map is in key order and they hold different keys: merged, the file is in key order.
+        let mut bodies: Vec<(&String, Option<&str>)> = (s.pods.iter())
+            .map(|(k, p)| (k, p.first.as_deref()))
+            .chain(s.skipped.iter().map(|(k, p)| (k, p.first.as_deref())))
+            .collect();
+        bodies.sort_by(|a, b| a.0.cmp(b.0));
+        kept::encode(bodies.into_iter().map(|(_, b)| b))
+    };
+    match crate::fsutil::write_atomic(path, enc.text.as_bytes(), 0o600) {
+        Ok(()) => Ok(Some(enc)),
+        Err(e) => {
+            lock(store).changed = true;
+            Err(e)
+        }
+    }
+}
+
+/// Starts the writer: [`save`] every [`DEBOUNCE`]; a failure or pods left out are logged when they
+/// start, not on every write.
+pub fn spawn(store: Shared, path: PathBuf) -> Result<()> {
+    std::thread::Builder::new()
+        .name("audit-keep".into())
+        .spawn(move || {
+            let (mut failing, mut left_out) = (false, 0);
+            loop {
+                std::thread::sleep(DEBOUNCE);
+                match save(&store, &path) {
+                    Ok(None) => {}
+                    Ok(Some(enc)) => {
+                        failing = false;
+                        log::debug!(
+                            "audit: {} kept decisions written to {}",
+                            enc.kept,
+                            path.display()
+                        );
+                        if enc.left_out > 0 && left_out == 0 {
+                            log::warn!(
+                                "audit: {} pods' kept decisions left out of {} (bounds: {} pods, {} \
+                                 bytes, {} bytes a pod): after a restart they are decided from the pod \
+                                 as it is then",
+                                enc.left_out,
+                                path.display(),
+                                kept::MAX_ENTRIES,
+                                kept::MAX_BYTES,
+                                kept::MAX_POD_BYTES
+                            );
+                        }
+                        left_out = enc.left_out;
+                    }
+                    Err(e) => {
+                        if !std::mem::replace(&mut failing, true) {
+                            log::warn!(
+                                "audit: could not keep the decisions across a restart (retried every \
+                                 {}s): {e}",
+                                DEBOUNCE.as_secs()
+                            );
+                        }
+                    }
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| crate::Error::io("audit: spawn its kept-decisions writer", e))
+}
+
+#[cfg(test)]
+#[path = "persist_tests.rs"]
+mod tests;
