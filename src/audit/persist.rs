@@ -16,15 +16,37 @@ use std::time::Duration;
 /// decision reaches the file within about this long of its first event.
 pub const DEBOUNCE: Duration = Duration::from_secs(1);
 
-/// The kept pods the file at `path` holds; nothing, with a warning naming it, when it cannot be read or
-/// is not ours. Temp files a write cut short left beside it are removed.
-pub fn load(path: &Path) -> BTreeMap<String, First> {
-    if let Some(dir) = path.parent() {
-        let name = crate::rundir::RunDir::AUDIT_DECISIONS;
-        if let Err(e) = crate::fsutil::remove_stale_temps(dir, |owner| owner == name) {
-            log::warn!("audit: {e}");
+/// How old a temp file of the kept decisions must be to be one a write cut short (a crash between its
+/// creation and its rename): a write takes milliseconds, and another agent sharing the run dir (a
+/// `maxSurge` roll) may be writing its own right now.
+pub const STALE_TEMP: Duration = Duration::from_secs(60);
+
+/// Removes the temp files of the file at `path` (its `<name>.tmp.<pid>.<n>`) older than [`STALE_TEMP`]:
+/// what writes cut short left. Only the agent's audit sweeps, when it starts.
+pub fn sweep(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let name = name.to_string_lossy();
+    let stale = |m: &std::fs::Metadata| {
+        m.modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_TEMP)
+    };
+    match crate::fsutil::remove_stale_temps_where(dir, |owner, _, m| owner == name && stale(m)) {
+        Ok(removed) => {
+            for p in removed {
+                log::info!("audit: removed {}, left by a write cut short", p.display());
+            }
         }
+        Err(e) => log::warn!("audit: {e}"),
     }
+}
+
+/// The kept pods the file at `path` holds; nothing, with a warning naming it, when it cannot be read or
+/// is not ours. Only reads.
+pub fn load(path: &Path) -> BTreeMap<String, First> {
     match read(path).and_then(|t| {
         t.map(|t| kept::decode(&t))
             .transpose()

@@ -174,14 +174,24 @@ fn a_missing_corrupt_or_unreadable_file_starts_empty() {
     s.list_done();
     assert!(save(&store, &path).unwrap().is_some());
     assert_eq!(load(&path).len(), 1);
-    // A temp file a write cut short is swept at the next start.
-    let tmp = dir.join(format!(
-        "{}.tmp.123.4",
-        crate::rundir::RunDir::AUDIT_DECISIONS
-    ));
-    std::fs::write(&tmp, "half").unwrap();
+    // A temp file a write cut short is swept at the next start, not one being written now (another
+    // agent's, sharing the run dir), nor another file's.
+    let name = crate::rundir::RunDir::AUDIT_DECISIONS;
+    let old = dir.join(format!("{name}.tmp.123.4"));
+    let new = dir.join(format!("{name}.tmp.124.0"));
+    let other = dir.join("istio-cni-kubeconfig.tmp.123.5");
+    for t in [&old, &new, &other] {
+        std::fs::write(t, "half").unwrap();
+    }
+    let long_ago = std::time::SystemTime::now() - 2 * STALE_TEMP;
+    for t in [&old, &other] {
+        let f = std::fs::File::options().write(true).open(t).unwrap();
+        f.set_modified(long_ago).unwrap();
+    }
+    sweep(&path);
+    assert!(!old.exists());
+    assert!(new.exists() && other.exists());
     assert_eq!(load(&path).len(), 1);
-    assert!(!tmp.exists());
     // A write that fails stays marked: the next one tries again.
     let (mut s, store) = start(&dir.join("no-such-dir/file"));
     s.pod(&pod("", RUNNING, ""));

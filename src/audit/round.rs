@@ -54,6 +54,7 @@ pub fn start(actor: Actor, interval: Duration) -> crate::Result<AuditSink> {
     let conf = actor.netconf.clone();
     // The pods as first seen before a restart, and the thread keeping them for the next one.
     let path = conf.run_dir().audit_decisions();
+    super::persist::sweep(&path);
     let store = super::Store::restored(super::persist::load(&path));
     super::persist::spawn(store.clone(), path)?;
     let auditor = Auditor::new(store.clone(), interval, actor);
