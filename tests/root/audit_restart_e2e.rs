@@ -69,6 +69,15 @@ fn audit_a_pod_patched_while_the_agent_was_down_keeps_the_decision_it_started_wi
         );
     }
     assert!(node.srv.events().is_empty(), "{:?}", node.srv.events());
+    // The operators' one-shot verifies them as the agent does, from the decisions it kept.
+    let out = one_shot(&node, &service_account(&node), &[], false);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let show = format!("{text}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        text, "default/fine redirected\ndefault/opted-out redirected\ndefault/widened redirected\n",
+        "{show}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{show}");
     // Flushed: both repaired in place with the rules ADD programmed, not the new exclusion.
     opted.sh("iptables-nft -t nat -F");
     widened.sh("iptables-nft -t nat -F");
