@@ -1,9 +1,11 @@
 //! The audit's kept decisions as they outlive the agent (pure): each running pod as the audit first saw it,
 //! reduced to what the plugin's decision reads ([`crate::redirect::reduce::reduce_object`]), so a restarted
 //! agent decides it again with the same function from the same pod, never from labels or annotations
-//! changed since. The file ([`crate::rundir::RunDir::AUDIT_DECISIONS`]): a header line, then one reduced
-//! pod per line as compact JSON, in key order. Which one applies to a pod event: [`applies`], only to the
-//! same UID and pod IP. Reading and writing it: [`super::persist`].
+//! changed since. The file ([`crate::rundir::RunDir::AUDIT_DECISIONS`]): a header line, then one pod per
+//! line, in key order: `<namespace>/<name> <uid> <pod IP> <reduced pod as compact JSON>` (the head names
+//! what the JSON holds, checked when read; it lets a write carry a pod's line over from the last file
+//! without parsing it, so the agent keeps no copy of the pods in memory once written). Which one applies
+//! to a pod event: [`applies`], only to the same UID and pod IP. Reading and writing it: [`super::persist`].
 
 use crate::json::{self, Object, Value};
 use crate::kube::PodView;
@@ -49,32 +51,66 @@ pub fn applies(first: &First, uid: &str, pod_ip: &str) -> bool {
     !uid.is_empty() && !pod_ip.is_empty() && first.uid == uid && first.pod_ip == pod_ip
 }
 
-/// The file's text for the kept pods `bodies` (in the order given: the store's key order).
+/// One pod the audit keeps, as a write sees it: its key, UID and pod IP, and the reduced pod when the
+/// store still holds it (not yet written), else `None`: its line is carried over from the last file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Live<'a> {
+    pub key: &'a str,
+    pub uid: &'a str,
+    pub pod_ip: &'a str,
+    pub body: Option<&'a str>,
+}
+
+/// The file's text for the kept pods (in the order given: the store's key order).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Encoded {
     pub text: String,
     /// The pods written.
     pub kept: usize,
-    /// The pods left out: over [`MAX_POD_BYTES`], or past [`MAX_ENTRIES`] or [`MAX_BYTES`].
+    /// The pods left out: over [`MAX_POD_BYTES`], past [`MAX_ENTRIES`] or [`MAX_BYTES`], or written
+    /// before and no longer in the last file (it was removed or replaced meanwhile).
     pub left_out: usize,
 }
 
-/// The file's text for `bodies`, each one reduced pod (compact JSON, one line; `None`: one too large to
-/// keep, counted as left out), within the bounds.
-pub fn encode<'a>(bodies: impl IntoIterator<Item = Option<&'a str>>) -> Encoded {
+/// The lines of a file's text by key, unparsed: `(uid, pod IP, pod)`; nothing when it is not ours.
+fn lines_of(text: &str) -> BTreeMap<&str, (&str, &str, &str)> {
+    let mut lines = text.split_terminator('\n');
+    if lines.next() != Some(HEADER) {
+        return BTreeMap::new();
+    }
+    lines
+        .filter_map(|l| {
+            let (key, rest) = l.split_once(' ')?;
+            let (uid, rest) = rest.split_once(' ')?;
+            let (ip, body) = rest.split_once(' ')?;
+            Some((key, (uid, ip, body)))
+        })
+        .collect()
+}
+
+/// The file's text for `live` within the bounds: each pod's line made from its reduced pod (compact JSON,
+/// one line), or carried over from `old` (the last file's text) when the store no longer holds it and
+/// `old` has it for the same UID and pod IP.
+pub fn encode<'a>(live: impl IntoIterator<Item = Live<'a>>, old: &str) -> Encoded {
+    let old = lines_of(old);
     let mut text = format!("{HEADER}\n");
     let (mut kept, mut left_out) = (0, 0);
-    for b in bodies {
-        let Some(b) = b else {
-            left_out += 1;
-            continue;
-        };
-        if kept < MAX_ENTRIES && text.len() + b.len() < MAX_BYTES && !b.contains('\n') {
-            text.push_str(b);
-            text.push('\n');
-            kept += 1;
-        } else {
-            left_out += 1;
+    for p in live {
+        let body = p.body.or_else(|| {
+            (old.get(p.key))
+                .filter(|(uid, ip, _)| *uid == p.uid && *ip == p.pod_ip)
+                .map(|(_, _, b)| *b)
+        });
+        let line = body
+            .filter(|b| b.len() <= MAX_POD_BYTES && !b.contains('\n'))
+            .map(|b| format!("{} {} {} {b}\n", p.key, p.uid, p.pod_ip))
+            .filter(|l| kept < MAX_ENTRIES && text.len() + l.len() <= MAX_BYTES);
+        match line {
+            Some(l) => {
+                text.push_str(&l);
+                kept += 1;
+            }
+            None => left_out += 1,
         }
     }
     Encoded {
@@ -108,10 +144,19 @@ pub fn decode(text: &str) -> Result<BTreeMap<String, First>, String> {
         if out.len() == MAX_ENTRIES {
             return Err(format!("line {n}: over {MAX_ENTRIES} pods"));
         }
-        if line.len() > MAX_POD_BYTES {
+        let head = |l: &'_ str| -> Option<(String, String, String, String)> {
+            let (key, rest) = l.split_once(' ')?;
+            let (uid, rest) = rest.split_once(' ')?;
+            let (ip, body) = rest.split_once(' ')?;
+            Some((key.into(), uid.into(), ip.into(), body.into()))
+        };
+        let Some((key, uid, pod_ip, body)) = head(line) else {
+            return Err(format!("line {n}: not <key> <uid> <pod IP> <pod>"));
+        };
+        if body.len() > MAX_POD_BYTES {
             return Err(format!("line {n}: over {MAX_POD_BYTES} bytes"));
         }
-        let pod = json::parse_object(line, "kept pod").map_err(|e| format!("line {n}: {e}"))?;
+        let pod = json::parse_object(&body, "kept pod").map_err(|e| format!("line {n}: {e}"))?;
         let v = PodView::of(&pod);
         if [v.namespace, v.name, v.uid, v.pod_ip]
             .iter()
@@ -121,11 +166,18 @@ pub fn decode(text: &str) -> Result<BTreeMap<String, First>, String> {
                 "line {n}: a pod without its namespace, name, uid or pod IP"
             ));
         }
-        let (key, uid, pod_ip) = (v.key(), v.uid.to_string(), v.pod_ip.to_string());
+        if (v.key(), v.uid, v.pod_ip) != (key.clone(), uid.as_str(), pod_ip.as_str()) {
+            return Err(format!(
+                "line {n}: names {key} {uid} {pod_ip}, holds {} {} {}",
+                v.key(),
+                v.uid,
+                v.pod_ip
+            ));
+        }
         let first = First {
             uid,
             pod_ip,
-            body: line.into(),
+            body: body.into(),
             pod,
         };
         if out.insert(key.clone(), first).is_some() {

@@ -46,8 +46,8 @@ pub struct Pod {
     pub seen: Option<verdict::Seen>,
     /// A later event of the pod read to another decision than [`Pod::plan`] was logged (once).
     pub changed_logged: bool,
-    /// The pod [`Pod::plan`] was decided from, reduced ([`kept::reduced`]): what the run dir keeps of it
-    /// (`None`: too large to keep).
+    /// The pod [`Pod::plan`] was decided from, reduced ([`kept::reduced`]), until the run dir's file holds
+    /// it ([`persist::save`]; `None` then, or when it is too large to keep).
     pub first: Option<Arc<str>>,
 }
 

@@ -3,13 +3,15 @@
 //! written whole and atomically (mode 0600) by a thread of its own ([`spawn`]) at most once per
 //! [`DEBOUNCE`], and only when the kept pods changed since the last write and the watch's first list is
 //! complete (before it, the file still holds the pods not yet seen again). The watch thread only marks the
-//! store changed: no file write on its path. The format is [`super::kept`]'s.
+//! store changed: no file write on its path. The store holds a pod's reduced pod only until it is written
+//! (later writes carry its line over from the file). The format is [`super::kept`]'s.
 
 use super::kept::{self, First};
 use super::{lock, Shared};
 use crate::error::{IoContext, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How often the writer looks for a change: a burst of pods started together is one write, and a pod's
@@ -98,30 +100,65 @@ fn read(path: &Path) -> Result<Option<String>> {
         .map_err(|_| crate::Error::other("not UTF-8"))
 }
 
+/// One kept pod as a write takes it from the store: key, UID, pod IP, the reduced pod while held.
+type Entry = (String, String, String, Option<Arc<str>>);
+
 /// Writes the store's kept pods to `path` when they changed and the first list is complete; `Some` with
-/// what was written when it wrote. On a failure the change stays marked (the next call tries again).
+/// what was written when it wrote. A pod's reduced pod is held by the store until it is written, then
+/// let go: later writes carry its line over from the file ([`kept::encode`]). On a failure the change
+/// stays marked (the next call tries again).
 pub fn save(store: &Shared, path: &Path) -> Result<Option<kept::Encoded>> {
-    let enc = {
+    let live: Vec<Entry> = {
         let mut s = lock(store);
         if !(s.listed && s.changed) {
             return Ok(None);
         }
         s.changed = false;
-        // Each map is in key order and they hold different keys: merged, the file is in key order.
-        let mut bodies: Vec<(&String, Option<&str>)> = (s.pods.iter())
-            .map(|(k, p)| (k, p.first.as_deref()))
-            .chain(s.skipped.iter().map(|(k, p)| (k, p.first.as_deref())))
+        let pods = (s.pods.iter()).map(|(k, p)| (k, &p.facts.uid, &p.facts.pod_ip, &p.first));
+        let skipped = (s.skipped.iter()).map(|(k, p)| (k, &p.uid, &p.pod_ip, &p.first));
+        let mut v: Vec<Entry> = pods
+            .chain(skipped)
+            .map(|(k, u, i, b)| (k.clone(), u.clone(), i.clone(), b.clone()))
             .collect();
-        bodies.sort_by(|a, b| a.0.cmp(b.0));
-        kept::encode(bodies.into_iter().map(|(_, b)| b))
+        // Each map is in key order and they hold different keys: merged, the file is in key order.
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
     };
-    match crate::fsutil::write_atomic(path, enc.text.as_bytes(), 0o600) {
-        Ok(()) => Ok(Some(enc)),
-        Err(e) => {
-            lock(store).changed = true;
-            Err(e)
+    // The last file: the lines of the pods written before (unreadable: they are left out, counted).
+    let old = read(path).ok().flatten().unwrap_or_default();
+    let enc = kept::encode(
+        live.iter().map(|(key, uid, pod_ip, body)| kept::Live {
+            key,
+            uid,
+            pod_ip,
+            body: body.as_deref(),
+        }),
+        &old,
+    );
+    drop(old);
+    if let Err(e) = crate::fsutil::write_atomic(path, enc.text.as_bytes(), 0o600) {
+        lock(store).changed = true;
+        return Err(e);
+    }
+    // Written: the store lets go of each pod it held for it, unless it was replaced meanwhile.
+    let mut s = lock(store);
+    for (key, uid, pod_ip, body) in &live {
+        let Some(body) = body else { continue };
+        let written = |u: &str, i: &str, b: &Option<Arc<str>>| {
+            u == uid && i == pod_ip && b.as_ref().is_some_and(|b| Arc::ptr_eq(b, body))
+        };
+        if let Some(p) = s.pods.get_mut(key) {
+            if written(&p.facts.uid, &p.facts.pod_ip, &p.first) {
+                p.first = None;
+            }
+        }
+        if let Some(p) = s.skipped.get_mut(key) {
+            if written(&p.uid, &p.pod_ip, &p.first) {
+                p.first = None;
+            }
         }
     }
+    Ok(Some(enc))
 }
 
 /// Starts the writer: [`save`] every [`DEBOUNCE`]; a failure or pods left out are logged when they

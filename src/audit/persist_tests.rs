@@ -80,6 +80,13 @@ fn a_restarted_audit_keeps_the_decisions_made_before_it_for_the_same_uid_and_pod
         None,
         "unchanged: not written again"
     );
+    // Written: the store holds no copy of the pods any more.
+    let held = |store: &Shared| {
+        let s = lock(store);
+        let pods = s.pods.values().filter(|p| p.first.is_some()).count();
+        pods + s.skipped.values().filter(|p| p.first.is_some()).count()
+    };
+    assert_eq!(held(&store), 0);
     // Its facts refreshed: the kept pods did not change, nothing to write.
     s.pod(&edited(
         &pod("", RUNNING, ""),
@@ -200,5 +207,35 @@ fn a_missing_corrupt_or_unreadable_file_starts_empty() {
     assert!(lock(&store).changed);
     assert!(save(&store, &path).unwrap().is_some());
     assert!(!lock(&store).changed);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn pods_written_before_are_carried_over_from_the_file_and_counted_when_it_is_gone() {
+    let dir = crate::fsutil::test_dir("audit-keep-carry");
+    let path = dir.join(crate::rundir::RunDir::AUDIT_DECISIONS);
+    let (mut s, store) = start(&path);
+    s.pod(&named("a"));
+    s.pod(&named("b"));
+    s.list_done();
+    assert_eq!(save(&store, &path).unwrap().unwrap().kept, 2);
+    let before = std::fs::read_to_string(&path).unwrap();
+    // A new pod, one gone: the file holds the one left as it was written, and the new one.
+    s.pod(&named("c"));
+    s.gone("ns/a", "u-a");
+    assert_eq!(save(&store, &path).unwrap().unwrap().kept, 2);
+    let after = std::fs::read_to_string(&path).unwrap();
+    let line_b = before.lines().find(|l| l.starts_with("ns/b ")).unwrap();
+    assert!(after.lines().any(|l| l == line_b), "{after}");
+    assert!(
+        after.contains("ns/c u-c ") && !after.contains("ns/a "),
+        "{after}"
+    );
+    // The file removed meanwhile: what only it held is left out, counted; the new pod is written.
+    std::fs::remove_file(&path).unwrap();
+    s.pod(&named("d"));
+    let enc = save(&store, &path).unwrap().unwrap();
+    assert_eq!((enc.kept, enc.left_out), (1, 2));
+    assert_eq!(load(&path).keys().collect::<Vec<_>>(), ["ns/d"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
