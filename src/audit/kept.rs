@@ -72,6 +72,22 @@ pub struct Encoded {
     pub left_out: usize,
 }
 
+/// A line's head and pod: `(key, uid, pod IP, pod)`.
+fn split_line(l: &str) -> Option<(&str, &str, &str, &str)> {
+    let (key, rest) = l.split_once(' ')?;
+    let (uid, rest) = rest.split_once(' ')?;
+    let (ip, body) = rest.split_once(' ')?;
+    Some((key, uid, ip, body))
+}
+
+/// Whether a line headed by these reads back: each word non-empty, without a space or a line break (a
+/// line that does not would make the whole file refused).
+fn head_ok(words: [&str; 3]) -> bool {
+    words
+        .iter()
+        .all(|w| !w.is_empty() && !w.contains([' ', '\n']))
+}
+
 /// The lines of a file's text by key, unparsed: `(uid, pod IP, pod)`; nothing when it is not ours.
 fn lines_of(text: &str) -> BTreeMap<&str, (&str, &str, &str)> {
     let mut lines = text.split_terminator('\n');
@@ -79,12 +95,7 @@ fn lines_of(text: &str) -> BTreeMap<&str, (&str, &str, &str)> {
         return BTreeMap::new();
     }
     lines
-        .filter_map(|l| {
-            let (key, rest) = l.split_once(' ')?;
-            let (uid, rest) = rest.split_once(' ')?;
-            let (ip, body) = rest.split_once(' ')?;
-            Some((key, (uid, ip, body)))
-        })
+        .filter_map(|l| split_line(l).map(|(key, uid, ip, body)| (key, (uid, ip, body))))
         .collect()
 }
 
@@ -102,6 +113,7 @@ pub fn encode<'a>(live: impl IntoIterator<Item = Live<'a>>, old: &str) -> Encode
                 .map(|(_, _, b)| *b)
         });
         let line = body
+            .filter(|_| head_ok([p.key, p.uid, p.pod_ip]))
             .filter(|b| b.len() <= MAX_POD_BYTES && !b.contains('\n'))
             .map(|b| format!("{} {} {} {b}\n", p.key, p.uid, p.pod_ip))
             .filter(|l| kept < MAX_ENTRIES && text.len() + l.len() <= MAX_BYTES);
@@ -144,19 +156,13 @@ pub fn decode(text: &str) -> Result<BTreeMap<String, First>, String> {
         if out.len() == MAX_ENTRIES {
             return Err(format!("line {n}: over {MAX_ENTRIES} pods"));
         }
-        let head = |l: &'_ str| -> Option<(String, String, String, String)> {
-            let (key, rest) = l.split_once(' ')?;
-            let (uid, rest) = rest.split_once(' ')?;
-            let (ip, body) = rest.split_once(' ')?;
-            Some((key.into(), uid.into(), ip.into(), body.into()))
-        };
-        let Some((key, uid, pod_ip, body)) = head(line) else {
+        let Some((key, uid, pod_ip, body)) = split_line(line) else {
             return Err(format!("line {n}: not <key> <uid> <pod IP> <pod>"));
         };
         if body.len() > MAX_POD_BYTES {
             return Err(format!("line {n}: over {MAX_POD_BYTES} bytes"));
         }
-        let pod = json::parse_object(&body, "kept pod").map_err(|e| format!("line {n}: {e}"))?;
+        let pod = json::parse_object(body, "kept pod").map_err(|e| format!("line {n}: {e}"))?;
         let v = PodView::of(&pod);
         if [v.namespace, v.name, v.uid, v.pod_ip]
             .iter()
@@ -166,7 +172,7 @@ pub fn decode(text: &str) -> Result<BTreeMap<String, First>, String> {
                 "line {n}: a pod without its namespace, name, uid or pod IP"
             ));
         }
-        if (v.key(), v.uid, v.pod_ip) != (key.clone(), uid.as_str(), pod_ip.as_str()) {
+        if (v.key().as_str(), v.uid, v.pod_ip) != (key, uid, pod_ip) {
             return Err(format!(
                 "line {n}: names {key} {uid} {pod_ip}, holds {} {} {}",
                 v.key(),
@@ -175,12 +181,12 @@ pub fn decode(text: &str) -> Result<BTreeMap<String, First>, String> {
             ));
         }
         let first = First {
-            uid,
-            pod_ip,
+            uid: uid.into(),
+            pod_ip: pod_ip.into(),
             body: body.into(),
             pod,
         };
-        if out.insert(key.clone(), first).is_some() {
+        if out.insert(key.to_string(), first).is_some() {
             return Err(format!("line {n}: pod {key} twice"));
         }
     }

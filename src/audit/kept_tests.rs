@@ -184,6 +184,20 @@ fn a_pod_written_before_is_carried_over_from_the_last_file_for_its_uid_and_pod_i
         pod_ip: "10.1.2.9",
         ..held(&p)
     };
+    // A head that would not read back (an empty UID) is left out, not written to spoil the file.
+    let no_uid = Live {
+        uid: "",
+        ..live(Some(&p))
+    };
+    let spaced = Live {
+        pod_ip: "10.1.2.3 x",
+        ..live(Some(&p))
+    };
+    for l in [no_uid, spaced] {
+        let e = encode([l, live(Some(&a))], "");
+        assert_eq!((e.kept, e.left_out), (1, 1), "{l:?}");
+        assert_eq!(decode(&e.text).unwrap().len(), 1);
+    }
     for (l, old) in [
         (recreated, first.as_str()),
         (moved, first.as_str()),
