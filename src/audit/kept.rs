@@ -88,47 +88,82 @@ fn head_ok(words: [&str; 3]) -> bool {
         .all(|w| !w.is_empty() && !w.contains([' ', '\n']))
 }
 
-/// The lines of a file's text by key, unparsed: `(uid, pod IP, pod)`; nothing when it is not ours.
-fn lines_of(text: &str) -> BTreeMap<&str, (&str, &str, &str)> {
-    let mut lines = text.split_terminator('\n');
-    if lines.next() != Some(HEADER) {
-        return BTreeMap::new();
-    }
-    lines
-        .filter_map(|l| split_line(l).map(|(key, uid, ip, body)| (key, (uid, ip, body))))
-        .collect()
+/// How many pods a write kept and left out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// The pods written.
+    pub kept: usize,
+    /// The pods left out: over [`MAX_POD_BYTES`], past [`MAX_ENTRIES`] or [`MAX_BYTES`], a head that
+    /// would not read back, or written before and no longer in the last file (it was removed or
+    /// replaced meanwhile).
+    pub left_out: usize,
 }
 
-/// The file's text for `live` within the bounds: each pod's line made from its reduced pod (compact JSON,
-/// one line), or carried over from `old` (the last file's text) when the store no longer holds it and
-/// `old` has it for the same UID and pod IP.
-pub fn encode<'a>(live: impl IntoIterator<Item = Live<'a>>, old: &str) -> Encoded {
-    let old = lines_of(old);
-    let mut text = format!("{HEADER}\n");
-    let (mut kept, mut left_out) = (0, 0);
+/// Writes the file for `live` (in key order) to `out` within the bounds, line by line: each pod's line
+/// made from its reduced pod, or carried over from `old`, the last file's lines (in key order, as written;
+/// a line out of order or not ours is passed over), when the store no longer holds it and `old` has it
+/// for the same UID and pod IP. Neither the file nor the last one is ever whole in memory.
+pub fn write<'a>(
+    live: impl IntoIterator<Item = Live<'a>>,
+    old: impl IntoIterator<Item = String>,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<Counts> {
+    let mut old = old.into_iter().peekable();
+    // Not ours (another header, or none): nothing is carried over.
+    let ours = old.next_if(|l| l == HEADER).is_some();
+    let mut c = Counts::default();
+    let mut bytes = HEADER.len() + 1;
+    out.write_all(HEADER.as_bytes())?;
+    out.write_all(b"\n")?;
     for p in live {
-        let body = p.body.or_else(|| {
-            (old.get(p.key))
-                .filter(|(uid, ip, _)| *uid == p.uid && *ip == p.pod_ip)
-                .map(|(_, _, b)| *b)
-        });
-        let line = body
-            .filter(|_| head_ok([p.key, p.uid, p.pod_ip]))
-            .filter(|b| b.len() <= MAX_POD_BYTES && !b.contains('\n'))
-            .map(|b| format!("{} {} {} {b}\n", p.key, p.uid, p.pod_ip))
-            .filter(|l| kept < MAX_ENTRIES && text.len() + l.len() <= MAX_BYTES);
-        match line {
-            Some(l) => {
-                text.push_str(&l);
-                kept += 1;
+        let carried: String;
+        let mut body = p.body;
+        if body.is_none() && ours {
+            // The last file's lines before this key are of pods gone since (or out of order).
+            while old
+                .next_if(|l| split_line(l).map_or(true, |(k, ..)| k < p.key))
+                .is_some()
+            {}
+            if let Some(l) = old.next_if(|l| split_line(l).is_some_and(|(k, ..)| k == p.key)) {
+                carried = l;
+                body = split_line(&carried)
+                    .filter(|(_, uid, ip, _)| *uid == p.uid && *ip == p.pod_ip)
+                    .map(|(.., b)| b);
             }
-            None => left_out += 1,
+        }
+        let head = [p.key, p.uid, p.pod_ip];
+        let len = body.map_or(0, |b| {
+            head.iter().map(|w| w.len() + 1).sum::<usize>() + b.len() + 1
+        });
+        match body {
+            Some(b)
+                if head_ok(head)
+                    && b.len() <= MAX_POD_BYTES
+                    && !b.contains('\n')
+                    && c.kept < MAX_ENTRIES
+                    && bytes + len <= MAX_BYTES =>
+            {
+                writeln!(out, "{} {} {} {b}", p.key, p.uid, p.pod_ip)?;
+                bytes += len;
+                c.kept += 1;
+            }
+            _ => c.left_out += 1,
         }
     }
+    Ok(c)
+}
+
+/// [`write`] into a string: the file's text for `live`, lines carried over from `old` (the last file's
+/// text).
+pub fn encode<'a>(live: impl IntoIterator<Item = Live<'a>>, old: &str) -> Encoded {
+    let mut text = Vec::new();
+    let old = old.split_terminator('\n').map(str::to_string);
+    // Writing into memory cannot fail.
+    let c = write(live, old, &mut text).unwrap_or_default();
     Encoded {
-        text,
-        kept,
-        left_out,
+        text: String::from_utf8(text).unwrap_or_default(),
+        kept: c.kept,
+        left_out: c.left_out,
     }
 }
 

@@ -175,6 +175,15 @@ fn a_pod_written_before_is_carried_over_from_the_last_file_for_its_uid_and_pod_i
     let back = decode(&next.text).unwrap();
     assert_eq!(*back["ns/a"].body, *a);
     assert_eq!(*back["ns/p"].body, *p);
+    // Lines out of key order (not ours to write) are passed over, not searched for; a line not ours too.
+    let swapped: Vec<&str> = first.lines().collect();
+    let swapped = format!("{HEADER}\nbad line\n{}\n{}\n", swapped[2], swapped[1]);
+    let e = encode([held(&a), held(&p)], &swapped);
+    assert_eq!((e.kept, e.left_out), (1, 1), "{swapped}");
+    assert_eq!(
+        decode(&e.text).unwrap().keys().collect::<Vec<_>>(),
+        ["ns/p"]
+    );
     // Another UID or pod IP under the key, no last file, or one not ours: not carried over, counted.
     let recreated = Live {
         uid: "u-2",

@@ -107,7 +107,7 @@ type Entry = (String, String, String, Option<Arc<str>>);
 /// what was written when it wrote. A pod's reduced pod is held by the store until it is written, then
 /// let go: later writes carry its line over from the file ([`kept::encode`]). On a failure the change
 /// stays marked (the next call tries again).
-pub fn save(store: &Shared, path: &Path) -> Result<Option<kept::Encoded>> {
+pub fn save(store: &Shared, path: &Path) -> Result<Option<kept::Counts>> {
     let live: Vec<Entry> = {
         let mut s = lock(store);
         if !(s.listed && s.changed) {
@@ -124,19 +124,28 @@ pub fn save(store: &Shared, path: &Path) -> Result<Option<kept::Encoded>> {
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     };
-    // The last file: the lines of the pods written before (unreadable: they are left out, counted).
-    let old = read(path).ok().flatten().unwrap_or_default();
-    let enc = kept::encode(
-        live.iter().map(|(key, uid, pod_ip, body)| kept::Live {
-            key,
-            uid,
-            pod_ip,
-            body: body.as_deref(),
-        }),
-        &old,
-    );
-    drop(old);
-    if let Err(e) = crate::fsutil::write_atomic(path, enc.text.as_bytes(), 0o600) {
+    // The last file: the lines of the pods written before, read line by line as the new one is written
+    // (unreadable: they are left out, counted). Bounded: a line is at most the file's bound.
+    let old = std::fs::File::open(path).ok().map(|f| {
+        use std::io::BufRead;
+        std::io::BufReader::new(std::io::Read::take(f, kept::MAX_BYTES as u64)).lines()
+    });
+    let old = old.into_iter().flatten().map_while(|l| l.ok());
+    let live_pods = live.iter().map(|(key, uid, pod_ip, body)| kept::Live {
+        key,
+        uid,
+        pod_ip,
+        body: body.as_deref(),
+    });
+    let mut counts = kept::Counts::default();
+    let written = crate::fsutil::replace_with(path, 0o600, |f, tmp| {
+        let mut w = std::io::BufWriter::new(f);
+        counts = kept::write(live_pods, old, &mut w)
+            .and_then(|c| std::io::Write::flush(&mut w).map(|()| c))
+            .io_context(|| format!("write temp file {}", tmp.display()))?;
+        Ok(())
+    });
+    if let Err(e) = written {
         lock(store).changed = true;
         return Err(e);
     }
@@ -158,7 +167,7 @@ pub fn save(store: &Shared, path: &Path) -> Result<Option<kept::Encoded>> {
             }
         }
     }
-    Ok(Some(enc))
+    Ok(Some(counts))
 }
 
 /// Starts the writer: [`save`] every [`DEBOUNCE`]; a failure or pods left out are logged when they
