@@ -4,7 +4,8 @@
 //! [`DEBOUNCE`], and only when the kept pods changed since the last write and the watch's first list is
 //! complete (before it, the file still holds the pods not yet seen again). The watch thread only marks the
 //! store changed: no file write on its path. The store holds a pod's reduced pod only until it is written
-//! (later writes carry its line over from the file). The format is [`super::kept`]'s.
+//! (later writes carry its line over from the file, read line by line as the new one is written through a
+//! buffer: neither is ever whole in memory). The format is [`super::kept`]'s.
 
 use super::kept::{self, First};
 use super::{lock, Shared};
