@@ -6,11 +6,14 @@
 //! in the namespace repair in place finds (pod IP + the pod's cgroup, ambiguity refused). Pure: which pods
 //! are due ([`admit`], [`pace`]), the verdict and its transitions ([`verdict`]). Effects: the pods the
 //! node's one pod watch feeds ([`AuditSink`]), the round driver with its Events and actions ([`round`]),
-//! the metrics ([`metrics`]) and the operators' one-shot ([`once`]).
+//! the metrics ([`metrics`]) and the operators' one-shot ([`once`]). The pods as first seen outlive the
+//! agent in its run dir ([`kept`]: the format and which one applies, pure; [`persist`]: the file).
 
+pub mod kept;
 pub mod metrics;
 pub mod once;
 pub mod pace;
+pub mod persist;
 pub mod round;
 pub mod verdict;
 
@@ -23,6 +26,8 @@ use crate::redirect::plan::PodPlan;
 use crate::repair::detect::{Detector, PodFacts};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+
+pub use kept::First;
 use std::time::Duration;
 
 /// `AUDIT_INTERVAL`'s default.
@@ -41,6 +46,9 @@ pub struct Pod {
     pub seen: Option<verdict::Seen>,
     /// A later event of the pod read to another decision than [`Pod::plan`] was logged (once).
     pub changed_logged: bool,
+    /// The pod [`Pod::plan`] was decided from, reduced ([`kept::reduced`]), until the run dir's file holds
+    /// it ([`persist::save`]; `None` then, or when it is too large to keep).
+    pub first: Option<Arc<str>>,
 }
 
 /// A running pod the plugin's decision leaves alone, as first seen: it stays unaudited while it keeps
@@ -51,6 +59,8 @@ pub struct Skipped {
     pub pod_ip: String,
     /// A later event of the pod read to a redirection was logged (once).
     pub changed_logged: bool,
+    /// The pod as first seen, reduced, as [`Pod::first`].
+    pub first: Option<Arc<str>>,
 }
 
 /// The pods to verify, by `namespace/name`, the running pods left alone, and whether the watch's first
@@ -60,6 +70,21 @@ pub struct Store {
     pub pods: BTreeMap<String, Pod>,
     pub skipped: BTreeMap<String, Skipped>,
     pub listed: bool,
+    /// The pods as first seen before the agent restarted ([`persist::load`]), by `namespace/name`, until
+    /// each is seen again or the first list is complete (then the rest are gone).
+    pub restored: BTreeMap<String, First>,
+    /// The kept pods (which pods, as first seen) changed since the run dir's file was written.
+    pub changed: bool,
+}
+
+impl Store {
+    /// A store starting from the pods kept before a restart.
+    pub fn restored(restored: BTreeMap<String, First>) -> Shared {
+        Arc::new(Mutex::new(Store {
+            restored,
+            ..Store::default()
+        }))
+    }
 }
 
 /// The store the watch thread fills and the round driver reads.
@@ -88,6 +113,7 @@ pub fn admit(det: &Detector, conf: &NetConf, pod: &Object) -> Option<Pod> {
         plan,
         seen: None,
         changed_logged: false,
+        first: None,
     })
 }
 
@@ -135,14 +161,16 @@ impl PodSink for AuditSink {
     /// in place with (a label `sidecar.istio.io/inject=false` or an exclusion annotation patched onto a
     /// running pod neither takes it out of the audit nor gets programmed). A new UID (the pod recreated
     /// under its name) or a new pod IP (its sandbox recreated: ADD ran again) is decided afresh. After the
-    /// agent restarts, the first event it sees is the first seen.
+    /// agent restarts, a pod kept in the run dir with the same UID and pod IP is decided from the pod as
+    /// kept ([`kept::applies`]); only a pod not kept is first seen at its first event since.
     fn pod(&mut self, pod: &Object) {
         let v = PodView::of(pod);
         let key = v.key();
         if !running(&v) {
             let mut s = lock(&self.store);
-            s.pods.remove(&key);
-            s.skipped.remove(&key);
+            let gone = s.pods.remove(&key).is_some() | s.skipped.remove(&key).is_some();
+            s.changed |= gone;
+            s.restored.remove(&key);
             return;
         }
         let decided = crate::pod_rules::decide(pod, Some(&self.conf));
@@ -168,16 +196,32 @@ impl PodSink for AuditSink {
             }
             return;
         }
-        // First seen (this UID and pod IP): decided now, once.
+        // First seen (this UID and pod IP) since the agent started: as kept before it restarted, else as
+        // it is now; decided now, once.
         s.skipped.remove(&key);
         let old = s.pods.remove(&key);
+        s.changed = true;
+        let restored =
+            (s.restored.remove(&key)).filter(|f| kept::applies(f, &facts.uid, &facts.pod_ip));
+        let (first, decided, changed_logged) = match restored {
+            Some(f) => {
+                let then = crate::pod_rules::decide(&f.pod, Some(&self.conf));
+                let changed = !same(&then, &decided);
+                if changed {
+                    log_changed(&key);
+                }
+                (Some(f.body), then, changed)
+            }
+            None => (kept::reduced(pod), decided, false),
+        };
         if let Ok(PodPlan::Skip(_)) = decided {
             s.skipped.insert(
                 key,
                 Skipped {
                     uid: facts.uid,
                     pod_ip: facts.pod_ip,
-                    changed_logged: false,
+                    changed_logged,
+                    first,
                 },
             );
             return;
@@ -192,7 +236,8 @@ impl PodSink for AuditSink {
                 facts,
                 plan: decided,
                 seen,
-                changed_logged: false,
+                changed_logged,
+                first,
             },
         );
     }
@@ -203,16 +248,31 @@ impl PodSink for AuditSink {
             .is_some_and(|p| uid.is_empty() || p.facts.uid == uid)
         {
             s.pods.remove(key);
+            s.changed = true;
         }
         if s.skipped
             .get(key)
             .is_some_and(|k| uid.is_empty() || k.uid == uid)
         {
             s.skipped.remove(key);
+            s.changed = true;
+        }
+        if s.restored
+            .get(key)
+            .is_some_and(|f| uid.is_empty() || f.uid == uid)
+        {
+            s.restored.remove(key);
         }
     }
+    /// The first list complete, the pods kept before a restart and not seen running in it are gone (or
+    /// not running): forgotten, and the file rewritten without them.
     fn list_done(&mut self) {
-        lock(&self.store).listed = true;
+        let mut s = lock(&self.store);
+        s.listed = true;
+        if !s.restored.is_empty() {
+            s.restored.clear();
+            s.changed = true;
+        }
     }
 }
 

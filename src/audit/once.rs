@@ -1,12 +1,13 @@
 //! The operators' one-shot: `install-cni audit [--json]` (in the agent's container, `kubectl exec`): lists
-//! this node's pods once, verifies every running sidecar pod as a round does (no pauses), and prints one
+//! this node's pods once, decides them as the agent's audit does (a pod it kept in the run dir from the pod
+//! as kept, [`super::persist`], only read), verifies every running sidecar pod as a round does (no pauses), and prints one
 //! line per pod, `<ns>/<name> <verdict>[ <rule or reason>]`, or with `--json` one JSON array. It only
 //! reads: no Event, no action, no metric. Exit codes ([`EXIT_UNREDIRECTED`], [`EXIT_UNVERIFIABLE`]): 0 every
 //! pod redirected, 1 a pod missing or bypassed (whatever the others), 3 none of those but a pod unverifiable,
 //! 2 bad arguments.
 
 use super::verdict::{self, Verdict};
-use super::{lock, round, AuditSink, Shared};
+use super::{lock, round, AuditSink};
 use crate::cni::NetConf;
 use crate::error::{Context, Result};
 use crate::kube::podwatch::{self, Fanout, Selection};
@@ -60,7 +61,8 @@ pub fn audit(
     host_proc: &Path,
     conf: &NetConf,
 ) -> Result<Vec<(String, Verdict)>> {
-    let store = Shared::default();
+    // Decided as the agent's audit decides them: a pod it kept, from the pod as it kept it (only read).
+    let store = super::Store::restored(super::persist::load(&conf.run_dir().audit_decisions()));
     let sel = Selection {
         label: None,
         field: format!("spec.nodeName={node}"),

@@ -46,12 +46,17 @@ pub fn verify(
 }
 
 /// Starts the audit's rounds on a thread of their own, one every `interval`, and returns the sink the
-/// node's pod watch feeds it through. `actor` says what it does about a pod (the repair agent's options:
+/// node's pod watch feeds it through; the pods kept in the run dir before a restart are read first, and
+/// a thread keeps them there ([`super::persist`]). `actor` says what it does about a pod (the repair agent's options:
 /// nothing when it is disabled or has no mode), from which host `/proc`, with which plugin configuration.
 pub fn start(actor: Actor, interval: Duration) -> crate::Result<AuditSink> {
     let det = crate::repair::detect::Detector::new(actor.opts.clone())?;
     let conf = actor.netconf.clone();
-    let store = Shared::default();
+    // The pods as first seen before a restart, and the thread keeping them for the next one.
+    let path = conf.run_dir().audit_decisions();
+    super::persist::sweep(&path);
+    let store = super::Store::restored(super::persist::load(&path));
+    super::persist::spawn(store.clone(), path)?;
     let auditor = Auditor::new(store.clone(), interval, actor);
     std::thread::Builder::new()
         .name("audit".into())

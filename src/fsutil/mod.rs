@@ -115,8 +115,9 @@ pub fn copy_atomic(src: &Path, dst: &Path, mode: u32) -> Result<()> {
 }
 
 /// The shared scheme: a new temp file next to `path` with `mode`, filled by `fill`, fsynced, renamed over
-/// `path`, then the directory fsynced; the temp file is removed on any failure.
-fn replace_with(
+/// `path`, then the directory fsynced; the temp file is removed on any failure. [`write_atomic`] for a
+/// content written piece by piece, never whole in memory.
+pub fn replace_with(
     path: &Path,
     mode: u32,
     fill: impl FnOnce(&mut File, &Path) -> Result<()>,

@@ -10,6 +10,7 @@
 //! | `iptables-backend` | installer; the plugin on its first ADD when absent | plugin, repair agent |
 //! | `pod-cache.sock` | installer binds it (`podcache::server`, unless `POD_CACHE_ENABLED=false`) | plugin asks it for the pod (`podcache::client`) |
 //! | `agents.lock` | every running installer holds a lock in it ([`lease`]) | the installers: which one owns the node's installation |
+//! | `audit-decisions` | the audit (installer's or repair agent's; `audit::persist`), whole and atomically, at most once a second when its pods change; never removed (entries of gone pods are dropped at the next start's first list) | the audit when it starts: each running pod's decision as first seen, kept across a restart |
 //!
 //! A record for another backend (nftables) belongs here too, as one more name beside `iptables-backend`.
 //!
@@ -49,6 +50,8 @@ impl RunDir {
     pub const POD_CACHE_SOCKET: &'static str = "pod-cache.sock";
     /// The installers' lease: which one owns the node's installation ([`lease`]).
     pub const LEASE: &'static str = "agents.lock";
+    /// The audit's kept decisions: each running pod as it first saw it, reduced (`audit::kept`).
+    pub const AUDIT_DECISIONS: &'static str = "audit-decisions";
     /// What uninstall removes besides the kubeconfig: the sockets and the backend record (a later install
     /// records it afresh).
     pub const RECORDS: [&'static str; 4] = [
@@ -93,6 +96,9 @@ impl RunDir {
     }
     pub fn lease(&self) -> PathBuf {
         self.0.join(Self::LEASE)
+    }
+    pub fn audit_decisions(&self) -> PathBuf {
+        self.0.join(Self::AUDIT_DECISIONS)
     }
 }
 
@@ -225,6 +231,7 @@ mod tests {
             Path::new("/var/run/istio-cni/istio-cni-kubeconfig")
         );
         assert_eq!(r.pod_cache_socket(), Path::new("/tmp/x/pod-cache.sock"));
+        assert_eq!(r.audit_decisions(), Path::new("/tmp/x/audit-decisions"));
         assert_eq!(
             RunDir::RECORDS,
             [

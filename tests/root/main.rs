@@ -8,6 +8,7 @@ mod support;
 mod apply_netns;
 mod audit_e2e;
 mod audit_gap_e2e;
+mod audit_restart_e2e;
 mod audit_verdicts_e2e;
 mod backend_detect;
 mod cni_chain;
