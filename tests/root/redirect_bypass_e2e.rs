@@ -271,6 +271,28 @@ fn native_in_iptables_nft_raw() -> Bypass<'static> {
     }
 }
 
+/// A native write put with `nft` into iptables-nft's own filter INPUT, which runs after our nat
+/// PREROUTING: it puts a redirected packet's original port back (with `nf_conntrack_tcp_loose=0`), so the
+/// inbound connection reaches the app. Our backend's tables after our redirect are read too.
+fn native_write_in_iptables_nft_input() -> Bypass<'static> {
+    Bypass {
+        what: "a native write in iptables-nft's filter INPUT putting the original port back",
+        setup: cmds(&[
+            "sysctl -qw net.netfilter.nf_conntrack_tcp_loose=0",
+            "iptables-nft -A INPUT -p udp --dport 1 -j DROP",
+            "nft insert rule ip filter INPUT tcp dport 15006 ct status dnat tcp dport set ct original proto-dst counter",
+        ]),
+        inbound: true,
+        names: cmds(&[
+            "iptables-nft (IPv4) -t filter INPUT runs after our redirect and can undo it: rule 1:",
+        ]),
+        undo: cmds(&[
+            "iptables-nft -F INPUT",
+            "sysctl -qw net.netfilter.nf_conntrack_tcp_loose=1",
+        ]),
+    }
+}
+
 /// iptables-nft's nat `OUTPUT` made again as a regular chain holding our jump: every rule reads back as
 /// it should, but nothing runs it (the rule model has no hook to show; CHECK asks the chains).
 fn unhooked_iptables_nft_output() -> Bypass<'static> {
@@ -401,6 +423,7 @@ fn bypasses_fail_check_and_re_add(b: Backend) {
                     list.push(unhooked_iptables_nft_output());
                     list.extend(odd_chain_names());
                     list.push(set_name_with_a_line());
+                    list.push(native_write_in_iptables_nft_input());
                 }
                 list
             }
@@ -444,12 +467,24 @@ fn harmless_rules(ours: Option<&str>) -> Vec<String> {
             "iptables-legacy -t raw -A OUTPUT -j ACCEPT",
             "iptables-legacy -t raw -A PREROUTING -p tcp",
             "iptables-legacy -t filter -A INPUT -p udp --dport 1 -j DROP",
+            "iptables-legacy -t mangle -A POSTROUTING -j MARK --set-mark 7",
         ]);
     };
     let other = if ours == "nft" { "legacy" } else { "nft" };
     vec![
         format!("{} -t raw -A OUTPUT -j ACCEPT", tool(ours)),
         format!("{} -t raw -A PREROUTING -p tcp", tool(ours)),
+        // After our redirect: a mark (no route lookup follows), a reject, source NAT.
+        format!("{} -t filter -A OUTPUT -j MARK --set-mark 7", tool(ours)),
+        format!(
+            "{} -t mangle -A POSTROUTING -j CONNMARK --set-mark 7",
+            tool(ours)
+        ),
+        format!(
+            "{} -t filter -A INPUT -p udp --dport 1 -j REJECT",
+            tool(ours)
+        ),
+        format!("{} -t nat -A POSTROUTING -o eth0 -j MASQUERADE", tool(ours)),
         format!("{} -t raw -A OUTPUT -p tcp -j ACCEPT", tool(other)),
         format!(
             "{} -t filter -A INPUT -p udp --dport 1 -j DROP",
@@ -608,4 +643,90 @@ fn a_drop_policy_on_our_chain_fails_check_and_re_add_restores_accept() {
     assert_re_add(&pod, "AlreadyInPlace");
     assert!(outbound_captured(&node, &pod));
     assert!(inbound_captured(&node, &pod));
+}
+
+/// Packets that reached the node addressed to the pod's 127.0.0.1:15001 (a copy sent out of the pod after
+/// our redirect), counted by a chain the test adds to the node's namespace.
+fn copies_seen_by_node(node: &Node) -> u64 {
+    let list = node.ns.exec_ok(&["nft", "list chain ip seen pre"]);
+    list.split("packets ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no counter in {list}"))
+}
+
+/// x_tables' own chains after our redirect (here mangle POSTROUTING, of our iptables backend or, in
+/// nftables mode, of legacy iptables): `TEE` there sends a copy of every redirected packet, the app's
+/// plaintext, out of the pod to a gateway while the original still reaches the proxy. The copy really
+/// arrives at the node (the premise), CHECK and re-ADD name the rule, and once it is gone both pass.
+fn tee_after_ours_fails_check_and_re_add(b: Backend) {
+    if !require_root() {
+        return;
+    }
+    for (idx, ours) in runs(b, 72, 70) {
+        let node = Node::new(idx);
+        if let Some(r) = ours {
+            node.record_backend(r);
+        }
+        let pod = b.pod(&node, "tee", "", "", false);
+        pod.add().assert_success();
+        for c in [
+            "nft add table ip seen",
+            "nft 'add chain ip seen pre { type filter hook prerouting priority -300 ; }'",
+            "nft add rule ip seen pre ip daddr 127.0.0.1 tcp dport 15001 counter",
+        ] {
+            node.ns.exec_ok(&["sh", "-c", c]);
+        }
+        let (tool_name, named) = match ours {
+            Some(r) => (tool(r), format!("{} (IPv4)", tool(r))),
+            None => (
+                "iptables-legacy".to_string(),
+                "legacy iptables (IPv4)".to_string(),
+            ),
+        };
+        let gw = node.gw4(&pod).to_string();
+        pod.ns.exec_ok(&[
+            tool_name.as_str(),
+            "-t",
+            "mangle",
+            "-A",
+            "POSTROUTING",
+            "-p",
+            "tcp",
+            "-j",
+            "TEE",
+            "--gateway",
+            &gw,
+        ]);
+        assert!(
+            outbound_captured(&node, &pod),
+            "the original is still captured"
+        );
+        assert!(
+            copies_seen_by_node(&node) > 0,
+            "a copy of the redirected packet should leave the pod (the test's premise)"
+        );
+        let want = format!(
+            "{named} -t mangle POSTROUTING runs after our redirect and can undo it: rule 1:"
+        );
+        let msg = pod.run("CHECK").assert_cni_error(103);
+        assert!(msg.contains(&want), "CHECK does not name {want:?}: {msg}");
+        let msg = pod.add().assert_cni_error(103);
+        assert!(msg.contains(&want), "re-ADD does not name {want:?}: {msg}");
+        pod.ns
+            .exec_ok(&[tool_name.as_str(), "-t", "mangle", "-F", "POSTROUTING"]);
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
+    }
+}
+
+#[test]
+fn tee_after_ours_in_iptables_mode_fails_check_and_re_add() {
+    tee_after_ours_fails_check_and_re_add(Iptables)
+}
+
+#[test]
+fn legacy_tee_after_ours_in_nftables_mode_fails_check_and_re_add() {
+    tee_after_ours_fails_check_and_re_add(Nftables)
 }
