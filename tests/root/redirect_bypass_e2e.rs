@@ -730,3 +730,75 @@ fn tee_after_ours_in_iptables_mode_fails_check_and_re_add() {
 fn legacy_tee_after_ours_in_nftables_mode_fails_check_and_re_add() {
     tee_after_ours_fails_check_and_re_add(Nftables)
 }
+
+/// One CHECK reads the foreign chains in several dumps. A writer swaps a `notrack` between two foreign
+/// chains at raw priority in one transaction each way (every generation holds one), with a long harmless
+/// chain read between them: a CHECK whose dumps straddle a swap could read both chains harmless. CHECK
+/// reads in one generation, so it never passes: it names the notrack, or fails closed on a ruleset that
+/// keeps changing. Deterministic: no outcome depends on timing, only how CHECK fails does.
+#[test]
+fn check_never_passes_while_a_bypass_moves_between_chains() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(73);
+    let pod = node.pod("swap", "", "", false).with_native_nftables();
+    pod.add().assert_success();
+    let tmp = TempDir::new("swap");
+    let dir = tmp.path();
+    let chain =
+        |c: &str| format!("add chain ip swap {c} {{ type filter hook output priority -300 ; }}\n");
+    // Chain order q, r, p: the reader walks them from the last listed, so r's 4000 rules come between
+    // p's and q's dumps.
+    let mut setup = format!(
+        "add table ip swap\n{}{}{}add rule ip swap p counter\nadd rule ip swap q notrack\n",
+        chain("q"),
+        chain("r"),
+        chain("p")
+    );
+    for _ in 0..4000 {
+        setup.push_str("add rule ip swap r counter\n");
+    }
+    std::fs::write(dir.join("setup.nft"), setup).unwrap();
+    let swap = |notrack: &str, counter: &str| {
+        format!(
+            "flush chain ip swap p\nflush chain ip swap q\nadd rule ip swap {notrack} notrack\n\
+             add rule ip swap {counter} counter\n"
+        )
+    };
+    std::fs::write(dir.join("a.nft"), swap("p", "q")).unwrap();
+    std::fs::write(dir.join("b.nft"), swap("q", "p")).unwrap();
+    let d = dir.display();
+    pod.ns.exec_ok(&["nft", "-f", &format!("{d}/setup.nft")]);
+    let mut writer = std::process::Command::new("ip")
+        .args(["netns", "exec", pod.ns.name(), "sh", "-c"])
+        .arg(format!(
+            "n=0; while [ ! -e {d}/stop ]; do nft -f {d}/a.nft && nft -f {d}/b.nft || exit 1; \
+             n=$((n+1)); echo $n > {d}/swaps; done"
+        ))
+        .spawn()
+        .expect("start the writer");
+    let mut passed = Vec::new();
+    for i in 0..100 {
+        let out = pod.run("CHECK");
+        if out.code == 0 {
+            passed.push(i);
+        }
+    }
+    std::fs::write(dir.join("stop"), "").unwrap();
+    assert!(writer.wait().unwrap().success(), "the writer failed");
+    let swaps = std::fs::read_to_string(dir.join("swaps")).unwrap_or_default();
+    assert!(
+        swaps.trim().parse::<u64>().unwrap_or(0) > 0,
+        "the test's premise: the writer swapped the notrack"
+    );
+    assert!(
+        passed.is_empty(),
+        "CHECK passed {} times while every generation held a notrack (runs {passed:?})",
+        passed.len()
+    );
+    let msg = pod.run("CHECK").assert_cni_error(103);
+    assert!(msg.contains("[ notrack ]"), "{msg}");
+    pod.ns.exec_ok(&["nft", "delete table ip swap"]);
+    pod.run("CHECK").assert_success();
+}
