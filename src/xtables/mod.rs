@@ -129,6 +129,17 @@ pub fn after_effect(t: &Target) -> Effect {
     }
 }
 
+/// What a target can do to a packet our nat chain let through unredirected (an excluded port or
+/// address, the proxy's own traffic, loopback), after our jump in the same nat chain: its connection is
+/// not bound yet, so `DNAT`, `REDIRECT` and `NETMAP` there still send it elsewhere (an excluded inbound
+/// port redirected to the app's port skips the proxy, measured); otherwise as [`after_effect`].
+pub fn let_through_effect(t: &Target) -> Effect {
+    match t {
+        Target::Ext(n) if ["DNAT", "REDIRECT", "NETMAP"].contains(&n.as_str()) => Effect::Moves,
+        t => after_effect(t),
+    }
+}
+
 impl Steps for Rule {
     fn effects(&self) -> impl Iterator<Item = Effect> + '_ {
         std::iter::once(before_effect(&self.target))
@@ -139,12 +150,13 @@ impl Steps for Rule {
     }
 }
 
-/// A rule of a chain that runs after our redirect, as the walk sees it ([`after_effect`]).
-struct AfterOurs<'a>(&'a Rule);
+/// A rule of a chain that runs after our redirect, as the walk sees it ([`after_effect`]), or after our
+/// jump in the same nat chain ([`let_through_effect`]).
+struct AfterOurs<'a>(&'a Rule, fn(&Target) -> Effect);
 
 impl Steps for AfterOurs<'_> {
     fn effects(&self) -> impl Iterator<Item = Effect> + '_ {
-        std::iter::once(after_effect(&self.0.target))
+        std::iter::once((self.1)(&self.0.target))
     }
 
     fn text(&self) -> String {
@@ -214,23 +226,67 @@ pub fn table_findings(tool: &str, family: Family, table: &str, chains: &Chains) 
 /// redirect already made ([`after_effect`]): `{tool} ({family}) -t {table} {chain} runs after our redirect
 /// and can undo it: rule {i}[ (via chain {c})]: {rule}`.
 pub fn after_findings(tool: &str, family: Family, table: &str, chains: &Chains) -> Vec<String> {
-    let after: BTreeMap<&str, Vec<AfterOurs>> = chains
-        .iter()
-        .map(|(c, rules)| (c.as_str(), rules.iter().map(AfterOurs).collect()))
-        .collect();
-    let rules = |c: &str| after.get(c).map(Vec::as_slice);
-    AFTER_OURS
+    let starts: Vec<&str> = AFTER_OURS
         .iter()
         .filter(|(t, start)| *t == table && chains.contains_key(*start))
-        .filter_map(|(_, start)| {
+        .map(|(_, start)| *start)
+        .collect();
+    walk_after(
+        tool,
+        family,
+        table,
+        chains,
+        &starts,
+        after_effect,
+        "runs after our redirect and can undo it",
+    )
+}
+
+/// One line per nat chain in `starts` (PREROUTING, OUTPUT: the rules after our jump there, which see
+/// what our chains let through unredirected) whose rules can send that traffic elsewhere
+/// ([`let_through_effect`]): `{tool} ({family}) -t nat {chain} after our jump, on traffic ours lets
+/// through: rule {i}[ (via chain {c})]: {rule}` (the caller makes the rules up to our jump fall through).
+pub fn let_through_findings(
+    tool: &str,
+    family: Family,
+    chains: &Chains,
+    starts: &[&str],
+) -> Vec<String> {
+    walk_after(
+        tool,
+        family,
+        "nat",
+        chains,
+        starts,
+        let_through_effect,
+        "after our jump, on traffic ours lets through",
+    )
+}
+
+fn walk_after(
+    tool: &str,
+    family: Family,
+    table: &str,
+    chains: &Chains,
+    starts: &[&str],
+    effect: fn(&Target) -> Effect,
+    place: &str,
+) -> Vec<String> {
+    let after: BTreeMap<&str, Vec<AfterOurs>> = chains
+        .iter()
+        .map(|(c, rules)| {
+            let list = rules.iter().map(|r| AfterOurs(r, effect)).collect();
+            (c.as_str(), list)
+        })
+        .collect();
+    let rules = |c: &str| after.get(c).map(Vec::as_slice);
+    starts
+        .iter()
+        .filter_map(|start| {
             let hooked = format!("{tool} ({}) -t {table} {start}", family.name());
-            bypass::finding(
-                &hooked,
-                Some("runs after our redirect and can undo it"),
-                start,
-                &rules,
-                &|c| format!("chain {c}"),
-            )
+            bypass::finding(&hooked, Some(place), start, &rules, &|c| {
+                format!("chain {c}")
+            })
         })
         .collect()
 }

@@ -13,6 +13,7 @@
 use crate::support::e2e::*;
 use crate::support::traffic::*;
 use crate::support::*;
+use std::net::SocketAddr;
 use Backend::*;
 
 /// The nodes a test of backend `b` runs on, each with the iptables backend it records: nftables mode one
@@ -801,4 +802,68 @@ fn check_never_passes_while_a_bypass_moves_between_chains() {
     assert!(msg.contains("[ notrack ]"), "{msg}");
     pod.ns.exec_ok(&["nft", "delete table ip swap"]);
     pod.run("CHECK").assert_success();
+}
+
+/// iptables mode: a foreign `REDIRECT` after our jump in nat PREROUTING catches what our chains let
+/// through unredirected, here the excluded inbound port 8081, and sends it to the app's 8080: the
+/// connection reaches the app past the proxy (the premise) while a direct one to 8080 is captured. CHECK
+/// and re-ADD name the rule; once it is gone both pass.
+#[test]
+fn a_redirect_after_our_jump_of_an_excluded_port_fails_check_and_re_add() {
+    if !require_root() {
+        return;
+    }
+    for (idx, ours) in [(74, "nft"), (75, "legacy")] {
+        let node = Node::new(idx);
+        node.record_backend(ours);
+        let pod = node.pod("after-jump", &bypass_annotations(&node), "", false);
+        pod.add().assert_success();
+        let mine = tool(ours);
+        pod.ns.exec_ok(&[
+            mine.as_str(),
+            "-t",
+            "nat",
+            "-A",
+            "PREROUTING",
+            "-p",
+            "tcp",
+            "--dport",
+            "8081",
+            "-j",
+            "REDIRECT",
+            "--to-ports",
+            "8080",
+        ]);
+        let app = listen_in(&pod.ns.path(), SocketAddr::new(pod.ip4, 8080), false);
+        let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), false);
+        let _c = connect_from(&node.ns.path(), SocketAddr::new(pod.ip4, 8081), None)
+            .expect("inbound 8081");
+        assert!(
+            accept_within(&app).is_some(),
+            "{ours}: the excluded port should reach the app's 8080 (the test's premise)"
+        );
+        assert!(accept_within_short(&envoy_in).is_none());
+        drop((app, envoy_in));
+        assert!(
+            inbound_captured(&node, &pod),
+            "{ours}: 8080 itself is captured"
+        );
+        let want = format!(
+            "{mine} (IPv4) -t nat PREROUTING after our jump, on traffic ours lets through: rule 2: -p tcp -m tcp --dport 8081 -j REDIRECT --to-ports 8080"
+        );
+        let msg = pod.run("CHECK").assert_cni_error(103);
+        assert!(
+            msg.contains(&want),
+            "{ours}: CHECK does not name {want:?}: {msg}"
+        );
+        let msg = pod.add().assert_cni_error(103);
+        assert!(
+            msg.contains(&want),
+            "{ours}: re-ADD does not name {want:?}: {msg}"
+        );
+        pod.ns
+            .exec_ok(&[mine.as_str(), "-t", "nat", "-D", "PREROUTING", "2"]);
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
+    }
 }
