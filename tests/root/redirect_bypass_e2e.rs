@@ -867,3 +867,62 @@ fn a_redirect_after_our_jump_of_an_excluded_port_fails_check_and_re_add() {
         assert_re_add(&pod, "AlreadyInPlace");
     }
 }
+
+/// A native nftables nat chain after ours at prerouting (priority 0) redirecting the excluded inbound port
+/// 8081 to the app's 8080: our chains let 8081 through unbound, so this chain binds it and the
+/// connection reaches the app past the proxy (the premise). Both modes: CHECK and re-ADD name it.
+fn a_later_nat_chain_re_pointing_an_excluded_port_fails_check_and_re_add(b: Backend) {
+    if !require_root() {
+        return;
+    }
+    for (idx, ours) in runs(b, 76, 90) {
+        let node = Node::new(idx);
+        if let Some(r) = ours {
+            node.record_backend(r);
+        }
+        let pod = b.pod(&node, "late-nat", &bypass_annotations(&node), "", false);
+        pod.add().assert_success();
+        for c in [
+            "nft add table ip late",
+            "nft 'add chain ip late pre { type nat hook prerouting priority 0 ; }'",
+            "nft add rule ip late pre tcp dport 8081 redirect to :8080",
+        ] {
+            pod.ns.exec_ok(&["sh", "-c", c]);
+        }
+        let mode = ours.unwrap_or("nftables");
+        let app = listen_in(&pod.ns.path(), SocketAddr::new(pod.ip4, 8080), false);
+        let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), false);
+        let _c = connect_from(&node.ns.path(), SocketAddr::new(pod.ip4, 8081), None)
+            .expect("inbound 8081");
+        assert!(
+            accept_within(&app).is_some(),
+            "{mode}: the excluded port should reach the app's 8080 (the test's premise)"
+        );
+        assert!(accept_within_short(&envoy_in).is_none());
+        drop((app, envoy_in));
+        let want = "foreign chain ip late pre (hook prerouting, priority 0, 1 rules) runs after";
+        let msg = pod.run("CHECK").assert_cni_error(103);
+        assert!(
+            msg.contains(want),
+            "{mode}: CHECK does not name {want:?}: {msg}"
+        );
+        let msg = pod.add().assert_cni_error(103);
+        assert!(
+            msg.contains(want),
+            "{mode}: re-ADD does not name {want:?}: {msg}"
+        );
+        pod.ns.exec_ok(&["nft", "delete table ip late"]);
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
+    }
+}
+
+#[test]
+fn a_later_nat_chain_re_pointing_an_excluded_port_fails_check_in_nftables_mode() {
+    a_later_nat_chain_re_pointing_an_excluded_port_fails_check_and_re_add(Nftables)
+}
+
+#[test]
+fn a_later_nat_chain_re_pointing_an_excluded_port_fails_check_in_iptables_mode() {
+    a_later_nat_chain_re_pointing_an_excluded_port_fails_check_and_re_add(Iptables)
+}
