@@ -69,7 +69,7 @@ const ATTEMPTS: u32 = 8;
 
 /// The pause before attempt `n + 1`: doubling from 2 ms up to 32 ms, plus up to `n` ms of jitter so that
 /// writers that collided do not collide again in step (at most about 0.15 s in all).
-fn backoff(n: u32) -> Duration {
+pub(crate) fn backoff(n: u32) -> Duration {
     let jitter = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos())
@@ -81,7 +81,7 @@ fn backoff(n: u32) -> Duration {
 /// exclusive `flock` on the namespace's nsfs inode, which every process inside it sees as the same file
 /// (legacy iptables uses it as its lock file the same way). Waited for at most about a second; without
 /// it we retry anyway.
-fn namespace_lock() -> Option<nix::fcntl::Flock<std::fs::File>> {
+pub(crate) fn namespace_lock() -> Option<nix::fcntl::Flock<std::fs::File>> {
     use nix::fcntl::{Flock, FlockArg};
     let mut f = std::fs::File::open("/proc/thread-self/ns/net").ok()?;
     for _ in 0..200 {

@@ -2,15 +2,17 @@
 //! elements): each dump is consistent alone, but a change between two of them (a chain added after the
 //! chain dump, a rule after the rule dump) could be missed by one CHECK. The standard remedy, as `nft`
 //! itself does: read the ruleset generation id (`NFT_MSG_GETGEN`) before and after, and read again when it
-//! changed, a bounded number of times; a ruleset that keeps changing fails closed.
+//! changed, after a pause (production: [`super::apply`]'s backoff, holding the namespace lock our
+//! writers' retries take), a bounded number of times; a ruleset that keeps changing fails closed.
 //!
 //! Pure: [`next`], the decision. [`stable`] runs it, with the generation read and the dumps passed in
 //! (the effect, [`super::observe::genid`] on a socket in production).
 
 use crate::error::{Error, Result};
 
-/// How many times a read is made before a ruleset that keeps changing fails it.
-pub const READ_ATTEMPTS: u32 = 3;
+/// How many times a read is made before a ruleset that keeps changing fails it (as many as a refused
+/// batch is sent: our own concurrent converging writers into one namespace must not fail a read).
+pub const READ_ATTEMPTS: u32 = 8;
 
 /// What to do after attempt `attempt` (1-based) of a read that began at generation `before` and ended at
 /// `after`.
@@ -43,12 +45,14 @@ fn changing(what: &str) -> Error {
 }
 
 /// Runs `read` (given the generation read before it) between two reads of the generation with `gen`,
-/// again while they differ ([`next`]); `what` names the read in the error.
+/// again while they differ ([`next`]), calling `pause` with the attempt that saw a change before the next
+/// one; `what` names the read in the error.
 pub fn stable<S: ?Sized, T>(
     s: &mut S,
     what: &str,
     gen: &mut dyn FnMut(&mut S) -> Result<u32>,
     read: &mut dyn FnMut(&mut S, u32) -> Result<T>,
+    pause: &mut dyn FnMut(u32),
 ) -> Result<T> {
     let mut before = gen(s)?;
     for attempt in 1..=READ_ATTEMPTS {
@@ -56,7 +60,10 @@ pub fn stable<S: ?Sized, T>(
         let after = gen(s)?;
         match next(before, after, attempt) {
             Next::Done => return Ok(v),
-            Next::Retry => before = after,
+            Next::Retry => {
+                pause(attempt);
+                before = gen(s)?;
+            }
             Next::Fail => break,
         }
     }
@@ -86,7 +93,7 @@ mod tests {
         reads: Vec<u32>,
     }
 
-    fn run(f: &mut Fake) -> Result<u32> {
+    fn run(f: &mut Fake, pauses: &mut Vec<u32>) -> Result<u32> {
         stable(
             f,
             "list rules",
@@ -99,6 +106,7 @@ mod tests {
                 }
                 Ok(g)
             },
+            &mut |attempt| pauses.push(attempt),
         )
     }
 
@@ -109,16 +117,20 @@ mod tests {
             changes_left: 0,
             reads: Vec::new(),
         };
-        assert_eq!(run(&mut f).unwrap(), 10);
+        let mut pauses = Vec::new();
+        assert_eq!(run(&mut f, &mut pauses).unwrap(), 10);
         assert_eq!(f.reads, vec![10]);
+        assert!(pauses.is_empty());
 
         let mut f = Fake {
             genid: 10,
             changes_left: READ_ATTEMPTS - 1,
             reads: Vec::new(),
         };
-        assert_eq!(run(&mut f).unwrap(), 10 + READ_ATTEMPTS - 1);
+        assert_eq!(run(&mut f, &mut pauses).unwrap(), 10 + READ_ATTEMPTS - 1);
         assert_eq!(f.reads, (10..10 + READ_ATTEMPTS).collect::<Vec<_>>());
+        // A pause after each attempt that saw a change, none after the last.
+        assert_eq!(pauses, (1..READ_ATTEMPTS).collect::<Vec<_>>());
     }
 
     #[test]
@@ -128,11 +140,11 @@ mod tests {
             changes_left: u32::MAX,
             reads: Vec::new(),
         };
-        let e = run(&mut f).unwrap_err().to_string();
+        let e = run(&mut f, &mut Vec::new()).unwrap_err().to_string();
         assert_eq!(f.reads.len() as u32, READ_ATTEMPTS);
         assert!(e.contains("list rules"), "{e}");
         assert!(
-            e.contains("changed while it was being read, 3 times in a row"),
+            e.contains("changed while it was being read, 8 times in a row"),
             "{e}"
         );
     }

@@ -293,12 +293,36 @@ pub fn in_one_generation<T>(
     what: &str,
     more: &mut dyn FnMut(&mut Reader, &Head) -> Result<T>,
 ) -> Result<(Head, T)> {
-    generation::stable(s, what, &mut |s: &mut Socket| genid(s), &mut |s, g| {
-        let mut r = Reader::new(s);
-        let head = head_at(&mut r, g)?;
-        let v = more(&mut r, &head)?;
-        Ok((head, v))
-    })
+    let mut pause = RetryPause::default();
+    generation::stable(
+        s,
+        what,
+        &mut |s: &mut Socket| genid(s),
+        &mut |s, g| {
+            let mut r = Reader::new(s);
+            let head = head_at(&mut r, g)?;
+            let v = more(&mut r, &head)?;
+            Ok((head, v))
+        },
+        &mut |attempt| pause.wait(attempt),
+    )
+}
+
+/// The pause before reading a changed ruleset again: the namespace lock our writers' retries take
+/// ([`super::apply::namespace_lock`], held until the read ends, so our own concurrent converging ADDs
+/// cannot keep changing it), then the same growing backoff.
+#[derive(Default)]
+pub struct RetryPause {
+    held: Option<nix::fcntl::Flock<std::fs::File>>,
+}
+
+impl RetryPause {
+    pub fn wait(&mut self, attempt: u32) {
+        if self.held.is_none() {
+            self.held = super::apply::namespace_lock();
+        }
+        std::thread::sleep(super::apply::backoff(attempt));
+    }
 }
 
 /// A kernel without nf_tables (a legacy-only node): no socket for the family, or no nf_tables subsystem

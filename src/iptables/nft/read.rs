@@ -14,7 +14,7 @@ use crate::netfilter::Family;
 use crate::nftables::decode::{self, Msg};
 use crate::nftables::encode::{self, Attrs, NFT_TABLE_F_DORMANT};
 use crate::nftables::generation;
-use crate::nftables::observe::genid;
+use crate::nftables::observe::{genid, RetryPause};
 use crate::nftables::socket::Socket;
 use crate::xtables::rule::{Chain, Rule, Table};
 
@@ -136,9 +136,14 @@ pub fn tables(current: &[CurrentTable]) -> Vec<Table> {
 /// fails closed), with that generation's id.
 pub fn read(s: &mut Socket, family: Family) -> Result<(u32, Vec<CurrentTable>)> {
     let what = format!("iptables-nft ({}): read the tables", family.name());
-    generation::stable(s, &what, &mut |s: &mut Socket| genid(s), &mut |s, g| {
-        Ok((g, read_once(s, family)?))
-    })
+    let mut pause = RetryPause::default();
+    generation::stable(
+        s,
+        &what,
+        &mut |s: &mut Socket| genid(s),
+        &mut |s, g| Ok((g, read_once(s, family)?)),
+        &mut |attempt| pause.wait(attempt),
+    )
 }
 
 /// The tables, chains and rules of `family`, three dumps.
