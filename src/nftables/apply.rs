@@ -69,7 +69,7 @@ const ATTEMPTS: u32 = 8;
 
 /// The pause before attempt `n + 1`: doubling from 2 ms up to 32 ms, plus up to `n` ms of jitter so that
 /// writers that collided do not collide again in step (at most about 0.15 s in all).
-fn backoff(n: u32) -> Duration {
+pub(crate) fn backoff(n: u32) -> Duration {
     let jitter = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos())
@@ -81,7 +81,7 @@ fn backoff(n: u32) -> Duration {
 /// exclusive `flock` on the namespace's nsfs inode, which every process inside it sees as the same file
 /// (legacy iptables uses it as its lock file the same way). Waited for at most about a second; without
 /// it we retry anyway.
-fn namespace_lock() -> Option<nix::fcntl::Flock<std::fs::File>> {
+pub(crate) fn namespace_lock() -> Option<nix::fcntl::Flock<std::fs::File>> {
     use nix::fcntl::{Flock, FlockArg};
     let mut f = std::fs::File::open("/proc/thread-self/ns/net").ok()?;
     for _ in 0..200 {
@@ -139,9 +139,13 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
         send(&mut s, rs, head.genid, false)?;
         Outcome::Applied
     } else {
-        // Our tables exist: before calling them "in place", read them and whatever runs before them.
+        // Our tables exist: before calling them "in place", read them and whatever runs before them, in
+        // one generation (a foreign chain added between two dumps would be missed).
         let want = state::desired(rs, &resolve_group)?;
-        let seen = observe::observe(&mut r, &head, &state::our_hooks(&want))?;
+        let hooks = state::our_hooks(&want);
+        let (head, seen) = observe::in_one_generation(&mut s, "read the rules", &mut |r, h| {
+            observe::observe(r, h, &hooks)
+        })?;
         let mut foreign = seen.foreign;
         foreign.extend(crate::xtables::findings(&FAMILIES)?);
         bypass::refuse(&foreign, " (nftables)")?;
@@ -231,10 +235,11 @@ pub fn check(netns_path: &str, rs: Ruleset) -> Result<()> {
 /// dormant, and nothing before them (native nftables or legacy x_tables) that can move traffic past them.
 fn findings_here(rs: &Ruleset) -> Result<bypass::Findings> {
     let mut s = Socket::open()?;
-    let mut r = Reader::new(&mut s);
-    let head = observe::head(&mut r)?;
     let want = state::desired(rs, &resolve_group)?;
-    let seen = observe::observe(&mut r, &head, &state::our_hooks(&want))?;
+    let hooks = state::our_hooks(&want);
+    let (_, seen) = observe::in_one_generation(&mut s, "read the rules", &mut |r, h| {
+        observe::observe(r, h, &hooks)
+    })?;
     let mut ours = state::diff(&want, &seen.ours, &|t, c, i| rule_text_at(rs, t, c, i));
     ours.extend(seen.dormant.iter().map(|t| {
         format!(

@@ -11,7 +11,8 @@
 //! After ours: prerouting and output above our priority, input (which every redirected packet reaches:
 //! inbound after prerouting, outbound after looping through `lo`), postrouting and netdev egress. NAT
 //! there cannot undo ours (the connection is bound at the first nat chain, later ones are skipped;
-//! postrouting's is source NAT), nor can `notrack` (conntrack already holds the packet), a drop or a
+//! postrouting's is source NAT), but at prerouting and output it binds what our chains let through
+//! unredirected (an excluded port, [`nat_binds`]) and can send that past the proxy, so it is named; nor can `notrack` (conntrack already holds the packet), a drop or a
 //! reject; but a stateless write can put a redirected packet's address or port back (`tcp dport set ct
 //! original proto-dst`) and so can a mark, a `ct set`, a queue, tproxy, dup or fwd. At postrouting and
 //! egress an outbound redirected packet is already routed to `lo`: a write alone there only loses it (it
@@ -126,20 +127,34 @@ pub fn position(c: &BaseChain, ours: &[OurHook]) -> Option<Position> {
     }
 }
 
-/// A foreign rule as seen from where its base chain runs: `after` our redirect or before it.
+/// A foreign rule as seen from where its base chain runs: `after` our redirect or before it, and whether
+/// NAT there still binds what our chains let through ([`nat_binds`]).
 struct Placed<'a> {
     exprs: &'a [Expr],
     after: bool,
+    binds: bool,
 }
 
 impl Steps for Placed<'_> {
     fn effects(&self) -> impl Iterator<Item = Effect> + '_ {
-        self.exprs.iter().map(|e| effect(e, self.after))
+        self.exprs.iter().map(|e| match e {
+            Expr::Redir { .. } if self.binds => Effect::Moves,
+            Expr::Other(n) if self.binds && (n == "nat" || n == "masq") => Effect::Moves,
+            e => effect(e, self.after),
+        })
     }
 
     fn text(&self) -> String {
         describe(self.exprs)
     }
+}
+
+/// Whether NAT in `c` still binds traffic: at prerouting and output (ip, ip6, inet) our nat chains let
+/// some traffic through unbound (an excluded port or address, loopback, the proxy's own), and a later nat
+/// chain there binds it: `tcp dport 8081 redirect to :8080` at prerouting priority 0, 8081 excluded,
+/// reaches the app past the proxy (measured). At input and postrouting NAT is source NAT.
+pub fn nat_binds(c: &BaseChain) -> bool {
+    c.family != NFPROTO_NETDEV && OUR_HOOKS.iter().any(|o| o.0 == c.hooknum)
 }
 
 /// Expressions (by the name a dump gives them) that cannot undo a redirect already made: NAT (the
@@ -202,6 +217,7 @@ pub fn findings(base: &[BaseChain], rules: &Rules, ours: &[OurHook]) -> Vec<Stri
             continue;
         };
         let after = matches!(pos, Position::After(_));
+        let binds = after && nat_binds(c);
         let fam = family_name(c.family);
         let devices = if c.devices.is_empty() {
             String::new()
@@ -222,7 +238,14 @@ pub fn findings(base: &[BaseChain], rules: &Rules, ours: &[OurHook]) -> Vec<Stri
             .iter()
             .filter(|((f, t, _), _)| *f == c.family && *t == c.table)
             .map(|((_, _, name), list)| {
-                let list = list.iter().map(|r| Placed { exprs: r, after }).collect();
+                let list = list
+                    .iter()
+                    .map(|r| Placed {
+                        exprs: r,
+                        after,
+                        binds,
+                    })
+                    .collect();
                 (name.as_str(), list)
             })
             .collect();

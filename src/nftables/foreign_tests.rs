@@ -207,17 +207,37 @@ fn chains_after_ours_at_our_hooks_input_postrouting_and_egress_are_placed_after_
 }
 
 #[test]
-fn after_ours_nat_notrack_drop_and_reject_are_harmless_writes_marks_queues_and_unknowns_are_named()
-{
+fn after_ours_source_nat_notrack_drop_and_reject_are_harmless_writes_marks_queues_and_unknowns_are_named(
+) {
     let o = ours();
     let c = chain(NFPROTO_IPV4, "c", NF_INET_PRE_ROUTING, 0);
-    let harmless_after = [
+    let nat = [
         Expr::Other("nat".into()),
         Expr::Other("masq".into()),
         Expr::Redir {
             reg_min: 1,
             flags: 0,
         },
+    ];
+    // NAT after ours: source NAT at input and postrouting is harmless; at prerouting and output it binds
+    // what our chains let through unredirected, so it is named there.
+    for e in &nat {
+        let mut rules = Rules::new();
+        rules.insert(key(NFPROTO_IPV4, "c"), vec![vec![e.clone()]]);
+        for h in [NF_INET_LOCAL_IN, 4] {
+            let late = chain(NFPROTO_IPV4, "c", h, 100);
+            assert!(
+                findings(std::slice::from_ref(&late), &rules, &o).is_empty(),
+                "{e:?} at hook {h}"
+            );
+        }
+        for h in [NF_INET_PRE_ROUTING, NF_INET_LOCAL_OUT] {
+            let late = chain(NFPROTO_IPV4, "c", h, 0);
+            let f = findings(std::slice::from_ref(&late), &rules, &o);
+            assert_eq!(f.len(), 1, "{e:?} at hook {h}: {f:?}");
+        }
+    }
+    let harmless_after = [
         Expr::Other("notrack".into()),
         Expr::Other("reject".into()),
         verdict(NF_DROP, None),
@@ -263,7 +283,10 @@ fn after_ours_nat_notrack_drop_and_reject_are_harmless_writes_marks_queues_and_u
     ] {
         rules.insert(
             key(NFPROTO_IPV4, "c"),
-            vec![vec![Expr::Other("nat".into())], vec![Expr::Counter, moves]],
+            vec![
+                vec![Expr::Other("notrack".into())],
+                vec![Expr::Counter, moves],
+            ],
         );
         let f = findings(std::slice::from_ref(&c), &rules, &o);
         assert_eq!(f.len(), 1, "{named}: {f:?}");

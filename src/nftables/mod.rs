@@ -5,8 +5,8 @@
 //! expressions) and [`lower`] (rules → expressions), [`encode`] / [`decode`] (the netlink codec), [`state`]
 //! (comparable form, diff), [`foreign`] (foreign base chains that run before ours, walked with
 //! [`crate::netfilter::bypass`]); [`conntrack`]: the little of ctnetlink repair needs, in the same codec.
-//! Effects, thin: [`socket`] (one NETLINK_NETFILTER socket), [`observe`] (the bounded read-back), [`apply`]
-//! (ADD and CHECK in the pod netns).
+//! Effects, thin: [`socket`] (one NETLINK_NETFILTER socket), [`observe`] (the bounded read-back, in one
+//! generation: [`generation`]), [`apply`] (ADD and CHECK in the pod netns).
 
 pub mod apply;
 pub mod batch;
@@ -19,6 +19,7 @@ mod expr_text;
 pub mod foreign;
 pub mod generate;
 mod generate_steps;
+pub mod generation;
 pub mod lower;
 pub mod model;
 pub mod observe;

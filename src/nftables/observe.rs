@@ -1,4 +1,5 @@
-//! Reading a pod namespace's nf_tables state back (spec nftables.md §5), bounded: the generation id and
+//! Reading a pod namespace's nf_tables state back (spec nftables.md §5), bounded and in one generation
+//! ([`in_one_generation`]): the generation id and
 //! the tables (with their flags) first, which is all a fresh namespace costs; then, only when our tables
 //! exist or for CHECK, the chains, the rules of our tables (dumps filtered by table) and the rules of the
 //! foreign base chains that run before ours or after them on our traffic (filtered by table and chain,
@@ -9,6 +10,7 @@
 use super::decode::{self, Msg};
 use super::encode::{self, Attrs, NFT_TABLE_F_DORMANT};
 use super::foreign::{self, BaseChain, Rules};
+use super::generation;
 use super::model::Table;
 use super::socket::Socket;
 use super::state::{self, ChainState, Tables};
@@ -118,6 +120,11 @@ pub struct Head {
 /// Two round trips: all a fresh namespace costs.
 pub fn head(r: &mut Reader) -> Result<Head> {
     let genid = genid(r.s)?;
+    head_at(r, genid)
+}
+
+/// [`head`] with the generation id already read.
+fn head_at(r: &mut Reader, genid: u32) -> Result<Head> {
     let mut ours = BTreeMap::new();
     let mut dormant = BTreeSet::new();
     let a = Attrs::default();
@@ -278,6 +285,46 @@ pub fn observe(r: &mut Reader, head: &Head, hooks: &[OurHook]) -> Result<Observe
     })
 }
 
+/// [`head`] and then `more`, read in one generation ([`generation::stable`]): a change between the
+/// dumps makes them read again (a bounded number of times, then fail closed), so one CHECK cannot miss a
+/// chain or rule added between two of them. `what` names the read in the error.
+pub fn in_one_generation<T>(
+    s: &mut Socket,
+    what: &str,
+    more: &mut dyn FnMut(&mut Reader, &Head) -> Result<T>,
+) -> Result<(Head, T)> {
+    let mut pause = RetryPause::default();
+    generation::stable(
+        s,
+        what,
+        &mut |s: &mut Socket| genid(s),
+        &mut |s, g| {
+            let mut r = Reader::new(s);
+            let head = head_at(&mut r, g)?;
+            let v = more(&mut r, &head)?;
+            Ok((head, v))
+        },
+        &mut |attempt| pause.wait(attempt),
+    )
+}
+
+/// The pause before reading a changed ruleset again: the namespace lock our writers' retries take
+/// ([`super::apply::namespace_lock`], held until the read ends, so our own concurrent converging ADDs
+/// cannot keep changing it), then the same growing backoff.
+#[derive(Default)]
+pub struct RetryPause {
+    held: Option<nix::fcntl::Flock<std::fs::File>>,
+}
+
+impl RetryPause {
+    pub fn wait(&mut self, attempt: u32) {
+        if self.held.is_none() {
+            self.held = super::apply::namespace_lock();
+        }
+        std::thread::sleep(super::apply::backoff(attempt));
+    }
+}
+
 /// A kernel without nf_tables (a legacy-only node): no socket for the family, or no nf_tables subsystem
 /// behind it (nfnetlink answers `EINVAL` for a subsystem it cannot load). Then no nf_tables rule exists.
 fn no_nf_tables(e: &Error) -> bool {
@@ -306,15 +353,16 @@ pub fn foreign_only(
         Err(e) if no_nf_tables(&e) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut r = Reader::new(&mut s);
-    let head = match head(&mut r) {
-        Ok(h) => h,
-        Err(e) if no_nf_tables(&e) => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let base = chains(&mut r, &head, &mut Tables::new(), skip)?;
-    let rules = foreign_rules(&mut r, &base, hooks)?;
-    Ok(foreign::findings(&base, &rules, hooks))
+    let read = in_one_generation(&mut s, "read the foreign chains", &mut |r, head| {
+        let base = chains(r, head, &mut Tables::new(), skip)?;
+        let rules = foreign_rules(r, &base, hooks)?;
+        Ok(foreign::findings(&base, &rules, hooks))
+    });
+    match read {
+        Ok((_, found)) => Ok(found),
+        Err(e) if no_nf_tables(&e) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
 }
 
 fn set_elements(r: &mut Reader, table: &str, set: &str) -> Result<String> {

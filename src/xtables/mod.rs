@@ -3,14 +3,16 @@
 //! hooks of every legacy table instantiated in the namespace: raw (priority -300), mangle (-150) and nat
 //! (-100, and a nat table registered after ours runs first) at prerouting and output, before or with our
 //! redirect. A rule there that can move traffic (notrack, a NAT binding, a mark, a drop, ...) is reported
-//! by CHECK and stops a re-ADD from answering "already in place".
+//! by CHECK and stops a re-ADD from answering "already in place"; so is a rule in a chain that runs after
+//! our redirect ([`AFTER_OURS`]) that can still undo it or copy it out of the pod (a queue, `TEE`, ...).
 //!
 //! Pure: [`entries`] (the getsockopt table format), what a target can do (a rule's [`Steps`] for the
-//! walk in [`bypass`]) and [`table_findings`], which the iptables backend also applies to its own
-//! `iptables-save` dump. Effect: [`findings`] reads the table
+//! walk in [`bypass`]) and [`table_findings`] and [`after_findings`], which the iptables backend also
+//! applies to its own `iptables-save` dump. Effect: [`findings`] reads the table
 //! names from `/proc/thread-self/net/ip{,6}_tables_names` (only tables that exist: asking for another one
 //! would instantiate it) and each table with two getsockopt calls ([`sockopt`]).
 
+pub mod after;
 pub mod chain_name;
 pub mod entries;
 pub mod legacy;
@@ -19,6 +21,8 @@ pub mod ops;
 pub mod rule;
 pub mod sockopt;
 pub mod spec;
+
+pub use after::{after_findings, let_through_findings, AFTER_OURS};
 
 use crate::error::{IoContext, Result};
 use crate::netfilter::bypass::{self, Effect, Steps};
@@ -70,14 +74,20 @@ pub const BEFORE_OURS: [&str; 3] = ["raw", "mangle", "nat"];
 /// kernel's next hook (ours) still runs.
 const HARMLESS: [&str; 4] = ["LOG", "NFLOG", "TRACE", "ULOG"];
 
+/// What a target can do to a packet our redirect should catch, in a chain that runs before ours: only
+/// matches, logs, `ACCEPT` and `RETURN` (which end this table's traversal; ours still runs) are harmless.
+pub fn before_effect(t: &Target) -> Effect {
+    match t {
+        Target::Fall | Target::Accept | Target::Return => Effect::Harmless,
+        Target::Jump(c) => Effect::Jump(c.clone()),
+        Target::Ext(n) if HARMLESS.contains(&n.as_str()) => Effect::Harmless,
+        Target::Drop | Target::Queue | Target::Ext(_) => Effect::Moves,
+    }
+}
+
 impl Steps for Rule {
     fn effects(&self) -> impl Iterator<Item = Effect> + '_ {
-        std::iter::once(match &self.target {
-            Target::Fall | Target::Accept | Target::Return => Effect::Harmless,
-            Target::Jump(c) => Effect::Jump(c.clone()),
-            Target::Ext(n) if HARMLESS.contains(&n.as_str()) => Effect::Harmless,
-            Target::Drop | Target::Queue | Target::Ext(_) => Effect::Moves,
-        })
+        std::iter::once(before_effect(&self.target))
     }
 
     fn text(&self) -> String {
@@ -114,7 +124,8 @@ pub fn read(family: Family) -> Result<Vec<(String, Chains)>> {
 }
 
 /// One line per legacy raw/mangle/nat table and hooked chain whose rules can move traffic past our
-/// redirect, in the current thread's namespace, for each of `families`.
+/// redirect, and per legacy chain after ours that can undo it ([`after_findings`]), in the current
+/// thread's namespace, for each of `families`.
 pub fn findings(families: &[Family]) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for &family in families {
@@ -122,6 +133,7 @@ pub fn findings(families: &[Family]) -> Result<Vec<String>> {
             if BEFORE_OURS.contains(&table.as_str()) {
                 out.extend(table_findings("legacy iptables", family, &table, &chains));
             }
+            out.extend(after_findings("legacy iptables", family, &table, &chains));
         }
     }
     Ok(out)

@@ -255,3 +255,38 @@ fn audit_labels_and_annotations_patched_onto_running_pods_change_neither_admissi
     let log = agent.log();
     assert_eq!(log.matches("changed since it started").count(), 2, "{log}");
 }
+
+/// The audit reads what CHECK reads after our redirect too: `TEE` in mangle POSTROUTING (a copy of the
+/// app's traffic out of the pod) and a `REDIRECT` after our jump in nat PREROUTING (what our chains let
+/// through sent to the app) make their pods bypassed, the rule named; a pod without them is redirected.
+#[test]
+fn audit_names_rules_after_our_redirect_as_bypasses() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(95);
+    node.record_backend("nft");
+    let tee = Audited::new(&node, "tee", false);
+    tee.sh("iptables-nft -t mangle -A POSTROUTING -p tcp -j TEE --gateway 10.0.0.1");
+    let jumped = Audited::new(&node, "jumped", false);
+    jumped.sh("iptables-nft -t nat -A PREROUTING -p tcp --dport 8081 -j REDIRECT --to-ports 8080");
+    let _ok = Audited::new(&node, "ok", false);
+    let sa = service_account(&node);
+    let out = one_shot(&node, &sa, &[], false);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let show = format!("{text}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{show}");
+    assert!(
+        lines[0].starts_with("default/jumped bypassed ")
+            && lines[0].contains("-t nat PREROUTING after our jump, on traffic ours lets through"),
+        "{show}"
+    );
+    assert_eq!(lines[1], "default/ok redirected", "{show}");
+    assert!(
+        lines[2].starts_with("default/tee bypassed ")
+            && lines[2].contains("-t mangle POSTROUTING runs after our redirect and can undo it"),
+        "{show}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{show}");
+}

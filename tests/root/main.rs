@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod after_ours_e2e;
 mod apply_netns;
 mod audit_e2e;
 mod audit_gap_e2e;
@@ -26,6 +27,7 @@ mod no_exec;
 mod pod_netns_find;
 mod podcache_e2e;
 mod podcache_wall;
+mod read_generation_e2e;
 mod redirect_bypass_e2e;
 mod redirect_e2e;
 mod redirect_rules_e2e;

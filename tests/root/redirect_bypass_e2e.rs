@@ -17,7 +17,7 @@ use Backend::*;
 
 /// The nodes a test of backend `b` runs on, each with the iptables backend it records: nftables mode one
 /// (`nft_idx`, none); iptables mode two (`ipt_idx` with `nft`, the next with `legacy`).
-fn runs(b: Backend, nft_idx: u8, ipt_idx: u8) -> Vec<(u8, Option<&'static str>)> {
+pub(crate) fn runs(b: Backend, nft_idx: u8, ipt_idx: u8) -> Vec<(u8, Option<&'static str>)> {
     match b {
         Nftables => vec![(nft_idx, None)],
         Iptables => vec![(ipt_idx, Some("nft")), (ipt_idx + 1, Some("legacy"))],
@@ -25,7 +25,7 @@ fn runs(b: Backend, nft_idx: u8, ipt_idx: u8) -> Vec<(u8, Option<&'static str>)>
 }
 
 /// `iptables-<b>` for a backend record name.
-fn tool(b: &str) -> String {
+pub(crate) fn tool(b: &str) -> String {
     format!("iptables-{b}")
 }
 
@@ -271,6 +271,28 @@ fn native_in_iptables_nft_raw() -> Bypass<'static> {
     }
 }
 
+/// A native write put with `nft` into iptables-nft's own filter INPUT, which runs after our nat
+/// PREROUTING: it puts a redirected packet's original port back (with `nf_conntrack_tcp_loose=0`), so the
+/// inbound connection reaches the app. Our backend's tables after our redirect are read too.
+fn native_write_in_iptables_nft_input() -> Bypass<'static> {
+    Bypass {
+        what: "a native write in iptables-nft's filter INPUT putting the original port back",
+        setup: cmds(&[
+            "sysctl -qw net.netfilter.nf_conntrack_tcp_loose=0",
+            "iptables-nft -A INPUT -p udp --dport 1 -j DROP",
+            "nft insert rule ip filter INPUT tcp dport 15006 ct status dnat tcp dport set ct original proto-dst counter",
+        ]),
+        inbound: true,
+        names: cmds(&[
+            "iptables-nft (IPv4) -t filter INPUT runs after our redirect and can undo it: rule 1:",
+        ]),
+        undo: cmds(&[
+            "iptables-nft -F INPUT",
+            "sysctl -qw net.netfilter.nf_conntrack_tcp_loose=1",
+        ]),
+    }
+}
+
 /// iptables-nft's nat `OUTPUT` made again as a regular chain holding our jump: every rule reads back as
 /// it should, but nothing runs it (the rule model has no hook to show; CHECK asks the chains).
 fn unhooked_iptables_nft_output() -> Bypass<'static> {
@@ -401,6 +423,7 @@ fn bypasses_fail_check_and_re_add(b: Backend) {
                     list.push(unhooked_iptables_nft_output());
                     list.extend(odd_chain_names());
                     list.push(set_name_with_a_line());
+                    list.push(native_write_in_iptables_nft_input());
                 }
                 list
             }
@@ -444,12 +467,24 @@ fn harmless_rules(ours: Option<&str>) -> Vec<String> {
             "iptables-legacy -t raw -A OUTPUT -j ACCEPT",
             "iptables-legacy -t raw -A PREROUTING -p tcp",
             "iptables-legacy -t filter -A INPUT -p udp --dport 1 -j DROP",
+            "iptables-legacy -t mangle -A POSTROUTING -j MARK --set-mark 7",
         ]);
     };
     let other = if ours == "nft" { "legacy" } else { "nft" };
     vec![
         format!("{} -t raw -A OUTPUT -j ACCEPT", tool(ours)),
         format!("{} -t raw -A PREROUTING -p tcp", tool(ours)),
+        // After our redirect: a mark (no route lookup follows), a reject, source NAT.
+        format!("{} -t filter -A OUTPUT -j MARK --set-mark 7", tool(ours)),
+        format!(
+            "{} -t mangle -A POSTROUTING -j CONNMARK --set-mark 7",
+            tool(ours)
+        ),
+        format!(
+            "{} -t filter -A INPUT -p udp --dport 1 -j REJECT",
+            tool(ours)
+        ),
+        format!("{} -t nat -A POSTROUTING -o eth0 -j MASQUERADE", tool(ours)),
         format!("{} -t raw -A OUTPUT -p tcp -j ACCEPT", tool(other)),
         format!(
             "{} -t filter -A INPUT -p udp --dport 1 -j DROP",

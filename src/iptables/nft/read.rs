@@ -1,5 +1,5 @@
-//! Reading iptables-nft's tables of one family back: three dumps (tables, chains, rules) on a
-//! `NETLINK_NETFILTER` socket in the calling thread's namespace (the effect), assembled purely into
+//! Reading iptables-nft's tables of one family back: three dumps (tables, chains, rules), in one ruleset
+//! generation, on a `NETLINK_NETFILTER` socket in the calling thread's namespace (the effect), assembled purely into
 //! [`CurrentTable`]s (rules with their handles, kernel order) and into the model's [`Table`]s in the order
 //! iptables-nft-save prints them: every built-in chain of the table in hook order (whether the kernel has
 //! it or not, as iptables-nft-save prints them), then user chains sorted by name. Each table keeps whether
@@ -13,6 +13,8 @@ use crate::error::{Error, Result};
 use crate::netfilter::Family;
 use crate::nftables::decode::{self, Msg};
 use crate::nftables::encode::{self, Attrs, NFT_TABLE_F_DORMANT};
+use crate::nftables::generation;
+use crate::nftables::observe::{genid, RetryPause};
 use crate::nftables::socket::Socket;
 use crate::xtables::rule::{Chain, Rule, Table};
 
@@ -129,8 +131,23 @@ pub fn tables(current: &[CurrentTable]) -> Vec<Table> {
         .collect()
 }
 
-/// The generation id, then every table, chain and rule of `family` (the effect).
+/// Every table, chain and rule of `family` (the effect), read in one generation
+/// ([`generation::stable`]: a change between the dumps reads them again, a ruleset that keeps changing
+/// fails closed), with that generation's id.
 pub fn read(s: &mut Socket, family: Family) -> Result<(u32, Vec<CurrentTable>)> {
+    let what = format!("iptables-nft ({}): read the tables", family.name());
+    let mut pause = RetryPause::default();
+    generation::stable(
+        s,
+        &what,
+        &mut |s: &mut Socket| genid(s),
+        &mut |s, g| Ok((g, read_once(s, family)?)),
+        &mut |attempt| pause.wait(attempt),
+    )
+}
+
+/// The tables, chains and rules of `family`, three dumps.
+fn read_once(s: &mut Socket, family: Family) -> Result<Vec<CurrentTable>> {
     let mut n = 0usize;
     let bound = |n: &mut usize| {
         *n += 1;
@@ -142,16 +159,6 @@ pub fn read(s: &mut Socket, family: Family) -> Result<(u32, Vec<CurrentTable>)> 
             false => Ok(()),
         }
     };
-    let mut genid = 0;
-    let seq = s.next_seq(1);
-    s.dump(
-        "read the generation id",
-        &encode::getgen_request(seq),
-        &mut |m| {
-            genid = decode::gen_id(m)?;
-            Ok(())
-        },
-    )?;
     let fam = family.nfproto();
     let none = Attrs::default();
     let mut tables = Vec::new();
@@ -182,7 +189,7 @@ pub fn read(s: &mut Socket, family: Family) -> Result<(u32, Vec<CurrentTable>)> 
             Ok(())
         })?;
     }
-    Ok((genid, assemble(family, &tables, &chains, &rules)))
+    Ok(assemble(family, &tables, &chains, &rules))
 }
 
 #[cfg(test)]
