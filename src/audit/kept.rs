@@ -153,7 +153,7 @@ pub fn write<'a>(
     Ok(c)
 }
 
-/// [`write`] into a string: the file's text for `live`, lines carried over from `old` (the last file's
+/// [`write()`] into a string: the file's text for `live`, lines carried over from `old` (the last file's
 /// text).
 pub fn encode<'a>(live: impl IntoIterator<Item = Live<'a>>, old: &str) -> Encoded {
     let mut text = Vec::new();

@@ -2,7 +2,7 @@
 //! move traffic past it (pure), from the same `iptables-save` dump CHECK and re-ADD already read: a
 //! `-j CT --notrack` in raw leaves the connection untracked, so our nat rules never see it. Chains that
 //! run after our redirect (filter and security OUTPUT, every INPUT, POSTROUTING) are read too, with the
-//! narrower test of [`crate::xtables::after_effect`]. The nat table's PREROUTING and OUTPUT are
+//! narrower test of [`crate::xtables::after::after_effect`]. The nat table's PREROUTING and OUTPUT are
 //! [`super::state::diff`]'s (anything before our jumps). The other x_tables backend and native nf_tables are read by [`crate::xtables`] and [`crate::nftables::observe::foreign_only`].
 
 use super::save::{target, Dump, Table};

@@ -4,6 +4,7 @@
 //! existing rtnetlink code. Runs on a thread inside the pod's namespace ([`crate::netns::run_in`]).
 
 use super::batch::{self, Batch};
+use super::contention::{backoff, namespace_lock};
 use super::model::{rule_text, Ruleset};
 use super::observe::{self, Reader};
 use super::socket::{Failure, Socket};
@@ -12,7 +13,7 @@ use crate::error::{Context, Error, Result};
 use crate::netfilter::{bypass, Outcome, FAMILIES};
 use crate::redirect::{CaptureConfig, TproxyRoute};
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Resolves a group name through the host's NSS (what nft does while parsing).
 pub fn resolve_group(name: &str) -> Result<u32> {
@@ -67,36 +68,9 @@ fn failure_text(b: &Batch, rs: &Ruleset, failures: &[Failure]) -> String {
 /// or a concurrent ADD into the same namespace, committed between our read and our batch).
 const ATTEMPTS: u32 = 8;
 
-/// The pause before attempt `n + 1`: doubling from 2 ms up to 32 ms, plus up to `n` ms of jitter so that
-/// writers that collided do not collide again in step (at most about 0.15 s in all).
-pub(crate) fn backoff(n: u32) -> Duration {
-    let jitter = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos())
-        % (n * 1000 + 1);
-    Duration::from_millis(1 << n.min(5)) + Duration::from_micros(u64::from(jitter))
-}
-
-/// Serialises the retries of our own writers into one namespace (re-ADD, repair, a runtime's retry): an
-/// exclusive `flock` on the namespace's nsfs inode, which every process inside it sees as the same file
-/// (legacy iptables uses it as its lock file the same way). Waited for at most about a second; without
-/// it we retry anyway.
-pub(crate) fn namespace_lock() -> Option<nix::fcntl::Flock<std::fs::File>> {
-    use nix::fcntl::{Flock, FlockArg};
-    let mut f = std::fs::File::open("/proc/thread-self/ns/net").ok()?;
-    for _ in 0..200 {
-        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-            Ok(l) => return Some(l),
-            Err((back, _)) => f = back,
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    None
-}
-
 /// Sends the batch for `rs`, replacing our tables if `replace`. When the kernel refuses it because the
-/// ruleset changed since `genid`, takes the namespace lock ([`namespace_lock`]), reads the new generation
-/// and sends the replacing batch again, after a short growing pause ([`backoff`]), at most [`ATTEMPTS`]
+/// ruleset changed since `genid`, takes the namespace lock ([`contention::namespace_lock`]), reads the new generation
+/// and sends the replacing batch again, after a short growing pause ([`contention::backoff`]), at most [`ATTEMPTS`]
 /// times in all. A first attempt takes no lock: a fresh pod's ADD costs nothing more.
 fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32, mut replace: bool) -> Result<()> {
     let mut held = None;

@@ -2,7 +2,7 @@
 //! elements): each dump is consistent alone, but a change between two of them (a chain added after the
 //! chain dump, a rule after the rule dump) could be missed by one CHECK. The standard remedy, as `nft`
 //! itself does: read the ruleset generation id (`NFT_MSG_GETGEN`) before and after, and read again when it
-//! changed, after a pause (production: [`super::apply`]'s backoff, holding the namespace lock our
+//! changed, after a pause (production: the backoff of `contention`, holding the namespace lock our
 //! writers' retries take), a bounded number of times; a ruleset that keeps changing fails closed.
 //!
 //! Pure: [`next`], the decision. [`stable`] runs it, with the generation read and the dumps passed in

@@ -11,6 +11,7 @@
 pub mod apply;
 pub mod batch;
 pub mod conntrack;
+pub mod contention;
 pub mod decode;
 mod emit;
 pub mod encode;

@@ -309,7 +309,7 @@ pub fn in_one_generation<T>(
 }
 
 /// The pause before reading a changed ruleset again: the namespace lock our writers' retries take
-/// ([`super::apply::namespace_lock`], held until the read ends, so our own concurrent converging ADDs
+/// ([`super::contention::namespace_lock`], held until the read ends, so our own concurrent converging ADDs
 /// cannot keep changing it), then the same growing backoff.
 #[derive(Default)]
 pub struct RetryPause {
@@ -319,9 +319,9 @@ pub struct RetryPause {
 impl RetryPause {
     pub fn wait(&mut self, attempt: u32) {
         if self.held.is_none() {
-            self.held = super::apply::namespace_lock();
+            self.held = super::contention::namespace_lock();
         }
-        std::thread::sleep(super::apply::backoff(attempt));
+        std::thread::sleep(super::contention::backoff(attempt));
     }
 }
 

@@ -29,7 +29,7 @@ pub const AFTER_OURS: [(&str, &str); 8] = [
 /// OUTPUT, before ours, and the nat hook's own re-route has happened (measured: `-t filter -A OUTPUT -j
 /// MARK` with an `ip rule fwmark` sending it out of the pod, still captured); a connection mark counts
 /// only when a rule before ours restores it, which is named there.
-const HARMLESS_AFTER: [&str; 9] = [
+pub const HARMLESS_AFTER: [&str; 9] = [
     "REJECT",
     "SNAT",
     "MASQUERADE",

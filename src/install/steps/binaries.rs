@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 impl super::Installer {
     /// Why the runtime could not run our plugin binary in a bin dir we install into (each dir of the
-    /// last [`Installer::install_binaries`], unless SKIP_CNI_BINARIES names it): missing, not a regular
+    /// last [`super::Installer::install_binaries`], unless SKIP_CNI_BINARIES names it): missing, not a regular
     /// file (a link is followed, as the runtime's exec does) or without its owner's execute bit. `None`
     /// when every one can run. CRI-O execs each plugin of a list (`VERSION`) and silently skips the list
     /// when one cannot run, falling back to another file without our entry.
