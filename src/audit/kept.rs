@@ -32,10 +32,17 @@ pub const MAX_POD_BYTES: usize = crate::redirect::reduce::MAX_POD_BYTES;
 pub struct First {
     pub uid: String,
     pub pod_ip: String,
-    /// The reduced pod, as written (compact JSON): written again as it is while the pod runs on.
+    /// The reduced pod, as written (compact JSON): written again as it is while the pod runs on, and
+    /// parsed again ([`First::pod`]) only when the pod's first event after the restart comes: a node's
+    /// worth of parsed pods held until then would cost several times the text.
     pub body: Arc<str>,
-    /// The same, parsed: what its decision is made from.
-    pub pod: Object,
+}
+
+impl First {
+    /// The reduced pod, parsed: what its decision is made from (it parsed when the file was read).
+    pub fn pod(&self) -> crate::Result<Object> {
+        json::parse_object(&self.body, "kept pod")
+    }
 }
 
 /// `pod` reduced, as compact JSON: what is kept of it; `None` over [`MAX_POD_BYTES`].
@@ -219,7 +226,6 @@ pub fn decode(text: &str) -> Result<BTreeMap<String, First>, String> {
             uid: uid.into(),
             pod_ip: pod_ip.into(),
             body: body.into(),
-            pod,
         };
         if out.insert(key.to_string(), first).is_some() {
             return Err(format!("line {n}: pod {key} twice"));

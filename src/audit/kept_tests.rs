@@ -69,7 +69,7 @@ fn kept_pods_read_back_as_written_and_decide_as_the_pod_did() {
     assert_eq!(*p.body, *b, "written again as it is");
     // The same decision as the full pod's, from the same function.
     assert_eq!(
-        crate::pod_rules::decide(&p.pod, Some(&conf())),
+        crate::pod_rules::decide(&p.pod().unwrap(), Some(&conf())),
         crate::pod_rules::decide(&full, Some(&conf()))
     );
     // Written again, byte for byte.

@@ -75,7 +75,16 @@ pub struct Store {
     pub restored: BTreeMap<String, First>,
     /// The kept pods (which pods, as first seen) changed since the run dir's file was written.
     pub changed: bool,
+    /// Reduced pods held ([`Pod::first`], [`Skipped::first`]) and not written yet.
+    pub held: usize,
+    /// Where the agent keeps them ([`persist`]); `None` keeps nothing (the one-shot, tests).
+    pub keep: Option<std::path::PathBuf>,
 }
+
+/// Held reduced pods that make the watch thread write them at once rather than leave them to the writer's
+/// next turn: a node's first list admits every pod in a burst, and holding them all until then would cost
+/// a copy of each (hundreds of bytes a pod) at the agent's peak.
+pub const HELD_WRITE: usize = 64;
 
 impl Store {
     /// A store starting from the pods kept before a restart.
@@ -154,16 +163,9 @@ pub struct AuditSink {
     pub store: Shared,
 }
 
-impl PodSink for AuditSink {
-    /// The plugin decides once, at the sandbox's ADD, from the pod as it was then: so does the audit. The
-    /// first event showing a pod running (a pod IP) decides it; later events of the same UID and pod IP
-    /// refresh its facts but change neither whether it is audited nor the plan it is verified and repaired
-    /// in place with (a label `sidecar.istio.io/inject=false` or an exclusion annotation patched onto a
-    /// running pod neither takes it out of the audit nor gets programmed). A new UID (the pod recreated
-    /// under its name) or a new pod IP (its sandbox recreated: ADD ran again) is decided afresh. After the
-    /// agent restarts, a pod kept in the run dir with the same UID and pod IP is decided from the pod as
-    /// kept ([`kept::applies`]); only a pod not kept is first seen at its first event since.
-    fn pod(&mut self, pod: &Object) {
+impl AuditSink {
+    /// [`PodSink::pod`]'s decision, without the write it may call for.
+    fn note(&mut self, pod: &Object) {
         let v = PodView::of(pod);
         let key = v.key();
         if !running(&v) {
@@ -205,7 +207,10 @@ impl PodSink for AuditSink {
             (s.restored.remove(&key)).filter(|f| kept::applies(f, &facts.uid, &facts.pod_ip));
         let (first, decided, changed_logged) = match restored {
             Some(f) => {
-                let then = crate::pod_rules::decide(&f.pod, Some(&self.conf));
+                let then = match f.pod() {
+                    Ok(p) => crate::pod_rules::decide(&p, Some(&self.conf)),
+                    Err(e) => Err(e.to_string()),
+                };
                 let changed = !same(&then, &decided);
                 if changed {
                     log_changed(&key);
@@ -214,6 +219,7 @@ impl PodSink for AuditSink {
             }
             None => (kept::reduced(pod), decided, false),
         };
+        s.held += usize::from(first.is_some());
         if let Ok(PodPlan::Skip(_)) = decided {
             s.skipped.insert(
                 key,
@@ -240,6 +246,21 @@ impl PodSink for AuditSink {
                 first,
             },
         );
+    }
+}
+
+impl PodSink for AuditSink {
+    /// The plugin decides once, at the sandbox's ADD, from the pod as it was then: so does the audit. The
+    /// first event showing a pod running (a pod IP) decides it; later events of the same UID and pod IP
+    /// refresh its facts but change neither whether it is audited nor the plan it is verified and repaired
+    /// in place with (a label `sidecar.istio.io/inject=false` or an exclusion annotation patched onto a
+    /// running pod neither takes it out of the audit nor gets programmed). A new UID (the pod recreated
+    /// under its name) or a new pod IP (its sandbox recreated: ADD ran again) is decided afresh. After the
+    /// agent restarts, a pod kept in the run dir with the same UID and pod IP is decided from the pod as
+    /// kept ([`kept::applies`]); only a pod not kept is first seen at its first event since.
+    fn pod(&mut self, pod: &Object) {
+        self.note(pod);
+        persist::write_held(&self.store);
     }
     fn gone(&mut self, key: &str, uid: &str) {
         let mut s = lock(&self.store);

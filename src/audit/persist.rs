@@ -104,22 +104,37 @@ fn read(path: &Path) -> Result<Option<String>> {
 /// One kept pod as a write takes it from the store: key, UID, pod IP, the reduced pod while held.
 type Entry = (String, String, String, Option<Arc<str>>);
 
-/// Writes the store's kept pods to `path` when they changed and the first list is complete; `Some` with
-/// what was written when it wrote. A pod's reduced pod is held by the store until it is written, then
+/// Writes the store's kept pods to `path` when they changed (before the first list is complete, with the
+/// pods kept before a restart and not seen yet); `Some` with what was written when it wrote. A pod's reduced pod is held by the store until it is written, then
 /// let go: later writes carry its line over from the file ([`kept::encode`]). On a failure the change
 /// stays marked (the next call tries again).
 pub fn save(store: &Shared, path: &Path) -> Result<Option<kept::Counts>> {
+    // One write at a time (the writer thread, and the watch thread when it holds many): each renames a
+    // whole file over the last, so two at once could put an older one last.
+    static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = WRITING.lock().unwrap_or_else(|e| e.into_inner());
     let live: Vec<Entry> = {
         let mut s = lock(store);
-        if !(s.listed && s.changed) {
+        if !s.changed {
             return Ok(None);
         }
         s.changed = false;
         let pods = (s.pods.iter()).map(|(k, p)| (k, &p.facts.uid, &p.facts.pod_ip, &p.first));
         let skipped = (s.skipped.iter()).map(|(k, p)| (k, &p.uid, &p.pod_ip, &p.first));
+        // Before the first list is complete, the pods kept before a restart and not seen yet stay in
+        // the file as they were (the list may still show them).
+        let restored: Vec<(&String, &String, &String, Option<Arc<str>>)> = (s.restored.iter())
+            .filter(|_| !s.listed)
+            .map(|(k, f)| (k, &f.uid, &f.pod_ip, Some(f.body.clone())))
+            .collect();
         let mut v: Vec<Entry> = pods
             .chain(skipped)
             .map(|(k, u, i, b)| (k.clone(), u.clone(), i.clone(), b.clone()))
+            .chain(
+                restored
+                    .into_iter()
+                    .map(|(k, u, i, b)| (k.clone(), u.clone(), i.clone(), b)),
+            )
             .collect();
         // Each map is in key order and they hold different keys: merged, the file is in key order.
         v.sort_by(|a, b| a.0.cmp(&b.0));
@@ -168,7 +183,28 @@ pub fn save(store: &Shared, path: &Path) -> Result<Option<kept::Counts>> {
             }
         }
     }
+    s.held = (s.pods.values().filter(|p| p.first.is_some()).count())
+        + (s.skipped.values().filter(|p| p.first.is_some()).count());
     Ok(Some(counts))
+}
+
+/// On the watch thread, after a pod event: when the store holds [`super::HELD_WRITE`] reduced pods or
+/// more and keeps them somewhere, writes them now ([`save`]) instead of at the writer's next turn, so a
+/// node's first list never holds a copy of every pod. A failure is the writer's to report (it tries
+/// again, the change stays marked).
+pub fn write_held(store: &Shared) {
+    let path = {
+        let s = lock(store);
+        match &s.keep {
+            Some(p) if s.held >= super::HELD_WRITE => p.clone(),
+            _ => return,
+        }
+    };
+    if let Err(e) = save(store, &path) {
+        log::debug!(
+            "audit: writing the kept decisions from the watch failed (the writer retries): {e}"
+        );
+    }
 }
 
 /// Starts the writer: [`save`] every [`DEBOUNCE`]; a failure or pods left out are logged when they

@@ -66,15 +66,14 @@ fn a_restarted_audit_keeps_the_decisions_made_before_it_for_the_same_uid_and_pod
     s.pod(&named("w"));
     s.pod(&edited(&labeled(), r#""name":"p""#, r#""name":"alone""#));
     s.pod(&named("gone"));
-    assert_eq!(
-        save(&store, &path).unwrap(),
-        None,
-        "nothing before the first list"
-    );
+    // Written as they come, the first list not complete yet (a node's first list admits every pod in a
+    // burst: holding a copy of each until it completes cost the agent's peak memory).
+    let enc = save(&store, &path)
+        .unwrap()
+        .expect("written before the first list");
+    assert_eq!((enc.kept, enc.left_out), (4, 0));
     s.list_done();
     let started = plan(&store, "ns/p").expect("audited");
-    let enc = save(&store, &path).unwrap().expect("written");
-    assert_eq!((enc.kept, enc.left_out), (4, 0));
     assert_eq!(
         save(&store, &path).unwrap(),
         None,
@@ -136,6 +135,11 @@ fn a_restarted_audit_keeps_the_decisions_made_before_it_for_the_same_uid_and_pod
         "left alone as first seen"
     );
     assert_eq!(plan(&store, "ns/alone"), None);
+    // A write before the first list completes keeps the pods not seen again yet (gone may still be
+    // listed), as they were.
+    let enc = save(&store, &path).unwrap().expect("written");
+    assert_eq!((enc.kept, enc.left_out), (4, 0));
+    assert!(std::fs::read_to_string(&path).unwrap().contains("u-gone"));
     // The first list done: the pod not seen again is gone, and dropped from the file.
     s.list_done();
     assert!(lock(&store).restored.is_empty());
@@ -238,4 +242,30 @@ fn pods_written_before_are_carried_over_from_the_file_and_counted_when_it_is_gon
     assert_eq!((enc.kept, enc.left_out), (1, 2));
     assert_eq!(load(&path).keys().collect::<Vec<_>>(), ["ns/d"]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_watch_writes_once_it_holds_many_so_a_first_list_never_holds_every_pod() {
+    let dir = crate::fsutil::test_dir("audit-keep-held");
+    let path = dir.join(crate::rundir::RunDir::AUDIT_DECISIONS);
+    let (mut s, store) = start(&path);
+    lock(&store).keep = Some(path.clone());
+    for i in 0..crate::audit::HELD_WRITE - 1 {
+        s.pod(&named(&format!("w{i}")));
+    }
+    // Below the mark: left to the writer thread (none runs here), nothing written, all held.
+    assert!(!path.exists());
+    assert_eq!(lock(&store).held, crate::audit::HELD_WRITE - 1);
+    // The mark reached, first list or not: written from the watch, and let go.
+    s.pod(&named("last"));
+    let text = std::fs::read_to_string(&path).expect("written at the mark");
+    assert_eq!(text.lines().count(), 1 + crate::audit::HELD_WRITE, "{text}");
+    assert_eq!(lock(&store).held, 0);
+    let held = lock(&store)
+        .pods
+        .values()
+        .filter(|p| p.first.is_some())
+        .count();
+    assert_eq!(held, 0);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -56,6 +56,7 @@ pub fn start(actor: Actor, interval: Duration) -> crate::Result<AuditSink> {
     let path = conf.run_dir().audit_decisions();
     super::persist::sweep(&path);
     let store = super::Store::restored(super::persist::load(&path));
+    super::lock(&store).keep = Some(path.clone());
     super::persist::spawn(store.clone(), path)?;
     let auditor = Auditor::new(store.clone(), interval, actor);
     std::thread::Builder::new()

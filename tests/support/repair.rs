@@ -98,8 +98,15 @@ impl Api {
         let bin = std::env::var("ISTIO_CNI_BIN").unwrap_or_else(|_| BIN.to_string());
         let mut c = Command::new(bin);
         c.arg("istio-cni-repair")
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .args(args)
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()));
+        // A run dir of its own (the audit keeps its decisions there), unless the test names one: never
+        // the node's /var/run/istio-cni, which other tests' agents (and a real node's) share.
+        if !args.iter().any(|a| a.starts_with("--cni-agent-run-dir")) {
+            let run = self.dir.join("run");
+            std::fs::create_dir_all(&run).unwrap();
+            c.arg(format!("--cni-agent-run-dir={}", run.display()));
+        }
+        c.args(args)
             .env_clear()
             .env(
                 "PATH",
