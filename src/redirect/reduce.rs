@@ -2,12 +2,10 @@
 //! nothing else: name, namespace, uid, the labels and annotations in
 //! [`READ_LABELS`]/[`READ_ANNOTATIONS`] (and a static pod's mirror annotation, the kubelet's UID for it), every container's and init container's name, the `istio-proxy`
 //! container's env entries in [`READ_PROXY_ENV`], the first two of its `args` and its
-//! `securityContext.runAsUser/runAsGroup`, and `status.podIP(s)`. `sidecar.istio.io/status` is kept empty
-//! (the decision reads whether it is there, and that it is a string). Other values are copied verbatim (a malformed
+//! `securityContext.runAsUser/runAsGroup`, and `status.podIP(s)`. Values are copied verbatim (a malformed
 //! one stays malformed, so the decision fails on it as it fails on the API server's object); whatever
 //! `from_pod` reads is there, so a cached pod decides exactly as the full object does. Pure.
 
-use super::keys::STATUS_KEY;
 use super::pod::{PROXY_CONTAINER, READ_ANNOTATIONS, READ_LABELS, READ_PROXY_ENV};
 use crate::json::{self, Object, Value};
 use crate::kube::pod::MIRROR_ANNOTATION;
@@ -124,11 +122,6 @@ pub fn reduce_object(pod: &Object) -> Object {
         section(m, "annotations", r, |a, r| {
             copy_fields(a, &READ_ANNOTATIONS, r);
             copy_fields(a, &[MIRROR_ANNOTATION], r);
-            // The injector's status (a few hundred bytes of JSON) is read for its presence alone: a
-            // string stays a string, emptied (any other type stays, so the decision fails on it alike).
-            if let Some(Value::String(v)) = r.get_mut(STATUS_KEY) {
-                v.clear();
-            }
         });
     });
     section(pod, "spec", &mut out, |s, r| {
