@@ -7,7 +7,7 @@
 //! without parsing it, so the agent keeps no copy of the pods in memory once written). Which one applies
 //! to a pod event: [`applies`], only to the same UID and pod IP. Reading and writing it: [`super::persist`].
 
-use crate::json::{self, Object, Value};
+use crate::json::{self, Object};
 use crate::kube::PodView;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -47,8 +47,7 @@ impl First {
 
 /// `pod` reduced, as compact JSON: what is kept of it; `None` over [`MAX_POD_BYTES`].
 pub fn reduced(pod: &Object) -> Option<Arc<str>> {
-    let body = json::to_compact(&Value::Object(crate::redirect::reduce::reduce_object(pod)));
-    (body.len() <= MAX_POD_BYTES).then(|| body.into())
+    crate::redirect::reduce::reduced_text(pod).map(Arc::from)
 }
 
 /// Whether the pod kept as `first` decides the running pod with `uid` and `pod_ip`: the same pod in the

@@ -1,5 +1,6 @@
 use super::*;
 use crate::audit::tests::{conf, pod, RUNNING};
+use crate::json::Value;
 
 fn body(name: &str, uid: &str, ip: &str) -> String {
     let p = pod("", RUNNING, "");

@@ -135,11 +135,17 @@ pub fn reduce_object(pod: &Object) -> Object {
     out
 }
 
+/// The reduced object as compact JSON, `None` over [`MAX_POD_BYTES`] (what the pod cache serves and the
+/// audit keeps across restarts).
+pub fn reduced_text(pod: &Object) -> Option<String> {
+    let body = json::to_compact(&Value::Object(reduce_object(pod)));
+    (body.len() <= MAX_POD_BYTES).then_some(body)
+}
+
 /// The pod as the cache keeps it: its keys, and the reduced object's JSON when it fits.
 pub fn reduce(pod: &Object) -> Reduced {
     let v = crate::kube::PodView::of(pod);
     let kubelet_uid = crate::kube::pod::kubelet_uid(pod);
-    let body = json::to_compact(&Value::Object(reduce_object(pod)));
     Reduced {
         namespace: v.namespace.into(),
         name: v.name.into(),
@@ -151,7 +157,7 @@ pub fn reduce(pod: &Object) -> Reduced {
         },
         resource_version: v.resource_version.into(),
         terminal: v.terminal,
-        body: (body.len() <= MAX_POD_BYTES).then_some(body),
+        body: reduced_text(pod),
     }
 }
 

@@ -167,8 +167,20 @@ impl Installer {
 
     /// The valid configurations of the conf dir.
     pub(super) fn listing_quiet(&self) -> Result<Listing> {
+        self.listing_without(None)
+    }
+
+    /// [`Installer::listing_quiet`] as the runtime would see the conf dir without the file `skip`; an
+    /// empty dir is an empty listing then.
+    pub(super) fn listing_without(&self, skip: Option<&OsStr>) -> Result<Listing> {
         let dir = self.conf_dir();
-        let cands = select::list_candidates(dir)?;
+        let mut cands = select::list_candidates(dir)?;
+        if let Some(skip) = skip {
+            cands.retain(|c| c.name != skip);
+            if cands.is_empty() {
+                return Ok(Listing::default());
+            }
+        }
         select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
             crate::install::config::plugin_dir::read(dir, n)
         })

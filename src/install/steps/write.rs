@@ -316,16 +316,8 @@ impl Installer {
         let path = dir.join(&owned);
         // What the runtime loads once the copy is gone: the conf dir listed without it. A list only an
         // older libcni loads, sorting first there (select::Listing::older), is Debian 12's runtimes' choice.
-        let mut cands = select::list_candidates(&dir)?;
-        cands.retain(|c| c.name != owned);
-        let (valid, older) = if cands.is_empty() {
-            (Vec::new(), None) // the copy was all there was
-        } else {
-            let l = select::valid_configs(&self.conf_dir_display(), &cands, &|n| {
-                crate::install::config::plugin_dir::read(&dir, n)
-            })?;
-            (l.valid, l.older.map(|(n, _)| n))
-        };
+        let l = self.listing_without(Some(&owned))?;
+        let (valid, older) = (l.valid, l.older.map(|(n, _)| n));
         let next = layout::owned_primary(&valid, &owned);
         for f in older.iter().chain(next.iter()) {
             self.merge_into(f, false).with_context(|| {
