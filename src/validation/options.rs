@@ -120,6 +120,67 @@ fn loopback_cidr_ok(v: &str) -> bool {
     }
 }
 
+/// Where a flag's value comes from: the command line (the last given) > the environment ("" is unset) >
+/// none. A flag's value was checked by its type; a variable's value its type refuses is skipped, as
+/// upstream's `BindEnv` ignores `Set`'s error, and said in `warnings`.
+struct Sources<'a> {
+    given: &'a flags::Given,
+    env: &'a dyn Fn(&str) -> Option<String>,
+    warnings: Vec<String>,
+}
+
+impl Sources<'_> {
+    /// Flag `long`'s value and what gave it (`--long` or the variable's name).
+    fn get(&mut self, long: &str) -> Option<(String, String)> {
+        if let Some(v) = self.given.last(long) {
+            return Some((format!("--{long}"), v.to_string()));
+        }
+        let kind = flags::FLAGS
+            .iter()
+            .find(|f| f.long == long)
+            .map(|f| f.kind)?;
+        for var in vars_of(long) {
+            let Some(v) = (self.env)(var).filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            if flags::value_ok(kind, &v) {
+                return Some((var.to_string(), v));
+            }
+            self.warnings.push(format!(
+                "{var}={v:?} is ignored: not a valid value for --{long} (as upstream)"
+            ));
+        }
+        None
+    }
+
+    /// Flag `long`'s port, or `default`.
+    fn port_or(&mut self, long: &str, default: u16) -> Result<u16> {
+        match self.get(long) {
+            Some((what, v)) => port(&what, &v),
+            None => Ok(default),
+        }
+    }
+
+    /// What upstream's `Validate` refuses among the values the check does not otherwise use.
+    fn refused(&mut self) -> Result<()> {
+        if let Some((what, v)) = self.get("force-iptables-binary") {
+            if !matches!(v.as_str(), "legacy" | "nft") {
+                return Err(Error::config(format!(
+                    "{what}: {v:?} is not an iptables binary (legacy or nft)"
+                )));
+            }
+        }
+        if let Some(v) = (self.env)("HOST_IPV4_LOOPBACK_CIDR").filter(|v| !v.is_empty()) {
+            if !loopback_cidr_ok(&v) {
+                return Err(Error::config(format!(
+                    "HOST_IPV4_LOOPBACK_CIDR: {v:?} is not an IPv4 loopback CIDR with a /8 to /32 mask"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Options {
     pub fn parse(
         args: &[String],
@@ -131,70 +192,35 @@ impl Options {
                 "unexpected argument {a:?} (istio-validation takes flags only)"
             ))));
         }
-        let mut warnings = Vec::new();
-        // flag (the last given) > env ("" is unset) > default. A flag's value was checked by its type;
-        // a variable's value its type refuses is skipped, as upstream's `BindEnv` ignores `Set`'s error.
-        let mut get = |long: &str| -> Option<(String, String)> {
-            if let Some(v) = given.last(long) {
-                return Some((format!("--{long}"), v.to_string()));
-            }
-            let kind = flags::FLAGS
-                .iter()
-                .find(|f| f.long == long)
-                .map(|f| f.kind)?;
-            for var in vars_of(long) {
-                let Some(v) = env(var).filter(|v| !v.is_empty()) else {
-                    continue;
-                };
-                if flags::value_ok(kind, &v) {
-                    return Some((var.to_string(), v));
-                }
-                warnings.push(format!(
-                    "{var}={v:?} is ignored: not a valid value for --{long} (as upstream)"
-                ));
-            }
-            None
+        let mut src = Sources {
+            given: &given,
+            env,
+            warnings: Vec::new(),
         };
-        let envoy_port = match get("envoy-port") {
-            Some((what, v)) => port(&what, &v)?,
-            None => 15001,
-        };
-        let inbound_capture_port = match get("inbound-capture-port") {
-            Some((what, v)) => port(&what, &v)?,
-            None => 15006,
-        };
-        let probe_port = match get("iptables-probe-port") {
+        let envoy_port = src.port_or("envoy-port", 15001)?;
+        let inbound_capture_port = src.port_or("inbound-capture-port", 15006)?;
+        let probe_port = match src.get("iptables-probe-port") {
             Some((what, v)) => match flags::parse_uint16(&v) {
                 Some(p) if p != 0 => p,
                 _ => return Err(Error::config(format!("{what}: {v:?} is not a port")).into()),
             },
             None => 15002,
         };
-        let probe_timeout = get("probe-timeout")
+        let probe_timeout = src
+            .get("probe-timeout")
             .and_then(|(_, v)| crate::settings::go_duration(&v))
             .unwrap_or(Duration::from_secs(5));
-        let proxy_uid = get("proxy-uid").map_or_else(|| "1337".to_string(), |(_, v)| v);
-        let proxy_gid = get("proxy-gid").map(|(_, v)| v);
-        let dual_stack = get("dual-stack")
+        let proxy_uid = src
+            .get("proxy-uid")
+            .map_or_else(|| "1337".to_string(), |(_, v)| v);
+        let proxy_gid = src.get("proxy-gid").map(|(_, v)| v);
+        let dual_stack = src
+            .get("dual-stack")
             .and_then(|(_, v)| crate::settings::go_bool(&v))
             .unwrap_or(false);
-        if let Some((what, v)) = get("force-iptables-binary") {
-            if !matches!(v.as_str(), "legacy" | "nft") {
-                return Err(Error::config(format!(
-                    "{what}: {v:?} is not an iptables binary (legacy or nft)"
-                ))
-                .into());
-            }
-        }
-        let log_level = get("log_output_level").map(|(_, v)| v);
-        if let Some(v) = env("HOST_IPV4_LOOPBACK_CIDR").filter(|v| !v.is_empty()) {
-            if !loopback_cidr_ok(&v) {
-                return Err(Error::config(format!(
-                    "HOST_IPV4_LOOPBACK_CIDR: {v:?} is not an IPv4 loopback CIDR with a /8 to /32 mask"
-                ))
-                .into());
-            }
-        }
+        src.refused()?;
+        let log_level = src.get("log_output_level").map(|(_, v)| v);
+        let warnings = src.warnings;
         Ok(Options {
             envoy_port,
             inbound_capture_port,
