@@ -54,45 +54,7 @@ pub(super) fn check_conf_list(
 ) -> Result<(), String> {
     let pre = "error parsing configuration list";
     let list = doc.root();
-    if !matches!(doc.node(list), Node::Object(_)) {
-        return Err(format!(
-            "{pre}: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
-            doc.kind(list)
-        ));
-    }
-    let name = match doc.get(list, "name") {
-        None => return Err(format!("{pre}: no name")),
-        Some(n) => doc
-            .str(n)
-            .ok_or_else(|| format!("{pre}: invalid name type {}", doc.kind(n)))?,
-    };
-    let version = match doc.get(list, "cniVersion") {
-        None => "",
-        Some(v) => doc
-            .str(v)
-            .ok_or_else(|| format!("{pre}: invalid cniVersion type {}", doc.kind(v)))?,
-    };
-    let only_inlined = match rules {
-        Rules::V1_3 => {
-            check_versions(doc, list, version).map_err(|e| format!("{pre}: {e}"))?;
-            for key in ["disableCheck", "disableGC"] {
-                read_bool(doc, list, key).map_err(|e| format!("{pre}: {e}"))?;
-            }
-            read_bool(doc, list, "loadOnlyInlinedPlugins").map_err(|e| format!("{pre}: {e}"))?
-        }
-        // v1.1 `ConfListFromBytes`: `disableCheck` asserted to a Go bool, `plugins` required.
-        Rules::V1_1 => {
-            if let Some(v) = doc.get(list, "disableCheck") {
-                if !matches!(doc.node(v), Node::Scalar(Value::Bool(_))) {
-                    return Err(format!("{pre}: invalid disableCheck type {}", doc.kind(v)));
-                }
-            }
-            if doc.get(list, "plugins").is_none() {
-                return Err(format!("{pre}: no 'plugins' key"));
-            }
-            true
-        }
-    };
+    let (name, only_inlined) = list_keys(doc, list, rules).map_err(|e| format!("{pre}: {e}"))?;
     let plugins: &[Id] = match doc.get(list, "plugins") {
         None if only_inlined => {
             return Err(format!(
@@ -128,6 +90,51 @@ pub(super) fn check_conf_list(
         return Err("no plugin configs found".into());
     }
     Ok(())
+}
+
+/// The list's own keys as libcni reads them before its plugins: an object, a string `name`, a string
+/// `cniVersion` when present, then `rules`' checks; returns the name and whether only inlined plugins load.
+fn list_keys(doc: &Doc, list: Id, rules: Rules) -> Result<(&str, bool), String> {
+    if !matches!(doc.node(list), Node::Object(_)) {
+        return Err(format!(
+            "json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+            doc.kind(list)
+        ));
+    }
+    let name = match doc.get(list, "name") {
+        None => return Err("no name".to_string()),
+        Some(n) => doc
+            .str(n)
+            .ok_or_else(|| format!("invalid name type {}", doc.kind(n)))?,
+    };
+    let version = match doc.get(list, "cniVersion") {
+        None => "",
+        Some(v) => doc
+            .str(v)
+            .ok_or_else(|| format!("invalid cniVersion type {}", doc.kind(v)))?,
+    };
+    let only_inlined = match rules {
+        Rules::V1_3 => {
+            check_versions(doc, list, version)?;
+            for key in ["disableCheck", "disableGC"] {
+                read_bool(doc, list, key)?;
+            }
+            read_bool(doc, list, "loadOnlyInlinedPlugins")?
+        }
+        // v1.1 `ConfListFromBytes`: `disableCheck` asserted to a Go bool, `plugins` required.
+        Rules::V1_1 => {
+            if let Some(v) = doc.get(list, "disableCheck") {
+                if !matches!(doc.node(v), Node::Scalar(Value::Bool(_))) {
+                    return Err(format!("invalid disableCheck type {}", doc.kind(v)));
+                }
+            }
+            if doc.get(list, "plugins").is_none() {
+                return Err("no 'plugins' key".to_string());
+            }
+            true
+        }
+    };
+    Ok((name, only_inlined))
 }
 
 /// `cniVersions`, when present: a list of parsable versions, and then the list's own `cniVersion` must parse
