@@ -94,6 +94,64 @@ impl Store {
             ..Store::default()
         }))
     }
+
+    /// [`AuditSink::note`] of a pod first seen with this UID and pod IP since the agent started: decided as
+    /// kept before it restarted, else as it is now (`decided`), once.
+    fn first_seen(
+        &mut self,
+        conf: &NetConf,
+        key: String,
+        pod: &Object,
+        facts: PodFacts,
+        decided: Decided,
+    ) {
+        self.skipped.remove(&key);
+        let old = self.pods.remove(&key);
+        self.changed = true;
+        let restored =
+            (self.restored.remove(&key)).filter(|f| kept::applies(f, &facts.uid, &facts.pod_ip));
+        let (first, decided, changed_logged) = match restored {
+            Some(f) => {
+                let then = match f.pod() {
+                    Ok(p) => crate::pod_rules::decide(&p, Some(conf)),
+                    Err(e) => Err(e.to_string()),
+                };
+                let changed = !same(&then, &decided);
+                if changed {
+                    log_changed(&key);
+                }
+                (Some(f.body), then, changed)
+            }
+            None => (kept::reduced(pod), decided, false),
+        };
+        self.held += usize::from(first.is_some());
+        if let Ok(PodPlan::Skip(_)) = decided {
+            self.skipped.insert(
+                key,
+                Skipped {
+                    uid: facts.uid,
+                    pod_ip: facts.pod_ip,
+                    changed_logged,
+                    first,
+                },
+            );
+            return;
+        }
+        // What the audit found stays with the same UID (its sandbox recreated).
+        let seen = old
+            .filter(|o| o.facts.uid == facts.uid)
+            .and_then(|o| o.seen);
+        self.pods.insert(
+            key,
+            Pod {
+                facts,
+                plan: decided,
+                seen,
+                changed_logged,
+                first,
+            },
+        );
+    }
 }
 
 /// The store the watch thread fills and the round driver reads.
@@ -198,54 +256,7 @@ impl AuditSink {
             }
             return;
         }
-        // First seen (this UID and pod IP) since the agent started: as kept before it restarted, else as
-        // it is now; decided now, once.
-        s.skipped.remove(&key);
-        let old = s.pods.remove(&key);
-        s.changed = true;
-        let restored =
-            (s.restored.remove(&key)).filter(|f| kept::applies(f, &facts.uid, &facts.pod_ip));
-        let (first, decided, changed_logged) = match restored {
-            Some(f) => {
-                let then = match f.pod() {
-                    Ok(p) => crate::pod_rules::decide(&p, Some(&self.conf)),
-                    Err(e) => Err(e.to_string()),
-                };
-                let changed = !same(&then, &decided);
-                if changed {
-                    log_changed(&key);
-                }
-                (Some(f.body), then, changed)
-            }
-            None => (kept::reduced(pod), decided, false),
-        };
-        s.held += usize::from(first.is_some());
-        if let Ok(PodPlan::Skip(_)) = decided {
-            s.skipped.insert(
-                key,
-                Skipped {
-                    uid: facts.uid,
-                    pod_ip: facts.pod_ip,
-                    changed_logged,
-                    first,
-                },
-            );
-            return;
-        }
-        // What the audit found stays with the same UID (its sandbox recreated).
-        let seen = old
-            .filter(|o| o.facts.uid == facts.uid)
-            .and_then(|o| o.seen);
-        s.pods.insert(
-            key,
-            Pod {
-                facts,
-                plan: decided,
-                seen,
-                changed_logged,
-                first,
-            },
-        );
+        s.first_seen(&self.conf, key, pod, facts, decided);
     }
 }
 
