@@ -128,10 +128,9 @@ fn original_port(s: &std::net::TcpStream, ipv6: bool) -> Option<u16> {
     }
 }
 
-/// Runs the check. Errors are setup failures (no listener could be bound, poll failed).
-pub fn check(o: &Options, ipv6: bool) -> Result<Verdict> {
-    let (lo, dst) = loopbacks(ipv6);
-    let target = SocketAddr::new(dst, o.probe_port);
+/// Listeners on both capture ports of `lo` (a port already taken is skipped with a warning), and the
+/// addresses tried; an error when neither could be bound.
+fn capture_listeners(lo: IpAddr, o: &Options) -> Result<(Vec<TcpListener>, Vec<String>)> {
     let mut listeners = Vec::new();
     let mut tried = Vec::new();
     for p in [o.envoy_port, o.inbound_capture_port] {
@@ -148,6 +147,41 @@ pub fn check(o: &Options, ipv6: bool) -> Result<Verdict> {
             tried.join(", ")
         )));
     }
+    Ok((listeners, tried))
+}
+
+/// Accepts what waits on the listeners, answering each with its original port: whether one came for
+/// `probe_port` (redirected), else what the last one was, in `last_err`.
+fn accepted_probe(
+    listeners: &[TcpListener],
+    ipv6: bool,
+    probe_port: u16,
+    last_err: &mut String,
+) -> bool {
+    for l in listeners {
+        while let Ok((mut s, peer)) = l.accept() {
+            let port = original_port(&s, ipv6);
+            if let Some(p) = port {
+                let _ = s.write_all(p.to_string().as_bytes());
+            }
+            log::debug!(
+                "validation: accepted {peer} on {:?}, original port {port:?}",
+                l.local_addr().ok()
+            );
+            if port == Some(probe_port) {
+                return true;
+            }
+            *last_err = format!("connection from {peer} had original port {port:?}");
+        }
+    }
+    false
+}
+
+/// Runs the check. Errors are setup failures (no listener could be bound, poll failed).
+pub fn check(o: &Options, ipv6: bool) -> Result<Verdict> {
+    let (lo, dst) = loopbacks(ipv6);
+    let target = SocketAddr::new(dst, o.probe_port);
+    let (listeners, tried) = capture_listeners(lo, o)?;
     let deadline = Instant::now() + o.probe_timeout;
     let mut last_err = String::from("no attempt");
     loop {
@@ -184,21 +218,8 @@ pub fn check(o: &Options, ipv6: bool) -> Result<Verdict> {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(Error::io("validation: poll the listeners", e.into())),
         }
-        for l in &listeners {
-            while let Ok((mut s, peer)) = l.accept() {
-                let port = original_port(&s, ipv6);
-                if let Some(p) = port {
-                    let _ = s.write_all(p.to_string().as_bytes());
-                }
-                log::debug!(
-                    "validation: accepted {peer} on {:?}, original port {port:?}",
-                    l.local_addr().ok()
-                );
-                if port == Some(o.probe_port) {
-                    return Ok(Verdict::Passed);
-                }
-                last_err = format!("connection from {peer} had original port {port:?}");
-            }
+        if accepted_probe(&listeners, ipv6, o.probe_port, &mut last_err) {
+            return Ok(Verdict::Passed);
         }
         // Kept open until the server side has looked at it; a refused dial left the poll above to
         // pace the loop at about one attempt per second, like upstream.
