@@ -590,3 +590,75 @@ fn add_with_ambient_enabled_refuses_pods_past_the_shortcuts() {
     // Not a boolean: Go's decoding of the entry fails, so does ours.
     cni_error(&run(&dir, &web, stdin("\"true\"").as_bytes()), 6);
 }
+
+/// The runtime hands the plugin its own environment (libcni `AsEnv`), so a `RUST_LOG=trace` set for
+/// containerd reaches us, as does `plugin_log_level: trace`. Whatever the level, the service account's
+/// bearer token never reaches stderr (the runtime's journal), the log relay or the rolling file: ureq's
+/// trace level dumps the request head, `Authorization` included, in 16-byte rows.
+#[test]
+fn no_log_level_writes_the_bearer_token() {
+    let dir = PluginDir::new();
+    let run_dir = crate::support::TempDir::new("token-log");
+    let srv = crate::support::kube::start();
+    let token = "tok3n-5ecret-0123456789-abcdefghij-KLMNOPQRST";
+    srv.set_token(token);
+    srv.write_kubeconfig(&run_dir.path().join("istio-cni-kubeconfig"))
+        .unwrap();
+    srv.add_pod(
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"default"},
+            "spec":{"containers":[{"name":"app"}]}}"#,
+    )
+    .unwrap();
+    let stdin = |level: &str| {
+        format!(
+            r#"{{"cniVersion":"1.0.0","name":"n","type":"istio-cni","pod_cache":false,
+                "plugin_log_level":"{level}","cni_agent_run_dir":"{}"}}"#,
+            run_dir.path().display()
+        )
+    };
+    // The installer's log relay, which re-logs what it gets in the DaemonSet pod's log.
+    let relay = std::os::unix::net::UnixDatagram::bind(run_dir.path().join("log.sock")).unwrap();
+    relay.set_nonblocking(true).unwrap();
+    let relayed = || {
+        let mut all = String::new();
+        let mut buf = vec![0u8; 1 << 16];
+        while let Ok(n) = relay.recv(&mut buf) {
+            all.push_str(&String::from_utf8_lossy(&buf[..n]));
+            all.push('\n');
+        }
+        all
+    };
+    let web = add_env(&dir).with_args("K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1");
+    let mut inherited = web.clone();
+    inherited
+        .extra
+        .push(("RUST_LOG".to_string(), "trace".to_string()));
+    // Any 8 bytes of the token, wherever a dump row cut it.
+    let leaks = |text: &str| {
+        (0..=token.len() - 8)
+            .find_map(|i| text.contains(&token[i..i + 8]).then(|| &token[i..i + 8]))
+    };
+    for (env, level) in [(&web, "trace"), (&inherited, "info"), (&web, "debug")] {
+        let o = run(&dir, env, stdin(level).as_bytes());
+        o.assert_success();
+        let file =
+            std::fs::read_to_string(run_dir.path().join("istio-cni.log")).unwrap_or_default();
+        let relayed = relayed();
+        assert!(
+            !relayed.is_empty(),
+            "nothing relayed: the relay check proves nothing"
+        );
+        for (what, text) in [
+            ("stderr", &o.stderr),
+            ("stdout", &o.stdout),
+            ("istio-cni.log", &file),
+            ("the log relay", &relayed),
+        ] {
+            assert_eq!(leaks(text), None, "level {level}: token in {what}:\n{text}");
+        }
+    }
+    assert!(
+        srv.requests().iter().any(|r| r.status == 200),
+        "the pod was never read: the test proves nothing"
+    );
+}
