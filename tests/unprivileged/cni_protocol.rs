@@ -662,3 +662,46 @@ fn no_log_level_writes_the_bearer_token() {
         "the pod was never read: the test proves nothing"
     );
 }
+
+/// An environment variable is bytes (Go's `os.Getenv` hands them over as they are): a `CNI_ARGS` holding a
+/// byte that is not UTF-8, in a pair the plugin ignores, still names the pod, which is then treated as
+/// the Kubernetes pod it is (here: refused, its kubeconfig missing), never as "not a Kubernetes pod"
+/// passed through unredirected; a `K8S_POD_*` value that is not UTF-8 names no pod and is refused as such.
+/// A `CNI_PATH` with such a byte is as good as any other (the plugin does not use it).
+#[test]
+fn env_values_that_are_not_utf8_are_never_taken_as_unset() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = PluginDir::new();
+    let with = |var: &str, value: &[u8], cmd: &str| {
+        let mut assign = format!("{var}=").into_bytes();
+        assign.extend_from_slice(value);
+        let mut c = std::process::Command::new("env");
+        c.arg(OsStr::from_bytes(&assign)).arg(dir.istio_cni());
+        let env = add_env(&dir).with_command(cmd);
+        crate::support::run_cmd(c, &env, conf("1.0.0").as_bytes())
+    };
+    let pod = b"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1;FOO=\xff";
+    let o = with("CNI_ARGS", pod, "ADD");
+    let msg = cni_error(&o, 5);
+    assert!(
+        msg.contains("default/web-1") && msg.contains("kubeconfig"),
+        "{msg}"
+    );
+    // DEL does not read CNI_ARGS: it still succeeds.
+    with("CNI_ARGS", pod, "DEL").assert_success();
+    let msg = cni_error(
+        &with(
+            "CNI_ARGS",
+            b"K8S_POD_NAMESPACE=default;K8S_POD_NAME=web\xff",
+            "ADD",
+        ),
+        6,
+    );
+    assert!(
+        msg.contains("K8S_POD_NAME") && msg.contains("UTF-8"),
+        "{msg}"
+    );
+    let o = with("CNI_PATH", b"/opt/cni/bin\xff", "ADD");
+    o.assert_success();
+}
