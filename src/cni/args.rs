@@ -51,6 +51,14 @@ impl K8sArgs {
         }
         let mut unknown = Vec::new();
         for (k, v) in pairs {
+            // The environment is read lossily (crate::plugin::run_cni): a byte that was not UTF-8 is U+FFFD
+            // here, and no pod is named with one (Kubernetes names and UIDs are ASCII).
+            if k.starts_with("K8S_POD_") && v.contains(char::REPLACEMENT_CHARACTER) {
+                return Err(Error::Decode(format!(
+                    "CNI_ARGS: {k} is not valid UTF-8 (or holds U+FFFD): {}",
+                    crate::error::quoted(v)
+                )));
+            }
             let v = v.to_string();
             match k {
                 "IgnoreUnknown" => {}
@@ -134,6 +142,22 @@ mod tests {
             let e = K8sArgs::parse(bad).unwrap_err();
             assert!(e.to_string().contains("invalid pair"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn pod_values_holding_u_fffd_name_no_pod() {
+        for bad in [
+            "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web\u{FFFD}",
+            "K8S_POD_NAMESPACE=\u{FFFD};K8S_POD_NAME=web",
+            "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_UID=\u{FFFD}",
+        ] {
+            let e = K8sArgs::parse(bad).unwrap_err();
+            assert!(e.to_string().contains("UTF-8"), "{bad}: {e}");
+        }
+        // Elsewhere (an ignored pair) it is just a value, as in libcni.
+        let a = K8sArgs::parse("IgnoreUnknown=1;FOO=\u{FFFD};K8S_POD_NAMESPACE=n;K8S_POD_NAME=p")
+            .unwrap();
+        assert!(a.is_pod());
     }
 
     #[test]

@@ -142,9 +142,13 @@ fn parse_route(r: &Object) -> Result<Route> {
                     }
                 }
             }
-            "mtu" | "advmss" | "priority" | "table" | "scope"
-                if !matches!(v, Value::Null) && int(v, k)? != 0 =>
-            {
+            "mtu" | "advmss" | "priority" if !matches!(v, Value::Null) && int(v, k)? != 0 => {
+                out.insert(k.clone(), v.clone());
+            }
+            // `*int` in libcni: only an absent (or null) one is left out; 0 is a value (scope 0 is
+            // RT_SCOPE_UNIVERSE) and passes through.
+            "table" | "scope" if !matches!(v, Value::Null) => {
+                int(v, k)?;
                 out.insert(k.clone(), v.clone());
             }
             _ => {}

@@ -172,3 +172,23 @@ fn error_reply_shape() {
     assert!(json::str_of(&o, "msg").unwrap().contains("CNI_CONTAINERID"));
     assert!(o.contains_key("details"));
 }
+
+#[test]
+fn route_table_and_scope_zero_are_kept_as_libcni_keeps_them() {
+    // libcni's route has `Table *int` and `Scope *int` (omitempty drops only an absent one): table 0 and
+    // scope 0 (RT_SCOPE_UNIVERSE) pass through, while mtu, advmss and priority (plain ints) drop a 0.
+    let prev = v(
+        r#"{"routes":[{"dst":"0.0.0.0/0","table":0,"scope":0,"mtu":0,"advmss":0,"priority":0},
+                      {"dst":"::/0","table":null,"scope":null}]}"#,
+    );
+    for ver in ["0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
+        let out = v(&passthrough(Some(&prev), ver).unwrap());
+        let text = json::to_compact(&out);
+        assert!(
+            text.contains(r#""routes":[{"dst":"0.0.0.0/0","scope":0,"table":0},{"dst":"::/0"}]"#),
+            "{ver}: {text}"
+        );
+    }
+    let bad = v(r#"{"routes":[{"dst":"0.0.0.0/0","scope":"link"}]}"#);
+    assert_eq!(passthrough(Some(&bad), "1.0.0").unwrap_err().cni_code(), 6);
+}

@@ -71,7 +71,24 @@ impl Config {
     }
 }
 
+/// Whether a record is the HTTP client's wire dump: ureq's trace level writes every request and response
+/// head and body as it is sent or read, unredacted ("TRACE - wire level debug. NOT REDACTED!"), so the
+/// API server's `Authorization: Bearer` token with it. Never written, whatever the level (`RUST_LOG=trace`
+/// reaches the plugin from the runtime's own environment); ureq's debug level redacts and is kept.
+pub fn is_wire_dump(target: &str, level: Level) -> bool {
+    let of = |krate: &str| {
+        target == krate
+            || target
+                .strip_prefix(krate)
+                .is_some_and(|r| r.starts_with("::"))
+    };
+    level == Level::Trace && (of("ureq") || of("ureq_proto"))
+}
+
 fn write_record(buf: &mut dyn Write, r: &log::Record<'_>, json: bool) -> std::io::Result<()> {
+    if is_wire_dump(r.target(), r.level()) {
+        return Ok(());
+    }
     let msg = r.args().to_string();
     if let (Some(sock), false) = (RELAY.get(), HELD.load(Ordering::Relaxed)) {
         send(sock, datagram("{".into(), r.level(), &msg).as_bytes());
@@ -249,6 +266,29 @@ pub fn parse_level(s: &str) -> Option<LevelFilter> {
 #[cfg(test)]
 mod tests {
     use log::{Level, LevelFilter};
+
+    #[test]
+    fn the_http_clients_wire_dump_is_never_written() {
+        use super::is_wire_dump;
+        for t in [
+            "ureq_proto::util",
+            "ureq_proto",
+            "ureq::unversioned::transport::tcp",
+            "ureq",
+        ] {
+            assert!(is_wire_dump(t, Level::Trace), "{t}");
+            assert!(!is_wire_dump(t, Level::Debug), "{t}");
+        }
+        for t in [
+            "ureqx",
+            "ureq_protocol::x",
+            "istio_cni::kube",
+            "cni-plugin",
+            "rustls::client",
+        ] {
+            assert!(!is_wire_dump(t, Level::Trace), "{t}");
+        }
+    }
 
     #[test]
     fn levels() {

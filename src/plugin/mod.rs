@@ -35,7 +35,10 @@ pub fn run_cni(cmd: &str) -> i32 {
             .map_err(|_| Error::Decode("network configuration: stdin is not valid UTF-8".into())),
         Err(e) => Err(Error::io("read network configuration from stdin", e)),
     };
-    let out = handle(cmd, &|k| std::env::var(k).ok(), stdin);
+    // Lossy, never "unset": a variable is bytes (Go's `os.Getenv` passes them on), and a CNI_ARGS with one
+    // byte that is not UTF-8 must still name its pod, not pass as "not a Kubernetes pod".
+    let env = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+    let out = handle(cmd, &env, stdin);
     // One write(2) for the whole reply (stdout's line buffering would split it at its last newline).
     let mut rest = out.stdout.as_bytes();
     while !rest.is_empty() {

@@ -127,3 +127,78 @@ fn pid_1s_namespace_is_refused() {
     assert!(!has_istio_rules(&y), "ADD programmed PID 1's namespace");
     assert!(!has_istio_rules(&h.x));
 }
+
+/// The other forms a runtime gives `CNI_NETNS` in: a process's `/proc/<pid>/ns/net` (dockershim, older
+/// runtimes) and a symlink to a bind mount are programmed in the namespace they name; a symlink whose target
+/// is the plugin's own namespace (`/proc/self/ns/net`, read in the plugin) is refused like the path itself.
+#[test]
+fn proc_pid_and_symlinked_paths_name_the_namespace_they_point_to() {
+    if !crate::support::require_root() {
+        return;
+    }
+    let h = Host::new();
+    let conf = h.conf();
+
+    let by_pid = Netns::new("hostns-pid");
+    by_pid.exec_ok(&["ip", "addr", "add", "10.30.2.2/24", "dev", "lo"]);
+    let mut holder = std::process::Command::new("ip")
+        .args(["netns", "exec", by_pid.name(), "sleep", "60"])
+        .spawn()
+        .unwrap();
+    // `ip netns exec` execs sleep in place: its pid is the holder's, once it is in the namespace.
+    let path = format!("/proc/{}/ns/net", holder.id());
+    let target = std::fs::metadata(by_pid.path()).unwrap();
+    let start = std::time::Instant::now();
+    while !std::fs::metadata(&path).is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.dev(), m.ino()) == (target.dev(), target.ino())
+    }) {
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "the holder never entered {}",
+            by_pid.name()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = run_plugin_in(
+        &h.x,
+        &h.plugins.istio_cni(),
+        &h.env("ADD", &path),
+        conf.as_bytes(),
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    out.assert_success();
+    assert!(has_istio_rules(&by_pid), "ADD through {path}:\n{out}");
+    assert!(!has_istio_rules(&h.x));
+
+    let links = TempDir::new("hostns-links");
+    let pod = Netns::new("hostns-link");
+    pod.exec_ok(&["ip", "addr", "add", "10.30.3.2/24", "dev", "lo"]);
+    let to_pod = links.join("pod");
+    std::os::unix::fs::symlink(pod.path(), &to_pod).unwrap();
+    let to_pod = to_pod.display().to_string();
+    let out = run_plugin_in(
+        &h.x,
+        &h.plugins.istio_cni(),
+        &h.env("ADD", &to_pod),
+        conf.as_bytes(),
+    );
+    out.assert_success();
+    assert!(has_istio_rules(&pod), "ADD through {to_pod}:\n{out}");
+
+    let to_self = links.join("self");
+    std::os::unix::fs::symlink("/proc/self/ns/net", &to_self).unwrap();
+    let to_self = to_self.display().to_string();
+    let out = run_plugin_in(
+        &h.x,
+        &h.plugins.istio_cni(),
+        &h.env("ADD", &to_self),
+        conf.as_bytes(),
+    );
+    assert_refused(&out, &to_self);
+    assert!(
+        !has_istio_rules(&h.x),
+        "ADD through {to_self} programmed the plugin's namespace"
+    );
+}

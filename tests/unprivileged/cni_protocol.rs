@@ -590,3 +590,118 @@ fn add_with_ambient_enabled_refuses_pods_past_the_shortcuts() {
     // Not a boolean: Go's decoding of the entry fails, so does ours.
     cni_error(&run(&dir, &web, stdin("\"true\"").as_bytes()), 6);
 }
+
+/// The runtime hands the plugin its own environment (libcni `AsEnv`), so a `RUST_LOG=trace` set for
+/// containerd reaches us, as does `plugin_log_level: trace`. Whatever the level, the service account's
+/// bearer token never reaches stderr (the runtime's journal), the log relay or the rolling file: ureq's
+/// trace level dumps the request head, `Authorization` included, in 16-byte rows.
+#[test]
+fn no_log_level_writes_the_bearer_token() {
+    let dir = PluginDir::new();
+    let run_dir = crate::support::TempDir::new("token-log");
+    let srv = crate::support::kube::start();
+    let token = "tok3n-5ecret-0123456789-abcdefghij-KLMNOPQRST";
+    srv.set_token(token);
+    srv.write_kubeconfig(&run_dir.path().join("istio-cni-kubeconfig"))
+        .unwrap();
+    srv.add_pod(
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"default"},
+            "spec":{"containers":[{"name":"app"}]}}"#,
+    )
+    .unwrap();
+    let stdin = |level: &str| {
+        format!(
+            r#"{{"cniVersion":"1.0.0","name":"n","type":"istio-cni","pod_cache":false,
+                "plugin_log_level":"{level}","cni_agent_run_dir":"{}"}}"#,
+            run_dir.path().display()
+        )
+    };
+    // The installer's log relay, which re-logs what it gets in the DaemonSet pod's log.
+    let relay = std::os::unix::net::UnixDatagram::bind(run_dir.path().join("log.sock")).unwrap();
+    relay.set_nonblocking(true).unwrap();
+    let relayed = || {
+        let mut all = String::new();
+        let mut buf = vec![0u8; 1 << 16];
+        while let Ok(n) = relay.recv(&mut buf) {
+            all.push_str(&String::from_utf8_lossy(&buf[..n]));
+            all.push('\n');
+        }
+        all
+    };
+    let web = add_env(&dir).with_args("K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1");
+    let mut inherited = web.clone();
+    inherited
+        .extra
+        .push(("RUST_LOG".to_string(), "trace".to_string()));
+    // Any 8 bytes of the token, wherever a dump row cut it.
+    let leaks = |text: &str| {
+        (0..=token.len() - 8)
+            .find_map(|i| text.contains(&token[i..i + 8]).then(|| &token[i..i + 8]))
+    };
+    for (env, level) in [(&web, "trace"), (&inherited, "info"), (&web, "debug")] {
+        let o = run(&dir, env, stdin(level).as_bytes());
+        o.assert_success();
+        let file =
+            std::fs::read_to_string(run_dir.path().join("istio-cni.log")).unwrap_or_default();
+        let relayed = relayed();
+        assert!(
+            !relayed.is_empty(),
+            "nothing relayed: the relay check proves nothing"
+        );
+        for (what, text) in [
+            ("stderr", &o.stderr),
+            ("stdout", &o.stdout),
+            ("istio-cni.log", &file),
+            ("the log relay", &relayed),
+        ] {
+            assert_eq!(leaks(text), None, "level {level}: token in {what}:\n{text}");
+        }
+    }
+    assert!(
+        srv.requests().iter().any(|r| r.status == 200),
+        "the pod was never read: the test proves nothing"
+    );
+}
+
+/// An environment variable is bytes (Go's `os.Getenv` hands them over as they are): a `CNI_ARGS` holding a
+/// byte that is not UTF-8, in a pair the plugin ignores, still names the pod, which is then treated as
+/// the Kubernetes pod it is (here: refused, its kubeconfig missing), never as "not a Kubernetes pod"
+/// passed through unredirected; a `K8S_POD_*` value that is not UTF-8 names no pod and is refused as such.
+/// A `CNI_PATH` with such a byte is as good as any other (the plugin does not use it).
+#[test]
+fn env_values_that_are_not_utf8_are_never_taken_as_unset() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = PluginDir::new();
+    let with = |var: &str, value: &[u8], cmd: &str| {
+        let mut assign = format!("{var}=").into_bytes();
+        assign.extend_from_slice(value);
+        let mut c = std::process::Command::new("env");
+        c.arg(OsStr::from_bytes(&assign)).arg(dir.istio_cni());
+        let env = add_env(&dir).with_command(cmd);
+        crate::support::run_cmd(c, &env, conf("1.0.0").as_bytes())
+    };
+    let pod = b"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1;FOO=\xff";
+    let o = with("CNI_ARGS", pod, "ADD");
+    let msg = cni_error(&o, 5);
+    assert!(
+        msg.contains("default/web-1") && msg.contains("kubeconfig"),
+        "{msg}"
+    );
+    // DEL does not read CNI_ARGS: it still succeeds.
+    with("CNI_ARGS", pod, "DEL").assert_success();
+    let msg = cni_error(
+        &with(
+            "CNI_ARGS",
+            b"K8S_POD_NAMESPACE=default;K8S_POD_NAME=web\xff",
+            "ADD",
+        ),
+        6,
+    );
+    assert!(
+        msg.contains("K8S_POD_NAME") && msg.contains("UTF-8"),
+        "{msg}"
+    );
+    let o = with("CNI_PATH", b"/opt/cni/bin\xff", "ADD");
+    o.assert_success();
+}
