@@ -23,6 +23,7 @@ mod kube_keepalive;
 mod monitoring_e2e;
 mod nft_limits;
 mod nft_netns;
+mod nft_prefixes;
 mod no_exec;
 mod pod_netns_find;
 mod podcache_e2e;
