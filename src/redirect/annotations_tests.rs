@@ -352,3 +352,27 @@ fn leading_zeros_are_decimal_blanks_are_empty_repeats_are_kept_once() {
         Ports::List(vec![])
     );
 }
+
+// Upstream's `ValidateInterfaceNames` accepts only "" as an empty list: a blank value splits into one empty
+// name and fails ADD. Taken as "no interfaces", `istio.io/reroute-virtual-interfaces: " "` would start a
+// KubeVirt pod whose VM traffic is not redirected (and hide the deprecated key's interfaces).
+#[test]
+fn blank_interface_lists_fail_as_upstream() {
+    for k in [
+        EXCLUDE_INTERFACES,
+        REROUTE_VIRTUAL_INTERFACES,
+        KUBEVIRT_INTERFACES,
+    ] {
+        for v in [" ", "\t", " \n"] {
+            let (key, value, reason) = error(&[(k, v)]);
+            assert_eq!((key.as_str(), value.as_str()), (k, v));
+            assert!(reason.contains("empty interface name"), "{reason}");
+        }
+        assert_eq!(redirect(&[(k, "")]), redirect(&[]));
+    }
+    let (key, _, _) = error(&[
+        (REROUTE_VIRTUAL_INTERFACES, " "),
+        (KUBEVIRT_INTERFACES, "net1"),
+    ]);
+    assert_eq!(key, REROUTE_VIRTUAL_INTERFACES);
+}

@@ -202,9 +202,10 @@ impl fmt::Display for IfaceName {
     }
 }
 
-/// A comma list of interface names; each element is trimmed; `""` (or only spaces) is an empty list.
+/// A comma list of interface names; each element is trimmed; only `""` is an empty list (upstream
+/// `ValidateInterfaceNames`: a blank value is one empty name, an error).
 pub fn parse_iface_list(s: &str) -> Result<Vec<IfaceName>, String> {
-    if s.trim().is_empty() {
+    if s.is_empty() {
         return Ok(Vec::new());
     }
     s.split(',').map(|n| IfaceName::parse(n.trim())).collect()
