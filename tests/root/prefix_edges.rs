@@ -1,9 +1,12 @@
-//! Annotation prefixes at the edges of nftables' address encoding, in real namespaces (root): `/0` (no whole
-//! byte to compare: nft loads the whole address and masks it to zero) and host bits set (`10.0.0.1/8`, which
-//! nft masks). What ADD programs over netlink must list like `istio-cni explain --nft` loaded with `nft -f`,
-//! and our CHECK must accept the reference.
+//! Annotation prefixes at the edges of the address encodings, in real namespaces (root): `/0` (no whole byte
+//! to compare: nft loads the whole address and masks it to zero; iptables matches nothing) and host bits set
+//! (`10.0.0.1/8`, masked). In nftables mode what ADD programs over netlink must list like `istio-cni explain
+//! --nft` loaded with `nft -f`, and our CHECK must accept the reference; on both backends the plugin's ADD
+//! and CHECK succeed and the traffic goes where the annotation says.
 
 use crate::nft_netns::{listing, load_reference};
+use crate::support::e2e::{Backend, Node};
+use crate::support::traffic::outbound_captured;
 use crate::support::{explain_nft_script, require_root, Netns, TempDir};
 use istio_cni::json;
 use istio_cni::nftables::apply::{apply, check};
@@ -87,5 +90,44 @@ fn zero_length_and_host_bit_prefixes_program_like_nft() {
         load_reference(&reference, &file, &tmp);
         assert_eq!(listing(&ours), listing(&reference), "{name}");
         check(&reference.path(), rs).unwrap_or_else(|e| panic!("{name}: reference: {e}"));
+    }
+}
+
+#[test]
+fn zero_length_prefixes_capture_and_exclude_everything_on_both_backends() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(121);
+    for (b, backend) in [Backend::Iptables, Backend::Nftables]
+        .into_iter()
+        .enumerate()
+    {
+        for (i, (ann, captured)) in [
+            (
+                r#""traffic.sidecar.istio.io/includeOutboundIPRanges": "0.0.0.0/0""#,
+                true,
+            ),
+            (
+                r#""traffic.sidecar.istio.io/includeOutboundIPRanges": "10.252.121.7/8""#,
+                true,
+            ),
+            (
+                r#""traffic.sidecar.istio.io/excludeOutboundIPRanges": "0.0.0.0/0""#,
+                false,
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let pod = backend.pod(&node, &format!("pfx{b}{i}"), ann, "", false);
+            pod.add().assert_success();
+            pod.run("CHECK").assert_success();
+            assert_eq!(
+                outbound_captured(&node, &pod),
+                captured,
+                "{backend:?} {ann}"
+            );
+        }
     }
 }
