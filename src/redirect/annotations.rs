@@ -91,7 +91,15 @@ fn inbound_ports(pod: &PodInfo) -> Result<(Ports, Vec<u16>)> {
     let ann = |key: &str| pod.annotations.get(key).map(String::as_str);
     // Upstream reads the inbound excludes only when the include is `*`, so an exclude `*` is harmless
     // with an explicit (even empty) include list and cannot be programmed with `*`.
-    let exclude_wildcard = ann(EXCLUDE_INBOUND_PORTS).filter(|v| v.trim() == "*");
+    // The wildcard is exactly "*": upstream validates " * " as a port list, which fails.
+    if let Some(v) = ann(EXCLUDE_INBOUND_PORTS).filter(|v| *v != "*" && v.trim() == "*") {
+        return Err(invalid(
+            EXCLUDE_INBOUND_PORTS,
+            v,
+            "a wildcard must be exactly \"*\", without spaces",
+        ));
+    }
+    let exclude_wildcard = ann(EXCLUDE_INBOUND_PORTS).filter(|v| *v == "*");
     let mut exclude_inbound_ports = match exclude_wildcard {
         None => parsed(pod, EXCLUDE_INBOUND_PORTS, parse_port_list)?.unwrap_or_default(),
         Some(_) => Vec::new(),

@@ -376,3 +376,20 @@ fn blank_interface_lists_fail_as_upstream() {
     ]);
     assert_eq!(key, REROUTE_VIRTUAL_INTERFACES);
 }
+
+// Upstream's wildcard is the exact value "*" (`validatePortListWithWildcard`); " * " is a port list that
+// fails validation, whatever the include says.
+#[test]
+fn a_spaced_exclude_inbound_wildcard_fails_as_upstream() {
+    for include in ["8080", "", "*"] {
+        let (key, value, reason) = error(&[
+            (INCLUDE_INBOUND_PORTS, include),
+            (EXCLUDE_INBOUND_PORTS, " * "),
+        ]);
+        assert_eq!(
+            (key.as_str(), value.as_str()),
+            (EXCLUDE_INBOUND_PORTS, " * ")
+        );
+        assert!(reason.contains("wildcard"), "{reason}");
+    }
+}
