@@ -98,11 +98,17 @@ fn zero_length_prefixes_capture_and_exclude_everything_on_both_backends() {
     if !require_root() {
         return;
     }
-    let node = Node::new(121);
-    for (b, backend) in [Backend::Iptables, Backend::Nftables]
-        .into_iter()
-        .enumerate()
+    // iptables mode through each x_tables backend (the record the installer writes), then nftables mode.
+    for (b, (record, backend)) in [
+        ("nft", Backend::Iptables),
+        ("legacy", Backend::Iptables),
+        ("nft", Backend::Nftables),
+    ]
+    .into_iter()
+    .enumerate()
     {
+        let node = Node::new(121 + b as u8);
+        node.record_backend(record);
         for (i, (ann, captured)) in [
             (
                 r#""traffic.sidecar.istio.io/includeOutboundIPRanges": "0.0.0.0/0""#,
@@ -126,7 +132,7 @@ fn zero_length_prefixes_capture_and_exclude_everything_on_both_backends() {
             assert_eq!(
                 outbound_captured(&node, &pod),
                 captured,
-                "{backend:?} {ann}"
+                "{record} {backend:?} {ann}"
             );
         }
     }
