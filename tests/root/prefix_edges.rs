@@ -122,6 +122,13 @@ fn zero_length_prefixes_capture_and_exclude_everything_on_both_backends() {
                 r#""traffic.sidecar.istio.io/excludeOutboundIPRanges": "0.0.0.0/0""#,
                 false,
             ),
+            // Repeated entries are programmed as written (one rule each, as upstream) and CHECK accepts them.
+            (
+                r#""traffic.sidecar.istio.io/includeOutboundIPRanges": "10.252.0.0/16,10.252.0.0/16",
+                   "traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.9.0.0/16,10.9.0.0/16",
+                   "traffic.sidecar.istio.io/excludeInterfaces": "eth9,eth9""#,
+                true,
+            ),
         ]
         .into_iter()
         .enumerate()
