@@ -74,6 +74,18 @@ fn port_list(v: &str) -> std::result::Result<Vec<u16>, String> {
     parse_port_list(v)
 }
 
+/// An include port list must not be blank (only "" means none): upstream validates it trimmed, then fails in
+/// iptables-restore on the untrimmed `--dport  `; read as empty, it would capture nothing.
+fn not_blank(v: &str) -> std::result::Result<(), String> {
+    if !v.is_empty() && v.trim().is_empty() {
+        return Err(
+            "a blank value is not an empty list (upstream fails on it); write \"\" to include no port"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 fn proxy_id(v: Option<i64>, what: &str) -> Result<u32> {
     match v {
         None | Some(0) => Ok(DEFAULT_PROXY_ID),
@@ -114,7 +126,8 @@ fn inbound_ports(pod: &PodInfo) -> Result<(Ports, Vec<u16>)> {
     let include_inbound_ports = match ann(INCLUDE_INBOUND_PORTS) {
         None | Some("*") => Ports::All,
         Some(v) => {
-            Ports::List(parse_port_list(v).map_err(|r| invalid(INCLUDE_INBOUND_PORTS, v, r))?)
+            let ports = not_blank(v).and_then(|_| parse_port_list(v));
+            Ports::List(ports.map_err(|r| invalid(INCLUDE_INBOUND_PORTS, v, r))?)
         }
     };
     if let (Some(v), Ports::All) = (exclude_wildcard, &include_inbound_ports) {
@@ -179,8 +192,10 @@ impl Redirect {
         let (include_inbound_ports, exclude_inbound_ports) = inbound_ports(pod)?;
         let exclude_outbound_ports = parsed(pod, EXCLUDE_OUTBOUND_PORTS, port_list)?
             .unwrap_or_else(|| vec![DEFAULT_EXCLUDED_OUTBOUND]);
-        let include_outbound_ports =
-            parsed(pod, INCLUDE_OUTBOUND_PORTS, port_list)?.unwrap_or_default();
+        let include_outbound_ports = parsed(pod, INCLUDE_OUTBOUND_PORTS, |v| {
+            not_blank(v).and_then(|_| port_list(v))
+        })?
+        .unwrap_or_default();
         let exclude_interfaces =
             parsed(pod, EXCLUDE_INTERFACES, parse_iface_list)?.unwrap_or_default();
         let reroute_virtual_interfaces =

@@ -347,9 +347,10 @@ fn leading_zeros_are_decimal_blanks_are_empty_repeats_are_kept_once() {
     assert_eq!(r.include_inbound_ports, Ports::List(vec![80, 8080]));
     assert_eq!(r.include_outbound_ports, vec![443]);
     assert!(r.exclude_outbound_ports.is_empty());
+    // A blank exclude is empty (a blank include is refused: a_blank_include_port_list_fails_closed).
     assert_eq!(
-        redirect(&[(INCLUDE_INBOUND_PORTS, " \t ")]).include_inbound_ports,
-        Ports::List(vec![])
+        redirect(&[(EXCLUDE_INBOUND_PORTS, " \t ")]).exclude_inbound_ports,
+        vec![15020, 15021, 15090]
     );
 }
 
@@ -391,5 +392,30 @@ fn a_spaced_exclude_inbound_wildcard_fails_as_upstream() {
             (EXCLUDE_INBOUND_PORTS, " * ")
         );
         assert!(reason.contains("wildcard"), "{reason}");
+    }
+}
+
+// A blank include list is not "" (no capture): upstream validates it (the value is trimmed for validation)
+// and then fails in iptables-restore on the untrimmed `--dport  `. Read as empty it would start the pod
+// with no inbound capture (includeInboundPorts) or without the ports it names (includeOutboundPorts), so it
+// is refused. A blank exclude list stays empty (it captures more, never less).
+#[test]
+fn a_blank_include_port_list_fails_closed() {
+    for k in [INCLUDE_INBOUND_PORTS, INCLUDE_OUTBOUND_PORTS] {
+        for v in [" ", " \t ", "\n", "\u{a0}"] {
+            let (key, value, reason) = error(&[(k, v)]);
+            assert_eq!((key.as_str(), value.as_str()), (k, v));
+            assert!(reason.contains("blank"), "{reason}");
+        }
+        // "" is upstream's "none".
+        let r = redirect(&[(k, "")]);
+        assert!(r.include_outbound_ports.is_empty());
+    }
+    assert_eq!(
+        redirect(&[(INCLUDE_INBOUND_PORTS, "")]).include_inbound_ports,
+        Ports::List(vec![])
+    );
+    for k in [EXCLUDE_INBOUND_PORTS, EXCLUDE_OUTBOUND_PORTS] {
+        assert!(Redirect::from_pod(&pod(&[(k, " \t ")])).is_ok(), "{k}");
     }
 }
