@@ -6,8 +6,8 @@
 use super::keys::*;
 use super::pod::PodInfo;
 use super::values::{
-    parse_bool, parse_cidr_list, parse_iface_list, parse_port_list, Cidr, IfaceName, IpRanges,
-    Ports,
+    parse_bool, parse_cidr_list, parse_iface_list, parse_port_list, spaces_and_tabs_only, Cidr,
+    IfaceName, IpRanges, Ports,
 };
 use crate::error::{Error, Result};
 
@@ -71,6 +71,7 @@ fn port_list(v: &str) -> std::result::Result<Vec<u16>, String> {
     if v.trim() == "*" {
         return Err("a wildcard is not supported here; list the ports".into());
     }
+    spaces_and_tabs_only(v)?;
     parse_port_list(v)
 }
 
@@ -126,10 +127,16 @@ fn inbound_ports(pod: &PodInfo) -> Result<(Ports, Vec<u16>)> {
     let include_inbound_ports = match ann(INCLUDE_INBOUND_PORTS) {
         None | Some("*") => Ports::All,
         Some(v) => {
-            let ports = not_blank(v).and_then(|_| parse_port_list(v));
+            let ports = not_blank(v)
+                .and_then(|_| spaces_and_tabs_only(v))
+                .and_then(|_| parse_port_list(v));
             Ports::List(ports.map_err(|r| invalid(INCLUDE_INBOUND_PORTS, v, r))?)
         }
     };
+    // Upstream renders the excludes (trimmed at the ends) only when the include is `*`.
+    if let (Some(v), Ports::All) = (ann(EXCLUDE_INBOUND_PORTS), &include_inbound_ports) {
+        spaces_and_tabs_only(v.trim()).map_err(|r| invalid(EXCLUDE_INBOUND_PORTS, v, r))?;
+    }
     if let (Some(v), Ports::All) = (exclude_wildcard, &include_inbound_ports) {
         return Err(invalid(
             EXCLUDE_INBOUND_PORTS,
