@@ -116,7 +116,9 @@ fn port_match(e: &mut Vec<Expr>, l4: &mut Option<u8>, proto: u8, offset: u32, te
 }
 
 /// `meta nfproto <family>` unless the rule already matched it (`nfproto`), then the source or destination
-/// address compared with `net`: whole bytes when the prefix is a multiple of 8, else masked (§4.5).
+/// address compared with `net`: whole bytes when the prefix is a non-zero multiple of 8, else masked (§4.5).
+/// A `/0` has no byte to compare (the kernel refuses a zero-length load): like nft, the whole address is
+/// loaded and masked to zero.
 fn addr_match(e: &mut Vec<Expr>, nfproto: &mut Option<u8>, saddr: bool, neq: bool, net: &IpNet) {
     let (fam, offset, full) = match net {
         IpNet::V4(_) => (NFPROTO_IPV4, if saddr { 12 } else { 16 }, 4u32),
@@ -131,7 +133,7 @@ fn addr_match(e: &mut Vec<Expr>, nfproto: &mut Option<u8>, saddr: bool, neq: boo
         IpNet::V6(n) => (n.network().octets().to_vec(), n.netmask().octets().to_vec()),
     };
     let bits = u32::from(net.prefix_len());
-    if bits % 8 == 0 {
+    if bits % 8 == 0 && bits > 0 {
         let len = bits / 8;
         e.push(load_payload(PAYLOAD_NETWORK, offset, len));
         e.push(cmp(op(neq), network[..len as usize].to_vec()));

@@ -6,8 +6,8 @@
 use super::keys::*;
 use super::pod::PodInfo;
 use super::values::{
-    parse_bool, parse_cidr_list, parse_iface_list, parse_port_list, Cidr, IfaceName, IpRanges,
-    Ports,
+    parse_bool, parse_cidr_list, parse_iface_list, parse_port_list, spaces_and_tabs_only, Cidr,
+    IfaceName, IpRanges, Ports,
 };
 use crate::error::{Error, Result};
 
@@ -71,7 +71,20 @@ fn port_list(v: &str) -> std::result::Result<Vec<u16>, String> {
     if v.trim() == "*" {
         return Err("a wildcard is not supported here; list the ports".into());
     }
+    spaces_and_tabs_only(v)?;
     parse_port_list(v)
+}
+
+/// An include port list must not be blank (only "" means none): upstream validates it trimmed, then fails in
+/// iptables-restore on the untrimmed `--dport  `; read as empty, it would capture nothing.
+fn not_blank(v: &str) -> std::result::Result<(), String> {
+    if !v.is_empty() && v.trim().is_empty() {
+        return Err(
+            "a blank value is not an empty list (upstream fails on it); write \"\" to include no port"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 fn proxy_id(v: Option<i64>, what: &str) -> Result<u32> {
@@ -91,7 +104,15 @@ fn inbound_ports(pod: &PodInfo) -> Result<(Ports, Vec<u16>)> {
     let ann = |key: &str| pod.annotations.get(key).map(String::as_str);
     // Upstream reads the inbound excludes only when the include is `*`, so an exclude `*` is harmless
     // with an explicit (even empty) include list and cannot be programmed with `*`.
-    let exclude_wildcard = ann(EXCLUDE_INBOUND_PORTS).filter(|v| v.trim() == "*");
+    // The wildcard is exactly "*": upstream validates " * " as a port list, which fails.
+    if let Some(v) = ann(EXCLUDE_INBOUND_PORTS).filter(|v| *v != "*" && v.trim() == "*") {
+        return Err(invalid(
+            EXCLUDE_INBOUND_PORTS,
+            v,
+            "a wildcard must be exactly \"*\", without spaces",
+        ));
+    }
+    let exclude_wildcard = ann(EXCLUDE_INBOUND_PORTS).filter(|v| *v == "*");
     let mut exclude_inbound_ports = match exclude_wildcard {
         None => parsed(pod, EXCLUDE_INBOUND_PORTS, parse_port_list)?.unwrap_or_default(),
         Some(_) => Vec::new(),
@@ -106,9 +127,16 @@ fn inbound_ports(pod: &PodInfo) -> Result<(Ports, Vec<u16>)> {
     let include_inbound_ports = match ann(INCLUDE_INBOUND_PORTS) {
         None | Some("*") => Ports::All,
         Some(v) => {
-            Ports::List(parse_port_list(v).map_err(|r| invalid(INCLUDE_INBOUND_PORTS, v, r))?)
+            let ports = not_blank(v)
+                .and_then(|_| spaces_and_tabs_only(v))
+                .and_then(|_| parse_port_list(v));
+            Ports::List(ports.map_err(|r| invalid(INCLUDE_INBOUND_PORTS, v, r))?)
         }
     };
+    // Upstream renders the excludes (trimmed at the ends) only when the include is `*`.
+    if let (Some(v), Ports::All) = (ann(EXCLUDE_INBOUND_PORTS), &include_inbound_ports) {
+        spaces_and_tabs_only(v.trim()).map_err(|r| invalid(EXCLUDE_INBOUND_PORTS, v, r))?;
+    }
     if let (Some(v), Ports::All) = (exclude_wildcard, &include_inbound_ports) {
         return Err(invalid(
             EXCLUDE_INBOUND_PORTS,
@@ -171,8 +199,10 @@ impl Redirect {
         let (include_inbound_ports, exclude_inbound_ports) = inbound_ports(pod)?;
         let exclude_outbound_ports = parsed(pod, EXCLUDE_OUTBOUND_PORTS, port_list)?
             .unwrap_or_else(|| vec![DEFAULT_EXCLUDED_OUTBOUND]);
-        let include_outbound_ports =
-            parsed(pod, INCLUDE_OUTBOUND_PORTS, port_list)?.unwrap_or_default();
+        let include_outbound_ports = parsed(pod, INCLUDE_OUTBOUND_PORTS, |v| {
+            not_blank(v).and_then(|_| port_list(v))
+        })?
+        .unwrap_or_default();
         let exclude_interfaces =
             parsed(pod, EXCLUDE_INTERFACES, parse_iface_list)?.unwrap_or_default();
         let reroute_virtual_interfaces =

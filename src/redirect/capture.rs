@@ -91,11 +91,15 @@ pub struct TproxyRoute {
     pub ipv6: bool,
 }
 
-/// Parses the node's IPv4 loopback range: an IPv4 prefix inside 127.0.0.0/8.
+/// Parses the node's IPv4 loopback range: an IPv4 loopback address with a /8 to /32 mask (upstream
+/// `ValidateIPv4LoopbackCidr`, which its CNI path skips). The range is RETURNed from ISTIO_OUTPUT, so a
+/// shorter mask (`127.0.0.1/1`) would let traffic to ordinary addresses bypass the proxy.
 pub fn parse_loopback_cidr(s: &str) -> Result<Cidr, String> {
     let c = Cidr::parse(s)?;
-    if !c.is_ipv4() || !c.is_loopback() {
-        return Err(format!("{s:?} is not an IPv4 loopback range"));
+    if !c.is_ipv4() || !c.is_loopback() || c.net().prefix_len() < 8 {
+        return Err(format!(
+            "{s:?} is not an IPv4 loopback range with a /8 to /32 mask"
+        ));
     }
     Ok(c)
 }
@@ -332,5 +336,15 @@ mod tests {
         assert!(parse_loopback_cidr("10.0.0.1/32").is_err());
         assert!(parse_loopback_cidr("::1/128").is_err());
         assert!(parse_loopback_cidr("127.0.0.1/32 -j ACCEPT").is_err());
+        // Upstream's ValidateIPv4LoopbackCidr: /8 to /32. A shorter mask reaches past 127/8, and the range
+        // is RETURNed from ISTIO_OUTPUT: `127.0.0.1/1` would let every 0/1 destination bypass the proxy.
+        for bad in ["127.0.0.1/0", "127.0.0.1/1", "127.0.0.0/7"] {
+            let e = parse_loopback_cidr(bad).unwrap_err();
+            assert!(e.contains("/8 to /32"), "{bad}: {e}");
+            let env = |k: &str| (k == ENV_LOOPBACK_CIDR).then(|| bad.to_string());
+            let r = Redirect::from_pod(&crate::redirect::PodInfo::default());
+            let e = CaptureConfig::from_redirect(&r.unwrap(), &env, false).unwrap_err();
+            assert!(e.to_string().contains(ENV_LOOPBACK_CIDR), "{e}");
+        }
     }
 }

@@ -24,6 +24,19 @@ pub fn parse_port(s: &str) -> Result<u16, String> {
         .map_err(|_| format!("port {t} is out of range (0-65535)"))
 }
 
+/// Upstream renders list entries untrimmed into its rule lines, where only spaces and tabs separate tokens: a
+/// line break splits the rule and any other whitespace (or control character) stays in the port or interface
+/// name. A value holding one is refused, naming it.
+pub fn spaces_and_tabs_only(s: &str) -> Result<(), String> {
+    let odd = |c: &char| (c.is_whitespace() || c.is_control()) && !matches!(c, ' ' | '\t');
+    match s.chars().find(odd) {
+        Some(c) => Err(format!(
+            "{c:?} in the value: only spaces and tabs may separate the entries (upstream's rules break on it)"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A comma list of ports as the annotations spell it: the whole value is trimmed; `""` (or blanks) is an
 /// empty list; every element must be a port (so a trailing comma is an error); a repeated port is kept once,
 /// at its first place (upstream renders one rule per repetition).
@@ -202,11 +215,13 @@ impl fmt::Display for IfaceName {
     }
 }
 
-/// A comma list of interface names; each element is trimmed; `""` (or only spaces) is an empty list.
+/// A comma list of interface names; each element is trimmed; only `""` is an empty list (upstream
+/// `ValidateInterfaceNames`: a blank value is one empty name, an error).
 pub fn parse_iface_list(s: &str) -> Result<Vec<IfaceName>, String> {
-    if s.trim().is_empty() {
+    if s.is_empty() {
         return Ok(Vec::new());
     }
+    spaces_and_tabs_only(s)?;
     s.split(',').map(|n| IfaceName::parse(n.trim())).collect()
 }
 
@@ -329,8 +344,10 @@ mod tests {
             assert!(parse_iface_list(bad).is_err(), "{bad:?}");
         }
         assert!(IfaceName::parse("a23456789012345").is_ok());
-        // Elements are trimmed (as upstream) and rendered trimmed.
-        assert_eq!(parse_iface_list(" eth0\n").unwrap()[0].as_str(), "eth0");
+        // Elements are trimmed of spaces and tabs (as upstream, where iptables-restore and nft separate
+        // tokens on them) and rendered trimmed; a line break would split upstream's rule line.
+        assert_eq!(parse_iface_list(" eth0\t").unwrap()[0].as_str(), "eth0");
+        assert!(parse_iface_list(" eth0\n").is_err());
     }
 
     #[test]

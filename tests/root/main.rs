@@ -27,6 +27,7 @@ mod no_exec;
 mod pod_netns_find;
 mod podcache_e2e;
 mod podcache_wall;
+mod prefix_edges;
 mod read_generation_e2e;
 mod redirect_bypass_e2e;
 mod redirect_e2e;

@@ -49,7 +49,7 @@ fn test_groups(name: &str) -> istio_cni::Result<u32> {
 }
 
 /// `nft list table` of each Istio table (counters normalised); a missing table lists as `absent`.
-fn listing(ns: &Netns) -> String {
+pub(crate) fn listing(ns: &Netns) -> String {
     let mut out = String::new();
     for t in TABLES {
         let o = ns.exec(&["nft", "list", "table", "inet", t]);
@@ -80,7 +80,7 @@ fn listing(ns: &Netns) -> String {
 }
 
 /// Loads `script` with the real `nft -f` into `ns`, with the test groups in a private /etc/group.
-fn load_reference(ns: &Netns, script: &Path, tmp: &TempDir) {
+pub(crate) fn load_reference(ns: &Netns, script: &Path, tmp: &TempDir) {
     let mut groups = std::fs::read_to_string("/etc/group").unwrap();
     for (n, g) in GROUPS {
         groups.push_str(&format!("{n}:x:{g}:\n"));
