@@ -112,12 +112,10 @@ fn first_id(what: &str, v: &str) -> Result<u32> {
     })
 }
 
-/// `HOST_IPV4_LOOPBACK_CIDR` as upstream's `ValidateIPv4LoopbackCidr`: an IPv4 loopback prefix, /8 to /32.
+/// `HOST_IPV4_LOOPBACK_CIDR` as upstream's `ValidateIPv4LoopbackCidr`: an IPv4 loopback prefix, /8 to /32
+/// (the plugin's rule for `ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR`, the same upstream function).
 fn loopback_cidr_ok(v: &str) -> bool {
-    match v.parse::<ipnet::Ipv4Net>() {
-        Ok(n) => n.addr().is_loopback() && (8..=32).contains(&n.prefix_len()),
-        Err(_) => false,
-    }
+    crate::redirect::capture::parse_loopback_cidr(v).is_ok()
 }
 
 /// Where a flag's value comes from: the command line (the last given) > the environment ("" is unset) >

@@ -157,6 +157,11 @@ fn bad_configuration_exits_1() {
             vec![("HOST_IPV4_LOOPBACK_CIDR", "10.0.0.0/8")],
             "HOST_IPV4_LOOPBACK_CIDR",
         ),
+        (
+            vec![],
+            vec![("HOST_IPV4_LOOPBACK_CIDR", "127.0.0.1/7")],
+            "HOST_IPV4_LOOPBACK_CIDR",
+        ),
     ] {
         let e = Options::parse(&v(&args), &env_of(&env)).unwrap_err();
         assert_eq!(e.code(), 1, "{args:?} {env:?}: {e}");
