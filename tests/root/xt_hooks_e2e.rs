@@ -133,3 +133,35 @@ fn a_legacy_hook_entry_at_a_user_chain_is_read_as_the_hook() {
         "legacy: re-ADD does not name {want:?}: {msg}"
     );
 }
+
+/// iptables-nft's own security table (its base chains at priority 150, as iptables-nft 1.8.9 makes them)
+/// with a rule that only accepts: nothing iptables-nft would not have made, nothing that moves traffic, so
+/// CHECK passes and a re-ADD finds our rules in place (it named the chain "not as iptables-nft hooks it").
+#[test]
+fn iptables_nft_security_table_is_its_own() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(119);
+    node.record_backend("nft");
+    let pod = node.pod("security", "", "", false);
+    pod.add().assert_success();
+    for chain in ["INPUT", "OUTPUT", "FORWARD"] {
+        pod.ns.exec_ok(&[
+            "iptables-nft",
+            "-t",
+            "security",
+            "-A",
+            chain,
+            "-p",
+            "tcp",
+            "--dport",
+            "1",
+            "-j",
+            "ACCEPT",
+        ]);
+    }
+    assert!(outbound_captured(&node, &pod));
+    pod.run("CHECK").assert_success();
+    assert_re_add(&pod, "AlreadyInPlace");
+}
