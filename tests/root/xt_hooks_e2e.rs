@@ -35,18 +35,18 @@ fn hook_raw_output_at_a_user_chain(pod: &Pod) {
         // struct ipt_entry (IPv4): target_offset at 88, next_offset at 90; targets' names at +2, data at +32.
         let u16_at = |o: usize| usize::from(u16::from_ne_bytes([blob[o], blob[o + 1]]));
         let mut off = 0;
-        let mut foo = None;
+        let mut user_chain = None;
         while off < blob.len() {
             let (toff, next) = (u16_at(off + 88), u16_at(off + 90));
             let t = off + toff;
             if blob[t + 2..t + 8] == *b"ERROR\0" && blob[t + 32..t + 36] == *b"FOO\0" {
-                foo = Some(off + next);
+                user_chain = Some(off + next);
             }
             off += next;
         }
-        let foo = foo.expect("chain FOO in legacy raw") as u32;
+        let first_rule = user_chain.expect("chain FOO in legacy raw") as u32;
         let mut hook_entry = info.hook_entry;
-        hook_entry[3] = foo; // NF_INET_LOCAL_OUT
+        hook_entry[3] = first_rule; // NF_INET_LOCAL_OUT
         let mut counters = vec![0u8; info.num_entries as usize * 16];
         let mut b = Vec::new();
         let mut name = [0u8; 32];
