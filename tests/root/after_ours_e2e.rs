@@ -323,3 +323,67 @@ fn an_expression_after_a_log_target_re_pointing_an_excluded_port_fails_check_and
     pod.run("CHECK").assert_success();
     assert_re_add(&pod, "AlreadyInPlace");
 }
+
+/// TPROXY mode redirects inbound in mangle PREROUTING (priority -150) and puts nothing of ours in nat
+/// PREROUTING: what our mangle chains let through (the excluded inbound port 8081) still passes nat
+/// PREROUTING, where a foreign `REDIRECT` sends it to the app's 8080 past the proxy (the premise, with
+/// traffic). CHECK and re-ADD name it, as in REDIRECT mode; once it is gone both pass.
+#[test]
+fn tproxy_mode_a_nat_redirect_of_an_excluded_port_fails_check_and_re_add() {
+    if !require_root() {
+        return;
+    }
+    for (idx, ours) in [(120, "nft"), (121, "legacy")] {
+        let node = Node::new(idx);
+        node.record_backend(ours);
+        let ann = format!(
+            "{}, \"sidecar.istio.io/interceptionMode\": \"TPROXY\"",
+            bypass_annotations(&node)
+        );
+        let pod = node.pod("tproxy-nat", &ann, "", false);
+        pod.add().assert_success();
+        let mine = tool(ours);
+        pod.ns.exec_ok(&[
+            mine.as_str(),
+            "-t",
+            "nat",
+            "-A",
+            "PREROUTING",
+            "-p",
+            "tcp",
+            "--dport",
+            "8081",
+            "-j",
+            "REDIRECT",
+            "--to-ports",
+            "8080",
+        ]);
+        let app = listen_in(&pod.ns.path(), SocketAddr::new(pod.ip4, 8080), false);
+        let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), true);
+        let _c = connect_from(&node.ns.path(), SocketAddr::new(pod.ip4, 8081), None)
+            .expect("inbound 8081");
+        assert!(
+            accept_within(&app).is_some(),
+            "{ours}: the excluded port should reach the app's 8080 (the test's premise)"
+        );
+        assert!(accept_within_short(&envoy_in).is_none());
+        drop((app, envoy_in));
+        let want = format!(
+            "{mine} (IPv4) -t nat PREROUTING after our jump, on traffic ours lets through: rule 1: -p tcp -m tcp --dport 8081 -j REDIRECT --to-ports 8080"
+        );
+        let msg = pod.run("CHECK").assert_cni_error(103);
+        assert!(
+            msg.contains(&want),
+            "{ours}: CHECK does not name {want:?}: {msg}"
+        );
+        let msg = pod.add().assert_cni_error(103);
+        assert!(
+            msg.contains(&want),
+            "{ours}: re-ADD does not name {want:?}: {msg}"
+        );
+        pod.ns
+            .exec_ok(&[mine.as_str(), "-t", "nat", "-D", "PREROUTING", "1"]);
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
+    }
+}
