@@ -70,7 +70,9 @@ pub fn findings(b: Backend, family: Family, expected: &Dump, actual: &Dump) -> V
 
 /// nat PREROUTING and OUTPUT holding a rule of ours, with every rule up to our last one there made to
 /// fall through (those before it are [`super::state::diff`]'s), and their names: what runs after our jump
-/// sees only the traffic our chains let through unredirected.
+/// sees only the traffic our chains let through unredirected. So does the whole of a nat chain at a hook
+/// where our redirect sits in mangle instead (TPROXY mode's inbound, priority -150): what our mangle
+/// chains let through (an excluded port) passes it, and a `REDIRECT` there re-points it (measured).
 fn after_our_jumps(mut chains: Chains, t: &Table, expected: &Dump) -> (Chains, Vec<&'static str>) {
     let mut starts = Vec::new();
     for start in ["PREROUTING", "OUTPUT"] {
@@ -81,6 +83,15 @@ fn after_our_jumps(mut chains: Chains, t: &Table, expected: &Dump) -> (Chains, V
             .iter()
             .rposition(|s| builtin_rule_is_ours("nat", start, s, expected))
         else {
+            let ours_in = |table: &str| {
+                expected
+                    .get(table)
+                    .and_then(|x| x.chains.get(start))
+                    .is_some_and(|r| !r.is_empty())
+            };
+            if ours_in("mangle") && !ours_in("nat") && chains.contains_key(start) {
+                starts.push(start);
+            }
             continue;
         };
         if let Some(rules) = chains.get_mut(start) {
@@ -165,6 +176,24 @@ mod tests {
             "*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -j DNAT --to-destination 10.0.0.1\nCOMMIT\n",
         );
         assert!(findings(Backend::Nft, Family::V4, &expected, &bare).is_empty());
+        // TPROXY mode: our inbound redirect is in mangle PREROUTING, nothing of ours in nat PREROUTING;
+        // the whole nat chain sees what ours lets through (an excluded port), a REDIRECT there is named.
+        let expected = parse(
+            "*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -j ISTIO_INBOUND\nCOMMIT\n\
+             *nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -j ISTIO_OUTPUT\nCOMMIT\n",
+        );
+        let actual = parse(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:ISTIO_OUTPUT - [0:0]\n\
+             -A PREROUTING -j MARK --set-xmark 0x1/0xffffffff\n\
+             -A PREROUTING -p tcp --dport 8081 -j REDIRECT --to-ports 8080\n\
+             -A OUTPUT -j ISTIO_OUTPUT\nCOMMIT\n",
+        );
+        assert_eq!(
+            findings(Backend::Nft, Family::V4, &expected, &actual),
+            vec![
+                "iptables-nft (IPv4) -t nat PREROUTING after our jump, on traffic ours lets through: rule 2: -p tcp --dport 8081 -j REDIRECT --to-ports 8080",
+            ]
+        );
         // Our own TPROXY mark rules in mangle are ours, not findings.
         let expected = parse("*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m mark --mark 0x539/0xfff -j CONNMARK --save-mark --nfmask 0xfff --ctmask 0xfff\nCOMMIT\n");
         assert!(findings(Backend::Legacy, Family::V6, &expected, &expected).is_empty());

@@ -164,46 +164,87 @@ fn target(r: &Raw, starts: &BTreeMap<usize, String>) -> Result<Target> {
     })
 }
 
-/// The table's chains, each with its rules in order (policies and user-chain tails left out).
+/// The table's chains, each with its rules in order (policies and user-chain tails left out), read as the
+/// kernel runs them: a hook starts at its `hook_entry` offset and its policy is the entry at its
+/// `underflow` offset, whatever `ERROR` headers (names libiptc gives its user chains) or the layout say.
+/// Chains starting at one offset share their rules under every name: raw `OUTPUT` hooked at the first rule
+/// of a chain an `ERROR` header names `FOO` runs those rules at `OUTPUT` (a table any program with
+/// `NET_ADMIN` can hand the kernel, measured), and two hooks may share an entry point. A rule after
+/// another hook's entry point still runs at the first hook when it falls through to it: the walk of the
+/// first hook follows on into the shared rules ([`Target::Jump`] to the next chain's first name).
 pub fn chains(l: Layout, info: &Info, blob: &[u8]) -> Result<Chains> {
     let raws = raw_entries(l, blob)?;
-    let mut starts: BTreeMap<usize, String> = BTreeMap::new();
+    let mut starts: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    let mut policies = std::collections::BTreeSet::new();
     for (h, name) in BUILTIN_CHAINS.iter().enumerate() {
         if info.valid_hooks & (1 << h) != 0 {
-            starts.insert(info.hook_entry[h] as usize, name.to_string());
+            starts
+                .entry(info.hook_entry[h] as usize)
+                .or_default()
+                .push(name.to_string());
+            policies.insert(info.underflow[h] as usize);
         }
     }
     for r in raws.iter().filter(|r| r.target == "ERROR") {
         let name = name_at(&r.data, 0, 32)?;
         if name != "ERROR" {
-            starts.insert(r.off + r.next, name);
+            starts.entry(r.off + r.next).or_default().push(name);
         }
     }
+    // Jumps name a chain by its first name (a hook's, when one starts there).
+    let first: BTreeMap<usize, String> = starts
+        .iter()
+        .filter_map(|(o, n)| n.first().map(|n| (*o, n.clone())))
+        .collect();
     let mut out = Chains::new();
-    let mut current: Option<String> = None;
-    for r in &raws {
-        if let Some(c) = starts.get(&r.off) {
-            current = Some(c.clone());
+    let mut current: Option<&Vec<String>> = None;
+    // Whether the current chain has passed a policy: nothing falls through from there.
+    let mut ended = false;
+    for (i, r) in raws.iter().enumerate() {
+        if let Some(names) = starts.get(&r.off) {
+            // Falling through into another chain's entry point: the rules after it run here too.
+            if let (Some(prev), Some(to), false) = (current, first.get(&r.off), ended) {
+                for c in prev {
+                    out.entry(c.clone()).or_default().push(Rule {
+                        text: format!("on into chain {to}"),
+                        target: Target::Jump(to.clone()),
+                    });
+                }
+            }
+            current = Some(names);
+            ended = false;
+            for c in names {
+                out.entry(c.clone()).or_default();
+            }
         }
         if r.target == "ERROR" {
             current = None;
             continue;
         }
-        let Some(c) = &current else {
+        let Some(names) = current else {
             return Err(bad("an entry outside any chain"));
         };
-        let t = target(r, &starts)?;
+        if policies.contains(&r.off) {
+            // A policy ends the hook's traversal. Entries after it that no chain starts at run from no
+            // hook; they stay in this chain's list (walked: fail closed).
+            ended = true;
+            continue;
+        }
+        let t = target(r, &first)?;
+        // A user chain's tail: a RETURN that the next chain's header follows (harmless either way).
+        if t == Target::Return && raws.get(i + 1).is_some_and(|n| n.target == "ERROR") {
+            continue;
+        }
         let mut text = t.text();
         if !r.matches.is_empty() {
             text.push_str(&format!(" (matches {})", r.matches.join(", ")));
         }
-        out.entry(c.clone())
-            .or_default()
-            .push(Rule { text, target: t });
-    }
-    // The last entry of each chain is its policy (built-in) or its RETURN tail (user chain).
-    for rules in out.values_mut() {
-        rules.pop();
+        for c in names {
+            out.entry(c.clone()).or_default().push(Rule {
+                text: text.clone(),
+                target: t.clone(),
+            });
+        }
     }
     Ok(out)
 }

@@ -60,6 +60,8 @@ fn table(l: Layout) -> (Info, Vec<u8>) {
         size: 0,
     };
     info.hook_entry[3] = off(3) as u32;
+    info.underflow[0] = off(2) as u32;
+    info.underflow[3] = off(4) as u32;
     let blob: Vec<u8> = parts.concat();
     info.size = blob.len() as u32;
     (info, blob)
@@ -156,4 +158,55 @@ fn a_jump_to_an_unread_chain_is_a_finding() {
         crate::xtables::table_findings("legacy iptables", crate::netfilter::Family::V4, "raw", &c),
         vec!["legacy iptables (IPv4) -t raw OUTPUT rule 0 (via chain GONE): the chain could not be read"]
     );
+}
+
+/// The kernel runs a hook from its entry point whatever the headers say: raw `OUTPUT` hooked at the first
+/// rule of the chain an `ERROR` header names `MINE` runs `MINE`'s rules (a table any program with
+/// `NET_ADMIN` can hand over; root test `a_legacy_hook_entry_at_a_user_chain_is_read_as_the_hook`), and a
+/// hook entered in the middle of another chain's rules leaves that chain falling through into them.
+#[test]
+fn hooks_are_read_from_their_entry_points_not_from_the_headers() {
+    for l in [IPV4, IPV6] {
+        let (info, blob) = table(l);
+        let entry_start = |n: usize| {
+            let mut off = 0;
+            for _ in 0..n {
+                off += usize::from(u16::from_ne_bytes([
+                    blob[off + l.target_offset_at + 2],
+                    blob[off + l.target_offset_at + 3],
+                ]));
+            }
+            off as u32
+        };
+        // OUTPUT hooked at MINE's first rule (its policy stays where it was).
+        let mut at_mine = info.clone();
+        at_mine.hook_entry[3] = entry_start(6);
+        let c = chains(l, &at_mine, &blob).unwrap();
+        assert_eq!(c["OUTPUT"], c["MINE"]);
+        assert_eq!(c["OUTPUT"][0].target, Target::Accept);
+        // OUTPUT hooked at PREROUTING's second rule: PREROUTING's first runs, then on into OUTPUT's.
+        let mut mid = info.clone();
+        mid.hook_entry[3] = entry_start(1);
+        let c = chains(l, &mid, &blob).unwrap();
+        assert_eq!(
+            c["PREROUTING"]
+                .iter()
+                .map(|r| r.target.clone())
+                .collect::<Vec<_>>(),
+            vec![Target::Jump("MINE".into()), Target::Jump("OUTPUT".into())]
+        );
+        // Two hooks at one entry point: both run its rules (old iptables never does this; the kernel
+        // takes it), and what a rule there does is found from either.
+        let mut shared = info.clone();
+        shared.hook_entry[3] = 0;
+        let c = chains(l, &shared, &blob).unwrap();
+        assert_eq!(c["OUTPUT"], c["PREROUTING"]);
+        let found = crate::xtables::table_findings(
+            "legacy iptables",
+            crate::netfilter::Family::V4,
+            "raw",
+            &c,
+        );
+        assert_eq!(found.len(), 2, "{found:?}");
+    }
 }

@@ -219,3 +219,171 @@ fn a_later_nat_chain_re_pointing_an_excluded_port_fails_check_in_nftables_mode()
 fn a_later_nat_chain_re_pointing_an_excluded_port_fails_check_in_iptables_mode() {
     a_later_nat_chain_re_pointing_an_excluded_port_fails_check_and_re_add(Iptables)
 }
+
+/// Appends to iptables-nft's nat PREROUTING, in `pod`'s namespace, one rule iptables never writes: `-p tcp
+/// --dport 8081`, an `xt target LOG` and then, in the same rule, a native `redirect to :8080`. Written over
+/// netlink as any program with `NET_ADMIN` in the pod can (neither iptables nor nft makes such a rule).
+fn append_log_then_redirect(pod: &Pod) {
+    use istio_cni::iptables::nft::{batch, compat::Ext, plan::Step, xexpr::XExpr};
+    use istio_cni::netfilter::Family;
+    use istio_cni::nftables::expr::{Data, Expr};
+    use istio_cni::nftables::socket::Socket;
+    istio_cni::netns::run_in(&pod.ns.path(), || {
+        let n = XExpr::Native;
+        let exprs = vec![
+            n(Expr::Meta { key: 16, dreg: 1 }), // meta l4proto
+            n(Expr::Cmp {
+                sreg: 1,
+                op: 0,
+                data: vec![6],
+            }),
+            n(Expr::Payload {
+                dreg: 1,
+                base: 2, // transport header
+                offset: 2,
+                len: 2,
+            }),
+            n(Expr::Cmp {
+                sreg: 1,
+                op: 0,
+                data: 8081u16.to_be_bytes().to_vec(),
+            }),
+            n(Expr::Counter),
+            XExpr::Target(Ext {
+                name: "LOG".into(),
+                rev: 0,
+                info: vec![0; 32],
+            }),
+            n(Expr::Immediate {
+                dreg: 1,
+                data: Data::Value(8080u16.to_be_bytes().to_vec()),
+            }),
+            n(Expr::Redir {
+                reg_min: 1,
+                flags: 2, // NF_NAT_RANGE_PROTO_SPECIFIED
+            }),
+        ];
+        let step = Step::Rule {
+            table: "nat".into(),
+            chain: "PREROUTING".into(),
+            rule: istio_cni::xtables::rule::Rule {
+                proto: Some(6),
+                ..istio_cni::xtables::rule::Rule::any()
+            },
+            exprs,
+            id: 1,
+            append: true,
+            after: None,
+        };
+        let mut s = Socket::open()?;
+        let seq0 = s.next_seq(3);
+        let b = batch::encode(Family::V4, &[step], None, seq0);
+        let failures = s.run_raw(&b.bytes, b.ack_seq)?;
+        assert!(
+            failures.is_empty(),
+            "the crafted rule was refused: {failures:?}"
+        );
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// iptables-nft: a compatibility target such as `LOG` answers "continue", so the expressions after it in
+/// the same rule run too. Here a native `redirect to :8080` after an `xt target LOG`, appended to nat
+/// PREROUTING after our jump: it catches the excluded inbound port 8081 our chains let through and sends
+/// it to the app's 8080 past the proxy (the premise, with traffic). Read as a `LOG` rule it would pass for
+/// harmless; CHECK and re-ADD must name it, and once it is gone both pass.
+#[test]
+fn an_expression_after_a_log_target_re_pointing_an_excluded_port_fails_check_and_re_add() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(111);
+    node.record_backend("nft");
+    let pod = node.pod("after-log", &bypass_annotations(&node), "", false);
+    pod.add().assert_success();
+    append_log_then_redirect(&pod);
+    let app = listen_in(&pod.ns.path(), SocketAddr::new(pod.ip4, 8080), false);
+    let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), false);
+    let _c =
+        connect_from(&node.ns.path(), SocketAddr::new(pod.ip4, 8081), None).expect("inbound 8081");
+    assert!(
+        accept_within(&app).is_some(),
+        "the excluded port should reach the app's 8080 (the test's premise)"
+    );
+    assert!(accept_within_short(&envoy_in).is_none());
+    drop((app, envoy_in));
+    let want = "iptables-nft (IPv4) -t nat PREROUTING after our jump, on traffic ours lets through: rule 2:";
+    let msg = pod.run("CHECK").assert_cni_error(103);
+    assert!(msg.contains(want), "CHECK does not name {want:?}: {msg}");
+    let msg = pod.add().assert_cni_error(103);
+    assert!(msg.contains(want), "re-ADD does not name {want:?}: {msg}");
+    pod.ns
+        .exec_ok(&["iptables-nft", "-t", "nat", "-D", "PREROUTING", "2"]);
+    pod.run("CHECK").assert_success();
+    assert_re_add(&pod, "AlreadyInPlace");
+}
+
+/// TPROXY mode redirects inbound in mangle PREROUTING (priority -150) and puts nothing of ours in nat
+/// PREROUTING: what our mangle chains let through (the excluded inbound port 8081) still passes nat
+/// PREROUTING, where a foreign `REDIRECT` sends it to the app's 8080 past the proxy (the premise, with
+/// traffic). CHECK and re-ADD name it, as in REDIRECT mode; once it is gone both pass.
+#[test]
+fn tproxy_mode_a_nat_redirect_of_an_excluded_port_fails_check_and_re_add() {
+    if !require_root() {
+        return;
+    }
+    for (idx, ours) in [(120, "nft"), (121, "legacy")] {
+        let node = Node::new(idx);
+        node.record_backend(ours);
+        let ann = format!(
+            "{}, \"sidecar.istio.io/interceptionMode\": \"TPROXY\"",
+            bypass_annotations(&node)
+        );
+        let pod = node.pod("tproxy-nat", &ann, "", false);
+        pod.add().assert_success();
+        let mine = tool(ours);
+        pod.ns.exec_ok(&[
+            mine.as_str(),
+            "-t",
+            "nat",
+            "-A",
+            "PREROUTING",
+            "-p",
+            "tcp",
+            "--dport",
+            "8081",
+            "-j",
+            "REDIRECT",
+            "--to-ports",
+            "8080",
+        ]);
+        let app = listen_in(&pod.ns.path(), SocketAddr::new(pod.ip4, 8080), false);
+        let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), true);
+        let _c = connect_from(&node.ns.path(), SocketAddr::new(pod.ip4, 8081), None)
+            .expect("inbound 8081");
+        assert!(
+            accept_within(&app).is_some(),
+            "{ours}: the excluded port should reach the app's 8080 (the test's premise)"
+        );
+        assert!(accept_within_short(&envoy_in).is_none());
+        drop((app, envoy_in));
+        let want = format!(
+            "{mine} (IPv4) -t nat PREROUTING after our jump, on traffic ours lets through: rule 1: -p tcp -m tcp --dport 8081 -j REDIRECT --to-ports 8080"
+        );
+        let msg = pod.run("CHECK").assert_cni_error(103);
+        assert!(
+            msg.contains(&want),
+            "{ours}: CHECK does not name {want:?}: {msg}"
+        );
+        let msg = pod.add().assert_cni_error(103);
+        assert!(
+            msg.contains(&want),
+            "{ours}: re-ADD does not name {want:?}: {msg}"
+        );
+        pod.ns
+            .exec_ok(&[mine.as_str(), "-t", "nat", "-D", "PREROUTING", "1"]);
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
+    }
+}

@@ -35,6 +35,7 @@ mod redirect_rules_e2e;
 mod relay_burst;
 mod repair_e2e;
 mod validation_e2e;
+mod xt_hooks_e2e;
 mod xt_legacy_netns;
 mod xt_nft_netns;
 mod xt_spec;

@@ -248,7 +248,12 @@ pub fn decode(family: Family, ex: &[XExpr]) -> Rule {
     let mut i = 0;
     while i < ex.len() {
         if d.has_target && !matches!(ex[i], XExpr::Native(Expr::Counter)) {
+            // A compatibility target that answers "continue" (`LOG`, `MARK`, ...) lets the kernel run
+            // what follows it in the rule: a native write, NAT, a second verdict or jump, anything. The
+            // rule is then not what its target says (fail closed: after a verdict nothing runs, but
+            // iptables never writes that either).
             d.other(format!("{} after the target", text(&ex[i])));
+            d.acts = true;
             i += 1;
             continue;
         }

@@ -169,6 +169,41 @@ fn an_expression_that_may_act_reads_as_an_unknown_target_whatever_follows() {
     assert_eq!(crate::xtables::spec::render(V4, &r), "-j CT --notrack");
 }
 
+/// A compatibility target that answers "continue" (`LOG`, `MARK`, ...) lets the kernel run the expressions
+/// after it in the same rule: a native `redirect to :8080` after `xt target LOG` re-points traffic
+/// (measured: root test `an_expression_after_a_log_target_re_pointing_an_excluded_port_fails_check_and_re_add`),
+/// a jump after it runs a chain nobody walked. Such a rule never reads back as its target alone.
+#[test]
+fn what_follows_a_target_may_act() {
+    let redirect = [
+        n(Expr::Immediate {
+            dreg: 1,
+            data: crate::nftables::expr::Data::Value(vec![0x1f, 0x90]),
+        }),
+        n(Expr::Redir {
+            reg_min: 1,
+            flags: 2,
+        }),
+    ];
+    for tail in [redirect.to_vec(), vec![verdict(JUMP, Some("X"))]] {
+        for target in [
+            tg("LOG", 0, &"00".repeat(32)),
+            tg("MARK", 2, "01000000 ffffffff"),
+        ] {
+            let mut e = vec![counter(), target];
+            e.extend(tail.clone());
+            let r = decode(V4, &e);
+            let text = crate::xtables::spec::render(V4, &r);
+            assert!(text.contains("-j ?("), "{e:?}: {text}");
+            let t = crate::iptables::save::target(&text);
+            assert!(
+                t.is_some_and(|t| !["LOG", "MARK", "ACCEPT", "RETURN"].contains(&t)),
+                "{text}"
+            );
+        }
+    }
+}
+
 #[test]
 fn short_or_empty_infos_are_named_not_a_panic() {
     // Found by the xt_nft_roundtrip fuzz target: a REDIRECT target with no info bytes.
