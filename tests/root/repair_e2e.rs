@@ -328,7 +328,9 @@ fn a_pod_still_failing_validation_after_its_repair_is_named() {
             .filter(|l| l.contains("default/stuck") && l.contains("failed again after"))
             .count()
     };
+    let handled = |log: &str| log.matches("pod default/stuck (uid").count();
     // The next run starts (the same failure still its last): not news.
+    let before = handled(&agent.log());
     node.srv
         .patch_pod(
             "default",
@@ -339,7 +341,8 @@ fn a_pod_still_failing_validation_after_its_repair_is_named() {
         )
         .unwrap();
     touch_pod(&node.srv, "stuck");
-    let seen = wait_until(60, || agent.log().contains("pod default/stuck (uid"));
+    // Seen once the agent logged the pod again (its repair above already logged it once).
+    let seen = wait_until(60, || handled(&agent.log()) > before);
     assert!(
         seen,
         "the agent did not see the update; log:\n{}",
@@ -366,7 +369,6 @@ fn a_pod_still_failing_validation_after_its_repair_is_named() {
     }
     let named = wait_until(60, || warned(&agent.log()) >= 1);
     assert!(named, "not named; agent log:\n{}", agent.log());
-    let handled = |log: &str| log.matches("pod default/stuck (uid").count();
     let before = handled(&agent.log());
     touch_pod(&node.srv, "stuck");
     let seen = wait_until(60, || handled(&agent.log()) > before);

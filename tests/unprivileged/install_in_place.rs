@@ -85,4 +85,14 @@ fn a_non_cni_file_written_in_place_in_the_conf_dir_does_not_flap_readiness() {
             p.stderr()
         );
     }
+    // And after the writes, while the installer looks at the last of them (a flap would follow a write by
+    // its settle time, not at once): sampled for a while after the last write too.
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(
+            n.ready(),
+            "not ready after a non-CNI file's writes\n{}",
+            p.stderr()
+        );
+    }
 }
