@@ -103,13 +103,26 @@ fn legacy_tee_after_ours_in_nftables_mode_fails_check_and_re_add() {
 /// and re-ADD name the rule; once it is gone both pass.
 #[test]
 fn a_redirect_after_our_jump_of_an_excluded_port_fails_check_and_re_add() {
+    nat_redirect_of_an_excluded_port(false, [(74, "nft"), (75, "legacy")]);
+}
+
+/// A foreign nat PREROUTING `REDIRECT` of the excluded inbound port 8081 to the app's 8080, on each of our
+/// x_tables backends (`runs`: node index and backend), in REDIRECT mode (the rule lands after our jump) or
+/// TPROXY mode (no jump of ours in nat PREROUTING: the whole chain runs on what mangle let through). The
+/// connection reaches the app past the proxy (the premise); CHECK and re-ADD name the rule; once it is gone
+/// both pass.
+fn nat_redirect_of_an_excluded_port(tproxy: bool, runs: [(u8, &str); 2]) {
     if !require_root() {
         return;
     }
-    for (idx, ours) in [(74, "nft"), (75, "legacy")] {
+    for (idx, ours) in runs {
         let node = Node::new(idx);
         node.record_backend(ours);
-        let pod = node.pod("after-jump", &bypass_annotations(&node), "", false);
+        let mut ann = bypass_annotations(&node);
+        if tproxy {
+            ann.push_str(", \"sidecar.istio.io/interceptionMode\": \"TPROXY\"");
+        }
+        let pod = node.pod("after-jump", &ann, "", false);
         pod.add().assert_success();
         let mine = tool(ours);
         pod.ns.exec_ok(&[
@@ -128,7 +141,7 @@ fn a_redirect_after_our_jump_of_an_excluded_port_fails_check_and_re_add() {
             "8080",
         ]);
         let app = listen_in(&pod.ns.path(), SocketAddr::new(pod.ip4, 8080), false);
-        let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), false);
+        let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), tproxy);
         let _c = connect_from(&node.ns.path(), SocketAddr::new(pod.ip4, 8081), None)
             .expect("inbound 8081");
         assert!(
@@ -137,12 +150,16 @@ fn a_redirect_after_our_jump_of_an_excluded_port_fails_check_and_re_add() {
         );
         assert!(accept_within_short(&envoy_in).is_none());
         drop((app, envoy_in));
-        assert!(
-            inbound_captured(&node, &pod),
-            "{ours}: 8080 itself is captured"
-        );
+        if !tproxy {
+            assert!(
+                inbound_captured(&node, &pod),
+                "{ours}: 8080 itself is captured"
+            );
+        }
+        // Our jump is nat PREROUTING's rule 1 in REDIRECT mode; in TPROXY mode nat holds nothing of ours.
+        let rule = if tproxy { 1 } else { 2 };
         let want = format!(
-            "{mine} (IPv4) -t nat PREROUTING after our jump, on traffic ours lets through: rule 2: -p tcp -m tcp --dport 8081 -j REDIRECT --to-ports 8080"
+            "{mine} (IPv4) -t nat PREROUTING after our jump, on traffic ours lets through: rule {rule}: -p tcp -m tcp --dport 8081 -j REDIRECT --to-ports 8080"
         );
         let msg = pod.run("CHECK").assert_cni_error(103);
         assert!(
@@ -154,8 +171,14 @@ fn a_redirect_after_our_jump_of_an_excluded_port_fails_check_and_re_add() {
             msg.contains(&want),
             "{ours}: re-ADD does not name {want:?}: {msg}"
         );
-        pod.ns
-            .exec_ok(&[mine.as_str(), "-t", "nat", "-D", "PREROUTING", "2"]);
+        pod.ns.exec_ok(&[
+            mine.as_str(),
+            "-t",
+            "nat",
+            "-D",
+            "PREROUTING",
+            &rule.to_string(),
+        ]);
         pod.run("CHECK").assert_success();
         assert_re_add(&pod, "AlreadyInPlace");
     }
@@ -330,60 +353,5 @@ fn an_expression_after_a_log_target_re_pointing_an_excluded_port_fails_check_and
 /// traffic). CHECK and re-ADD name it, as in REDIRECT mode; once it is gone both pass.
 #[test]
 fn tproxy_mode_a_nat_redirect_of_an_excluded_port_fails_check_and_re_add() {
-    if !require_root() {
-        return;
-    }
-    for (idx, ours) in [(120, "nft"), (121, "legacy")] {
-        let node = Node::new(idx);
-        node.record_backend(ours);
-        let ann = format!(
-            "{}, \"sidecar.istio.io/interceptionMode\": \"TPROXY\"",
-            bypass_annotations(&node)
-        );
-        let pod = node.pod("tproxy-nat", &ann, "", false);
-        pod.add().assert_success();
-        let mine = tool(ours);
-        pod.ns.exec_ok(&[
-            mine.as_str(),
-            "-t",
-            "nat",
-            "-A",
-            "PREROUTING",
-            "-p",
-            "tcp",
-            "--dport",
-            "8081",
-            "-j",
-            "REDIRECT",
-            "--to-ports",
-            "8080",
-        ]);
-        let app = listen_in(&pod.ns.path(), SocketAddr::new(pod.ip4, 8080), false);
-        let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), true);
-        let _c = connect_from(&node.ns.path(), SocketAddr::new(pod.ip4, 8081), None)
-            .expect("inbound 8081");
-        assert!(
-            accept_within(&app).is_some(),
-            "{ours}: the excluded port should reach the app's 8080 (the test's premise)"
-        );
-        assert!(accept_within_short(&envoy_in).is_none());
-        drop((app, envoy_in));
-        let want = format!(
-            "{mine} (IPv4) -t nat PREROUTING after our jump, on traffic ours lets through: rule 1: -p tcp -m tcp --dport 8081 -j REDIRECT --to-ports 8080"
-        );
-        let msg = pod.run("CHECK").assert_cni_error(103);
-        assert!(
-            msg.contains(&want),
-            "{ours}: CHECK does not name {want:?}: {msg}"
-        );
-        let msg = pod.add().assert_cni_error(103);
-        assert!(
-            msg.contains(&want),
-            "{ours}: re-ADD does not name {want:?}: {msg}"
-        );
-        pod.ns
-            .exec_ok(&[mine.as_str(), "-t", "nat", "-D", "PREROUTING", "1"]);
-        pod.run("CHECK").assert_success();
-        assert_re_add(&pod, "AlreadyInPlace");
-    }
+    nat_redirect_of_an_excluded_port(true, [(120, "nft"), (121, "legacy")]);
 }
