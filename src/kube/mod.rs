@@ -4,6 +4,7 @@
 //!   with refusals for anything we will not do (no server, `exec`/`auth-provider`, unreadable CA).
 //! - [`request`]: pure builders (path, escaped query, body).
 //! - [`transport`]: ureq 3 + rustls (ring), the cluster CA as the only root, connect and total timeouts.
+//! - [`proxy`]: which proxy carries the connections, from the environment as client-go reads it.
 //! - [`status`]: API `Status` decoding and error classification ([`ApiErrorExt`]).
 //! - [`watch`]: watch event decoding and the [`WatchStream`] iterator.
 //! - [`client`]: the [`Client`] the roles use; [`retry`]: [`get_pod_with_retry`] and [`Backoff`].
@@ -17,6 +18,7 @@ pub mod config;
 mod failure;
 pub mod pod;
 pub mod podwatch;
+pub mod proxy;
 pub mod request;
 pub mod retry;
 pub mod scheduling;
