@@ -26,6 +26,9 @@ pub struct Config {
     pub server: String,
     /// PEM bundle of the cluster CA; the ONLY trust roots used.
     pub ca_pem: Option<Vec<u8>>,
+    /// The file `ca_pem` was read from (in-cluster `ca.crt`, a kubeconfig's `certificate-authority`):
+    /// a long-running client takes its new certificates when it changes (`super::ca`).
+    pub ca_file: Option<PathBuf>,
     /// Explicit `insecure-skip-tls-verify: true`.
     pub insecure: bool,
     /// PEM client certificate chain and key.
@@ -42,6 +45,7 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("server", &self.server)
             .field("ca_pem", &len(&self.ca_pem))
+            .field("ca_file", &self.ca_file)
             .field("insecure", &self.insecure)
             .field("client_cert_pem", &len(&self.client_cert_pem))
             .field(
@@ -235,6 +239,13 @@ impl Config {
         let insecure =
             json::opt_bool(cluster, "insecure-skip-tls-verify", origin)?.unwrap_or(false);
         let ca_pem = data_or_file(cluster, "certificate-authority", base, origin)?;
+        // The file, when the CA came from one (data wins, as in data_or_file).
+        let ca_file = match json::opt_string(cluster, "certificate-authority-data", origin)? {
+            Some(d) if !d.is_empty() => None,
+            _ => json::opt_string(cluster, "certificate-authority", origin)?
+                .filter(|f| !f.is_empty())
+                .map(|f| base.join(f)),
+        };
         if let Some(ca) = &ca_pem {
             check_certs(ca, origin, "certificate-authority")?;
         }
@@ -248,6 +259,7 @@ impl Config {
         let mut cfg = Config {
             server,
             ca_pem,
+            ca_file,
             insecure,
             client_cert_pem: None,
             client_key_pem: None,
@@ -353,6 +365,7 @@ impl Config {
         Ok(Config {
             server: format!("https://{host_part}:{port}"),
             ca_pem: Some(ca),
+            ca_file: Some(ca_path),
             insecure: false,
             client_cert_pem: None,
             client_key_pem: None,

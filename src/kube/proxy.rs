@@ -127,13 +127,15 @@ pub fn choose(server: &str, env: impl Fn(&str) -> Option<String>) -> Result<Opti
     let url = match proxy.split_once("://") {
         None => format!("http://{proxy}"),
         Some(("http" | "https", _)) => proxy.to_string(),
-        Some((scheme, _)) => return Err(Error::env(
-            var,
-            format!(
+        Some((scheme, _)) => {
+            return Err(Error::env(
+                var,
+                format!(
                 "a {scheme} proxy is not supported for the API server {server} (only http:// and \
                      https:// proxies); unset it, or exclude the server with NO_PROXY"
             ),
-        )),
+            ))
+        }
     };
     Ok(Some(url))
 }

@@ -127,6 +127,73 @@ fn insecure_skip_tls_verify_only_when_asked() {
     );
 }
 
+// The cluster's serving CA rotates under a running agent: the kubelet swaps the projected ca.crt to the
+// new bundle and the API server presents a certificate of the new CA. client-go reloads a CA file
+// (ClientsAllowCARotation); without it the pod cache's watch and the repair agent fail until restarted.
+#[test]
+fn rotated_cluster_ca_is_trusted_without_restart() {
+    let srv = start();
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    let sa = TempDir::new("sa-ca");
+    std::fs::write(sa.join("ca.crt"), srv.ca_pem()).unwrap();
+    std::fs::write(sa.join("token"), srv.token()).unwrap();
+    let cfg = Config::in_cluster_from(
+        Some("127.0.0.1".into()),
+        Some(srv.addr().port().to_string()),
+        sa.path(),
+    )
+    .unwrap();
+    let c = Client::from_config(cfg).unwrap();
+
+    // Still the old CA alone in the file: the new certificate is refused.
+    srv.set_fault(Fault::WrongCert, None);
+    let e = c.get_pod("ns", "p").unwrap_err();
+    assert_eq!(e.api_reason(), Some(REASON_TLS_VERIFY), "{e}");
+    assert!(srv.requests().is_empty(), "{:?}", srv.requests());
+
+    // The rotated bundle (old and new), swapped in atomically.
+    let bundle = format!("{}{}", srv.ca_pem(), srv.other_ca_pem());
+    std::fs::write(sa.join("ca.crt.new"), bundle).unwrap();
+    std::fs::rename(sa.join("ca.crt.new"), sa.join("ca.crt")).unwrap();
+    assert_eq!(name_of(&c.get_pod("ns", "p").unwrap()), "p");
+    let mut w = c
+        .watch_pods(&WatchParams {
+            timeout_seconds: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(w.next().unwrap().unwrap().kind, EventKind::Added);
+}
+
+// A ca.crt the rotation left unreadable or empty keeps the CA in use; never an unverified connection.
+#[test]
+fn an_unreadable_rotated_ca_keeps_the_last_good_one() {
+    let srv = start();
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    let sa = TempDir::new("sa-ca-bad");
+    std::fs::write(sa.join("ca.crt"), srv.ca_pem()).unwrap();
+    std::fs::write(sa.join("token"), srv.token()).unwrap();
+    let cfg = Config::in_cluster_from(
+        Some("127.0.0.1".into()),
+        Some(srv.addr().port().to_string()),
+        sa.path(),
+    )
+    .unwrap();
+    let c = Client::from_config(cfg).unwrap();
+    for bad in [
+        "",
+        "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+    ] {
+        std::fs::write(sa.join("ca.crt"), bad).unwrap();
+        srv.set_fault(Fault::WrongCert, None);
+        let e = c.get_pod("ns", "p").unwrap_err();
+        assert_eq!(e.api_reason(), Some(REASON_TLS_VERIFY), "{e}");
+        srv.clear_fault();
+    }
+    std::fs::remove_file(sa.join("ca.crt")).unwrap();
+    assert_eq!(name_of(&c.get_pod("ns", "p").unwrap()), "p");
+}
+
 #[test]
 fn rotated_service_account_token_is_used_without_restart() {
     let srv = start();
