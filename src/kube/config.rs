@@ -218,6 +218,16 @@ impl Config {
         Config::from_kubeconfig_text(&text, &base, &origin)
     }
 
+    /// [`Config::from_kubeconfig`] for a process that acts on it as root (the plugin: the API server it
+    /// names decides whether a pod is redirected): refused unless root (or this process's user) owns the
+    /// file and nobody else may write it ([`crate::fsutil::read_trusted`]).
+    pub fn from_trusted_kubeconfig(path: &Path) -> Result<Config> {
+        let origin = format!("kubeconfig {}", path.display());
+        let text = crate::fsutil::read_trusted(path, "kubeconfig")?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Config::from_kubeconfig_text(&text, &base, &origin)
+    }
+
     /// Parses kubeconfig text; relative file references resolve against `base`.
     pub fn from_kubeconfig_text(text: &str, base: &Path, origin: &str) -> Result<Config> {
         let doc = parse_document(text, origin)?;

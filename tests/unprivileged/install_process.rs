@@ -379,6 +379,31 @@ fn a_ca_without_a_certificate_is_never_written() {
     assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
 }
 
+// The plugin takes its API server and token from the kubeconfig: a KUBECONFIG_MODE letting group or other
+// users write it is refused at start (exit 2, nothing written); read bits are the operator's choice.
+#[test]
+fn a_kubeconfig_mode_others_could_write_is_refused() {
+    let n = Node::new("kcmode");
+    n.write_primary(1);
+    let kc = n.run.join("istio-cni-kubeconfig");
+    for v in ["0666", "0620", "0602", "438"] {
+        let mut p = n.start(&[("KUBECONFIG_MODE", v)], &[], "stderr");
+        let st = p.wait_exit(LONG);
+        assert_eq!(st.code(), Some(2), "KUBECONFIG_MODE={v}: {}", p.stderr());
+        let err = p.stderr();
+        assert!(
+            err.contains("KUBECONFIG_MODE") && err.contains("write"),
+            "{err}"
+        );
+        assert!(!kc.exists(), "KUBECONFIG_MODE={v}");
+    }
+    let mut p = n.start(&[("KUBECONFIG_MODE", "0644")], &[], "stderr2");
+    n.wait_ready(&p);
+    assert_eq!(mode(&kc), 0o644);
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}
+
 #[test]
 fn sigterm_twice_uninstalls_cleanly() {
     let n = Node::new("sigterm");
