@@ -48,7 +48,7 @@ pub fn read_trusted(path: &Path, what: &str) -> Result<String> {
     if !root_or_us(uid) || !owner_writes_only(mode) {
         return Err(crate::Error::config(format!(
             "{what} {}: owned by uid {uid} with mode {mode:o}: refusing it, another user could change what \
-             it says (it must be root's and writable by root only: the installer writes it so)",
+             it says (it must be root's, or this process's user's, and writable by its owner only)",
             path.display()
         )));
     }

@@ -1,7 +1,8 @@
 //! Kubernetes API client: configuration, pure request building, a thin ureq+rustls transport.
 //!
 //! - [`config`]: kubeconfig (JSON or the plain YAML kubeconfig writers produce) and in-cluster settings,
-//!   with refusals for anything we will not do (no server, `exec`/`auth-provider`, unreadable CA).
+//!   with refusals for anything we will not do (no server, `exec`/`auth-provider`, unreadable CA); the
+//!   in-cluster settings in `incluster`, the PEM bundles in `pem`.
 //! - [`request`]: pure builders (path, escaped query, body).
 //! - [`transport`]: ureq 3 + rustls (ring), the cluster CA as the only root, connect and total timeouts.
 //! - [`proxy`]: which proxy carries the connections, from the environment as client-go reads it.
@@ -18,6 +19,8 @@ pub mod ca;
 pub mod client;
 pub mod config;
 mod failure;
+mod incluster;
+mod pem;
 pub mod pod;
 pub mod podwatch;
 pub mod proxy;
