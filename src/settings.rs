@@ -152,6 +152,24 @@ pub fn parse_mode(name: &str, v: &str) -> Result<u32> {
     Ok(m as u32)
 }
 
+/// `KUBECONFIG_MODE`: a [`parse_mode`] that lets nobody but the owner (root) write the file. The plugin takes
+/// its API server and credentials from the kubeconfig, and the pod it reads there decides whether the pod
+/// is redirected; upstream writes any mode it is given.
+pub fn parse_kubeconfig_mode(name: &str, v: &str) -> Result<u32> {
+    let m = parse_mode(name, v)?;
+    if !crate::fsutil::owner_writes_only(m) {
+        return Err(Error::env(
+            name,
+            format!(
+                "{v:?} is 0o{m:o}: group or other users could rewrite the plugin's kubeconfig (the API server \
+                 it asks whether to redirect a pod, and its token); use 0600 (the default), or 0640/0644 to let \
+                 them read it"
+            ),
+        ));
+    }
+    Ok(m)
+}
+
 /// A port number, 0-65535.
 pub fn parse_port(name: &str, v: &str) -> Result<u16> {
     v.trim()

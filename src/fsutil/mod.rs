@@ -34,6 +34,30 @@ pub fn owner_writes_only(mode: u32) -> bool {
     mode & 0o022 == 0
 }
 
+/// Reads `path` (`what` names it in errors) only if root or this process's user owns it and nobody else
+/// may write it ([`root_or_us`], [`owner_writes_only`]), checked on the descriptor the content is read from.
+/// For what a root process acts on: another user able to write it could make it say anything.
+pub fn read_trusted(path: &Path, what: &str) -> Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let mut f = File::open(path).io_context(|| format!("read {what} {}", path.display()))?;
+    let m = f
+        .metadata()
+        .io_context(|| format!("stat {what} {}", path.display()))?;
+    let (uid, mode) = (m.uid(), m.mode() & 0o7777);
+    if !root_or_us(uid) || !owner_writes_only(mode) {
+        return Err(crate::Error::config(format!(
+            "{what} {}: owned by uid {uid} with mode {mode:o}: refusing it, another user could change what \
+             it says (it must be root's, or this process's user's, and writable by its owner only)",
+            path.display()
+        )));
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text)
+        .io_context(|| format!("read {what} {}", path.display()))?;
+    Ok(text)
+}
+
 /// Whether `name` is a plain file name: not empty, `.` or `..`, without `/` or NUL, so that joined onto a
 /// directory it names a file in it.
 pub fn is_plain_name(name: &[u8]) -> bool {

@@ -2,12 +2,13 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use super::ca::CaFile;
 use super::config::Config;
 use super::request::{self, ListParams, Request, WatchParams};
-use super::status;
+use super::status::{self, ApiErrorExt, REASON_TLS_VERIFY};
 use super::token::TokenSource;
 use super::transport::{Timeouts, Transport};
 use super::watch::WatchStream;
@@ -31,7 +32,11 @@ pub const WATCH_MARGIN: Duration = Duration::from_secs(30);
 pub const DEFAULT_WATCH_TIMEOUT: u32 = 300;
 
 struct Inner {
-    transport: Transport,
+    /// Replaced when the CA file changes ([`Client::transport`]).
+    transport: RwLock<Arc<Transport>>,
+    /// The configuration the transport is rebuilt from, and the CA file it watches.
+    cfg: Config,
+    ca: Option<CaFile>,
     token: Option<TokenSource>,
     timeouts: Timeouts,
 }
@@ -44,7 +49,7 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Client({})", self.inner.transport.server())
+        write!(f, "Client({})", self.inner.cfg.server)
     }
 }
 
@@ -67,10 +72,16 @@ impl Client {
 
     pub fn with_timeouts(cfg: Config, timeouts: Timeouts) -> Result<Client> {
         let transport = Transport::new(&cfg, timeouts)?;
+        let ca = match (&cfg.ca_file, &cfg.ca_pem, cfg.insecure) {
+            (Some(f), Some(pem), false) => Some(CaFile::new(f.clone(), pem.clone())),
+            _ => None,
+        };
         Ok(Client {
             inner: Arc::new(Inner {
-                transport,
+                transport: RwLock::new(Arc::new(transport)),
                 token: cfg.token.clone(),
+                cfg,
+                ca,
                 timeouts,
             }),
         })
@@ -86,7 +97,7 @@ impl Client {
     }
 
     pub fn server(&self) -> &str {
-        self.inner.transport.server()
+        &self.inner.cfg.server
     }
 
     pub fn timeouts(&self) -> Timeouts {
@@ -97,8 +108,46 @@ impl Client {
         self.inner.token.as_ref().map(TokenSource::get)
     }
 
-    /// Sends `req`; a 2xx gives the body, anything else the API error. A 401 re-reads a rotating token
-    /// file once and, if the token changed, retries with the new one within what is left of `total`.
+    /// The transport, rebuilt first when the CA file changed (looked at every [`super::token::RECHECK`]
+    /// at most).
+    fn transport(&self) -> Arc<Transport> {
+        self.reload_ca(false);
+        let t = self.inner.transport.read();
+        t.unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Rebuilds the transport with the CA file's certificates if they changed (`force`: look now, after a
+    /// failed verification); true if it did.
+    fn reload_ca(&self, force: bool) -> bool {
+        let Some(pem) = self.inner.ca.as_ref().and_then(|ca| ca.changed(force)) else {
+            return false;
+        };
+        let cfg = Config {
+            ca_pem: Some(pem),
+            ..self.inner.cfg.clone()
+        };
+        match Transport::new(&cfg, self.inner.timeouts) {
+            Ok(t) => {
+                let lock = self.inner.transport.write();
+                let mut cur = lock.unwrap_or_else(|poisoned| poisoned.into_inner());
+                *cur = Arc::new(t);
+                true
+            }
+            Err(e) => {
+                log::warn!("{}: keeping the CA in use: {e}", cfg.origin);
+                false
+            }
+        }
+    }
+
+    /// After a failed certificate verification: whether the CA file has new certificates to try.
+    fn retry_verification<T>(&self, res: &Result<T>) -> bool {
+        matches!(res, Err(e) if e.api_reason() == Some(REASON_TLS_VERIFY)) && self.reload_ca(true)
+    }
+
+    /// Sends `req`; a 2xx gives the body, anything else the API error. A failed certificate verification
+    /// re-reads a CA file, a 401 a rotating token file, once each, and if it changed retries within what is
+    /// left of `total`.
     fn execute(&self, req: &Request, total: Duration) -> Result<Vec<u8>> {
         self.execute_hinted(req, total).0
     }
@@ -109,9 +158,15 @@ impl Client {
         req: &Request,
         total: Duration,
     ) -> (Result<Vec<u8>>, Option<Duration>) {
-        let t = &self.inner.transport;
         let start = std::time::Instant::now();
-        let mut res = t.send(req, self.token().as_deref(), total);
+        let mut res = self.transport().send(req, self.token().as_deref(), total);
+        if self.retry_verification(&res) {
+            let left = total.saturating_sub(start.elapsed());
+            if !left.is_zero() {
+                res = self.transport().send(req, self.token().as_deref(), left);
+            }
+        }
+        let t = self.transport();
         if matches!(&res, Ok(r) if r.code == 401)
             && self.inner.token.as_ref().is_some_and(TokenSource::refresh)
         {
@@ -263,10 +318,16 @@ impl PodSource for Client {
         let secs = *p.timeout_seconds.get_or_insert(DEFAULT_WATCH_TIMEOUT);
         let req = request::watch_pods(&p).context(what)?;
         let (total, per_read) = (Some(Duration::from_secs(secs.into()) + WATCH_MARGIN), None);
-        let t = &self.inner.transport;
-        let (mut code, mut reader) = t
-            .stream(&req, self.token().as_deref(), total, per_read)
-            .context(what)?;
+        let mut opened = self
+            .transport()
+            .stream(&req, self.token().as_deref(), total, per_read);
+        if self.retry_verification(&opened) {
+            opened = self
+                .transport()
+                .stream(&req, self.token().as_deref(), total, per_read);
+        }
+        let t = self.transport();
+        let (mut code, mut reader) = opened.context(what)?;
         if code == 401 && self.inner.token.as_ref().is_some_and(TokenSource::refresh) {
             (code, reader) = t
                 .stream(&req, self.token().as_deref(), total, per_read)

@@ -9,12 +9,12 @@
 
 use std::path::{Path, PathBuf};
 
-use ureq::tls::{Certificate, PemItem};
-
 use crate::error::{Error, IoContext, Result};
 use crate::json::{self, Object, Value};
 
 use super::token::TokenSource;
+
+pub(crate) use super::pem::{certs, check_certs, pem_items};
 
 /// Default service-account directory.
 pub const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -26,6 +26,9 @@ pub struct Config {
     pub server: String,
     /// PEM bundle of the cluster CA; the ONLY trust roots used.
     pub ca_pem: Option<Vec<u8>>,
+    /// The file `ca_pem` was read from (in-cluster `ca.crt`, a kubeconfig's `certificate-authority`):
+    /// a long-running client takes its new certificates when it changes (`super::ca`).
+    pub ca_file: Option<PathBuf>,
     /// Explicit `insecure-skip-tls-verify: true`.
     pub insecure: bool,
     /// PEM client certificate chain and key.
@@ -42,6 +45,7 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("server", &self.server)
             .field("ca_pem", &len(&self.ca_pem))
+            .field("ca_file", &self.ca_file)
             .field("insecure", &self.insecure)
             .field("client_cert_pem", &len(&self.client_cert_pem))
             .field(
@@ -152,11 +156,22 @@ fn context<'a>(doc: &'a Object, origin: &str) -> Result<&'a Object> {
     }
 }
 
+/// Where a kubeconfig's file references resolve (its directory), and whether the files must be root's
+/// alone as the kubeconfig itself ([`Config::from_trusted_kubeconfig`]).
+struct Refs<'a> {
+    dir: &'a Path,
+    trusted: bool,
+}
+
 /// Reads a file named by a kubeconfig field, relative paths against the kubeconfig's directory.
-fn read_ref(base: &Path, field: &str, file: &str, origin: &str) -> Result<Vec<u8>> {
-    let p = base.join(file);
-    let data =
-        std::fs::read(&p).io_context(|| format!("{origin}: {field}: read {}", p.display()))?;
+fn read_ref(base: &Refs<'_>, field: &str, file: &str, origin: &str) -> Result<Vec<u8>> {
+    let p = base.dir.join(file);
+    let data = match base.trusted {
+        true => crate::fsutil::read_trusted(&p, &format!("{origin}: {field}:"))?.into_bytes(),
+        false => {
+            std::fs::read(&p).io_context(|| format!("{origin}: {field}: read {}", p.display()))?
+        }
+    };
     if data.iter().all(|b| b.is_ascii_whitespace()) {
         return Err(bad(origin, field, &format!("{} is empty", p.display())));
     }
@@ -164,7 +179,7 @@ fn read_ref(base: &Path, field: &str, file: &str, origin: &str) -> Result<Vec<u8
 }
 
 /// `<field>-data` (base64) or `<field>` (a file); data wins, as in client-go.
-fn data_or_file(o: &Object, field: &str, base: &Path, origin: &str) -> Result<Option<Vec<u8>>> {
+fn data_or_file(o: &Object, field: &str, base: &Refs<'_>, origin: &str) -> Result<Option<Vec<u8>>> {
     let data_key = format!("{field}-data");
     if let Some(d) = json::opt_string(o, &data_key, origin)?.filter(|d| !d.is_empty()) {
         let bytes = base64_decode(&d).ok_or_else(|| bad(origin, &data_key, "not valid base64"))?;
@@ -179,32 +194,6 @@ fn data_or_file(o: &Object, field: &str, base: &Path, origin: &str) -> Result<Op
     }
 }
 
-/// The items of the PEM bundle `pem`; unparsable PEM is an error naming `field`.
-pub(crate) fn pem_items(pem: &[u8], origin: &str, field: &str) -> Result<Vec<PemItem<'static>>> {
-    ureq::tls::parse_pem(pem)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| bad(origin, field, &format!("invalid PEM: {e}")))
-}
-
-/// The certificates of the PEM bundle `pem` (other items skipped).
-pub(crate) fn certs(pem: &[u8], origin: &str, field: &str) -> Result<Vec<Certificate<'static>>> {
-    let items = pem_items(pem, origin, field)?.into_iter();
-    Ok(items
-        .filter_map(|i| match i {
-            PemItem::Certificate(c) => Some(c),
-            _ => None,
-        })
-        .collect())
-}
-
-/// Checks that `pem` holds at least one certificate (and only parsable PEM).
-pub(crate) fn check_certs(pem: &[u8], origin: &str, field: &str) -> Result<()> {
-    if certs(pem, origin, field)?.is_empty() {
-        return Err(bad(origin, field, "no PEM certificate found"));
-    }
-    Ok(())
-}
-
 impl Config {
     /// Reads and validates a kubeconfig file.
     pub fn from_kubeconfig(path: &Path) -> Result<Config> {
@@ -214,8 +203,37 @@ impl Config {
         Config::from_kubeconfig_text(&text, &base, &origin)
     }
 
+    /// [`Config::from_kubeconfig`] for a process that acts on it as root (the plugin: the API server it
+    /// names decides whether a pod is redirected): refused unless root (or this process's user) owns the
+    /// file and nobody else may write it ([`crate::fsutil::read_trusted`]).
+    pub fn from_trusted_kubeconfig(path: &Path) -> Result<Config> {
+        let origin = format!("kubeconfig {}", path.display());
+        let text = crate::fsutil::read_trusted(path, "kubeconfig")?;
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        // The files it names (a CA, a client certificate) are held to the same rule.
+        Config::parse(
+            &text,
+            &Refs {
+                dir: &dir,
+                trusted: true,
+            },
+            &origin,
+        )
+    }
+
     /// Parses kubeconfig text; relative file references resolve against `base`.
     pub fn from_kubeconfig_text(text: &str, base: &Path, origin: &str) -> Result<Config> {
+        Config::parse(
+            text,
+            &Refs {
+                dir: base,
+                trusted: false,
+            },
+            origin,
+        )
+    }
+
+    fn parse(text: &str, base: &Refs<'_>, origin: &str) -> Result<Config> {
         let doc = parse_document(text, origin)?;
         let ctx = context(&doc, origin)?;
         let cluster_name = json::opt_string(ctx, "cluster", origin)?
@@ -235,6 +253,13 @@ impl Config {
         let insecure =
             json::opt_bool(cluster, "insecure-skip-tls-verify", origin)?.unwrap_or(false);
         let ca_pem = data_or_file(cluster, "certificate-authority", base, origin)?;
+        // The file, when the CA came from one (data wins, as in data_or_file).
+        let ca_file = match json::opt_string(cluster, "certificate-authority-data", origin)? {
+            Some(d) if !d.is_empty() => None,
+            _ => json::opt_string(cluster, "certificate-authority", origin)?
+                .filter(|f| !f.is_empty())
+                .map(|f| base.dir.join(f)),
+        };
         if let Some(ca) = &ca_pem {
             check_certs(ca, origin, "certificate-authority")?;
         }
@@ -248,6 +273,7 @@ impl Config {
         let mut cfg = Config {
             server,
             ca_pem,
+            ca_file,
             insecure,
             client_cert_pem: None,
             client_key_pem: None,
@@ -260,7 +286,7 @@ impl Config {
         Ok(cfg)
     }
 
-    fn read_user(&mut self, user: &Object, base: &Path) -> Result<()> {
+    fn read_user(&mut self, user: &Object, base: &Refs<'_>) -> Result<()> {
         let origin = self.origin.clone();
         for refused in ["exec", "auth-provider"] {
             if matches!(user.get(refused), Some(v) if !matches!(v, Value::Null)) {
@@ -309,63 +335,6 @@ impl Config {
                 "client-certificate",
                 "missing (client-key is set)",
             )),
-        }
-    }
-
-    /// The in-cluster configuration: `KUBERNETES_SERVICE_HOST`/`_PORT`, the service account's token and CA.
-    pub fn in_cluster() -> Result<Config> {
-        Config::in_cluster_from(
-            std::env::var("KUBERNETES_SERVICE_HOST").ok(),
-            std::env::var("KUBERNETES_SERVICE_PORT").ok(),
-            Path::new(SA_DIR),
-        )
-    }
-
-    /// [`Config::in_cluster`] with explicit inputs (tests, and callers with their own environment).
-    pub fn in_cluster_from(
-        host: Option<String>,
-        port: Option<String>,
-        sa_dir: &Path,
-    ) -> Result<Config> {
-        let set = |v: Option<String>, var| {
-            v.filter(|v| !v.is_empty())
-                .ok_or_else(|| Error::env(var, "not set; is this not running within a pod?"))
-        };
-        let host = set(host, "KUBERNETES_SERVICE_HOST")?;
-        let port = set(port, "KUBERNETES_SERVICE_PORT")?;
-        if port.parse::<u16>().map_or(true, |p| p == 0) {
-            return Err(Error::env(
-                "KUBERNETES_SERVICE_PORT",
-                format!("{port:?} is not a port number"),
-            ));
-        }
-        let origin = "in-cluster configuration".to_string();
-        let host_part = if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]")
-        } else {
-            host
-        };
-        let ca_path = sa_dir.join("ca.crt");
-        let ca = std::fs::read(&ca_path)
-            .io_context(|| format!("{origin}: read {}", ca_path.display()))?;
-        check_certs(&ca, &origin, &ca_path.display().to_string())?;
-        let token = TokenSource::file(sa_dir.join("token"), "service-account token", &origin)?;
-        Ok(Config {
-            server: format!("https://{host_part}:{port}"),
-            ca_pem: Some(ca),
-            insecure: false,
-            client_cert_pem: None,
-            client_key_pem: None,
-            token: Some(token),
-            origin,
-        })
-    }
-
-    /// `KUBECONFIG` when set (a single path), otherwise in-cluster, like client-go's default rest config.
-    pub fn from_env() -> Result<Config> {
-        match std::env::var_os("KUBECONFIG").filter(|k| !k.is_empty()) {
-            Some(p) => Config::from_kubeconfig(&PathBuf::from(p)),
-            None => Config::in_cluster(),
         }
     }
 }

@@ -256,3 +256,44 @@ fn in_cluster_settings() {
     let e = Config::in_cluster_from(Some("h".into()), Some("1".into()), &t.0).unwrap_err();
     assert!(e.to_string().contains("ca.crt"), "{e}");
 }
+
+// The plugin's kubeconfig, and the files it names, must be root's alone: another user able to write the CA
+// it trusts could have another server answer for the API server.
+#[test]
+fn a_trusted_kubeconfig_and_the_files_it_names_are_writable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TempDir::new("trusted");
+    let chmod = |name: &str, mode: u32| {
+        std::fs::set_permissions(t.0.join(name), std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    std::fs::write(t.0.join("ca.pem"), ca_pem()).unwrap();
+    let kc = json_kubeconfig(
+        r#""server":"https://10.96.0.1:443","certificate-authority":"ca.pem""#,
+        r#""token":"t""#,
+    );
+    std::fs::write(t.0.join("kc"), kc).unwrap();
+    chmod("kc", 0o600);
+    chmod("ca.pem", 0o644);
+    let c = Config::from_trusted_kubeconfig(&t.0.join("kc")).unwrap();
+    assert_eq!(c.ca_pem.as_deref(), Some(&ca_pem()[..]));
+    for (file, mode) in [
+        ("kc", 0o666),
+        ("kc", 0o620),
+        ("ca.pem", 0o666),
+        ("ca.pem", 0o646),
+    ] {
+        chmod("kc", 0o600);
+        chmod("ca.pem", 0o644);
+        chmod(file, mode);
+        let e = Config::from_trusted_kubeconfig(&t.0.join("kc"))
+            .unwrap_err()
+            .to_string();
+        let path = t.0.join(file).display().to_string();
+        assert!(
+            e.contains(&path) && e.contains(&format!("mode {mode:o}")),
+            "{file} {mode:o}: {e}"
+        );
+        // A kubeconfig the caller does not act on as root is read as it is.
+        Config::from_kubeconfig(&t.0.join("kc")).unwrap();
+    }
+}

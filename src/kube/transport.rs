@@ -11,7 +11,7 @@ use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver
 use ureq::unversioned::transport::{
     ConnectProxyConnector, Connector, NextTimeout, RustlsConnector,
 };
-use ureq::Agent;
+use ureq::{Agent, Proxy};
 
 use super::config::{certs, pem_items, Config};
 use super::failure::{classify, Named};
@@ -155,7 +155,19 @@ impl Transport {
                 cfg.origin, cfg.server
             )));
         }
+        // Decided here, as client-go decides it (super::proxy), not by ureq's own reading of the
+        // environment, which matched no CIDR in NO_PROXY and took HTTP_PROXY/ALL_PROXY for https.
+        let proxy = match super::proxy::from_env(&cfg.server)? {
+            Some(url) => Some(Proxy::new(&url).map_err(|e| {
+                Error::config(format!(
+                    "{}: the proxy for {} from the environment: {e}",
+                    cfg.origin, cfg.server
+                ))
+            })?),
+            None => None,
+        };
         let config = Agent::config_builder()
+            .proxy(proxy)
             .tls_config(tls.build())
             .http_status_as_error(false)
             .max_redirects(0)
@@ -170,7 +182,7 @@ impl Transport {
             .output_buffer_size(16 * 1024)
             .build();
         // ureq's default chain, but for the TCP connector (ours sets keepalive) and SOCKS (never
-        // supported): an HTTPS_PROXY from the environment is still honoured, as by client-go.
+        // supported): an HTTPS_PROXY from the environment is honoured, as by client-go (the proxy above).
         let connector =
             ().chain(ConnectProxyConnector::default())
                 .chain(TcpConnector(timeouts.keepalive))

@@ -95,7 +95,7 @@ fn pod_lookup(
         keepalive: None,
         ..kube::Timeouts::default()
     };
-    let client = kube::Config::from_kubeconfig(Path::new(&path))
+    let client = kube::Config::from_trusted_kubeconfig(Path::new(&path))
         .and_then(|c| kube::Client::with_timeouts(c, timeouts))
         .with_context(|| format!("create the kubernetes client from {path}"))?;
     let pod = kube::get_pod_with_retry(

@@ -122,3 +122,45 @@ fn status_and_gc_need_1_1_0() {
     );
     assert_eq!(code_of(&run("STATUS", env, conf)), 50);
 }
+
+// The API server the kubeconfig names decides whether a pod is redirected: a kubeconfig others may write
+// is refused before any request (the installer never writes one: KUBECONFIG_MODE refuses go+w).
+#[test]
+fn a_kubeconfig_others_may_write_is_refused_before_any_request() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = crate::fsutil::test_dir("plugin-kubeconfig-mode");
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    server.set_nonblocking(true).unwrap();
+    let kc = dir.join("istio-cni-kubeconfig");
+    let text = format!(
+        r#"{{"apiVersion":"v1","kind":"Config","clusters":[{{"name":"c","cluster":{{"server":"https://{}","insecure-skip-tls-verify":true}}}}],"users":[{{"name":"u","user":{{"token":"t"}}}}],"contexts":[{{"name":"x","context":{{"cluster":"c","user":"u"}}}}],"current-context":"x"}}"#,
+        server.local_addr().unwrap()
+    );
+    std::fs::write(&kc, text).unwrap();
+    let mut env = ENV.to_vec();
+    env.push(("CNI_ARGS", "K8S_POD_NAMESPACE=default;K8S_POD_NAME=app"));
+    let conf = format!(
+        r#"{{"cniVersion":"1.0.0","name":"net","cni_agent_run_dir":"{}","pod_lookup_timeout_seconds":0.2}}"#,
+        dir.display()
+    );
+    for mode in [0o666, 0o620, 0o602] {
+        std::fs::set_permissions(&kc, std::fs::Permissions::from_mode(mode)).unwrap();
+        let o = run("ADD", &env, &conf);
+        assert_ne!(o.code, 0);
+        let said = format!("mode {mode:o}");
+        assert!(
+            o.stdout.contains(&said) && o.stdout.contains(&kc.display().to_string()),
+            "{}",
+            o.stdout
+        );
+        assert!(
+            server.accept().is_err(),
+            "mode {mode:o}: the plugin asked the server a kubeconfig others may write names"
+        );
+    }
+    // Root's alone: used (the server is asked; it answers no TLS, so the ADD still fails).
+    std::fs::set_permissions(&kc, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_ne!(run("ADD", &env, &conf).code, 0);
+    assert!(server.accept().is_ok(), "the kubeconfig was not used");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

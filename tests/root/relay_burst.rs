@@ -54,7 +54,9 @@ fn every_add_of_a_burst_is_counted_and_logged() {
     if !require_root() {
         return;
     }
-    let root = AgentDir::new("burst", "token", "");
+    // A CA the plugin could use (the installer refuses to write a kubeconfig without one).
+    let ca = std::fs::read(conformance_dir().join("kubeconfig/master-tls-verify/ca.crt")).unwrap();
+    let root = AgentDir::new("burst", "token", ca);
     root.write(
         "conf/10-ptp.conflist",
         r#"{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"ptp"}]}"#,

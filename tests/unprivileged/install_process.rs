@@ -336,6 +336,74 @@ fn token_rotation_rewrites_the_kubeconfig() {
     assert!(p.wait_exit(LONG).success());
 }
 
+// The installer never reports ready with a kubeconfig the plugin would refuse: a CA holding no
+// certificate (empty, or not PEM) fails the start, exit 1 naming the file, and arriving with a rotation
+// makes the agent not ready, the last good kubeconfig kept, until a good CA comes.
+#[test]
+fn a_ca_without_a_certificate_is_never_written() {
+    let mut n = Node::new("badca");
+    n.write_primary(1);
+    let good = fs::read(n.root.join("ca.crt")).unwrap();
+    let kc = n.run.join("istio-cni-kubeconfig");
+    fs::write(n.root.join("ca.crt"), b"").unwrap();
+    n.rotate_token("token-1");
+    let mut p = n.start(&[], &[], "stderr");
+    assert_eq!(p.wait_exit(LONG).code(), Some(1), "{}", p.stderr());
+    let err = p.stderr();
+    assert!(
+        err.contains("ca.crt") && err.contains("no PEM certificate"),
+        "{err}"
+    );
+    assert!(!kc.exists());
+
+    fs::write(n.root.join("ca.crt"), &good).unwrap();
+    n.rotate_token("token-2");
+    let mut p = n.start(&[], &[], "stderr2");
+    n.wait_ready(&p);
+    let has = |t: &str| fs::read_to_string(&kc).is_ok_and(|k| k.contains(t));
+    poll_until("kubeconfig", LONG, || has("token-2"));
+    fs::write(n.root.join("ca.crt"), "not a certificate\n").unwrap();
+    n.rotate_token("token-3");
+    poll_until("the refusal logged", LONG, || {
+        p.stderr().contains("no PEM certificate")
+    });
+    let ready = get(n.health, "/readyz").map(|(c, _)| c);
+    assert_eq!(ready, Some(503), "{}", p.stderr());
+    assert!(has("token-2") && !has("token-3"), "{}", p.stderr());
+
+    fs::write(n.root.join("ca.crt"), &good).unwrap();
+    n.rotate_token("token-4");
+    poll_until("kubeconfig", LONG, || has("token-4"));
+    n.wait_ready(&p);
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}
+
+// The plugin takes its API server and token from the kubeconfig: a KUBECONFIG_MODE letting group or other
+// users write it is refused at start (exit 2, nothing written); read bits are the operator's choice.
+#[test]
+fn a_kubeconfig_mode_others_could_write_is_refused() {
+    let n = Node::new("kcmode");
+    n.write_primary(1);
+    let kc = n.run.join("istio-cni-kubeconfig");
+    for v in ["0666", "0620", "0602", "438"] {
+        let mut p = n.start(&[("KUBECONFIG_MODE", v)], &[], "stderr");
+        let st = p.wait_exit(LONG);
+        assert_eq!(st.code(), Some(2), "KUBECONFIG_MODE={v}: {}", p.stderr());
+        let err = p.stderr();
+        assert!(
+            err.contains("KUBECONFIG_MODE") && err.contains("write"),
+            "{err}"
+        );
+        assert!(!kc.exists(), "KUBECONFIG_MODE={v}");
+    }
+    let mut p = n.start(&[("KUBECONFIG_MODE", "0644")], &[], "stderr2");
+    n.wait_ready(&p);
+    assert_eq!(mode(&kc), 0o644);
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(LONG).success(), "{}", p.stderr());
+}
+
 #[test]
 fn sigterm_twice_uninstalls_cleanly() {
     let n = Node::new("sigterm");

@@ -127,6 +127,73 @@ fn insecure_skip_tls_verify_only_when_asked() {
     );
 }
 
+// The cluster's serving CA rotates under a running agent: the kubelet swaps the projected ca.crt to the
+// new bundle and the API server presents a certificate of the new CA. client-go reloads a CA file
+// (ClientsAllowCARotation); without it the pod cache's watch and the repair agent fail until restarted.
+#[test]
+fn rotated_cluster_ca_is_trusted_without_restart() {
+    let srv = start();
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    let sa = TempDir::new("sa-ca");
+    std::fs::write(sa.join("ca.crt"), srv.ca_pem()).unwrap();
+    std::fs::write(sa.join("token"), srv.token()).unwrap();
+    let cfg = Config::in_cluster_from(
+        Some("127.0.0.1".into()),
+        Some(srv.addr().port().to_string()),
+        sa.path(),
+    )
+    .unwrap();
+    let c = Client::from_config(cfg).unwrap();
+
+    // Still the old CA alone in the file: the new certificate is refused.
+    srv.set_fault(Fault::WrongCert, None);
+    let e = c.get_pod("ns", "p").unwrap_err();
+    assert_eq!(e.api_reason(), Some(REASON_TLS_VERIFY), "{e}");
+    assert!(srv.requests().is_empty(), "{:?}", srv.requests());
+
+    // The rotated bundle (old and new), swapped in atomically.
+    let bundle = format!("{}{}", srv.ca_pem(), srv.other_ca_pem());
+    std::fs::write(sa.join("ca.crt.new"), bundle).unwrap();
+    std::fs::rename(sa.join("ca.crt.new"), sa.join("ca.crt")).unwrap();
+    assert_eq!(name_of(&c.get_pod("ns", "p").unwrap()), "p");
+    let mut w = c
+        .watch_pods(&WatchParams {
+            timeout_seconds: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(w.next().unwrap().unwrap().kind, EventKind::Added);
+}
+
+// A ca.crt the rotation left unreadable or empty keeps the CA in use; never an unverified connection.
+#[test]
+fn an_unreadable_rotated_ca_keeps_the_last_good_one() {
+    let srv = start();
+    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
+    let sa = TempDir::new("sa-ca-bad");
+    std::fs::write(sa.join("ca.crt"), srv.ca_pem()).unwrap();
+    std::fs::write(sa.join("token"), srv.token()).unwrap();
+    let cfg = Config::in_cluster_from(
+        Some("127.0.0.1".into()),
+        Some(srv.addr().port().to_string()),
+        sa.path(),
+    )
+    .unwrap();
+    let c = Client::from_config(cfg).unwrap();
+    for bad in [
+        "",
+        "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+    ] {
+        std::fs::write(sa.join("ca.crt"), bad).unwrap();
+        srv.set_fault(Fault::WrongCert, None);
+        let e = c.get_pod("ns", "p").unwrap_err();
+        assert_eq!(e.api_reason(), Some(REASON_TLS_VERIFY), "{e}");
+        srv.clear_fault();
+    }
+    std::fs::remove_file(sa.join("ca.crt")).unwrap();
+    assert_eq!(name_of(&c.get_pod("ns", "p").unwrap()), "p");
+}
+
 #[test]
 fn rotated_service_account_token_is_used_without_restart() {
     let srv = start();
@@ -348,36 +415,96 @@ fn connect_proxy() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     (port, seen)
 }
 
-#[test]
-fn https_proxy_from_the_environment_carries_the_requests() {
-    let srv = start();
+/// Runs [`proxy_child_get_once`] in a child process with the proxy variables `vars` (all others unset)
+/// against `srv`, and returns the request lines the proxy saw.
+fn get_through_env(srv: &Server, vars: &[(&str, String)]) -> Vec<String> {
     let dir = TempDir::new("proxy");
-    srv.add_pod(&pod_json("testNS", "testPod", "n1")).unwrap();
     srv.write_kubeconfig(&dir.join("kc")).unwrap();
     let (port, seen) = connect_proxy();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "kube_client::proxy_child_get_once",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(PROXY_CHILD_ENV, dir.join("kc"))
-        .env("HTTPS_PROXY", format!("http://127.0.0.1:{port}"))
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy")
-        .output()
-        .unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "kube_client::proxy_child_get_once",
+        "--ignored",
+        "--test-threads=1",
+    ])
+    .env(PROXY_CHILD_ENV, dir.join("kc"));
+    for v in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ] {
+        cmd.env_remove(v);
+    }
+    for (k, v) in vars {
+        cmd.env(k, v.replace("PROXY_PORT", &port.to_string()));
+    }
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
-        "{}{}",
+        "{vars:?}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("1 passed"), "the child ran no test: {said}");
+    let seen = seen.lock().unwrap().clone();
+    seen
+}
+
+#[test]
+fn https_proxy_from_the_environment_carries_the_requests() {
+    let srv = start();
+    srv.add_pod(&pod_json("testNS", "testPod", "n1")).unwrap();
+    let proxy = "http://127.0.0.1:PROXY_PORT".to_string();
+    let seen = get_through_env(&srv, &[("HTTPS_PROXY", proxy)]);
     let want = format!("CONNECT {} HTTP/1.1", srv.addr());
-    assert_eq!(*seen.lock().unwrap(), vec![want]);
+    assert_eq!(seen, vec![want]);
+}
+
+// NO_PROXY and the proxy variables as client-go reads them (Go's ProxyFromEnvironment): the runtime that
+// runs the plugin often carries HTTPS_PROXY with NO_PROXY naming the service CIDR, spaced after commas.
+#[test]
+fn no_proxy_and_the_proxy_variables_are_read_as_client_go_reads_them() {
+    let srv = start();
+    srv.add_pod(&pod_json("testNS", "testPod", "n1")).unwrap();
+    let proxy = || "http://127.0.0.1:PROXY_PORT".to_string();
+    let direct: [&[(&str, String)]; 4] = [
+        // A CIDR holding the server, after a space.
+        &[
+            ("HTTPS_PROXY", proxy()),
+            ("NO_PROXY", "example.com, 127.0.0.0/8".into()),
+        ],
+        // The server's IP with its port, lower-case variables.
+        &[
+            ("https_proxy", proxy()),
+            ("no_proxy", format!("example.com,  {} ", srv.addr())),
+        ],
+        // HTTP_PROXY and ALL_PROXY are not for an https:// server.
+        &[("HTTP_PROXY", proxy())],
+        &[("ALL_PROXY", proxy())],
+    ];
+    for vars in direct {
+        assert_eq!(
+            get_through_env(&srv, vars),
+            Vec::<String>::new(),
+            "{vars:?}"
+        );
+    }
+    // An exclusion that does not cover the server leaves the proxy in use.
+    let seen = get_through_env(
+        &srv,
+        &[
+            ("HTTPS_PROXY", proxy()),
+            ("NO_PROXY", "10.0.0.0/8, .svc, 127.0.0.1:1".into()),
+        ],
+    );
+    assert_eq!(seen, vec![format!("CONNECT {} HTTP/1.1", srv.addr())]);
 }
 
 // ---------------------------------------------------------------------------------------------------

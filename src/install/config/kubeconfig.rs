@@ -150,6 +150,34 @@ pub fn render(i: &KubeconfigInputs<'_>) -> Result<String> {
     Ok(s)
 }
 
+/// Refuses a kubeconfig the plugin could not use, before it is written (upstream writes it and reports
+/// ready while every sidecar pod's ADD fails): a CA without a PEM certificate (empty, or not PEM), an empty
+/// token, or anything our own reader refuses (e.g. a `KUBERNETES_SERVICE_PROTOCOL` other than http(s)).
+/// `ca_file` and `token_file` name the inputs in messages.
+pub fn check_usable(
+    text: &str,
+    i: &KubeconfigInputs<'_>,
+    ca_file: &str,
+    token_file: &str,
+) -> Result<()> {
+    if let Some(ca) = i.ca {
+        let what = format!("CA file {ca_file}");
+        if crate::kube::config::certs(ca, &what, "PEM")?.is_empty() {
+            return Err(Error::config(format!(
+                "{what} holds no PEM certificate: the plugin could verify no API server with it \
+                 (only SKIP_TLS_VERIFY=true skips verification)"
+            )));
+        }
+    }
+    if i.token.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::config(format!(
+            "service account token {token_file} is empty"
+        )));
+    }
+    let origin = "the plugin's kubeconfig (it would refuse it)";
+    crate::kube::Config::from_kubeconfig_text(text, std::path::Path::new("/"), origin).map(drop)
+}
+
 /// SHA-256 of `data` as lower-case hex (rustls' ring provider; no extra crate).
 pub fn sha256_hex(data: &[u8]) -> String {
     let suite = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
@@ -200,6 +228,54 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn what_the_plugin_would_refuse_is_not_written() {
+        // A PEM certificate block (its DER is not looked into here).
+        let ca = b"-----BEGIN CERTIFICATE-----\nMAMCAQE=\n-----END CERTIFICATE-----\n".to_vec();
+        let ok = KubeconfigInputs {
+            protocol: "",
+            host: "10.96.0.1",
+            port: "443",
+            ca: Some(&ca),
+            skip_tls_verify: false,
+            token: b"t",
+        };
+        let check = |i: &KubeconfigInputs<'_>| {
+            check_usable(&render(i).unwrap(), i, "/sa/ca.crt", "/sa/token")
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(check(&ok), Ok(()));
+        let skip = KubeconfigInputs {
+            ca: None,
+            skip_tls_verify: true,
+            ..ok.clone()
+        };
+        assert_eq!(check(&skip), Ok(()));
+        for bad_ca in [&b""[..], b"\n", b"not a certificate\n"] {
+            let e = check(&KubeconfigInputs {
+                ca: Some(bad_ca),
+                ..ok.clone()
+            })
+            .unwrap_err();
+            assert!(e.contains("/sa/ca.crt holds no PEM certificate"), "{e}");
+        }
+        let e = check(&KubeconfigInputs {
+            token: b"\n",
+            ..ok.clone()
+        })
+        .unwrap_err();
+        assert!(e.contains("/sa/token is empty"), "{e}");
+        let e = check(&KubeconfigInputs {
+            protocol: "ftp",
+            ..ok.clone()
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("ftp://10.96.0.1:443") && e.contains("would refuse"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn base64_matches_rfc4648() {

@@ -10,7 +10,9 @@ use super::flags::Flags;
 use crate::error::{Error, Result};
 use crate::install::config::selectors::EnablementSelector;
 use crate::iptables::Backend;
-use crate::settings::{parse_bool, parse_duration, parse_mode, parse_port, EmptyEnv, Env, Named};
+use crate::settings::{
+    parse_bool, parse_duration, parse_kubeconfig_mode, parse_port, EmptyEnv, Env, Named,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -116,7 +118,12 @@ pub fn resolve(f: &Flags, env: Env<'_>) -> Result<Settings> {
             "CNI_AGENT_RUN_DIR",
             "/var/run/istio-cni",
         )?,
-        kubeconfig_mode: r.typed(&f.kubeconfig_mode, "KUBECONFIG_MODE", 0o600, parse_mode)?,
+        kubeconfig_mode: r.typed(
+            &f.kubeconfig_mode,
+            "KUBECONFIG_MODE",
+            0o600,
+            parse_kubeconfig_mode,
+        )?,
         kube_ca_file: opt_path(&r, &f.kube_ca_file, "KUBE_CA_FILE", "")?,
         skip_tls_verify: r.bool(&f.skip_tls_verify, "SKIP_TLS_VERIFY", false)?,
         service_account_dir: path(

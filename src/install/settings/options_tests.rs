@@ -88,6 +88,15 @@ fn modes_and_lists() {
     assert_eq!(mode("0x1a4").unwrap(), 0o644);
     assert_eq!(mode("").unwrap(), 0o600);
     assert!(mode("640").unwrap_err().to_string().contains("0640"));
+    // Group or other write: another user could point the plugin at another API server.
+    for w in ["0666", "0664", "0622", "0o602", "438"] {
+        let e = mode(w).unwrap_err().to_string();
+        assert!(
+            e.contains("KUBECONFIG_MODE") && e.contains("rewrite"),
+            "{w}: {e}"
+        );
+    }
+    assert_eq!(mode("0640").unwrap(), 0o640);
     let s = env(&[
         ("EXCLUDE_NAMESPACES", " a, ,b "),
         ("SKIP_CNI_BINARIES", "x y,z"),

@@ -255,6 +255,13 @@ impl Installer {
             ..unread
         };
         let text = kubeconfig::render(&inputs)?;
+        let (ca_file, token_file) = (ca_path.display(), token_path.display());
+        kubeconfig::check_usable(
+            &text,
+            &inputs,
+            &ca_file.to_string(),
+            &token_file.to_string(),
+        )?;
         Ok((text, kubeconfig::log_summary(&inputs)))
     }
 
