@@ -6,3 +6,4 @@ pub mod flags;
 pub mod legacy;
 pub mod log_settings;
 pub mod options;
+mod readers;

@@ -7,12 +7,11 @@
 //! `AUDIT_INTERVAL`) are read by their own parser, [`crate::agents::Options::from_installer`].
 
 use super::flags::Flags;
+use super::readers::{env_bool, list, named, opt_path, path, plain_file_name};
 use crate::error::{Error, Result};
 use crate::install::config::selectors::EnablementSelector;
 use crate::iptables::Backend;
-use crate::settings::{
-    parse_bool, parse_duration, parse_kubeconfig_mode, parse_port, EmptyEnv, Env, Named,
-};
+use crate::settings::{parse_bool, parse_duration, parse_kubeconfig_mode, parse_port, Env, Named};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -336,70 +335,6 @@ fn forced_backend(env: Env<'_>) -> Result<Option<Backend>> {
 }
 
 /// An environment-only boolean (`true`/`false`, any case; empty or unset is false).
-fn env_bool(env: Env<'_>, name: &str) -> Result<bool> {
-    match env(name).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("") | Some("false") => Ok(false),
-        Some("true") => Ok(true),
-        Some(v) => Err(Error::env(name, format!("{v:?} is not true or false"))),
-    }
-}
-
-/// How the installer reads its settings (master's viper: `AllowEmptyEnv(true)`).
-fn named(env: Env<'_>) -> Named<'_> {
-    Named {
-        env,
-        empty: EmptyEnv::Value,
-    }
-}
-
-/// An absolute directory or file setting with a default.
-fn path(r: &Named<'_>, flag: &Option<String>, var: &str, default: &str) -> Result<PathBuf> {
-    abs_path(var, r.text(flag, var, default))
-}
-
-/// An optional absolute path: "" is none.
-fn opt_path(
-    r: &Named<'_>,
-    flag: &Option<String>,
-    var: &str,
-    default: &str,
-) -> Result<Option<PathBuf>> {
-    let v = r.text(flag, var, default);
-    if v.is_empty() {
-        return Ok(None);
-    }
-    abs_path(var, v).map(Some)
-}
-
-/// A list setting: split on `sep`, trimmed, empty items dropped.
-fn list(
-    r: &Named<'_>,
-    flag: &Option<String>,
-    var: &str,
-    sep: impl Fn(char) -> bool,
-) -> Vec<String> {
-    r.text(flag, var, "")
-        .split(sep)
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
-fn abs_path(name: &str, v: String) -> Result<PathBuf> {
-    if !v.starts_with('/') {
-        return Err(Error::env(name, format!("{v:?} is not an absolute path")));
-    }
-    Ok(PathBuf::from(v))
-}
-
-fn plain_file_name(name: &str, v: &str) -> Result<()> {
-    if !crate::fsutil::is_plain_name(v.as_bytes()) {
-        return Err(Error::env(name, format!("{v:?} is not a plain file name")));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 #[path = "options_tests.rs"]
 pub(in crate::install) mod tests;
