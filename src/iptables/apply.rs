@@ -1,6 +1,10 @@
 //! Programs a pod's network namespace, fail-closed and idempotent.
 //!
-//! Fast path (a fresh pod): one `iptables-restore --noflush` per IP family, nothing else. The document
+//! Fast path (a fresh pod): one `iptables-restore --noflush` per IP family, and before it one look at
+//! whether the namespace holds any table at all ([`holds_tables`]: the legacy table names, one nf_tables
+//! table dump); a fresh pod's namespace holds none. When it does (something before us in the CNI chain
+//! left rules), the fresh ADD then reads everything CHECK reads and fails naming any rule that can take
+//! traffic past ours, as a re-ADD does, our rules left in place. The document
 //! declares our chains with `-N`, so on a namespace that already has them the restore fails atomically; only
 //! then do we take the slow path: dump the namespace, compare with the desired rules (as `iptables-save` prints
 //! them, rendered purely by [`crate::xtables::spec`]), and either do nothing (same rules: a re-ADD is a no-op) or converge in one atomic
@@ -52,6 +56,9 @@ where
         let t = Instant::now();
         let plan = planner(&crate::netlink::addresses()?)?;
         let plan_us = t.elapsed().as_micros();
+        let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
+        // Read before writing: afterwards our own tables would be there too.
+        let held = holds_tables(&fams)?;
         let mut families = Vec::new();
         let mut found = Vec::new();
         for (family, doc) in &plan.docs {
@@ -60,11 +67,12 @@ where
             found.extend(f);
             families.push((*family, outcome, t.elapsed().as_micros()));
         }
-        // A fresh namespace (every family applied by the first restore) skips these reads: ADD stays one
-        // restore per family.
         if families.iter().any(|(_, o, _)| *o != Outcome::Applied) {
-            let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
             found.extend(elsewhere(io, &fams)?);
+        } else if held {
+            // Fresh (every family applied by the first restore), but something before us in the CNI
+            // chain left tables: read everything re-ADD and CHECK read, now with ours in place.
+            found.extend(findings_here(io, &plan)?.bypass);
         }
         bypass::refuse(&found, "")?;
         let ipv6 = plan.docs.iter().any(|(f, _)| *f == Family::V6);
@@ -76,6 +84,18 @@ where
             families,
         })
     })
+}
+
+/// Whether the current thread's namespace holds any table, legacy x_tables of `families` or nf_tables of
+/// any family: two reads (the legacy table names, one nf_tables table dump). A fresh pod's namespace
+/// normally holds none, and then a fresh ADD reads nothing more.
+fn holds_tables(families: &[Family]) -> Result<bool> {
+    for f in families {
+        if !crate::xtables::table_names(*f)?.is_empty() {
+            return Ok(true);
+        }
+    }
+    crate::nftables::observe::any_table()
 }
 
 /// Applies one family's document: the outcome, and other programs' rules in our backend's raw and mangle
@@ -189,32 +209,36 @@ where
     F: FnOnce(&Addresses) -> Result<Plan> + Send + 'static,
 {
     netns::run_in(netns_path, move || {
-        let plan = planner(&crate::netlink::addresses()?)?;
-        let mut f = bypass::Findings::default();
-        for (family, doc) in &plan.docs {
-            let expected = normalized(*family, doc)?;
-            let read = io.inspect(*family)?;
-            let actual = save::parse(&read.text);
-            let d = state::diff(&expected, &actual);
-            let fam = family.name();
-            f.ours
-                .extend(d.missing.iter().map(|m| format!("{fam}: missing {m}")));
-            f.ours.extend(
-                d.unexpected
-                    .iter()
-                    .map(|m| format!("{fam}: unexpected {m}")),
-            );
-            f.bypass
-                .extend(d.before.iter().map(|m| format!("{fam}: unexpected {m}")));
-            f.bypass
-                .extend(foreign::findings(io.backend, *family, &expected, &actual));
-            f.ours
-                .extend(read.dormant.iter().map(|t| format!("{fam}: {t}")));
-            f.bypass.extend(read.incompatible);
-            f.bypass.extend(read.refused_names);
-        }
-        let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
-        f.bypass.extend(elsewhere(io, &fams)?);
-        Ok(f)
+        findings_here(io, &planner(&crate::netlink::addresses()?)?)
     })
+}
+
+/// [`inspect`] on the thread already inside the namespace, for `plan`.
+fn findings_here(io: Io, plan: &Plan) -> Result<bypass::Findings> {
+    let mut f = bypass::Findings::default();
+    for (family, doc) in &plan.docs {
+        let expected = normalized(*family, doc)?;
+        let read = io.inspect(*family)?;
+        let actual = save::parse(&read.text);
+        let d = state::diff(&expected, &actual);
+        let fam = family.name();
+        f.ours
+            .extend(d.missing.iter().map(|m| format!("{fam}: missing {m}")));
+        f.ours.extend(
+            d.unexpected
+                .iter()
+                .map(|m| format!("{fam}: unexpected {m}")),
+        );
+        f.bypass
+            .extend(d.before.iter().map(|m| format!("{fam}: unexpected {m}")));
+        f.bypass
+            .extend(foreign::findings(io.backend, *family, &expected, &actual));
+        f.ours
+            .extend(read.dormant.iter().map(|t| format!("{fam}: {t}")));
+        f.bypass.extend(read.incompatible);
+        f.bypass.extend(read.refused_names);
+    }
+    let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
+    f.bypass.extend(elsewhere(io, &fams)?);
+    Ok(f)
 }

@@ -1,6 +1,8 @@
 //! Programs and verifies a pod's namespace in nftables mode (spec nftables.md §3.4, §5): read our tables,
 //! send nothing when they already match (a re-ADD is a no-op and keeps counters), otherwise one convergent
-//! batch guarded by the generation id. Then `::6/128` on lo and the TPROXY policy routing through the
+//! batch guarded by the generation id; a fresh namespace that held tables not ours, or legacy x_tables
+//! tables, is read after its batch for what can take traffic past our tables, as a re-ADD is
+//! ([`fresh_bypass`]). Then `::6/128` on lo and the TPROXY policy routing through the
 //! existing rtnetlink code. Runs on a thread inside the pod's namespace ([`crate::netns::run_in`]).
 
 use super::batch::{self, Batch};
@@ -111,6 +113,7 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
     let head = observe::head(&mut r)?;
     let outcome = if head.ours.is_empty() {
         send(&mut s, rs, head.genid, false)?;
+        fresh_bypass(&mut s, rs, head.others > 0)?;
         Outcome::Applied
     } else {
         // Our tables exist: before calling them "in place", read them and whatever runs before them, in
@@ -139,6 +142,24 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
         tproxy.is_some_and(|t| t.ipv6),
     )?;
     Ok(outcome)
+}
+
+/// After a fresh namespace's batch: what something before us in the CNI chain left there that takes
+/// traffic past our new tables fails the ADD as it fails a re-ADD, our tables left in place. A fresh pod's
+/// namespace normally holds no table: then this costs the two reads of the legacy table names, and the
+/// nf_tables rules are read only when [`observe::head`] counted a table not ours (`others`).
+fn fresh_bypass(s: &mut Socket, rs: &Ruleset, others: bool) -> Result<()> {
+    let mut foreign = Vec::new();
+    if others {
+        let want = state::desired(rs, &resolve_group)?;
+        let hooks = state::our_hooks(&want);
+        let (_, seen) = observe::in_one_generation(s, "read the rules", &mut |r, h| {
+            observe::observe(r, h, &hooks)
+        })?;
+        foreign = seen.foreign;
+    }
+    foreign.extend(crate::xtables::findings(&FAMILIES)?);
+    bypass::refuse(&foreign, " (nftables)")
 }
 
 /// Applies in the namespace at `netns_path`.

@@ -115,6 +115,8 @@ pub struct Head {
     pub genid: u32,
     pub ours: BTreeMap<String, u32>,
     dormant: BTreeSet<(u8, String)>,
+    /// How many tables of any family are not ours (a fresh pod's namespace normally has none).
+    pub others: usize,
 }
 
 /// Two round trips: all a fresh namespace costs.
@@ -127,6 +129,7 @@ pub fn head(r: &mut Reader) -> Result<Head> {
 fn head_at(r: &mut Reader, genid: u32) -> Result<Head> {
     let mut ours = BTreeMap::new();
     let mut dormant = BTreeSet::new();
+    let mut others = 0;
     let a = Attrs::default();
     r.dump(
         "list tables",
@@ -138,7 +141,10 @@ fn head_at(r: &mut Reader, genid: u32) -> Result<Head> {
             let family = decode::family(m).unwrap_or(0);
             if family == NFPROTO_INET && Table::from_name(&name).is_some() {
                 ours.insert(name, flags);
-            } else if flags & NFT_TABLE_F_DORMANT != 0 {
+                return Ok(());
+            }
+            others += 1;
+            if flags & NFT_TABLE_F_DORMANT != 0 {
                 dormant.insert((family, name));
             }
             Ok(())
@@ -148,6 +154,7 @@ fn head_at(r: &mut Reader, genid: u32) -> Result<Head> {
         genid,
         ours,
         dormant,
+        others,
     })
 }
 
@@ -361,6 +368,34 @@ pub fn foreign_only(
     match read {
         Ok((_, found)) => Ok(found),
         Err(e) if no_nf_tables(&e) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the current thread's namespace holds any nf_tables table, of any family: one table dump (no
+/// nf_tables in the kernel: none). What a fresh iptables-mode ADD asks before writing
+/// ([`crate::iptables::apply`]): a fresh pod's namespace normally holds none.
+pub fn any_table() -> Result<bool> {
+    let mut s = match Socket::open() {
+        Ok(s) => s,
+        Err(e) if no_nf_tables(&e) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let mut r = Reader::new(&mut s);
+    let mut any = false;
+    let read = r.dump(
+        "list tables",
+        encode::NFT_MSG_GETTABLE,
+        NFPROTO_UNSPEC,
+        &Attrs::default(),
+        &mut |_| {
+            any = true;
+            Ok(())
+        },
+    );
+    match read {
+        Ok(()) => Ok(any),
+        Err(e) if no_nf_tables(&e) => Ok(false),
         Err(e) => Err(e),
     }
 }

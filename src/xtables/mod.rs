@@ -95,19 +95,13 @@ impl Steps for Rule {
     }
 }
 
-/// The legacy tables instantiated in the current thread's namespace, for `family`, with their chains.
-pub fn read(family: Family) -> Result<Vec<(String, Chains)>> {
-    let (names, layout, v6) = match family {
-        Family::V4 => (
-            "/proc/thread-self/net/ip_tables_names",
-            entries::IPV4,
-            false,
-        ),
-        Family::V6 => (
-            "/proc/thread-self/net/ip6_tables_names",
-            entries::IPV6,
-            true,
-        ),
+/// The names of the legacy tables instantiated in the current thread's namespace, for `family`: one read
+/// of `/proc/thread-self/net/ip{,6}_tables_names` (a table is instantiated in a namespace on first use, so
+/// a fresh pod's namespace lists none).
+pub fn table_names(family: Family) -> Result<Vec<String>> {
+    let names = match family {
+        Family::V4 => "/proc/thread-self/net/ip_tables_names",
+        Family::V6 => "/proc/thread-self/net/ip6_tables_names",
     };
     // Absent: the x_tables module is not loaded, so no legacy table exists anywhere.
     let text = match std::fs::read_to_string(names) {
@@ -115,10 +109,25 @@ pub fn read(family: Family) -> Result<Vec<(String, Chains)>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e).io_context(|| format!("read {names}")),
     };
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+/// The legacy tables instantiated in the current thread's namespace, for `family`, with their chains.
+pub fn read(family: Family) -> Result<Vec<(String, Chains)>> {
+    let (layout, v6) = match family {
+        Family::V4 => (entries::IPV4, false),
+        Family::V6 => (entries::IPV6, true),
+    };
     let mut out = Vec::new();
-    for table in text.lines().map(str::trim).filter(|t| !t.is_empty()) {
-        let (info, blob) = sockopt::read(v6, table)?;
-        out.push((table.to_string(), entries::chains(layout, &info, &blob)?));
+    for table in table_names(family)? {
+        let (info, blob) = sockopt::read(v6, &table)?;
+        let chains = entries::chains(layout, &info, &blob)?;
+        out.push((table, chains));
     }
     Ok(out)
 }

@@ -14,6 +14,7 @@ mod audit_verdicts_e2e;
 mod backend_detect;
 mod cni_chain;
 mod cni_hostns;
+mod fresh_add_e2e;
 mod handover_gap;
 mod install_bind_mount;
 mod install_metrics;
