@@ -67,14 +67,21 @@ where
             found.extend(f);
             families.push((*family, outcome, t.elapsed().as_micros()));
         }
-        if families.iter().any(|(_, o, _)| *o != Outcome::Applied) {
-            found.extend(elsewhere(io, &fams)?);
-        } else if held {
-            // Fresh (every family applied by the first restore), but something before us in the CNI
-            // chain left tables: read everything re-ADD and CHECK read, now with ours in place.
-            found.extend(findings_here(io, &plan)?.bypass);
+        let applied = |o: &Outcome| *o == Outcome::Applied;
+        if held && families.iter().any(|(_, o, _)| applied(o)) {
+            // A family written fresh (its first restore applied) into a namespace that held tables:
+            // something before us in the CNI chain, or our other family (a pod that gained IPv6). Read
+            // everything CHECK reads, now with ours in place: our rules as written (a dormant table
+            // included), then what can take traffic past them.
+            let f = findings_here(io, &plan)?;
+            bypass::not_as_expected(&f.ours, "")?;
+            bypass::refuse(&f.bypass, "")?;
+        } else {
+            if !families.iter().all(|(_, o, _)| applied(o)) {
+                found.extend(elsewhere(io, &fams)?);
+            }
+            bypass::refuse(&found, "")?;
         }
-        bypass::refuse(&found, "")?;
         let ipv6 = plan.docs.iter().any(|(f, _)| *f == Family::V6);
         crate::netlink::program_pod_routing(plan.ipv6_passthrough && ipv6, plan.tproxy, ipv6)?;
         Ok(Report {

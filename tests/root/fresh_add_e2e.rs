@@ -215,3 +215,39 @@ fn a_fresh_add_passes_an_empty_namespace_and_harmless_tables_in_nftables_mode() 
 fn a_fresh_add_passes_an_empty_namespace_and_harmless_tables_in_iptables_mode() {
     fresh_add_passes_harmless_tables(Iptables)
 }
+
+/// A re-ADD where one family is in place and the other is written fresh (a dual-stack pod whose IPv6 rules
+/// are gone): the fresh family's own tables are read as a fresh ADD's are. Here a foreign
+/// `ip6tables -t nat -A OUTPUT -p tcp -j ACCEPT` sits before the jump our fresh IPv6 write appends: IPv4 is
+/// in place, so only the other backend and nf_tables were read before, and the re-ADD succeeded with the
+/// pod's IPv6 outbound past the proxy. Both x_tables backends.
+#[test]
+fn a_re_add_writing_one_family_fresh_reads_that_familys_tables() {
+    if !require_root() {
+        return;
+    }
+    for (idx, ours) in [(176, "nft"), (177, "legacy")] {
+        let node = Node::new(idx);
+        node.record_backend(ours);
+        let env = r#"{"name": "ISTIO_DUAL_STACK", "value": "true"}"#;
+        let pod = node.pod("half-fresh", "", env, true);
+        pod.add().assert_success();
+        let six = format!("ip6tables-{ours}");
+        sh(
+            &pod,
+            &[
+                format!("{six} -t nat -F"),
+                format!("{six} -t nat -X"),
+                format!("{six} -t nat -A OUTPUT -p tcp -j ACCEPT"),
+            ],
+        );
+        let msg = pod.add().assert_cni_error(103);
+        assert!(
+            msg.contains("IPv6") && msg.contains("-j ACCEPT"),
+            "{ours}: the re-ADD does not name the IPv6 rule before our jump: {msg}"
+        );
+        sh(&pod, &[format!("{six} -t nat -D OUTPUT 1")]);
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
+    }
+}
