@@ -180,16 +180,29 @@ fn read_ref(base: &Refs<'_>, field: &str, file: &str, origin: &str) -> Result<Ve
 
 /// `<field>-data` (base64) or `<field>` (a file); data wins, as in client-go.
 fn data_or_file(o: &Object, field: &str, base: &Refs<'_>, origin: &str) -> Result<Option<Vec<u8>>> {
+    Ok(data_or_path(o, field, base, origin)?.map(|(bytes, _)| bytes))
+}
+
+/// [`data_or_file`], with the file's path when the bytes came from one.
+fn data_or_path(
+    o: &Object,
+    field: &str,
+    base: &Refs<'_>,
+    origin: &str,
+) -> Result<Option<(Vec<u8>, Option<PathBuf>)>> {
     let data_key = format!("{field}-data");
     if let Some(d) = json::opt_string(o, &data_key, origin)?.filter(|d| !d.is_empty()) {
         let bytes = base64_decode(&d).ok_or_else(|| bad(origin, &data_key, "not valid base64"))?;
         if bytes.is_empty() {
             return Err(bad(origin, &data_key, "empty"));
         }
-        return Ok(Some(bytes));
+        return Ok(Some((bytes, None)));
     }
     match json::opt_string(o, field, origin)?.filter(|f| !f.is_empty()) {
-        Some(f) => read_ref(base, field, &f, origin).map(Some),
+        Some(f) => Ok(Some((
+            read_ref(base, field, &f, origin)?,
+            Some(base.dir.join(f)),
+        ))),
         None => Ok(None),
     }
 }
@@ -252,13 +265,12 @@ impl Config {
         let server = normalise_server(&server, origin)?;
         let insecure =
             json::opt_bool(cluster, "insecure-skip-tls-verify", origin)?.unwrap_or(false);
-        let ca_pem = data_or_file(cluster, "certificate-authority", base, origin)?;
-        // The file, when the CA came from one (data wins, as in data_or_file).
-        let ca_file = match json::opt_string(cluster, "certificate-authority-data", origin)? {
-            Some(d) if !d.is_empty() => None,
-            _ => json::opt_string(cluster, "certificate-authority", origin)?
-                .filter(|f| !f.is_empty())
-                .map(|f| base.dir.join(f)),
+        let (ca_pem, ca_file) = match data_or_path(cluster, "certificate-authority", base, origin)?
+        {
+            // A trusted kubeconfig's CA file was checked as it was read; it is not read again
+            // unchecked (the plugin, its one reader, is one process per CNI call: nothing to reload).
+            Some((pem, file)) => (Some(pem), file.filter(|_| !base.trusted)),
+            None => (None, None),
         };
         if let Some(ca) = &ca_pem {
             check_certs(ca, origin, "certificate-authority")?;

@@ -276,6 +276,10 @@ fn a_trusted_kubeconfig_and_the_files_it_names_are_writable_by_their_owner_only(
     chmod("ca.pem", 0o644);
     let c = Config::from_trusted_kubeconfig(&t.0.join("kc")).unwrap();
     assert_eq!(c.ca_pem.as_deref(), Some(&ca_pem()[..]));
+    // Its CA file is not read again (a reload would read it unchecked); an untrusted one's is.
+    assert_eq!(c.ca_file, None);
+    let c = Config::from_kubeconfig(&t.0.join("kc")).unwrap();
+    assert_eq!(c.ca_file, Some(t.0.join("ca.pem")));
     for (file, mode) in [
         ("kc", 0o666),
         ("kc", 0o620),
