@@ -11,16 +11,15 @@
 //!   `kubernetes.default.svc`), `.name` and `*.name` its subdomains only, each optionally `:port`. (ureq's
 //!   own reading matched neither CIDRs nor entries with a space after the comma, so a node whose runtime
 //!   has `NO_PROXY=localhost, 10.96.0.0/12` sent the plugin's API requests to the proxy.)
-//! - A proxy without a scheme is `http://`; `http` and `https` proxies are supported (CONNECT), SOCKS is
-//!   refused with the variable named, never silently spoken TLS to.
+//! - A proxy without a scheme is `http://`; `http` and `https` proxies are supported (CONNECT); with a
+//!   SOCKS (or any other) proxy the connection is direct, as before this reading, with a warning naming the
+//!   variable (refusing it stopped every pod start of a node whose runtime carries one for image pulls).
 //! - Deviation kept from before: Go never proxies `localhost` or a loopback IP; we do when a proxy is set
 //!   and `NO_PROXY` does not exclude it.
 
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-
-use crate::error::{Error, Result};
 
 /// The first of `names` set to a non-empty value (Go's `getEnvAny`), with its name.
 fn env_any<'a>(
@@ -109,39 +108,40 @@ pub fn excluded(no_proxy: &str, host: &str, port: u16) -> bool {
 
 /// The proxy URL for connections to `server`, from `env` (a variable's value by name), or `None` for a
 /// direct connection.
-pub fn choose(server: &str, env: impl Fn(&str) -> Option<String>) -> Result<Option<String>> {
+pub fn choose(server: &str, env: impl Fn(&str) -> Option<String>) -> Option<String> {
     let Some((host, port, https)) = host_port(server) else {
-        return Ok(None);
+        return None;
     };
     let names = match https {
         true => ["HTTPS_PROXY", "https_proxy"],
         false => ["HTTP_PROXY", "http_proxy"],
     };
     let Some((var, proxy)) = env_any(&env, names) else {
-        return Ok(None);
+        return None;
     };
     if env_any(&env, ["NO_PROXY", "no_proxy"]).is_some_and(|(_, np)| excluded(&np, &host, port)) {
-        return Ok(None);
+        return None;
     }
     let proxy = proxy.trim();
     let url = match proxy.split_once("://") {
         None => format!("http://{proxy}"),
         Some(("http" | "https", _)) => proxy.to_string(),
         Some((scheme, _)) => {
-            return Err(Error::env(
-                var,
-                format!(
-                "a {scheme} proxy is not supported for the API server {server} (only http:// and \
-                     https:// proxies); unset it, or exclude the server with NO_PROXY"
-            ),
-            ))
+            // Connected directly, as before this reading (ureq passed a SOCKS proxy over): refusing it
+            // would stop every sidecar pod of a node whose runtime carries one for its image pulls, and the
+            // connection is verified against the cluster CA either way.
+            log::warn!(
+                "{var}: a {scheme} proxy is not supported for the API server {server} (only http:// and \
+                 https:// proxies): connecting directly; exclude the server with NO_PROXY to silence this"
+            );
+            return None;
         }
     };
-    Ok(Some(url))
+    Some(url)
 }
 
 /// [`choose`] from this process's environment.
-pub fn from_env(server: &str) -> Result<Option<String>> {
+pub fn from_env(server: &str) -> Option<String> {
     choose(server, |k| std::env::var(k).ok())
 }
 
@@ -162,20 +162,14 @@ mod tests {
     #[test]
     fn the_scheme_picks_the_variable() {
         let https = env(&[("HTTPS_PROXY", P)]);
-        assert_eq!(
-            choose("https://10.96.0.1:443", &https).unwrap().as_deref(),
-            Some(P)
-        );
-        assert_eq!(choose("http://10.96.0.1:80", &https).unwrap(), None);
+        assert_eq!(choose("https://10.96.0.1:443", &https).as_deref(), Some(P));
+        assert_eq!(choose("http://10.96.0.1:80", &https), None);
         let http = env(&[("HTTP_PROXY", P), ("ALL_PROXY", P), ("all_proxy", P)]);
-        assert_eq!(choose("https://10.96.0.1:443", &http).unwrap(), None);
-        assert_eq!(
-            choose("http://10.96.0.1", &http).unwrap().as_deref(),
-            Some(P)
-        );
+        assert_eq!(choose("https://10.96.0.1:443", &http), None);
+        assert_eq!(choose("http://10.96.0.1", &http).as_deref(), Some(P));
         let lower = env(&[("HTTPS_PROXY", ""), ("https_proxy", "proxy:3128")]);
-        assert_eq!(choose("https://h", &lower).unwrap().as_deref(), Some(P));
-        assert_eq!(choose("https://h", env(&[])).unwrap(), None);
+        assert_eq!(choose("https://h", &lower).as_deref(), Some(P));
+        assert_eq!(choose("https://h", env(&[])), None);
     }
 
     #[test]
@@ -211,39 +205,24 @@ mod tests {
     #[test]
     fn no_proxy_excludes_the_server() {
         let e = env(&[("HTTPS_PROXY", P), ("NO_PROXY", "example.com, 10.0.0.0/8")]);
-        assert_eq!(choose("https://10.96.0.1:443", &e).unwrap(), None);
-        assert_eq!(
-            choose("https://192.168.1.1:443", &e).unwrap().as_deref(),
-            Some(P)
-        );
+        assert_eq!(choose("https://10.96.0.1:443", &e), None);
+        assert_eq!(choose("https://192.168.1.1:443", &e).as_deref(), Some(P));
         let v6 = env(&[("HTTPS_PROXY", P), ("no_proxy", "fd00::/64")]);
-        assert_eq!(choose("https://[fd00::1]:6443", &v6).unwrap(), None);
-        assert_eq!(
-            choose("https://[fd01::1]:6443", &v6).unwrap().as_deref(),
-            Some(P)
-        );
+        assert_eq!(choose("https://[fd00::1]:6443", &v6), None);
+        assert_eq!(choose("https://[fd01::1]:6443", &v6).as_deref(), Some(P));
         let port = env(&[("HTTPS_PROXY", P), ("NO_PROXY", "api.example:6443")]);
+        assert_eq!(choose("https://api.example:6443/prefix", &port), None);
         assert_eq!(
-            choose("https://api.example:6443/prefix", &port).unwrap(),
-            None
-        );
-        assert_eq!(
-            choose("https://api.example/prefix", &port)
-                .unwrap()
-                .as_deref(),
+            choose("https://api.example/prefix", &port).as_deref(),
             Some(P)
         );
     }
 
     #[test]
-    fn socks_is_refused_with_the_variable_named() {
+    fn socks_is_passed_over_for_a_direct_connection() {
         let e = env(&[("https_proxy", "socks5://s:1080")]);
-        let err = choose("https://10.96.0.1", &e).unwrap_err().to_string();
-        assert!(
-            err.contains("https_proxy") && err.contains("socks5"),
-            "{err}"
-        );
+        assert_eq!(choose("https://10.96.0.1", &e), None);
         let bypassed = env(&[("https_proxy", "socks5://s:1080"), ("NO_PROXY", "*")]);
-        assert_eq!(choose("https://10.96.0.1", &bypassed).unwrap(), None);
+        assert_eq!(choose("https://10.96.0.1", &bypassed), None);
     }
 }

@@ -157,7 +157,7 @@ impl Transport {
         }
         // Decided here, as client-go decides it (super::proxy), not by ureq's own reading of the
         // environment, which matched no CIDR in NO_PROXY and took HTTP_PROXY/ALL_PROXY for https.
-        let proxy = match super::proxy::from_env(&cfg.server)? {
+        let proxy = match super::proxy::from_env(&cfg.server) {
             Some(url) => Some(Proxy::new(&url).map_err(|e| {
                 Error::config(format!(
                     "{}: the proxy for {} from the environment: {e}",
