@@ -334,7 +334,6 @@ fn forced_backend(env: Env<'_>) -> Result<Option<Backend>> {
     })
 }
 
-/// An environment-only boolean (`true`/`false`, any case; empty or unset is false).
 #[cfg(test)]
 #[path = "options_tests.rs"]
 pub(in crate::install) mod tests;

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::settings::{EmptyEnv, Env, Named};
 use std::path::PathBuf;
 
+/// An environment-only boolean (`true`/`false`, any case; empty or unset is false).
 pub(super) fn env_bool(env: Env<'_>, name: &str) -> Result<bool> {
     match env(name).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         None | Some("") | Some("false") => Ok(false),
@@ -61,7 +62,7 @@ pub(super) fn list(
         .collect()
 }
 
-pub(super) fn abs_path(name: &str, v: String) -> Result<PathBuf> {
+fn abs_path(name: &str, v: String) -> Result<PathBuf> {
     if !v.starts_with('/') {
         return Err(Error::env(name, format!("{v:?} is not an absolute path")));
     }
