@@ -109,16 +109,12 @@ pub fn excluded(no_proxy: &str, host: &str, port: u16) -> bool {
 /// The proxy URL for connections to `server`, from `env` (a variable's value by name), or `None` for a
 /// direct connection.
 pub fn choose(server: &str, env: impl Fn(&str) -> Option<String>) -> Option<String> {
-    let Some((host, port, https)) = host_port(server) else {
-        return None;
-    };
+    let (host, port, https) = host_port(server)?;
     let names = match https {
         true => ["HTTPS_PROXY", "https_proxy"],
         false => ["HTTP_PROXY", "http_proxy"],
     };
-    let Some((var, proxy)) = env_any(&env, names) else {
-        return None;
-    };
+    let (var, proxy) = env_any(&env, names)?;
     if env_any(&env, ["NO_PROXY", "no_proxy"]).is_some_and(|(_, np)| excluded(&np, &host, port)) {
         return None;
     }
