@@ -1,7 +1,7 @@
 //! Programs a pod's network namespace, fail-closed and idempotent.
 //!
 //! Fast path (a fresh pod): one `iptables-restore --noflush` per IP family, and before it one look at
-//! whether the namespace holds any table at all ([`holds_tables`]: the legacy table names, one nf_tables
+//! whether the namespace holds any table at all (`holds_tables`: the legacy table names, one nf_tables
 //! table dump); a fresh pod's namespace holds none. When it does (something before us in the CNI chain
 //! left rules), the fresh ADD then reads everything CHECK reads and fails naming any rule that can take
 //! traffic past ours, as a re-ADD does, our rules left in place. The document

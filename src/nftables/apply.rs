@@ -2,13 +2,14 @@
 //! send nothing when they already match (a re-ADD is a no-op and keeps counters), otherwise one convergent
 //! batch guarded by the generation id; a fresh namespace that held tables not ours, or legacy x_tables
 //! tables, is read after its batch for what can take traffic past our tables, as a re-ADD is
-//! ([`fresh_bypass`]). Then `::6/128` on lo and the TPROXY policy routing through the
+//! (`fresh_bypass`). Then `::6/128` on lo and the TPROXY policy routing through the
 //! existing rtnetlink code. Runs on a thread inside the pod's namespace ([`crate::netns::run_in`]).
 
 use super::batch::{self, Batch};
 use super::contention::{backoff, namespace_lock};
 use super::model::{rule_text, Ruleset};
-use super::observe::{self, Reader};
+use super::observe;
+use super::reader::{self, Reader};
 use super::socket::{Failure, Socket};
 use super::state;
 use crate::error::{Context, Error, Result};
@@ -95,7 +96,7 @@ fn send(s: &mut Socket, rs: &Ruleset, mut genid: u32, mut replace: bool) -> Resu
                 held = namespace_lock();
             }
             std::thread::sleep(backoff(attempt));
-            genid = observe::genid(s)?;
+            genid = reader::genid(s)?;
             replace = true;
         }
     }
@@ -128,7 +129,7 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
         bypass::refuse(&foreign, " (nftables)")?;
         let same = state::diff(&want, &seen.ours, &|_, _, _| String::new()).is_empty();
         // "In place" only for a state read in one generation; otherwise the guarded batch decides.
-        if same && seen.dormant.is_empty() && observe::genid(&mut s)? == head.genid {
+        if same && seen.dormant.is_empty() && reader::genid(&mut s)? == head.genid {
             Outcome::AlreadyInPlace
         } else {
             // Re-creating our tables also clears a dormant flag.
