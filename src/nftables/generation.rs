@@ -6,7 +6,7 @@
 //! writers' retries take), a bounded number of times; a ruleset that keeps changing fails closed.
 //!
 //! Pure: [`next`], the decision. [`stable`] runs it, with the generation read and the dumps passed in
-//! (the effect, [`super::observe::genid`] on a socket in production).
+//! (the effect, [`super::reader::genid`] on a socket in production).
 
 use crate::error::{Error, Result};
 

@@ -24,6 +24,7 @@ pub mod generation;
 pub mod lower;
 pub mod model;
 pub mod observe;
+pub mod reader;
 pub mod script;
 pub mod socket;
 pub mod state;

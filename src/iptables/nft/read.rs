@@ -14,7 +14,8 @@ use crate::netfilter::Family;
 use crate::nftables::decode::{self, Msg};
 use crate::nftables::encode::{self, Attrs, NFT_TABLE_F_DORMANT};
 use crate::nftables::generation;
-use crate::nftables::observe::{genid, RetryPause};
+use crate::nftables::observe::RetryPause;
+use crate::nftables::reader::genid;
 use crate::nftables::socket::Socket;
 use crate::xtables::rule::{Chain, Rule, Table};
 
