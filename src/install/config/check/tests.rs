@@ -203,3 +203,61 @@ fn chained_a_runtime_file_before_the_installed_one_is_reinstalled_standalone_onl
     };
     assert!(w.contains("preempted by \"/d/05-other.conflist\""), "{w}");
 }
+
+#[test]
+fn an_older_runtimes_list_lacking_our_entry_is_reinstalled_unless_it_cannot_take_it() {
+    let e = entry().to_object();
+    let with = conflist::merge(PRIMARY, &e).unwrap();
+    let older = PRIMARY.replace("calico", "flannel");
+    let files = [
+        ("01-old.conflist", older.clone()),
+        ("10-calico.conflist", with),
+    ];
+    let read = |n: &OsStr| {
+        files
+            .iter()
+            .find(|(f, _)| OsStr::new(f) == n)
+            .map(|(_, t)| t.clone().into_bytes())
+    };
+    let run = |unmergeable: &[(OsString, Vec<u8>)]| {
+        let ctx = CheckCtx {
+            dir: "/d",
+            chained: true,
+            owned: None,
+            configured: None,
+            installed: Some(OsStr::new("10-calico.conflist")),
+            entry: &e,
+            unmergeable,
+        };
+        let listing = Ok(Listing {
+            valid: vec!["10-calico.conflist".into()],
+            older: Some(("01-old.conflist".into(), "skipped by v1.3".into())),
+            ..Listing::default()
+        });
+        check(&ctx, &listing, &read)
+    };
+    let reinstall = |out: Outcome| match out {
+        Outcome::Invalid { reason } => {
+            assert!(reason.ends_with("it gets our entry too"), "{reason}")
+        }
+        other => panic!("reinstall expected, got {other:?}"),
+    };
+    reinstall(run(&[]));
+    // Our entry could not be merged into it with this content: not ready, nothing to rewrite.
+    match run(&[("01-old.conflist".into(), older.clone().into_bytes())]) {
+        Outcome::Preempted {
+            runtime_file,
+            reason,
+        } => {
+            assert_eq!(runtime_file, "01-old.conflist");
+            assert!(
+                reason.contains("our entry cannot be added to it"),
+                "{reason}"
+            );
+        }
+        other => panic!("not ready expected, got {other:?}"),
+    }
+    // Another content or another file than the one tried: tried again.
+    reinstall(run(&[("01-old.conflist".into(), b"{}".to_vec())]));
+    reinstall(run(&[("02-x.conflist".into(), older.into_bytes())]));
+}
