@@ -179,3 +179,37 @@ fn check_verifies_the_same_plan_add_applies_and_reports_drift() {
     let e = check_pod_with(&p, "/ns", &|| Ok(Box::new(drifted.clone())), &no_env).unwrap_err();
     assert!(e.to_string().contains("rule missing"), "{e}");
 }
+
+/// A configuration whose backend needs no probe of the node (nftables), so the real wrappers run unprivileged
+/// as far as entering the namespace.
+fn nft_conf() -> NetConf {
+    crate::cni::conf::parse(
+        r#"{"cniVersion":"1.0.0","name":"n","type":"istio-cni","native_nftables":true,
+            "cni_agent_run_dir":"/nonexistent/istio-cni-run"}"#,
+    )
+    .unwrap()
+}
+
+const GONE: &str = "/nonexistent/istio-cni-test/netns";
+
+#[test]
+fn check_of_a_sidecar_pod_whose_namespace_cannot_be_read_fails() {
+    // CHECK through the configuration's own backend: a sidecar pod's rules are verified in its namespace,
+    // so a namespace that cannot be opened is a failed CHECK, never a pass.
+    let conf = nft_conf();
+    let e = check_pod(&pod("", SIDECAR), GONE, &conf, &no_env).unwrap_err();
+    assert!(e.to_string().contains(GONE), "{e}");
+    // A pod that needs no rules passes without its namespace being looked at.
+    check_pod(&pod("", r#"{"name":"app"}"#), GONE, &conf, &no_env).unwrap();
+}
+
+#[test]
+fn the_audits_inspection_of_a_namespace_that_cannot_be_read_fails() {
+    // Never clean findings (nothing missing, nothing bypassing) for rules nobody could read.
+    let r = match decide(&pod("", SIDECAR), None).unwrap() {
+        PodPlan::Redirect(r) => r,
+        PodPlan::Skip(why) => panic!("{why}"),
+    };
+    let e = inspect(&r, GONE, &nft_conf(), &no_env).unwrap_err();
+    assert!(e.to_string().contains(GONE), "{e}");
+}

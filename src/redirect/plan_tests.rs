@@ -131,3 +131,21 @@ fn shortcuts_in_order() {
         assert_eq!(shortcut(&conf, &args(ns, name)), want, "{ns}/{name}");
     }
 }
+
+#[test]
+fn a_global_ipv6_address_left_without_rules_is_named_from_the_namespaces_addresses() {
+    // IPv4 first on the interface, so IPv6 gets no document without ISTIO_DUAL_STACK: the decision line
+    // must name the address whose IPv6 traffic bypasses the proxy.
+    let dump = [(2, a("10.0.0.2")), (2, a("fd00::2"))];
+    assert!(!Addresses::Netns(&dump).enable_ipv6(false).unwrap());
+    assert_eq!(
+        Addresses::Netns(&dump).ipv6_left_out(false),
+        Some(a("fd00::2"))
+    );
+    // Captured with ISTIO_DUAL_STACK: nothing left out.
+    assert!(Addresses::Netns(&dump).enable_ipv6(true).unwrap());
+    assert_eq!(Addresses::Netns(&dump).ipv6_left_out(true), None);
+    // Only the namespace's own addresses are judged.
+    let ips = [a("10.0.0.2"), a("fd00::2")];
+    assert_eq!(Addresses::PodIps(&ips).ipv6_left_out(false), None);
+}

@@ -82,6 +82,19 @@ fn a_pin_naming_a_file_the_runtime_does_not_use_first_is_refused() {
 }
 
 #[test]
+fn a_pin_naming_a_missing_configuration_file_says_it_does_not_exist() {
+    // A name the runtime would load, were it there: the refusal says it is missing, not that the runtime
+    // cannot load such a name.
+    let owned = OsStr::new("02-istio-cni.conflist");
+    let v = names(&["02-istio-cni.conflist", "10-calico.conflist"]);
+    for pinned in ["30-missing.conflist", "30-missing.conf", "30-missing.json"] {
+        let r = pin_refusal(&v, &[], owned, OsStr::new(pinned)).unwrap();
+        assert!(r.contains("(it does not exist)"), "{r}");
+        assert!(r.contains("its own choice 10-calico.conflist"), "{r}");
+    }
+}
+
+#[test]
 fn owned_text_is_the_primary_plus_our_entry() {
     let primary = r#"{"cniVersion":"1.0.0","name":"p","plugins":[{"type":"ptp"},{"type":"istio-cni","old":1}]}"#;
     let t = owned_text(Some(primary), &entry()).unwrap();

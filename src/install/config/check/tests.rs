@@ -139,3 +139,125 @@ fn fallbacks_lacking_our_entry() {
     let first = ["20-c.conflist".into(), "05-a.conflist".into()];
     assert_eq!(fallback_lacking(&first, &ctx, &read), None);
 }
+
+#[test]
+fn chained_a_runtime_file_before_the_installed_one_is_reinstalled_standalone_only_warned() {
+    // Chained, not pinned: the runtime loads 05-other, which lacks our entry; the installed 10-calico holds
+    // it. Never valid (pods started now would not be redirected): our entry moves to 05-other.
+    let pe = entry();
+    let e = pe.to_object();
+    let with = conflist::merge(PRIMARY, &e).unwrap();
+    let files = [
+        ("05-other.conflist", PRIMARY.to_string()),
+        ("10-calico.conflist", with),
+    ];
+    let read = |n: &OsStr| {
+        files
+            .iter()
+            .find(|(f, _)| OsStr::new(f) == n)
+            .map(|(_, t)| t.clone().into_bytes())
+    };
+    let listing = Ok(Listing {
+        valid: files.iter().map(|(n, _)| n.into()).collect(),
+        ..Listing::default()
+    });
+    let ctx = CheckCtx {
+        dir: "/d",
+        chained: true,
+        owned: None,
+        configured: None,
+        installed: Some(OsStr::new("10-calico.conflist")),
+        entry: &e,
+        unmergeable: &[],
+    };
+    let Outcome::Invalid { reason } = check(&ctx, &listing, &read) else {
+        panic!("the runtime's file lacks our entry: not valid")
+    };
+    assert!(
+        reason.contains("perform initial update of highest priority config /d/05-other.conflist"),
+        "{reason}"
+    );
+    // Standalone: our own file, preempted by another one, is only a warning (upstream's).
+    let own = pe.standalone_text();
+    let files = [
+        ("05-other.conflist", PRIMARY.to_string()),
+        ("10-istio-cni.conf", own),
+    ];
+    let read = |n: &OsStr| {
+        files
+            .iter()
+            .find(|(f, _)| OsStr::new(f) == n)
+            .map(|(_, t)| t.clone().into_bytes())
+    };
+    let ctx = CheckCtx {
+        chained: false,
+        installed: Some(OsStr::new("10-istio-cni.conf")),
+        ..ctx
+    };
+    let listing = Ok(Listing {
+        valid: files.iter().map(|(n, _)| n.into()).collect(),
+        ..Listing::default()
+    });
+    let Outcome::Valid { warning: Some(w) } = check(&ctx, &listing, &read) else {
+        panic!("standalone, preempted: valid with a warning")
+    };
+    assert!(w.contains("preempted by \"/d/05-other.conflist\""), "{w}");
+}
+
+#[test]
+fn an_older_runtimes_list_lacking_our_entry_is_reinstalled_unless_it_cannot_take_it() {
+    let e = entry().to_object();
+    let with = conflist::merge(PRIMARY, &e).unwrap();
+    let older = PRIMARY.replace("calico", "flannel");
+    let files = [
+        ("01-old.conflist", older.clone()),
+        ("10-calico.conflist", with),
+    ];
+    let read = |n: &OsStr| {
+        files
+            .iter()
+            .find(|(f, _)| OsStr::new(f) == n)
+            .map(|(_, t)| t.clone().into_bytes())
+    };
+    let run = |unmergeable: &[(OsString, Vec<u8>)]| {
+        let ctx = CheckCtx {
+            dir: "/d",
+            chained: true,
+            owned: None,
+            configured: None,
+            installed: Some(OsStr::new("10-calico.conflist")),
+            entry: &e,
+            unmergeable,
+        };
+        let listing = Ok(Listing {
+            valid: vec!["10-calico.conflist".into()],
+            older: Some(("01-old.conflist".into(), "skipped by v1.3".into())),
+            ..Listing::default()
+        });
+        check(&ctx, &listing, &read)
+    };
+    let reinstall = |out: Outcome| match out {
+        Outcome::Invalid { reason } => {
+            assert!(reason.ends_with("it gets our entry too"), "{reason}")
+        }
+        other => panic!("reinstall expected, got {other:?}"),
+    };
+    reinstall(run(&[]));
+    // Our entry could not be merged into it with this content: not ready, nothing to rewrite.
+    match run(&[("01-old.conflist".into(), older.clone().into_bytes())]) {
+        Outcome::Preempted {
+            runtime_file,
+            reason,
+        } => {
+            assert_eq!(runtime_file, "01-old.conflist");
+            assert!(
+                reason.contains("our entry cannot be added to it"),
+                "{reason}"
+            );
+        }
+        other => panic!("not ready expected, got {other:?}"),
+    }
+    // Another content or another file than the one tried: tried again.
+    reinstall(run(&[("01-old.conflist".into(), b"{}".to_vec())]));
+    reinstall(run(&[("02-x.conflist".into(), older.into_bytes())]));
+}
