@@ -92,20 +92,6 @@ fn bypasses(node: &Node, ours: Option<&str>) -> Vec<Bypass<'static>> {
     ]
 }
 
-fn sh(pod: &Pod, cmds: &[String]) {
-    for c in cmds {
-        pod.ns.exec_ok(&["sh", "-c", c]);
-    }
-}
-
-fn captured(node: &Node, pod: &Pod, inbound: bool) -> bool {
-    if inbound {
-        inbound_captured(node, pod)
-    } else {
-        outbound_captured(node, pod)
-    }
-}
-
 /// Each bypass, in a pod of its own made before the first ADD: the ADD fails naming it (the code re-ADD
 /// gives), traffic still goes past our rules it left in place, and once it is gone all is well.
 fn fresh_add_fails_naming_a_bypass(b: Backend) {
@@ -121,7 +107,7 @@ fn fresh_add_fails_naming_a_bypass(b: Backend) {
         for (i, c) in bypasses(&node, ours).iter().enumerate() {
             eprintln!("--- {mode}: {}", c.what);
             let pod = b.pod(&node, &format!("fresh-bypass-{i}"), "", "", false);
-            sh(&pod, &c.setup);
+            sh_in(&pod, &c.setup);
             let msg = pod.add().assert_cni_error(103);
             for n in &c.names {
                 assert!(
@@ -140,7 +126,7 @@ fn fresh_add_fails_naming_a_bypass(b: Backend) {
                 "{mode}: {}: with the rule, traffic should go past our rules (the test's premise)",
                 c.what
             );
-            sh(&pod, &c.undo);
+            sh_in(&pod, &c.undo);
             assert!(
                 captured(&node, &pod, c.inbound),
                 "{mode}: {}: the failed ADD should have left our rules in place",
@@ -195,7 +181,7 @@ fn fresh_add_passes_harmless_tables(b: Backend) {
         let mode = ours.unwrap_or("nftables");
         for (name, setup) in [("fresh-empty", vec![]), ("fresh-harmless", harmless(ours))] {
             let pod = b.pod(&node, name, "", "", false);
-            sh(&pod, &setup);
+            sh_in(&pod, &setup);
             let out = pod.add();
             out.assert_success();
             assert!(out.stderr.contains("Applied"), "{mode} {name}: {out}");
@@ -233,7 +219,7 @@ fn a_re_add_writing_one_family_fresh_reads_that_familys_tables() {
         let pod = node.pod("half-fresh", "", env, true);
         pod.add().assert_success();
         let six = format!("ip6tables-{ours}");
-        sh(
+        sh_in(
             &pod,
             &[
                 format!("{six} -t nat -F"),
@@ -246,7 +232,7 @@ fn a_re_add_writing_one_family_fresh_reads_that_familys_tables() {
             msg.contains("IPv6") && msg.contains("-j ACCEPT"),
             "{ours}: the re-ADD does not name the IPv6 rule before our jump: {msg}"
         );
-        sh(&pod, &[format!("{six} -t nat -D OUTPUT 1")]);
+        sh_in(&pod, &[format!("{six} -t nat -D OUTPUT 1")]);
         pod.run("CHECK").assert_success();
         assert_re_add(&pod, "AlreadyInPlace");
     }

@@ -180,13 +180,15 @@ pub struct Bypass<'a> {
     pub undo: Vec<String>,
 }
 
-fn sh_in(pod: &Pod, cmds: &[String]) {
+/// Runs each command with `sh -c` in the pod's namespace.
+pub fn sh_in(pod: &Pod, cmds: &[String]) {
     for c in cmds {
         pod.ns.exec_ok(&["sh", "-c", c]);
     }
 }
 
-fn captured(node: &Node, pod: &Pod, inbound: bool) -> bool {
+/// Whether traffic in that direction lands on the proxy.
+pub fn captured(node: &Node, pod: &Pod, inbound: bool) -> bool {
     if inbound {
         inbound_captured(node, pod)
     } else {
