@@ -127,14 +127,12 @@ fn insecure_skip_tls_verify_only_when_asked() {
     );
 }
 
-// The cluster's serving CA rotates under a running agent: the kubelet swaps the projected ca.crt to the
-// new bundle and the API server presents a certificate of the new CA. client-go reloads a CA file
-// (ClientsAllowCARotation); without it the pod cache's watch and the repair agent fail until restarted.
-#[test]
-fn rotated_cluster_ca_is_trusted_without_restart() {
+/// A double serving pod ns/p, a service-account dir `tag` holding its CA and token, and an in-cluster
+/// client reading them.
+fn in_cluster_with_a_pod(tag: &str) -> (Server, TempDir, Client) {
     let srv = start();
     srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
-    let sa = TempDir::new("sa-ca");
+    let sa = TempDir::new(tag);
     std::fs::write(sa.join("ca.crt"), srv.ca_pem()).unwrap();
     std::fs::write(sa.join("token"), srv.token()).unwrap();
     let cfg = Config::in_cluster_from(
@@ -144,6 +142,15 @@ fn rotated_cluster_ca_is_trusted_without_restart() {
     )
     .unwrap();
     let c = Client::from_config(cfg).unwrap();
+    (srv, sa, c)
+}
+
+// The cluster's serving CA rotates under a running agent: the kubelet swaps the projected ca.crt to the
+// new bundle and the API server presents a certificate of the new CA. client-go reloads a CA file
+// (ClientsAllowCARotation); without it the pod cache's watch and the repair agent fail until restarted.
+#[test]
+fn rotated_cluster_ca_is_trusted_without_restart() {
+    let (srv, sa, c) = in_cluster_with_a_pod("sa-ca");
 
     // Still the old CA alone in the file: the new certificate is refused.
     srv.set_fault(Fault::WrongCert, None);
@@ -168,18 +175,7 @@ fn rotated_cluster_ca_is_trusted_without_restart() {
 // A ca.crt the rotation left unreadable or empty keeps the CA in use; never an unverified connection.
 #[test]
 fn an_unreadable_rotated_ca_keeps_the_last_good_one() {
-    let srv = start();
-    srv.add_pod(&pod_json("ns", "p", "n1")).unwrap();
-    let sa = TempDir::new("sa-ca-bad");
-    std::fs::write(sa.join("ca.crt"), srv.ca_pem()).unwrap();
-    std::fs::write(sa.join("token"), srv.token()).unwrap();
-    let cfg = Config::in_cluster_from(
-        Some("127.0.0.1".into()),
-        Some(srv.addr().port().to_string()),
-        sa.path(),
-    )
-    .unwrap();
-    let c = Client::from_config(cfg).unwrap();
+    let (srv, sa, c) = in_cluster_with_a_pod("sa-ca-bad");
     for bad in [
         "",
         "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
