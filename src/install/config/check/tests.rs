@@ -26,6 +26,16 @@ fn run(chained: bool, name: &str, text: &str, e: &PluginEntry) -> Outcome {
 const PRIMARY: &str =
     r#"{"name":"k8s-pod-network","cniVersion":"0.3.1","plugins":[{"type":"calico"}]}"#;
 
+/// The conf dir's read for a test: the text of `files` by name, `None` for any other name.
+fn reader<'a>(files: &'a [(&str, String)]) -> impl Fn(&OsStr) -> Option<Vec<u8>> + 'a {
+    move |n: &OsStr| {
+        files
+            .iter()
+            .find(|(f, _)| OsStr::new(f) == n)
+            .map(|(_, t)| t.clone().into_bytes())
+    }
+}
+
 #[test]
 fn chained_needs_our_current_entry_once() {
     let e = entry();
@@ -85,12 +95,7 @@ fn fallbacks_lacking_our_entry() {
         ("10-b.conflist", with),
         ("20-c.conflist", PRIMARY.to_string()),
     ];
-    let read = |n: &OsStr| {
-        files
-            .iter()
-            .find(|(f, _)| OsStr::new(f) == n)
-            .map(|(_, t)| t.clone().into_bytes())
-    };
+    let read = reader(&files);
     let valid: Vec<OsString> = files.iter().map(|(n, _)| n.into()).collect();
     let run = |configured: Option<&str>, unmergeable: &[(OsString, Vec<u8>)]| {
         let ctx = CheckCtx {
@@ -151,12 +156,7 @@ fn chained_a_runtime_file_before_the_installed_one_is_reinstalled_standalone_onl
         ("05-other.conflist", PRIMARY.to_string()),
         ("10-calico.conflist", with),
     ];
-    let read = |n: &OsStr| {
-        files
-            .iter()
-            .find(|(f, _)| OsStr::new(f) == n)
-            .map(|(_, t)| t.clone().into_bytes())
-    };
+    let read = reader(&files);
     let listing = Ok(Listing {
         valid: files.iter().map(|(n, _)| n.into()).collect(),
         ..Listing::default()
@@ -183,12 +183,7 @@ fn chained_a_runtime_file_before_the_installed_one_is_reinstalled_standalone_onl
         ("05-other.conflist", PRIMARY.to_string()),
         ("10-istio-cni.conf", own),
     ];
-    let read = |n: &OsStr| {
-        files
-            .iter()
-            .find(|(f, _)| OsStr::new(f) == n)
-            .map(|(_, t)| t.clone().into_bytes())
-    };
+    let read = reader(&files);
     let ctx = CheckCtx {
         chained: false,
         installed: Some(OsStr::new("10-istio-cni.conf")),
@@ -213,12 +208,7 @@ fn an_older_runtimes_list_lacking_our_entry_is_reinstalled_unless_it_cannot_take
         ("01-old.conflist", older.clone()),
         ("10-calico.conflist", with),
     ];
-    let read = |n: &OsStr| {
-        files
-            .iter()
-            .find(|(f, _)| OsStr::new(f) == n)
-            .map(|(_, t)| t.clone().into_bytes())
-    };
+    let read = reader(&files);
     let run = |unmergeable: &[(OsString, Vec<u8>)]| {
         let ctx = CheckCtx {
             dir: "/d",
