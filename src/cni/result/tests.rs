@@ -1,4 +1,5 @@
 use super::*;
+use crate::cni::version;
 
 /// The routes (with table/scope/mtu) and DNS both results below end with, and the closing brace.
 macro_rules! routes_and_dns {
