@@ -3,7 +3,7 @@
 //! family, interfaces below 1.0.0 keep only name/mac/sandbox, empty members are left out, 0.1.0/0.2.0 use the
 //! `ip4`/`ip6` shape. Output is what Istio prints (`types.PrintResult`, 4-space indent).
 //!
-//! [`parse`] reads a prevResult into the one model below, [`print`] writes the model back in a version.
+//! [`parse_prev`] reads a prevResult into the one model below, [`to_value`] writes the model back in a version.
 
 mod parse;
 mod print;
