@@ -252,6 +252,30 @@ mod tests {
         }
     }
 
+    /// The agent reduces the pod ([`crate::redirect::reduce`]), the plugin decides it: both must keep the
+    /// same keys, or a key the plugin reads and the agent's build dropped (a rolling update: a new plugin
+    /// binary and the old agent still serving the socket) reads as absent, and absent is "no sidecar" or
+    /// the default capture. A hit that does not name this build's reduction is a miss.
+    #[test]
+    fn a_hit_reduced_by_another_build_is_a_miss() {
+        let asked = req("shop", "web-0", "u-1");
+        let body = pod("shop", "web-0", "u-1");
+        for line in [
+            format!(r#"{{"v":1,"result":"hit","pod":{body}}}"#),
+            format!(r#"{{"v":1,"result":"hit","reduced":"another","pod":{body}}}"#),
+            format!(r#"{{"v":1,"result":"hit","reduced":7,"pod":{body}}}"#),
+        ] {
+            let (path, h) = forging(format!("{line}\n").into_bytes());
+            let got = lookup(&path, &asked);
+            h.join().unwrap();
+            assert_eq!(got.err(), Some(Miss::BadReply), "{line}");
+        }
+        let (path, h) = forging(proto::hit_line(&body));
+        let got = lookup(&path, &asked);
+        h.join().unwrap();
+        assert!(got.is_ok(), "{got:?}");
+    }
+
     #[test]
     fn an_alive_agent_gets_the_long_bound_and_a_silent_one_the_short() {
         let now = SystemTime::now();
