@@ -204,3 +204,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod wire_tests;
