@@ -18,7 +18,7 @@ pub const MAX_POD_BYTES: usize = 32 * 1024;
 /// `istio-proxy`, of the status): bump it with any change to that shape, so [`reduction_id`] changes.
 const SHAPE: u32 = 1;
 
-/// This build's reduction, named (a hash of [`SHAPE`] and every key list it keeps): a pod reduced by
+/// This build's reduction, named (a hash of `SHAPE` and every key list it keeps): a pod reduced by
 /// another build (the pod cache's agent during a rolling update, while the new plugin binary is already
 /// in place) is decided by this build's code only under the same name. A key this build reads and that
 /// build dropped would read as absent, and absent is "no sidecar" or the default capture.
