@@ -11,9 +11,8 @@
 //! `wait` comes at once when the agent has not seen the pod yet and waits for its watch event, so a
 //! client can tell a live agent from a hung one within a tight bound. A hit names the agent's reduction
 //! ([`reduction_id`]); the client uses it only when that is its own (a rolling update runs a new plugin
-//! against the old agent for a while). A request is at most
-//! [`MAX_REQUEST`] bytes; a reply at most [`MAX_REPLY`]. A request with another `v` gets `bad_request`.
-//! Pure.
+//! against the old agent for a while). A request is at most [`MAX_REQUEST`] bytes; a reply at most
+//! [`MAX_REPLY`]. A request with another `v` gets `bad_request`. Pure.
 
 use super::Answer;
 use crate::json::{self, Object, Value};
