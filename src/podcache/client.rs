@@ -252,6 +252,68 @@ mod tests {
         }
     }
 
+    /// The agent reduces the pod ([`crate::redirect::reduce`]), the plugin decides it: both must keep the
+    /// same keys, or a key the plugin reads and the agent's build dropped (a rolling update: a new plugin
+    /// binary and the old agent still serving the socket) reads as absent, and absent is "no sidecar" or
+    /// the default capture. A hit that does not name this build's reduction is a miss.
+    #[test]
+    fn a_hit_reduced_by_another_build_is_a_miss() {
+        let asked = req("shop", "web-0", "u-1");
+        let body = pod("shop", "web-0", "u-1");
+        for line in [
+            format!(r#"{{"v":1,"result":"hit","pod":{body}}}"#),
+            format!(r#"{{"v":1,"result":"hit","reduced":"another","pod":{body}}}"#),
+            format!(r#"{{"v":1,"result":"hit","reduced":7,"pod":{body}}}"#),
+        ] {
+            let (path, h) = forging(format!("{line}\n").into_bytes());
+            let got = lookup(&path, &asked);
+            h.join().unwrap();
+            assert_eq!(got.err(), Some(Miss::BadReply), "{line}");
+        }
+        let (path, h) = forging(proto::hit_line(&body));
+        let got = lookup(&path, &asked);
+        h.join().unwrap();
+        assert!(got.is_ok(), "{got:?}");
+    }
+
+    /// An agent that hangs mid-reply (part of a line then nothing; a line dribbled a byte at a time;
+    /// `wait` then nothing) is a timeout: each line has one deadline however its bytes come, and no
+    /// partial reply is ever read as a pod. The lookup runs on a thread of its own, so a client that
+    /// never gave up would fail the test rather than hang it.
+    #[test]
+    fn an_agent_hanging_mid_reply_is_a_timeout() {
+        let line = proto::hit_line(&pod("shop", "web-0", "u-1"));
+        for (what, first, dribble) in [
+            ("half a hit line", line[..line.len() / 2].to_vec(), false),
+            ("a hit line dribbled", line[..line.len() / 2].to_vec(), true),
+            ("wait, then nothing", proto::WAIT_LINE.to_vec(), false),
+        ] {
+            let dir = crate::fsutil::test_dir("podcache-client-hang");
+            let path = dir.join("pod-cache.sock");
+            let l = UnixListener::bind(&path).unwrap();
+            let (gave_up, stop) = std::sync::mpsc::channel::<()>();
+            let agent = std::thread::spawn(move || {
+                let (mut s, _) = l.accept().unwrap();
+                let mut b = [0u8; 1024];
+                let _ = s.read(&mut b);
+                s.write_all(&first).unwrap();
+                while stop.recv_timeout(Duration::from_millis(10)).is_err() {
+                    if dribble && s.write_all(b" ").is_err() {
+                        break;
+                    }
+                }
+            });
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || tx.send(lookup(&path, &req("shop", "web-0", "u-1"))));
+            let got = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("{what}: the lookup never gave up"));
+            gave_up.send(()).unwrap();
+            agent.join().unwrap();
+            assert_eq!(got.err(), Some(Miss::Timeout), "{what}");
+        }
+    }
+
     #[test]
     fn an_alive_agent_gets_the_long_bound_and_a_silent_one_the_short() {
         let now = SystemTime::now();

@@ -9,7 +9,8 @@
 //! - a hit needs a completed list and the pod's UID equal to `K8S_POD_UID`; without a UID from the runtime,
 //!   name and namespace are enough only while the watch is open *and has caught up* with the server
 //!   ([`crate::kube::podwatch::catch_up`]): a re-opened watch's head arrives before what it missed, and until
-//!   then the cache may hold the previous pod of that name;
+//!   then the cache may hold the previous pod of that name; and never with a pod being deleted (a sandbox
+//!   set up under its name is for the pod that replaces it);
 //! - a pod the cache has not seen (or seen with another UID) is waited for briefly
 //!   ([`server::UNSEEN_WAIT`]) while a watch is open, then answered `unknown` / `uid_mismatch`, and the
 //!   plugin reads it from the API server: the cache never decides "no sidecar" for a pod it has not seen;
@@ -31,7 +32,8 @@ pub mod store;
 pub enum Answer {
     /// The pod, reduced.
     Hit,
-    /// Not in the cache (after the wait for its watch event).
+    /// Not in the cache (after the wait for its watch event); by name alone, also a pod being deleted (the
+    /// sandbox is for the pod that replaces it).
     Unknown,
     /// In the cache with another UID than the runtime's `K8S_POD_UID` (a pod recreated under its name).
     UidMismatch,
@@ -202,3 +204,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod wire_tests;

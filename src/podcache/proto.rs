@@ -3,19 +3,20 @@
 //!
 //! ```text
 //! → {"v":1,"namespace":"shop","name":"web-1","uid":"6f1c…"}          (uid "" when the runtime gave none)
-//! ← {"v":1,"result":"hit","pod":{…the reduced pod…}}
+//! ← {"v":1,"result":"hit","reduced":"<reduction_id>","pod":{…the reduced pod…}}
 //! ← {"v":1,"result":"wait"}   then, within the wait bound, one of the others
 //! ← {"v":1,"result":"unknown"} | uid_mismatch | not_synced | too_large | bad_request (+ "error")
 //! ```
 //!
 //! `wait` comes at once when the agent has not seen the pod yet and waits for its watch event, so a
-//! client can tell a live agent from a hung one within a tight bound. A request is at most
-//! [`MAX_REQUEST`] bytes; a reply at most [`MAX_REPLY`]. A request with another `v` gets `bad_request`.
-//! Pure.
+//! client can tell a live agent from a hung one within a tight bound. A hit names the agent's reduction
+//! ([`reduction_id`]); the client uses it only when that is its own (a rolling update runs a new plugin
+//! against the old agent for a while). A request is at most [`MAX_REQUEST`] bytes; a reply at most
+//! [`MAX_REPLY`]. A request with another `v` gets `bad_request`. Pure.
 
 use super::Answer;
 use crate::json::{self, Object, Value};
-use crate::redirect::reduce::MAX_POD_BYTES;
+use crate::redirect::reduce::{reduction_id, MAX_POD_BYTES};
 
 pub const VERSION: u64 = 1;
 /// Largest request line: a namespace (63), a name (253) and a UID fit many times over.
@@ -90,10 +91,14 @@ pub fn answer_line(a: Answer, error: Option<&str>) -> Vec<u8> {
     s.into_bytes()
 }
 
-/// The hit line for a reduced pod's JSON (rendered once per pod version, then shared by every reply).
+/// The hit line for a reduced pod's JSON (rendered once per pod version, then shared by every reply),
+/// naming this build's reduction ([`reduction_id`]).
 pub fn hit_line(pod_json: &str) -> Vec<u8> {
-    let mut s = String::with_capacity(pod_json.len() + 40);
-    s.push_str(&format!("{{\"v\":{VERSION},\"result\":\"hit\",\"pod\":"));
+    let mut s = String::with_capacity(pod_json.len() + 60);
+    s.push_str(&format!(
+        "{{\"v\":{VERSION},\"result\":\"hit\",\"reduced\":\"{}\",\"pod\":",
+        reduction_id()
+    ));
     s.push_str(pod_json);
     s.push_str("}\n");
     s.into_bytes()
@@ -125,6 +130,11 @@ pub fn decode_reply(line: &[u8]) -> Result<Reply, String> {
     let result = json::str_of(&o, "result").unwrap_or("").to_string();
     match result.as_str() {
         "wait" => Ok(Reply::Wait),
+        "hit" if json::str_of(&o, "reduced") != Some(reduction_id().as_str()) => Err(format!(
+            "hit reduced by another build ({:?}, this one reduces as {:?}): it may lack keys this build reads",
+            json::str_of(&o, "reduced").unwrap_or(""),
+            reduction_id()
+        )),
         "hit" => match o.remove("pod") {
             Some(Value::Object(p)) => Ok(Reply::Hit(p)),
             _ => Err("hit without a pod object".into()),
@@ -203,6 +213,8 @@ pub(super) mod tests {
         }
         for bad in [
             &br#"{"v":2,"result":"hit","pod":{}}"#[..],
+            br#"{"v":1,"result":"hit","pod":{}}"#,
+            br#"{"v":1,"result":"hit","reduced":"0000000000000000","pod":{}}"#,
             br#"{"v":1,"result":"hit"}"#,
             br#"{"v":1,"result":"maybe"}"#,
             b"nope",

@@ -17,6 +17,7 @@ fn pod(name: &str, uid: &str) -> Reduced {
         kubelet_uid: String::new(),
         resource_version: "1".into(),
         terminal: false,
+        deleting: false,
         body: Some(format!(
             r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"{uid}"}}}}"#
         )),

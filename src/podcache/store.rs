@@ -26,6 +26,8 @@ struct Entry {
     /// A static pod's mirror: the kubelet's UID for it (what a runtime sends); empty otherwise.
     kubelet_uid: Box<str>,
     resource_version: Box<str>,
+    /// `metadata.deletionTimestamp` is set: by name alone it is not the answer ([`Store::lookup`]).
+    deleting: bool,
     /// The whole hit reply line, shared by every reply; `None` when the pod is too large to keep.
     reply: Option<Arc<[u8]>>,
 }
@@ -96,6 +98,7 @@ impl Store {
             uid: r.uid.into(),
             kubelet_uid: r.kubelet_uid.into(),
             resource_version: r.resource_version.into(),
+            deleting: r.deleting,
             reply: r.body.map(|b| Arc::from(hit_line(&b))),
         };
         self.pods.insert(k, entry);
@@ -161,6 +164,11 @@ impl Store {
         }
         let wait = may_wait && self.watching;
         match self.pods.get(&key(&req.namespace, &req.name)) {
+            // By name alone, a pod being deleted is not the answer: a sandbox set up under its name now is
+            // for the pod that replaces it (a StatefulSet's), whose events are still on their way. Its
+            // redirect configuration is not the new pod's; treated as not seen.
+            Some(e) if by_name && e.deleting && wait => Lookup::Wait,
+            Some(e) if by_name && e.deleting => Lookup::Answer(Answer::Unknown),
             Some(e) if by_name || e.is(&req.uid) => match &e.reply {
                 Some(line) => Lookup::Hit(line.clone()),
                 None => Lookup::Answer(Answer::TooLarge),

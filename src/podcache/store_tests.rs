@@ -8,6 +8,7 @@ fn pod(name: &str, uid: &str, rv: &str) -> Reduced {
         kubelet_uid: String::new(),
         resource_version: rv.into(),
         terminal: false,
+        deleting: false,
         body: Some(format!(
             r#"{{"metadata":{{"name":"{name}","uid":"{uid}"}}}}"#
         )),
@@ -221,4 +222,32 @@ fn a_static_pod_is_found_by_the_kubelet_uid_the_runtime_sends() {
     // A DELETED names the API server's UID.
     s.delete("ns/etcd-n1", "api-uid");
     assert_eq!(s.len(), 0);
+}
+
+/// By name alone, a pod being deleted is not the answer: the sandbox asked for is the pod that replaces it
+/// under that name (a StatefulSet's `web-0` recreated once the old one is gone), which the watch has not
+/// delivered yet. The old pod's redirect configuration is not the new pod's: a hit that redirects with
+/// the old annotations (say, `includeOutboundIPRanges: ""`) would start the new pod with the old capture,
+/// and only a skip is read again from the API server (`name_only_skip`). Waited for while the watch is
+/// open, then `unknown` (the API server answers); by its own UID it is still that pod.
+#[test]
+fn by_name_a_pod_being_deleted_is_waited_past_not_answered() {
+    let old = crate::json::parse_object(
+        r#"{"metadata":{"namespace":"ns","name":"web-0","uid":"u-old","resourceVersion":"5",
+            "deletionTimestamp":"2026-11-30T00:00:00Z"},
+           "spec":{"containers":[{"name":"app"}]}}"#,
+        "old",
+    )
+    .unwrap();
+    let mut s = Store::default();
+    s.apply(crate::redirect::reduce::reduce(&old));
+    s.list_done();
+    live(&mut s);
+    assert_eq!(ask(&s, "web-0", "", true), Lookup::Wait);
+    assert_eq!(ask(&s, "web-0", "", false), Lookup::Answer(Answer::Unknown));
+    hit_of(&ask(&s, "web-0", "u-old", true));
+    // The old pod goes, the new one arrives: it is the answer by name.
+    s.delete("ns/web-0", "u-old");
+    s.apply(pod("web-0", "u-new", "7"));
+    assert!(hit_of(&ask(&s, "web-0", "", true)).contains("u-new"));
 }

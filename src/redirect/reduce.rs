@@ -14,6 +14,40 @@ use crate::kube::pod::MIRROR_ANNOTATION;
 /// reads it from the API server. A typical injected pod reduces to well under 1 KiB.
 pub const MAX_POD_BYTES: usize = 32 * 1024;
 
+/// The shape of what [`reduce_object`] keeps besides its key lists (which fields of a container, of
+/// `istio-proxy`, of the status): bump it with any change to that shape, so [`reduction_id`] changes.
+const SHAPE: u32 = 1;
+
+/// This build's reduction, named (a hash of `SHAPE` and every key list it keeps): a pod reduced by
+/// another build (the pod cache's agent during a rolling update, while the new plugin binary is already
+/// in place) is decided by this build's code only under the same name. A key this build reads and that
+/// build dropped would read as absent, and absent is "no sidecar" or the default capture.
+pub fn reduction_id() -> String {
+    let lists: [&[&str]; 5] = [
+        &READ_LABELS,
+        &READ_ANNOTATIONS,
+        &[MIRROR_ANNOTATION],
+        &READ_PROXY_ENV,
+        &[PROXY_CONTAINER],
+    ];
+    // FNV-1a (64 bits) over the shape and each key, each list ended by a byte no key holds.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    eat(&SHAPE.to_le_bytes());
+    for list in lists {
+        for k in list {
+            eat(k.as_bytes());
+            eat(b"\n");
+        }
+        eat(b"\0");
+    }
+    format!("{h:016x}")
+}
+
 /// One pod as the cache keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reduced {
@@ -26,6 +60,8 @@ pub struct Reduced {
     pub resource_version: String,
     /// `status.phase` is `Succeeded` or `Failed`: no sandbox is ever set up for it again.
     pub terminal: bool,
+    /// `metadata.deletionTimestamp` is set: a pod of this name set up now is the one that replaces it.
+    pub deleting: bool,
     /// The reduced object as compact JSON, or `None` when it is over [`MAX_POD_BYTES`].
     pub body: Option<String>,
 }
@@ -157,6 +193,7 @@ pub fn reduce(pod: &Object) -> Reduced {
         },
         resource_version: v.resource_version.into(),
         terminal: v.terminal,
+        deleting: v.deleting,
         body: reduced_text(pod),
     }
 }

@@ -167,3 +167,28 @@ fn terminal_phases() {
         assert_eq!(reduce(&pod).terminal, terminal, "{phase}");
     }
 }
+
+/// A tripwire for `SHAPE`: what an injected pod reduces to, and the reduction's id, pinned. A change to
+/// either is a change of what the pod cache's agent hands the plugin: bump `SHAPE` (the key lists change
+/// the id by themselves) and update both pins, so a plugin never decides a pod another build reduced
+/// (`podcache::proto::decode_reply` refuses a hit under another id).
+#[test]
+fn the_reduction_and_its_id_are_pinned() {
+    let pod = injected(
+        r#","traffic.sidecar.istio.io/excludeOutboundPorts":"9000","kubernetes.io/config.mirror":"k-1""#,
+        r#",{"name":"ISTIO_DUAL_STACK","value":"true"}"#,
+    );
+    let pinned = concat!(
+        r#"{"metadata":{"annotations":{"kubernetes.io/config.mirror":"k-1","#,
+        r#""sidecar.istio.io/status":"{\"containers\":[\"istio-proxy\"]}","#,
+        r#""traffic.sidecar.istio.io/excludeOutboundPorts":"9000"},"#,
+        r#""labels":{"sidecar.istio.io/inject":"true"},"name":"web-1","namespace":"shop","uid":"u-1"},"#,
+        r#""spec":{"containers":[{"name":"web"},{"args":["proxy","sidecar"],"#,
+        r#""env":[{"name":"ISTIO_DUAL_STACK","value":"true"}],"name":"istio-proxy","#,
+        r#""securityContext":{"runAsGroup":1337,"runAsUser":1337}}],"#,
+        r#""initContainers":[{"name":"istio-validation"}]},"#,
+        r#""status":{"podIP":"10.0.0.9","podIPs":[{"ip":"10.0.0.9"},{"ip":"fd00::9"}]}}"#
+    );
+    assert_eq!(reduce(&pod).body.as_deref(), Some(pinned));
+    assert_eq!(reduction_id(), "9e0aaafeae258f8c");
+}

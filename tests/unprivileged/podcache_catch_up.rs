@@ -160,3 +160,47 @@ fn the_first_watch_after_the_list_answers_no_name_only_lookup_until_it_caught_up
         assert_catches_up(&agent, &new);
     }
 }
+
+/// `web-0` being deleted (`deletionTimestamp` set, its containers still stopping; a slow node or an
+/// agent whose watch lags behind the kubelet's) is, by name alone, not the answer: a sandbox set up under
+/// its name is for the pod that replaces it, whose redirect configuration may differ. The agent waits for
+/// that one, then answers `unknown` (the plugin asks the API server); by its UID the old pod is still
+/// served, and once the new pod arrives it is the answer by name.
+#[test]
+fn by_name_a_pod_being_deleted_is_not_the_answer() {
+    let dir = TempDir::new("cache-deleting");
+    let srv = start();
+    let mut old = istio_cni::json::parse_object(&pod_json(NS, NAME, NODE), "pod").unwrap();
+    if let Some(istio_cni::json::Value::Object(m)) = old.get_mut("metadata") {
+        m.insert(
+            "deletionTimestamp".into(),
+            istio_cni::json::string("2026-11-30T00:00:30Z"),
+        );
+    }
+    let old = uid_of(
+        &srv.add_pod(&istio_cni::json::object_to_compact(&old))
+            .unwrap(),
+    );
+    let agent = Agent::start(&srv, &dir.join("run"), NODE, &[]);
+    let by_uid = Request {
+        namespace: NS.into(),
+        name: NAME.into(),
+        uid: old.clone(),
+    };
+    poll_until(
+        "the old web-0 by its UID, and the watch caught up",
+        Duration::from_secs(60),
+        || {
+            client::lookup(&agent.socket(), &by_uid).is_ok()
+                && by_name(&agent) != Err(Miss::Agent(Answer::NotSynced))
+        },
+    );
+    assert_eq!(
+        by_name(&agent),
+        Err(Miss::Agent(Answer::Unknown)),
+        "{}",
+        agent.log()
+    );
+    let new = recreate_web(&srv, &old);
+    assert_catches_up(&agent, &new);
+}
