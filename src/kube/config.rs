@@ -351,12 +351,14 @@ impl Config {
     }
 }
 
-/// Checks the scheme and host of `server` and drops a trailing `/`.
+/// Checks the scheme and host of `server`, lower-cases the scheme (as Go's `url.Parse`: client-go takes
+/// `HTTPS://`) and drops a trailing `/`.
 fn normalise_server(server: &str, origin: &str) -> Result<String> {
     let s = server.trim().trim_end_matches('/');
-    let rest = s
-        .strip_prefix("https://")
-        .or_else(|| s.strip_prefix("http://"))
+    let (scheme, rest) = s
+        .split_once("://")
+        .map(|(scheme, rest)| (scheme.to_ascii_lowercase(), rest))
+        .filter(|(scheme, _)| scheme == "https" || scheme == "http")
         .ok_or_else(|| {
             bad(
                 origin,
@@ -372,7 +374,7 @@ fn normalise_server(server: &str, origin: &str) -> Result<String> {
             &format!("{server:?} is not a valid server URL"),
         ));
     }
-    Ok(s.to_string())
+    Ok(format!("{scheme}://{rest}"))
 }
 
 #[cfg(test)]

@@ -89,6 +89,30 @@ fn json_kubeconfig_with_files_relative_to_its_dir() {
     assert_eq!(c.token.unwrap().get(), "inline-token");
 }
 
+// Go's url.Parse lower-cases the scheme: client-go takes `HTTPS://` as `https://` (and `HTTP://` as
+// plain `http://`, which we accept as it is written too).
+#[test]
+fn the_server_scheme_is_read_case_insensitively() {
+    let t = TempDir::new("scheme");
+    let ca = format!(r#""certificate-authority-data":"{}""#, b64(&ca_pem()));
+    for (server, want) in [
+        ("HTTPS://Api.Example:6443/", "https://Api.Example:6443"),
+        ("Https://10.96.0.1", "https://10.96.0.1"),
+        ("hTTp://10.96.0.1:80/prefix", "http://10.96.0.1:80/prefix"),
+    ] {
+        let c = parse(
+            &json_kubeconfig(&format!(r#""server":"{server}",{ca}"#), ""),
+            &t.0,
+        );
+        assert_eq!(c.map(|c| c.server).ok().as_deref(), Some(want), "{server}");
+    }
+    refused(
+        &json_kubeconfig(&format!(r#""server":"HTTPS:/h",{ca}"#), ""),
+        &t.0,
+        &["cluster.server", "HTTPS:/h"],
+    );
+}
+
 #[test]
 fn client_certificate_data_and_key() {
     let t = TempDir::new("cert");
