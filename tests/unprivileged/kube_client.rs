@@ -151,6 +151,16 @@ fn in_cluster_with_a_pod(tag: &str) -> (Server, TempDir, Client) {
 #[test]
 fn rotated_cluster_ca_is_trusted_without_restart() {
     let (srv, sa, c) = in_cluster_with_a_pod("sa-ca");
+    // A second client, for a watch that meets the new certificate first (its own retry).
+    let watcher = Client::from_config(
+        Config::in_cluster_from(
+            Some("127.0.0.1".into()),
+            Some(srv.addr().port().to_string()),
+            sa.path(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
 
     // Still the old CA alone in the file: the new certificate is refused.
     srv.set_fault(Fault::WrongCert, None);
@@ -163,7 +173,7 @@ fn rotated_cluster_ca_is_trusted_without_restart() {
     std::fs::write(sa.join("ca.crt.new"), bundle).unwrap();
     std::fs::rename(sa.join("ca.crt.new"), sa.join("ca.crt")).unwrap();
     assert_eq!(name_of(&c.get_pod("ns", "p").unwrap()), "p");
-    let mut w = c
+    let mut w = watcher
         .watch_pods(&WatchParams {
             timeout_seconds: Some(1),
             ..Default::default()
