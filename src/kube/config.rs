@@ -36,7 +36,7 @@ pub struct Config {
     pub client_key_pem: Option<Vec<u8>>,
     pub token: Option<TokenSource>,
     /// The cluster's `proxy-url` (scheme lower-cased): used instead of the environment's proxy
-    /// ([`super::proxy::for_config`]).
+    /// ([`super::proxy::for_client`]).
     pub proxy_url: Option<String>,
     /// Where the configuration came from, for messages ("kubeconfig /path", "in-cluster").
     pub origin: String,

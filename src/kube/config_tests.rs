@@ -135,7 +135,9 @@ fn proxy_url_as_client_go_reads_it() {
         assert_eq!(c.proxy_url.as_deref(), want, "{url}");
         // Set, it decides alone (the environment is not read): a socks5 one means a direct connection.
         if c.proxy_url.is_some() {
-            let direct = super::super::proxy::for_config(&c).is_none();
+            let direct =
+                super::super::proxy::for_client(c.proxy_url.as_deref(), &c.server, &c.origin)
+                    .is_none();
             assert_eq!(direct, url.starts_with("socks5"), "{url}");
         }
     }

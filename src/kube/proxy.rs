@@ -27,7 +27,6 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::config::Config;
 use crate::error::{Error, Result};
 
 /// The first of `names` set to a non-empty value (Go's `getEnvAny`), with its name.
@@ -187,15 +186,12 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
-/// The proxy for `cfg`'s connections: the kubeconfig's `proxy-url` when set (as client-go, the
-/// environment and `NO_PROXY` are then not read), else the environment's ([`from_env`]).
-pub fn for_config(cfg: &Config) -> Option<String> {
-    match &cfg.proxy_url {
-        Some(url) => {
-            let source = format!("{}: proxy-url", cfg.origin);
-            connect_or_direct(url, &source, &cfg.server, "remove it")
-        }
-        None => from_env(&cfg.server),
+/// The proxy for a client of `server` configured by `origin`: its kubeconfig's `proxy-url` when set (as
+/// client-go, the environment and `NO_PROXY` are then not read), else the environment's ([`from_env`]).
+pub fn for_client(proxy_url: Option<&str>, server: &str, origin: &str) -> Option<String> {
+    match proxy_url {
+        Some(url) => connect_or_direct(url, &format!("{origin}: proxy-url"), server, "remove it"),
+        None => from_env(server),
     }
 }
 

@@ -158,7 +158,8 @@ impl Transport {
         // Decided here, as client-go decides it (super::proxy): the kubeconfig's proxy-url, else the
         // environment, not by ureq's own reading of it, which matched no CIDR in NO_PROXY and took
         // HTTP_PROXY/ALL_PROXY for https.
-        let proxy = match super::proxy::for_config(cfg) {
+        let chosen = super::proxy::for_client(cfg.proxy_url.as_deref(), &cfg.server, &cfg.origin);
+        let proxy = match chosen {
             Some(url) => Some(Proxy::new(&url).map_err(|e| {
                 let from = match cfg.proxy_url {
                     Some(_) => "proxy-url",
