@@ -5,7 +5,7 @@
 //! `exec` and `auth-provider` users (we never run anything), `tokenFile` (never send a file named by the
 //! kubeconfig as a credential; upstream's sanitizer refuses it too), basic auth, unreadable or empty CA files.
 //! Certificate files (`certificate-authority`, `client-certificate`, `client-key`) are read, relative to the
-//! kubeconfig's directory.
+//! kubeconfig's directory. A cluster's `proxy-url` is checked here and used by [`super::proxy`].
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +35,9 @@ pub struct Config {
     pub client_cert_pem: Option<Vec<u8>>,
     pub client_key_pem: Option<Vec<u8>>,
     pub token: Option<TokenSource>,
+    /// The cluster's `proxy-url` (scheme lower-cased): used instead of the environment's proxy
+    /// ([`super::proxy::for_client`]).
+    pub proxy_url: Option<String>,
     /// Where the configuration came from, for messages ("kubeconfig /path", "in-cluster").
     pub origin: String,
 }
@@ -53,6 +56,10 @@ impl std::fmt::Debug for Config {
                 &len(&self.client_key_pem).map(|_| "<redacted>"),
             )
             .field("token", &self.token)
+            .field(
+                "proxy_url",
+                &self.proxy_url.as_deref().map(super::proxy::redacted),
+            )
             .field("origin", &self.origin)
             .finish()
     }
@@ -263,6 +270,11 @@ impl Config {
                 )
             })?;
         let server = normalise_server(&server, origin)?;
+        let proxy_field = format!("clusters[{cluster_name}].cluster.proxy-url");
+        let proxy_url = match json::opt_string(cluster, "proxy-url", origin)? {
+            Some(url) => super::proxy::kubeconfig_proxy_url(&url, &proxy_field, origin)?,
+            None => None,
+        };
         let insecure =
             json::opt_bool(cluster, "insecure-skip-tls-verify", origin)?.unwrap_or(false);
         let (ca_pem, ca_file) = match data_or_path(cluster, "certificate-authority", base, origin)?
@@ -290,6 +302,7 @@ impl Config {
             client_cert_pem: None,
             client_key_pem: None,
             token: None,
+            proxy_url,
             origin: origin.to_string(),
         };
         if let Some(user) = json::opt_string(ctx, "user", origin)?.filter(|u| !u.is_empty()) {
@@ -351,12 +364,14 @@ impl Config {
     }
 }
 
-/// Checks the scheme and host of `server` and drops a trailing `/`.
+/// Checks the scheme and host of `server`, lower-cases the scheme (as Go's `url.Parse`: client-go takes
+/// `HTTPS://`) and drops a trailing `/`.
 fn normalise_server(server: &str, origin: &str) -> Result<String> {
     let s = server.trim().trim_end_matches('/');
-    let rest = s
-        .strip_prefix("https://")
-        .or_else(|| s.strip_prefix("http://"))
+    let (scheme, rest) = s
+        .split_once("://")
+        .map(|(scheme, rest)| (scheme.to_ascii_lowercase(), rest))
+        .filter(|(scheme, _)| scheme == "https" || scheme == "http")
         .ok_or_else(|| {
             bad(
                 origin,
@@ -372,7 +387,7 @@ fn normalise_server(server: &str, origin: &str) -> Result<String> {
             &format!("{server:?} is not a valid server URL"),
         ));
     }
-    Ok(s.to_string())
+    Ok(format!("{scheme}://{rest}"))
 }
 
 #[cfg(test)]

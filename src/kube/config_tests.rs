@@ -89,6 +89,79 @@ fn json_kubeconfig_with_files_relative_to_its_dir() {
     assert_eq!(c.token.unwrap().get(), "inline-token");
 }
 
+// Go's url.Parse lower-cases the scheme: client-go takes `HTTPS://` as `https://` (and `HTTP://` as
+// plain `http://`, which we accept as it is written too).
+#[test]
+fn the_server_scheme_is_read_case_insensitively() {
+    let t = TempDir::new("scheme");
+    let ca = format!(r#""certificate-authority-data":"{}""#, b64(&ca_pem()));
+    for (server, want) in [
+        ("HTTPS://Api.Example:6443/", "https://Api.Example:6443"),
+        ("Https://10.96.0.1", "https://10.96.0.1"),
+        ("hTTp://10.96.0.1:80/prefix", "http://10.96.0.1:80/prefix"),
+    ] {
+        let c = parse(
+            &json_kubeconfig(&format!(r#""server":"{server}",{ca}"#), ""),
+            &t.0,
+        );
+        assert_eq!(c.map(|c| c.server).ok().as_deref(), Some(want), "{server}");
+    }
+    refused(
+        &json_kubeconfig(&format!(r#""server":"HTTPS:/h",{ca}"#), ""),
+        &t.0,
+        &["cluster.server", "HTTPS:/h"],
+    );
+}
+
+// clusters[].cluster.proxy-url as client-go's clientcmd checks it: http, https or socks5 (Go's url.Parse
+// lower-cases the scheme), anything else refuses the kubeconfig; empty is unset.
+#[test]
+fn proxy_url_as_client_go_reads_it() {
+    let t = TempDir::new("proxy-url");
+    let ca = format!(r#""certificate-authority-data":"{}""#, b64(&ca_pem()));
+    let with = |url: &str| {
+        json_kubeconfig(
+            &format!(r#""server":"https://h:443","proxy-url":"{url}",{ca}"#),
+            "",
+        )
+    };
+    for (url, want) in [
+        ("HTTP://proxy:3128", Some("http://proxy:3128")),
+        ("https://u:secret@proxy", Some("https://u:secret@proxy")),
+        ("socks5://proxy:1080", Some("socks5://proxy:1080")),
+        ("", None),
+    ] {
+        let c = parse(&with(url), &t.0).unwrap();
+        assert_eq!(c.proxy_url.as_deref(), want, "{url}");
+        // Set, it decides alone (the environment is not read): a socks5 one means a direct connection.
+        if c.proxy_url.is_some() {
+            let direct =
+                super::super::proxy::for_client(c.proxy_url.as_deref(), &c.server, &c.origin)
+                    .is_none();
+            assert_eq!(direct, url.starts_with("socks5"), "{url}");
+        }
+    }
+    let shown = format!(
+        "{:?}",
+        parse(&with("http://u:secret@proxy:3128/"), &t.0).unwrap()
+    );
+    assert!(
+        shown.contains("http://<redacted>@proxy:3128/") && !shown.contains("secret"),
+        "{shown}"
+    );
+    for (url, needles) in [
+        ("ftp://proxy", &["unsupported scheme \"ftp\""][..]),
+        ("socks4://proxy", &["unsupported scheme \"socks4\""]),
+        ("proxy:3128", &["\"proxy:3128\" is not a URL"]),
+        ("http://u:secret@/", &["names no host"]),
+    ] {
+        refused(&with(url), &t.0, needles);
+        refused(&with(url), &t.0, &["clusters[local].cluster.proxy-url"]);
+        let e = parse(&with(url), &t.0).unwrap_err().to_string();
+        assert!(!e.contains("secret"), "{e}");
+    }
+}
+
 #[test]
 fn client_certificate_data_and_key() {
     let t = TempDir::new("cert");

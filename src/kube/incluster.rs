@@ -54,6 +54,7 @@ impl Config {
             client_cert_pem: None,
             client_key_pem: None,
             token: Some(token),
+            proxy_url: None,
             origin,
         })
     }

@@ -1,7 +1,11 @@
-//! Which proxy, if any, carries the API connections: the environment read as client-go's transport reads
-//! it (Go's `http.ProxyFromEnvironment`, golang.org/x/net/http/httpproxy), decided once per client since a
-//! client talks to one server.
+//! Which proxy, if any, carries the API connections, decided once per client since a client talks to one
+//! server: the kubeconfig cluster's `proxy-url` when set, else the environment read as client-go's
+//! transport reads it (Go's `http.ProxyFromEnvironment`, golang.org/x/net/http/httpproxy).
 //!
+//! - `proxy-url` is checked as client-go's `clientcmd` checks it (`http`, `https` or `socks5`; anything else
+//!   refuses the kubeconfig) and then used as client-go uses it (`http.ProxyURL`): for every request of
+//!   that cluster, the environment and `NO_PROXY` not read. A `socks5` one is passed over for a direct
+//!   connection with a warning, as a SOCKS proxy from the environment is (below).
 //! - An `https://` server goes through `HTTPS_PROXY` (else `https_proxy`), an `http://` one through
 //!   `HTTP_PROXY` (else `http_proxy`); `ALL_PROXY` is not read. (ureq's own reading took `ALL_PROXY`, then
 //!   `HTTPS_PROXY`, then `HTTP_PROXY` for any scheme.)
@@ -11,15 +15,19 @@
 //!   `kubernetes.default.svc`), `.name` and `*.name` its subdomains only, each optionally `:port`. (ureq's
 //!   own reading matched neither CIDRs nor entries with a space after the comma, so a node whose runtime
 //!   has `NO_PROXY=localhost, 10.96.0.0/12` sent the plugin's API requests to the proxy.)
-//! - A proxy without a scheme is `http://`; `http` and `https` proxies are supported (CONNECT); with a
-//!   SOCKS (or any other) proxy the connection is direct, as before this reading, with a warning naming the
-//!   variable (refusing it stopped every pod start of a node whose runtime carries one for image pulls).
-//! - Deviation kept from before: Go never proxies `localhost` or a loopback IP; we do when a proxy is set
-//!   and `NO_PROXY` does not exclude it.
+//! - A proxy without a scheme is `http://`; `http` and `https` proxies (any case) are supported (CONNECT);
+//!   with a SOCKS (or any other) proxy the connection is direct, as before this reading, with a warning
+//!   naming the variable (refusing it stopped every pod start of a node whose runtime carries one for image
+//!   pulls).
+//! - Deviation kept from before: Go never proxies `localhost` or a loopback IP from the environment; we do
+//!   when a proxy is set and `NO_PROXY` does not exclude it. (Go's `proxy-url` proxies them too: no
+//!   difference there.)
 
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+
+use crate::error::{Error, Result};
 
 /// The first of `names` set to a non-empty value (Go's `getEnvAny`), with its name.
 fn env_any<'a>(
@@ -119,21 +127,72 @@ pub fn choose(server: &str, env: impl Fn(&str) -> Option<String>) -> Option<Stri
         return None;
     }
     let proxy = proxy.trim();
-    let url = match proxy.split_once("://") {
-        None => format!("http://{proxy}"),
-        Some(("http" | "https", _)) => proxy.to_string(),
-        Some((scheme, _)) => {
-            // Connected directly, as before this reading (ureq passed a SOCKS proxy over): refusing it
-            // would stop every sidecar pod of a node whose runtime carries one for its image pulls, and the
-            // connection is verified against the cluster CA either way.
-            log::warn!(
-                "{var}: a {scheme} proxy is not supported for the API server {server} (only http:// and \
-                 https:// proxies): connecting directly; exclude the server with NO_PROXY to silence this"
-            );
-            return None;
-        }
-    };
-    Some(url)
+    match proxy.contains("://") {
+        true => connect_or_direct(proxy, var, server, "exclude the server with NO_PROXY"),
+        false => Some(format!("http://{proxy}")),
+    }
+}
+
+/// `url` (`scheme://…`) when it is a CONNECT proxy (`http`, `https`, any case), with the scheme lower-cased
+/// as Go's `url.Parse` does; `None` (a direct connection) for any other, with a warning naming `source`
+/// and what silences it (`hint`).
+fn connect_or_direct(url: &str, source: &str, server: &str, hint: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme == "http" || scheme == "https" {
+        return Some(format!("{scheme}://{rest}"));
+    }
+    // Connected directly, as before this reading (ureq passed a SOCKS proxy over): refusing it would stop
+    // every sidecar pod of a node whose runtime carries one for its image pulls, and the connection is
+    // verified against the cluster CA either way.
+    log::warn!(
+        "{source}: a {scheme} proxy is not supported for the API server {server} (only http:// and \
+         https:// proxies): connecting directly; {hint} to silence this"
+    );
+    None
+}
+
+/// A kubeconfig's `proxy-url` (`field` names it in messages), checked as client-go's `clientcmd` checks it:
+/// `http`, `https` or `socks5` (any case), with a host; empty is unset.
+pub fn kubeconfig_proxy_url(url: &str, field: &str, origin: &str) -> Result<Option<String>> {
+    let url = url.trim();
+    if url.is_empty() {
+        return Ok(None);
+    }
+    let bad = |why: String| Error::config(format!("{origin}: {field}: {why}"));
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| bad(format!("{:?} is not a URL", redacted(url))))?;
+    let scheme = scheme.to_ascii_lowercase();
+    if !matches!(scheme.as_str(), "http" | "https" | "socks5") {
+        return Err(bad(format!(
+            "unsupported scheme {scheme:?}, must be http, https, or socks5"
+        )));
+    }
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.rsplit('@').next().unwrap_or("").is_empty() {
+        return Err(bad(format!("{:?} names no host", redacted(url))));
+    }
+    Ok(Some(format!("{scheme}://{rest}")))
+}
+
+/// `url` with its user information (a proxy's credentials) replaced, for messages and `Debug`.
+pub fn redacted(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}<redacted>{}", &url[..start], &url[start + at..]),
+        None => url.to_string(),
+    }
+}
+
+/// The proxy for a client of `server` configured by `origin`: its kubeconfig's `proxy-url` when set (as
+/// client-go, the environment and `NO_PROXY` are then not read), else the environment's ([`from_env`]).
+pub fn for_client(proxy_url: Option<&str>, server: &str, origin: &str) -> Option<String> {
+    match proxy_url {
+        Some(url) => connect_or_direct(url, &format!("{origin}: proxy-url"), server, "remove it"),
+        None => from_env(server),
+    }
 }
 
 /// [`choose`] from this process's environment.
@@ -211,6 +270,19 @@ mod tests {
         assert_eq!(
             choose("https://api.example/prefix", &port).as_deref(),
             Some(P)
+        );
+    }
+
+    // Go's url.Parse lower-cases the scheme: HTTP://proxy is an http proxy, not an unknown scheme passed
+    // over for a direct connection.
+    #[test]
+    fn the_proxy_scheme_is_read_case_insensitively() {
+        let e = env(&[("HTTPS_PROXY", "HTTP://proxy:3128")]);
+        assert_eq!(choose("https://10.96.0.1", &e).as_deref(), Some(P));
+        let e = env(&[("HTTPS_PROXY", "Https://proxy:3128")]);
+        assert_eq!(
+            choose("https://10.96.0.1", &e).as_deref(),
+            Some("https://proxy:3128")
         );
     }
 

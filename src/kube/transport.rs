@@ -155,13 +155,21 @@ impl Transport {
                 cfg.origin, cfg.server
             )));
         }
-        // Decided here, as client-go decides it (super::proxy), not by ureq's own reading of the
-        // environment, which matched no CIDR in NO_PROXY and took HTTP_PROXY/ALL_PROXY for https.
-        let proxy = match super::proxy::from_env(&cfg.server) {
+        // Decided here, as client-go decides it (super::proxy): the kubeconfig's proxy-url, else the
+        // environment, not by ureq's own reading of it, which matched no CIDR in NO_PROXY and took
+        // HTTP_PROXY/ALL_PROXY for https.
+        let chosen = super::proxy::for_client(cfg.proxy_url.as_deref(), &cfg.server, &cfg.origin);
+        let proxy = match chosen {
             Some(url) => Some(Proxy::new(&url).map_err(|e| {
+                let from = match cfg.proxy_url {
+                    Some(_) => "proxy-url",
+                    None => "the environment's proxy",
+                };
                 Error::config(format!(
-                    "{}: the proxy for {} from the environment: {e}",
-                    cfg.origin, cfg.server
+                    "{}: {from} {} for {}: {e}",
+                    cfg.origin,
+                    super::proxy::redacted(&url),
+                    cfg.server
                 ))
             })?),
             None => None,

@@ -151,6 +151,16 @@ fn in_cluster_with_a_pod(tag: &str) -> (Server, TempDir, Client) {
 #[test]
 fn rotated_cluster_ca_is_trusted_without_restart() {
     let (srv, sa, c) = in_cluster_with_a_pod("sa-ca");
+    // A second client, for a watch that meets the new certificate first (its own retry).
+    let watcher = Client::from_config(
+        Config::in_cluster_from(
+            Some("127.0.0.1".into()),
+            Some(srv.addr().port().to_string()),
+            sa.path(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
 
     // Still the old CA alone in the file: the new certificate is refused.
     srv.set_fault(Fault::WrongCert, None);
@@ -163,7 +173,7 @@ fn rotated_cluster_ca_is_trusted_without_restart() {
     std::fs::write(sa.join("ca.crt.new"), bundle).unwrap();
     std::fs::rename(sa.join("ca.crt.new"), sa.join("ca.crt")).unwrap();
     assert_eq!(name_of(&c.get_pod("ns", "p").unwrap()), "p");
-    let mut w = c
+    let mut w = watcher
         .watch_pods(&WatchParams {
             timeout_seconds: Some(1),
             ..Default::default()
@@ -411,12 +421,11 @@ fn connect_proxy() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     (port, seen)
 }
 
-/// Runs [`proxy_child_get_once`] in a child process with the proxy variables `vars` (all others unset)
-/// against `srv`, and returns the request lines the proxy saw.
-fn get_through_env(srv: &Server, vars: &[(&str, String)]) -> Vec<String> {
+/// Runs [`proxy_child_get_once`] in a child process with the kubeconfig `kc` and the proxy variables
+/// `vars` (all others unset).
+fn get_in_child(kc: &str, vars: &[(&str, String)]) {
     let dir = TempDir::new("proxy");
-    srv.write_kubeconfig(&dir.join("kc")).unwrap();
-    let (port, seen) = connect_proxy();
+    std::fs::write(dir.join("kc"), kc).unwrap();
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
@@ -437,9 +446,7 @@ fn get_through_env(srv: &Server, vars: &[(&str, String)]) -> Vec<String> {
     ] {
         cmd.env_remove(v);
     }
-    for (k, v) in vars {
-        cmd.env(k, v.replace("PROXY_PORT", &port.to_string()));
-    }
+    cmd.envs(vars.iter().map(|(k, v)| (k, v)));
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
@@ -449,6 +456,17 @@ fn get_through_env(srv: &Server, vars: &[(&str, String)]) -> Vec<String> {
     );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("1 passed"), "the child ran no test: {said}");
+}
+
+/// [`get_in_child`] with `srv`'s kubeconfig and the proxy variables `vars` (`PROXY_PORT` in a value is a
+/// CONNECT proxy's port); returns the request lines that proxy saw.
+fn get_through_env(srv: &Server, vars: &[(&str, String)]) -> Vec<String> {
+    let (port, seen) = connect_proxy();
+    let vars: Vec<_> = vars
+        .iter()
+        .map(|(k, v)| (*k, v.replace("PROXY_PORT", &port.to_string())))
+        .collect();
+    get_in_child(&srv.kubeconfig(), &vars);
     let seen = seen.lock().unwrap().clone();
     seen
 }
@@ -501,6 +519,35 @@ fn no_proxy_and_the_proxy_variables_are_read_as_client_go_reads_them() {
         ],
     );
     assert_eq!(seen, vec![format!("CONNECT {} HTTP/1.1", srv.addr())]);
+}
+
+// A kubeconfig's clusters[].cluster.proxy-url carries that cluster's requests instead of the environment's
+// proxy (client-go's clientcmd sets rest.Config.Proxy = http.ProxyURL(u): neither HTTPS_PROXY nor NO_PROXY
+// is read then). A socks5 proxy-url is passed over for a direct connection with a warning, as a SOCKS proxy
+// from the environment is; the environment is not read then either.
+#[test]
+fn the_kubeconfig_proxy_url_carries_the_requests_instead_of_the_environment() {
+    let srv = start();
+    srv.add_pod(&pod_json("testNS", "testPod", "n1")).unwrap();
+    let with_proxy_url = |url: &str| {
+        srv.kubeconfig().replace(
+            "    server: ",
+            &format!("    proxy-url: {url}\n    server: "),
+        )
+    };
+    let (port, seen) = connect_proxy();
+    let (env_port, env_seen) = connect_proxy();
+    let env = [
+        ("HTTPS_PROXY", format!("http://127.0.0.1:{env_port}")),
+        ("NO_PROXY", "*".to_string()),
+    ];
+    get_in_child(&with_proxy_url(&format!("HTTP://127.0.0.1:{port}")), &env);
+    let connect = format!("CONNECT {} HTTP/1.1", srv.addr());
+    assert_eq!(*seen.lock().unwrap(), vec![connect.clone()]);
+    get_in_child(&with_proxy_url("socks5://127.0.0.1:1"), &env);
+    assert_eq!(srv.requests().len(), 2, "both GETs reached the server");
+    assert_eq!(*seen.lock().unwrap(), vec![connect]);
+    assert_eq!(*env_seen.lock().unwrap(), Vec::<String>::new());
 }
 
 // ---------------------------------------------------------------------------------------------------
