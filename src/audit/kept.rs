@@ -12,8 +12,19 @@ use crate::kube::PodView;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// The file's first line: its format and version (another is refused, as a corrupt file is).
-pub const HEADER: &str = "istio-cni audit kept decisions v1";
+/// The file's format and version: its first line starts with it (another is refused, as a corrupt file is).
+pub const FORMAT: &str = "istio-cni audit kept decisions v1";
+
+/// The file's first line: [`FORMAT`] and this build's reduction
+/// ([`crate::redirect::reduce::reduction_id`]). A file another build wrote after another reduction is
+/// refused: a key this build reads and that build dropped would read as absent, and absent is "no
+/// sidecar" or the default capture (the pod cache's hits carry the same name for the same reason).
+pub fn header() -> String {
+    format!(
+        "{FORMAT} reduced {}",
+        crate::redirect::reduce::reduction_id()
+    )
+}
 
 /// Most pods the file keeps: far above a node's pods (the kubelet's default is 110, large nodes run a
 /// few hundred); the pods past it, in key order, are left out (decided afresh after a restart).
@@ -116,10 +127,11 @@ pub fn write<'a>(
 ) -> std::io::Result<Counts> {
     let mut old = old.into_iter().peekable();
     // Not ours (another header, or none): nothing is carried over.
-    let ours = old.next_if(|l| l == HEADER).is_some();
+    let header = header();
+    let ours = old.next_if(|l| *l == header).is_some();
     let mut c = Counts::default();
-    let mut bytes = HEADER.len() + 1;
-    out.write_all(HEADER.as_bytes())?;
+    let mut bytes = header.len() + 1;
+    out.write_all(header.as_bytes())?;
     out.write_all(b"\n")?;
     for p in live {
         let carried: String;
@@ -183,8 +195,14 @@ pub fn decode(text: &str) -> Result<BTreeMap<String, First>, String> {
         ));
     }
     let mut lines = text.split_terminator('\n');
+    let header = header();
     match lines.next() {
-        Some(HEADER) => {}
+        Some(first) if first == header => {}
+        Some(other) if other.starts_with(&format!("{FORMAT} reduced ")) => {
+            return Err(format!(
+                "written by a build that reduces pods otherwise ({other:?}, this build {header:?})"
+            ));
+        }
         Some(other) => {
             let head: String = other.chars().take(60).collect();
             return Err(format!("not a kept-decisions file (first line {head:?})"));

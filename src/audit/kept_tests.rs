@@ -47,6 +47,7 @@ fn line(body: &str) -> String {
 
 #[test]
 fn kept_pods_read_back_as_written_and_decide_as_the_pod_did() {
+    let hdr = header();
     let full = pod(
         "",
         RUNNING,
@@ -57,7 +58,7 @@ fn kept_pods_read_back_as_written_and_decide_as_the_pod_did() {
     let (a, z) = (body("a", "u-a", "10.0.0.1"), body("z", "u-z", "10.0.0.2"));
     let enc = enc([Some(a.as_str()), Some(&*b), Some(z.as_str())]);
     assert_eq!((enc.kept, enc.left_out), (3, 0));
-    assert!(enc.text.starts_with(&format!("{HEADER}\n")));
+    assert!(enc.text.starts_with(&format!("{hdr}\n")));
     assert_eq!(enc.text.lines().count(), 4);
     let back = decode(&enc.text).unwrap();
     assert_eq!(
@@ -76,7 +77,7 @@ fn kept_pods_read_back_as_written_and_decide_as_the_pod_did() {
     // Written again, byte for byte.
     let again = super::tests::enc(back.values().map(|f| Some(&*f.body)));
     assert_eq!(again.text, enc.text);
-    assert_eq!(decode(&format!("{HEADER}\n")).unwrap().len(), 0);
+    assert_eq!(decode(&format!("{hdr}\n")).unwrap().len(), 0);
 }
 
 #[test]
@@ -91,6 +92,7 @@ fn a_kept_pod_applies_only_to_its_uid_and_pod_ip() {
 
 #[test]
 fn a_file_not_ours_or_out_of_bounds_is_refused_whole() {
+    let hdr = header();
     let good = line(&body("p", "u-1", "10.1.2.3"));
     let refused = |text: &str, why: &str| {
         let e = decode(text).expect_err(text);
@@ -98,10 +100,10 @@ fn a_file_not_ours_or_out_of_bounds_is_refused_whole() {
     };
     refused("", "empty");
     refused(&format!("other v2\n{good}\n"), "not a kept-decisions file");
-    refused(&format!("{HEADER}\n{good}\n{{\"metadata\":"), "line 3");
-    refused(&format!("{HEADER}\n{good}\n\n"), "line 3");
-    refused(&format!("{HEADER}\n[1]\n"), "line 2: not <key>");
-    refused(&format!("{HEADER}\nns/p u-1 10.1.2.3 [1]\n"), "line 2");
+    refused(&format!("{hdr}\n{good}\n{{\"metadata\":"), "line 3");
+    refused(&format!("{hdr}\n{good}\n\n"), "line 3");
+    refused(&format!("{hdr}\n[1]\n"), "line 2: not <key>");
+    refused(&format!("{hdr}\nns/p u-1 10.1.2.3 [1]\n"), "line 2");
     // The head must name the pod it holds.
     let b = body("p", "u-1", "10.1.2.3");
     for head in [
@@ -109,21 +111,21 @@ fn a_file_not_ours_or_out_of_bounds_is_refused_whole() {
         "ns/p u-2 10.1.2.3",
         "ns/p u-1 10.1.2.4",
     ] {
-        refused(&format!("{HEADER}\n{head} {b}\n"), "names");
+        refused(&format!("{hdr}\n{head} {b}\n"), "names");
     }
-    refused(&format!("{HEADER}\n{good}\n{good}\n"), "ns/p twice");
+    refused(&format!("{hdr}\n{good}\n{good}\n"), "ns/p twice");
     let no_ip = body("q", "u-2", "").replace(r#","podIPs":[{"ip":""}]"#, "");
-    refused(&format!("{HEADER}\nns/q u-2 x {no_ip}\n"), "pod IP");
+    refused(&format!("{hdr}\nns/q u-2 x {no_ip}\n"), "pod IP");
     let no_uid = body("q", "", "10.0.0.9");
-    refused(&format!("{HEADER}\nns/q x 10.0.0.9 {no_uid}\n"), "uid");
+    refused(&format!("{hdr}\nns/q x 10.0.0.9 {no_uid}\n"), "uid");
     let big = format!(r#"{{"x":"{}"}}"#, "a".repeat(MAX_POD_BYTES));
-    refused(&format!("{HEADER}\nns/q u-2 10.0.0.9 {big}\n"), "bytes");
+    refused(&format!("{hdr}\nns/q u-2 10.0.0.9 {big}\n"), "bytes");
     refused(&"a".repeat(MAX_BYTES + 1), "bound");
     let many: Vec<String> = (0..=MAX_ENTRIES)
         .map(|i| line(&body(&format!("p{i}"), &format!("u{i}"), "10.0.0.1")))
         .collect();
     refused(
-        &format!("{HEADER}\n{}\n", many.join("\n")),
+        &format!("{hdr}\n{}\n", many.join("\n")),
         &format!("over {MAX_ENTRIES} pods"),
     );
 }
@@ -163,6 +165,7 @@ fn the_file_keeps_at_most_its_bounds_and_counts_the_rest() {
 
 #[test]
 fn a_pod_written_before_is_carried_over_from_the_last_file_for_its_uid_and_pod_ip_only() {
+    let hdr = header();
     let (a, p) = (body("a", "u-a", "10.0.0.1"), body("p", "u-1", "10.1.2.3"));
     let first = enc([Some(a.as_str()), Some(p.as_str())]).text;
     // The store let go of both; a new pod comes: the others' lines are carried over as they were.
@@ -178,7 +181,7 @@ fn a_pod_written_before_is_carried_over_from_the_last_file_for_its_uid_and_pod_i
     assert_eq!(*back["ns/p"].body, *p);
     // Lines out of key order (not ours to write) are passed over, not searched for; a line not ours too.
     let swapped: Vec<&str> = first.lines().collect();
-    let swapped = format!("{HEADER}\nbad line\n{}\n{}\n", swapped[2], swapped[1]);
+    let swapped = format!("{hdr}\nbad line\n{}\n{}\n", swapped[2], swapped[1]);
     let e = encode([held(&a), held(&p)], &swapped);
     assert_eq!((e.kept, e.left_out), (1, 1), "{swapped}");
     assert_eq!(
@@ -216,5 +219,42 @@ fn a_pod_written_before_is_carried_over_from_the_last_file_for_its_uid_and_pod_i
     ] {
         let e = encode([l], old);
         assert_eq!((e.kept, e.left_out), (0, 1), "{l:?} from {old:?}");
+    }
+}
+
+#[test]
+fn a_file_another_build_reduced_is_refused_and_never_carried_over() {
+    // The first line names this build's reduction; a file with another (or, as v1 wrote it, none) is not
+    // decided from: a key this build reads and that build dropped would read as absent.
+    let hdr = header();
+    assert!(hdr.starts_with(&format!("{FORMAT} reduced ")));
+    let p = body("p", "u-1", "10.1.2.3");
+    let good = line(&p);
+    assert_eq!(decode(&format!("{hdr}\n{good}\n")).unwrap().len(), 1);
+    let held = Live {
+        body: None,
+        ..live(Some(&p))
+    };
+    // Carried over from a file this build wrote.
+    let ours = encode([held], &format!("{hdr}\n{good}\n"));
+    assert_eq!((ours.kept, ours.left_out), (1, 0));
+    for other in [
+        FORMAT.to_string(),
+        format!("{FORMAT} reduced 0000000000000000"),
+    ] {
+        let text = format!("{other}\n{good}\n");
+        let e = decode(&text).unwrap_err();
+        assert!(
+            e.contains("reduces pods otherwise") || e.contains("not a kept-decisions file"),
+            "{e}"
+        );
+        // Nor is its line carried over by the next write.
+        let held = Live {
+            body: None,
+            ..live(Some(&p))
+        };
+        let next = encode([held], &text);
+        assert_eq!((next.kept, next.left_out), (0, 1), "{}", next.text);
+        assert_eq!(next.text, format!("{hdr}\n"));
     }
 }

@@ -170,7 +170,7 @@ fn a_missing_corrupt_or_unreadable_file_starts_empty() {
     assert!(load(&path).is_empty(), "missing");
     std::fs::write(&path, "garbage\n").unwrap();
     assert!(load(&path).is_empty(), "corrupt");
-    std::fs::write(&path, format!("{}\n{{\"a\":", kept::HEADER)).unwrap();
+    std::fs::write(&path, format!("{}\n{{\"a\":", kept::header())).unwrap();
     assert!(load(&path).is_empty(), "cut short");
     std::fs::write(&path, [0xffu8, 0xfe]).unwrap();
     assert!(load(&path).is_empty(), "not UTF-8");
