@@ -67,7 +67,8 @@ pub struct Skipped {
 /// list is complete.
 #[derive(Debug, Default)]
 pub struct Store {
-    pub pods: BTreeMap<String, Pod>,
+    /// Boxed: a map node holds a pointer per slot, not a whole pod (~0.5 KiB), in its spare slots too.
+    pub pods: BTreeMap<String, Box<Pod>>,
     pub skipped: BTreeMap<String, Skipped>,
     pub listed: bool,
     /// The pods as first seen before the agent restarted ([`persist::load`]), by `namespace/name`, until
@@ -143,13 +144,13 @@ impl Store {
             .and_then(|o| o.seen);
         self.pods.insert(
             key,
-            Pod {
+            Box::new(Pod {
                 facts,
                 plan: decided,
                 seen,
                 changed_logged,
                 first,
-            },
+            }),
         );
     }
 }

@@ -94,7 +94,9 @@ fn an_unredirected_pod_is_acted_on_under_its_backoff_and_remembered_with_its_uid
     let store = Shared::default();
     let mut a = auditor(&store);
     let old = pod("u-1", "10.1.2.3");
-    lock(&store).pods.insert("ns/p".into(), old.clone());
+    lock(&store)
+        .pods
+        .insert("ns/p".into(), Box::new(old.clone()));
     // One verdict in `round` for the pod as the store has it now; what is remembered with it after.
     let mut after = |round: u64, v: &Verdict| {
         a.rounds = round;
@@ -121,7 +123,7 @@ fn an_unredirected_pod_is_acted_on_under_its_backoff_and_remembered_with_its_uid
     // A pod replaced meanwhile (another UID) keeps nothing of the old one's verdict.
     lock(&store)
         .pods
-        .insert("ns/p".into(), pod("u-2", "10.1.2.4"));
+        .insert("ns/p".into(), Box::new(pod("u-2", "10.1.2.4")));
     a.after("ns/p", &old, missing);
     assert_eq!(lock(&store).pods["ns/p"].seen, None);
 }
