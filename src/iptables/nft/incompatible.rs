@@ -14,7 +14,7 @@ use crate::netfilter::{is_our_chain, NF_ACCEPT};
 pub fn dormant(family: &str, tables: &[CurrentTable]) -> Vec<String> {
     tables
         .iter()
-        .filter(|t| t.dormant && t.chains.iter().any(|c| is_our_chain(&c.name)))
+        .filter(|t| ours_dormant(t))
         .map(|t| {
             format!(
                 "table {family} {} is dormant (none of its chains is hooked: traffic is not redirected)",
@@ -22,6 +22,11 @@ pub fn dormant(family: &str, tables: &[CurrentTable]) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Whether `t` is dormant and holds one of our chains (what [`dormant`] names).
+pub fn ours_dormant(t: &CurrentTable) -> bool {
+    t.dormant && t.chains.iter().any(|c| is_our_chain(&c.name))
 }
 
 /// One line per chain iptables-nft would not have made, naming the table, the chain and what differs.

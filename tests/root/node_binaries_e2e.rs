@@ -1,0 +1,108 @@
+//! IPTABLES_NODE_BINARIES with iptables-nft, recorded as `nft` or as `plain` (root): the node's
+//! `iptables-nft-restore` (or its unsuffixed `iptables-restore`, iptables-nft here) writes our rules, and
+//! the plugin verifies them as it verifies its own writes. iptables-nft sends no table flags, so an
+//! `ip nat` / `ip6 nat` table flagged dormant before ADD (by something before us in the CNI chain) stays
+//! dormant after the node's tool wrote our rules into it: our rules read back complete, yet none of them
+//! runs. ADD wakes such a table as our own batch does (and then reads it back), and CHECK names one
+//! flagged dormant later. Real traffic says whether the pod is redirected.
+
+use crate::support::e2e::*;
+use crate::support::traffic::*;
+use crate::support::*;
+
+/// The nodes a test runs on, each recording IPTABLES_NODE_BINARIES and one backend, from `idx` on: `nft`,
+/// and `plain` (the node's unsuffixed iptables, which is iptables-nft here: the premise is checked).
+fn nodes_with_binaries(idx: u8) -> Vec<Node> {
+    let out = std::process::Command::new("iptables")
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(version.contains("nf_tables"), "the premise: {version}");
+    ["nft", "plain"]
+        .into_iter()
+        .zip(idx..)
+        .map(|(backend, idx)| {
+            let node = Node::new(idx);
+            node.record_backend(backend);
+            node.record_node_binaries();
+            node
+        })
+        .collect()
+}
+
+/// A dual-stack sidecar pod (ISTIO_DUAL_STACK: IPv6 rules too).
+fn dual_stack_pod<'a>(node: &'a Node, name: &str) -> Pod<'a> {
+    let env = r#"{"name": "ISTIO_DUAL_STACK", "value": "true"}"#;
+    node.pod(name, "", env, true)
+}
+
+/// Flags the pod's `ip nat` and `ip6 nat` dormant (made if absent), and checks that they are.
+fn make_dormant(pod: &Pod) {
+    for fam in ["ip", "ip6"] {
+        pod.ns
+            .exec_ok(&["nft", &format!("add table {fam} nat {{ flags dormant; }}")]);
+        let list = pod.ns.exec_ok(&["nft", &format!("list table {fam} nat")]);
+        assert!(list.contains("flags dormant"), "the premise: {list}");
+    }
+}
+
+/// Neither `ip nat` nor `ip6 nat` is dormant.
+fn assert_awake(pod: &Pod) {
+    for fam in ["ip", "ip6"] {
+        let list = pod.ns.exec_ok(&["nft", &format!("list table {fam} nat")]);
+        assert!(!list.contains("dormant"), "{fam} nat: {list}");
+    }
+}
+
+/// The pod's outbound and inbound traffic is captured, IPv4 and IPv6.
+fn assert_captured(node: &Node, pod: &Pod) {
+    assert!(outbound_captured(node, pod), "IPv4 outbound not captured");
+    assert!(inbound_captured(node, pod), "IPv4 inbound not captured");
+    assert_ipv6_traffic(node, pod);
+}
+
+#[test]
+fn node_binaries_fresh_add_into_dormant_nat_tables_wakes_them() {
+    if !require_root() {
+        return;
+    }
+    for node in nodes_with_binaries(120) {
+        let pod = dual_stack_pod(&node, "nb-dormant-fresh");
+        make_dormant(&pod);
+        let out = pod.add();
+        out.assert_success();
+        assert!(out.stderr.contains("Applied"), "a fresh namespace: {out}");
+        assert_awake(&pod);
+        pod.run("CHECK").assert_success();
+        assert_captured(&node, &pod);
+    }
+}
+
+#[test]
+fn node_binaries_check_names_dormant_nat_tables_and_re_add_wakes_them() {
+    if !require_root() {
+        return;
+    }
+    for node in nodes_with_binaries(122) {
+        let pod = dual_stack_pod(&node, "nb-dormant");
+        pod.add().assert_success();
+        pod.run("CHECK").assert_success();
+        assert_captured(&node, &pod);
+        make_dormant(&pod);
+        assert!(
+            !outbound_captured(&node, &pod),
+            "a dormant ip nat table should stop capture (the test's premise)"
+        );
+        let msg = pod.run("CHECK").assert_cni_error(103);
+        for fam in ["ip", "ip6"] {
+            let named = format!("table {fam} nat is dormant");
+            assert!(msg.contains(&named), "{msg}");
+        }
+        assert_re_add(&pod, "Converged");
+        assert_awake(&pod);
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
+        assert_captured(&node, &pod);
+    }
+}
