@@ -8,7 +8,7 @@
 use super::nft;
 use super::{exec, Backend};
 use crate::error::{Context, Error, Result};
-use crate::netfilter::Family;
+use crate::netfilter::{is_our_chain, Family};
 use crate::xtables::{chain_name, legacy, names, rule::Table, spec};
 
 /// What [`Io::inspect`] read of one family.
@@ -128,23 +128,37 @@ impl Io {
     /// have made (a built-in chain not hooked, or hooked with another type, hook or priority, a policy other
     /// than ACCEPT), each of which can keep our jumps from running, and our tables flagged dormant (none of
     /// their chains hooked). None of this for the legacy tables (the kernel fixes their hooks). With the
-    /// node's binaries the text is their `-save`'s (which refuses an incompatible table), and our dormant
-    /// tables come from our own read ([`nft::dormant`]): that `-save` shows no table flags.
+    /// node's binaries the text is their `-save`'s, and the rest comes from our own read
+    /// ([`nft::inspect_if_any`]): that `-save` shows no table flags, lists a built-in chain made without
+    /// its hook as one more user chain, and leaves out a table it calls incompatible (then named by
+    /// [`chain_name::refused_in_text`]).
     pub fn inspect(self, family: Family) -> Result<Inspection> {
         if self.node_binaries {
             let text = self.save(family)?;
-            let dormant = match self.nft_may_hold_ours() {
-                true => nft::dormant(family).with_context(|| {
-                    format!("read the {} tables' flags ({})", family.name(), self.name())
-                })?,
-                false => Vec::new(),
-            };
-            return Ok(Inspection {
+            let mut out = Inspection {
                 refused_names: chain_name::refused_in_text(&self.tool(family), &text),
                 text,
-                dormant,
                 ..Inspection::default()
-            });
+            };
+            if self.nft_may_hold_ours() {
+                let i = nft::inspect_if_any(family).with_context(|| {
+                    format!(
+                        "read the {} tables' chains and flags ({})",
+                        family.name(),
+                        self.name()
+                    )
+                })?;
+                // The node's unsuffixed iptables is iptables-nft when its tables hold ours.
+                let ours = self.backend == Backend::Nft
+                    || i.tables
+                        .iter()
+                        .any(|t| t.chains.iter().any(|c| is_our_chain(&c.name)));
+                if ours {
+                    out.incompatible = i.incompatible;
+                }
+                out.dormant = i.dormant;
+            }
+            return Ok(out);
         }
         let what = || {
             format!(

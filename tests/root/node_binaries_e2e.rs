@@ -10,6 +10,14 @@ use crate::support::e2e::*;
 use crate::support::traffic::*;
 use crate::support::*;
 
+/// A node recording iptables-nft and IPTABLES_NODE_BINARIES.
+fn node_with_binaries(idx: u8) -> Node {
+    let node = Node::new(idx);
+    node.record_backend("nft");
+    node.record_node_binaries();
+    node
+}
+
 /// The nodes a test runs on, each recording IPTABLES_NODE_BINARIES and one backend, from `idx` on: `nft`,
 /// and `plain` (the node's unsuffixed iptables, which is iptables-nft here: the premise is checked).
 fn nodes_with_binaries(idx: u8) -> Vec<Node> {
@@ -23,9 +31,8 @@ fn nodes_with_binaries(idx: u8) -> Vec<Node> {
         .into_iter()
         .zip(idx..)
         .map(|(backend, idx)| {
-            let node = Node::new(idx);
+            let node = node_with_binaries(idx);
             node.record_backend(backend);
-            node.record_node_binaries();
             node
         })
         .collect()
@@ -104,5 +111,65 @@ fn node_binaries_check_names_dormant_nat_tables_and_re_add_wakes_them() {
         pod.run("CHECK").assert_success();
         assert_re_add(&pod, "AlreadyInPlace");
         assert_captured(&node, &pod);
+    }
+}
+
+/// What iptables-nft-save cannot show, each really going past the redirect: a native `notrack` in raw
+/// OUTPUT (alone, or behind a lookup in a set named `x\n-A Y`) and a native write in filter INPUT make the
+/// node's `-save` leave that table out (it prints a comment instead), and nat `OUTPUT` re-made without its
+/// hook lists as one more user chain. CHECK and re-ADD name each, as with our own writer (whose reader
+/// sees them), and so they do the own writer's other bypasses.
+#[test]
+fn node_binaries_check_and_re_add_name_what_iptables_save_cannot_show() {
+    use crate::redirect_bypass_e2e::*;
+    if !require_root() {
+        return;
+    }
+    let node = node_with_binaries(124);
+    let pod = node.pod("nb-unlisted", "", "", false);
+    pod.add().assert_success();
+    pod.run("CHECK").assert_success();
+    let left_out = |b: Bypass<'static>, table: &str| {
+        Bypass {
+        names: vec![format!(
+            "iptables-nft (IPv4): \"# Table `{table}' is incompatible, use 'nft' tool.\": iptables-save \
+             leaves out what it cannot list there"
+        )],
+        ..b
+    }
+    };
+    let mut list = vec![
+        left_out(native_in_iptables_nft_raw(), "raw"),
+        left_out(set_name_with_a_line(), "raw"),
+        left_out(native_write_in_iptables_nft_input(), "filter"),
+        unhooked_iptables_nft_output(),
+    ];
+    list.extend(iptables_bypasses(&node, "nft"));
+    for b in &list {
+        eprintln!("--- {}", b.what);
+        assert_named_and_refused(&node, &pod, b);
+    }
+}
+
+/// The control: rules that cannot move traffic, in either backend (the node's `-save` of each prints only
+/// its usual comments), leave CHECK and re-ADD alone with the node's binaries too.
+#[test]
+fn node_binaries_harmless_rules_leave_check_and_re_add_alone() {
+    if !require_root() {
+        return;
+    }
+    for (idx, backend) in [(125, "nft"), (126, "legacy")] {
+        let node = node_with_binaries(idx);
+        node.record_backend(backend);
+        let pod = node.pod("nb-harmless", "", "", false);
+        pod.add().assert_success();
+        sh_in(
+            &pod,
+            &crate::redirect_bypass_e2e::harmless_rules(Some(backend)),
+        );
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
+        assert!(outbound_captured(&node, &pod), "{backend}");
+        assert!(inbound_captured(&node, &pod), "{backend}");
     }
 }

@@ -164,7 +164,7 @@ const AFTER_UNDO: [&str; 2] = [
     "sysctl -qw net.netfilter.nf_conntrack_tcp_loose=1",
 ];
 
-fn iptables_bypasses(node: &Node, ours: &str) -> Vec<Bypass<'static>> {
+pub(crate) fn iptables_bypasses(node: &Node, ours: &str) -> Vec<Bypass<'static>> {
     let other = if ours == "nft" { "legacy" } else { "nft" };
     let (mine, theirs) = (tool(ours), tool(other));
     let dst = format!("10.252.{}.1", node.idx());
@@ -256,7 +256,7 @@ fn iptables_bypasses(node: &Node, ours: &str) -> Vec<Bypass<'static>> {
 
 /// A native `notrack` put with `nft` into iptables-nft's own raw table: iptables never writes it, and our
 /// reader must not take the rule for one that only matches (it reads back as an unknown target).
-fn native_in_iptables_nft_raw() -> Bypass<'static> {
+pub(crate) fn native_in_iptables_nft_raw() -> Bypass<'static> {
     Bypass {
         what: "native nftables notrack inside iptables-nft's raw OUTPUT",
         setup: cmds(&[
@@ -274,7 +274,7 @@ fn native_in_iptables_nft_raw() -> Bypass<'static> {
 /// A native write put with `nft` into iptables-nft's own filter INPUT, which runs after our nat
 /// PREROUTING: it puts a redirected packet's original port back (with `nf_conntrack_tcp_loose=0`), so the
 /// inbound connection reaches the app. Our backend's tables after our redirect are read too.
-fn native_write_in_iptables_nft_input() -> Bypass<'static> {
+pub(crate) fn native_write_in_iptables_nft_input() -> Bypass<'static> {
     Bypass {
         what: "a native write in iptables-nft's filter INPUT putting the original port back",
         setup: cmds(&[
@@ -295,7 +295,7 @@ fn native_write_in_iptables_nft_input() -> Bypass<'static> {
 
 /// iptables-nft's nat `OUTPUT` made again as a regular chain holding our jump: every rule reads back as
 /// it should, but nothing runs it (the rule model has no hook to show; CHECK asks the chains).
-fn unhooked_iptables_nft_output() -> Bypass<'static> {
+pub(crate) fn unhooked_iptables_nft_output() -> Bypass<'static> {
     Bypass {
         what: "iptables-nft's nat OUTPUT re-made as a chain no hook runs",
         setup: cmds(&[
@@ -329,7 +329,7 @@ fn json_chain(table: &str, name: &str) -> String {
 /// `iptables-save` text our reader parses: our jump deleted and a chain named like it holding an empty
 /// rule (the text then shows our jump), and raw OUTPUT jumping to a chain named `Z -j ACCEPT` that holds
 /// `-j CT --notrack` (the text reads as ACCEPT). CHECK and re-ADD name the chain.
-fn odd_chain_names() -> Vec<Bypass<'static>> {
+pub(crate) fn odd_chain_names() -> Vec<Bypass<'static>> {
     let fake = json_chain("nat", "OUTPUT -j ISTIO_OUTPUT");
     let z = json_chain("raw", "Z -j ACCEPT");
     vec![
@@ -374,7 +374,7 @@ fn odd_chain_names() -> Vec<Bypass<'static>> {
 
 /// A native notrack in iptables-nft's raw OUTPUT behind a lookup in a set whose name holds a newline and
 /// an `-A` line: printed as text, the rule's notrack would land in another chain (`Y`) nothing hooks.
-fn set_name_with_a_line() -> Bypass<'static> {
+pub(crate) fn set_name_with_a_line() -> Bypass<'static> {
     let set = "\"family\":\"ip\",\"table\":\"raw\",\"name\":\"x\\n-A Y\"";
     Bypass {
         what: "raw OUTPUT notrack behind a lookup in a set named `x\\n-A Y`",
@@ -447,7 +447,7 @@ fn bypasses_in_either_backend_or_native_nftables_fail_check_and_re_add() {
 }
 
 /// Foreign rules that cannot move traffic, in backend `b`'s pod whose iptables backend is `ours`.
-fn harmless_rules(ours: Option<&str>) -> Vec<String> {
+pub(crate) fn harmless_rules(ours: Option<&str>) -> Vec<String> {
     let Some(ours) = ours else {
         return cmds(&[
             "nft add table inet watch",

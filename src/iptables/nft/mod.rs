@@ -118,22 +118,23 @@ fn nft_family(family: Family) -> &'static str {
 
 /// [`save`], [`incompatible_chains`] and our dormant tables from one read of the kernel's tables.
 pub fn inspect(family: Family) -> Result<Inspection> {
-    let name = nft_family(family);
-    let current = read_with_handles(family)?;
-    Ok(Inspection {
-        tables: read::tables(&current),
-        incompatible: incompatible::chains(name, &current),
-        dormant: incompatible::dormant(name, &current),
-    })
+    Ok(inspection(family, &read_with_handles(family)?))
 }
 
-/// Our dormant tables of `family` ([`incompatible::dormant`]), from [`inspect`]'s read: for a writer
-/// other than ours (the node's iptables), whose `-save` shows no table flags.
-pub fn dormant(family: Family) -> Result<Vec<String>> {
-    Ok(incompatible::dormant(
-        nft_family(family),
-        &read_if_any(family)?,
-    ))
+/// The [`Inspection`] of one read.
+fn inspection(family: Family, current: &[plan::CurrentTable]) -> Inspection {
+    let name = nft_family(family);
+    Inspection {
+        tables: read::tables(current),
+        incompatible: incompatible::chains(name, current),
+        dormant: incompatible::dormant(name, current),
+    }
+}
+
+/// [`inspect`] for the node's iptables (which need not be iptables-nft): a kernel without nf_tables
+/// holds no table. What the node's `-save` cannot show is read here: table flags, chains' hooks.
+pub fn inspect_if_any(family: Family) -> Result<Inspection> {
+    Ok(inspection(family, &read_if_any(family)?))
 }
 
 /// [`read_with_handles`], for the node's iptables (which need not be iptables-nft): a kernel without
@@ -148,7 +149,7 @@ fn read_if_any(family: Family) -> Result<Vec<plan::CurrentTable>> {
 /// Wakes those of `tables` that hold one of our chains and are flagged dormant, as the batch of
 /// [`restore`] ends (its [`plan::Step::Wake`]): for the node's `iptables-nft-restore`, which sends no table
 /// flags, so a table flagged dormant before it wrote our rules would run none of them. One read, and a
-/// batch only when there is a table to wake. The lines [`dormant`] named for the tables woken.
+/// batch only when there is a table to wake. The lines [`incompatible::dormant`] named for the tables woken.
 pub fn wake_dormant(family: Family, tables: &[String]) -> Result<Vec<String>> {
     let asleep: Vec<plan::CurrentTable> = read_if_any(family)?
         .into_iter()
