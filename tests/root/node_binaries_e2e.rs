@@ -116,9 +116,28 @@ fn node_binaries_check_names_dormant_nat_tables_and_re_add_wakes_them() {
 
 /// What iptables-nft-save cannot show, each really going past the redirect: a native `notrack` in raw
 /// OUTPUT (alone, or behind a lookup in a set named `x\n-A Y`) and a native write in filter INPUT make the
-/// node's `-save` leave that table out (it prints a comment instead), and nat `OUTPUT` re-made without its
-/// hook lists as one more user chain. CHECK and re-ADD name each, as with our own writer (whose reader
-/// sees them), and so they do the own writer's other bypasses.
+/// node's `-save` leave that table out (it prints a comment instead, exit status 0).
+fn left_out_of_save() -> Vec<Bypass<'static>> {
+    use crate::redirect_bypass_e2e::*;
+    let left_out = |b: Bypass<'static>, table: &str| {
+        Bypass {
+        names: vec![format!(
+            "iptables-nft (IPv4): \"# Table `{table}' is incompatible, use 'nft' tool.\": iptables-save \
+             leaves out what it cannot list there"
+        )],
+        ..b
+    }
+    };
+    vec![
+        left_out(native_in_iptables_nft_raw(), "raw"),
+        left_out(set_name_with_a_line(), "raw"),
+        left_out(native_write_in_iptables_nft_input(), "filter"),
+    ]
+}
+
+/// [`left_out_of_save`], and nat `OUTPUT` re-made without its hook (the node's `-save` lists it as one more
+/// user chain): CHECK and re-ADD name each, as with our own writer (whose reader sees them), and so they do
+/// the own writer's other bypasses.
 #[test]
 fn node_binaries_check_and_re_add_name_what_iptables_save_cannot_show() {
     use crate::redirect_bypass_e2e::*;
@@ -129,25 +148,40 @@ fn node_binaries_check_and_re_add_name_what_iptables_save_cannot_show() {
     let pod = node.pod("nb-unlisted", "", "", false);
     pod.add().assert_success();
     pod.run("CHECK").assert_success();
-    let left_out = |b: Bypass<'static>, table: &str| {
-        Bypass {
-        names: vec![format!(
-            "iptables-nft (IPv4): \"# Table `{table}' is incompatible, use 'nft' tool.\": iptables-save \
-             leaves out what it cannot list there"
-        )],
-        ..b
-    }
-    };
-    let mut list = vec![
-        left_out(native_in_iptables_nft_raw(), "raw"),
-        left_out(set_name_with_a_line(), "raw"),
-        left_out(native_write_in_iptables_nft_input(), "filter"),
-        unhooked_iptables_nft_output(),
-    ];
+    let mut list = left_out_of_save();
+    list.push(unhooked_iptables_nft_output());
     list.extend(iptables_bypasses(&node, "nft"));
     for b in &list {
         eprintln!("--- {}", b.what);
         assert_named_and_refused(&node, &pod, b);
+    }
+}
+
+/// [`left_out_of_save`] put in before the first ADD: the fresh ADD's survey (the namespace held tables)
+/// fails naming it, and once it is gone the rules it left in place capture.
+#[test]
+fn node_binaries_fresh_add_over_what_iptables_save_cannot_show_fails_naming_it() {
+    if !require_root() {
+        return;
+    }
+    let node = node_with_binaries(127);
+    for (i, b) in left_out_of_save().iter().enumerate() {
+        eprintln!("--- {}", b.what);
+        let pod = node.pod(&format!("nb-fresh-unlisted-{i}"), "", "", false);
+        sh_in(&pod, &b.setup);
+        let msg = pod.add().assert_cni_error(103);
+        for n in &b.names {
+            assert!(msg.contains(n.as_str()), "{}: {msg}", b.what);
+        }
+        assert!(
+            !captured(&node, &pod, b.inbound),
+            "{}: traffic should go past our rules (the test's premise)",
+            b.what
+        );
+        sh_in(&pod, &b.undo);
+        assert!(captured(&node, &pod, b.inbound), "{}", b.what);
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
     }
 }
 
