@@ -135,7 +135,19 @@ fn left_out_of_save() -> Vec<Bypass<'static>> {
     ]
 }
 
-/// [`left_out_of_save`], and nat `OUTPUT` re-made without its hook (the node's `-save` lists it as one more
+/// A rule whose comment holds a newline ([`crate::redirect_bypass_e2e::newline_in_a_comment`]):
+/// iptables-save prints it as it is (quoted, not escaped), so the rest of the rule, its `CT --notrack`,
+/// lands on a line that reads as one of `-save`'s own comments and would not be read at all.
+fn newline_in_a_string() -> Vec<Bypass<'static>> {
+    vec![Bypass {
+        names: cmds(&[
+            "iptables-nft (IPv4) -t raw: \"-A OUTPUT -m comment --comment \\\"a\": a quoted string that does not end on its line",
+        ]),
+        ..crate::redirect_bypass_e2e::newline_in_a_comment()
+    }]
+}
+
+/// [`newline_in_a_string`], [`left_out_of_save`], and nat `OUTPUT` re-made without its hook (the node's `-save` lists it as one more
 /// user chain): CHECK and re-ADD name each, as with our own writer (whose reader sees them), and so they do
 /// the own writer's other bypasses.
 #[test]
@@ -148,7 +160,8 @@ fn node_binaries_check_and_re_add_name_what_iptables_save_cannot_show() {
     let pod = node.pod("nb-unlisted", "", "", false);
     pod.add().assert_success();
     pod.run("CHECK").assert_success();
-    let mut list = left_out_of_save();
+    let mut list = newline_in_a_string();
+    list.extend(left_out_of_save());
     list.push(unhooked_iptables_nft_output());
     list.extend(iptables_bypasses(&node, "nft"));
     for b in &list {
@@ -157,7 +170,7 @@ fn node_binaries_check_and_re_add_name_what_iptables_save_cannot_show() {
     }
 }
 
-/// [`left_out_of_save`] put in before the first ADD: the fresh ADD's survey (the namespace held tables)
+/// [`newline_in_a_string`] and [`left_out_of_save`] put in before the first ADD: the fresh ADD's survey (the namespace held tables)
 /// fails naming it, and once it is gone the rules it left in place capture.
 #[test]
 fn node_binaries_fresh_add_over_what_iptables_save_cannot_show_fails_naming_it() {
@@ -165,7 +178,11 @@ fn node_binaries_fresh_add_over_what_iptables_save_cannot_show_fails_naming_it()
         return;
     }
     let node = node_with_binaries(127);
-    for (i, b) in left_out_of_save().iter().enumerate() {
+    let list: Vec<Bypass> = newline_in_a_string()
+        .into_iter()
+        .chain(left_out_of_save())
+        .collect();
+    for (i, b) in list.iter().enumerate() {
         eprintln!("--- {}", b.what);
         let pod = node.pod(&format!("nb-fresh-unlisted-{i}"), "", "", false);
         sh_in(&pod, &b.setup);
