@@ -168,10 +168,31 @@ fn node_binaries_check_and_re_add_name_what_iptables_save_cannot_show() {
         eprintln!("--- {}", b.what);
         assert_named_and_refused(&node, &pod, b);
     }
+    // The legacy backend through iptables-legacy-restore and -save: the own writer's list, and the string
+    // holding a newline (iptables-legacy-save prints it so too).
+    let node = node_with_binaries(128);
+    node.record_backend("legacy");
+    let pod = node.pod("nb-unlisted-legacy", "", "", false);
+    pod.add().assert_success();
+    pod.run("CHECK").assert_success();
+    let legacy_newline = Bypass {
+        setup: vec![newline_in_a_comment().setup[0].replace("iptables-nft", "iptables-legacy")],
+        names: cmds(&[
+            "iptables-legacy (IPv4) -t raw: \"-A OUTPUT -m comment --comment \\\"a\": a quoted string that does not end on its line",
+        ]),
+        undo: cmds(&["iptables-legacy -t raw -F OUTPUT"]),
+        ..newline_in_a_comment()
+    };
+    let mut list = vec![legacy_newline];
+    list.extend(iptables_bypasses(&node, "legacy"));
+    for b in &list {
+        eprintln!("--- legacy: {}", b.what);
+        assert_named_and_refused(&node, &pod, b);
+    }
 }
 
-/// [`newline_in_a_string`] and [`left_out_of_save`] put in before the first ADD: the fresh ADD's survey (the namespace held tables)
-/// fails naming it, and once it is gone the rules it left in place capture.
+/// [`newline_in_a_string`] and [`left_out_of_save`] put in before the first ADD: the fresh ADD's survey
+/// (the namespace held tables) fails naming it, and once it is gone the rules it left in place capture.
 #[test]
 fn node_binaries_fresh_add_over_what_iptables_save_cannot_show_fails_naming_it() {
     if !require_root() {
