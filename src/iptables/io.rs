@@ -154,7 +154,10 @@ impl Io {
                         .iter()
                         .any(|t| t.chains.iter().any(|c| is_our_chain(&c.name)));
                 if ours {
+                    let tool = self.tool(family);
                     out.incompatible = i.incompatible;
+                    out.incompatible
+                        .extend(i.acting.iter().map(|a| format!("{tool} {a}")));
                 }
                 out.dormant = i.dormant;
             }

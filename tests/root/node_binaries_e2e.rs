@@ -147,9 +147,32 @@ fn newline_in_a_string() -> Vec<Bypass<'static>> {
     }]
 }
 
-/// [`newline_in_a_string`], [`left_out_of_save`], and nat `OUTPUT` re-made without its hook (the node's `-save` lists it as one more
-/// user chain): CHECK and re-ADD name each, as with our own writer (whose reader sees them), and so they do
-/// the own writer's other bypasses.
+/// A native constant write in iptables-nft's filter INPUT (after our nat PREROUTING) putting a redirected
+/// packet's port back to the app's: iptables-nft-save 1.8.9 prints the rule without the write, as a rule
+/// that only matches (`-A INPUT -p tcp -m tcp --dport 15006`), so only our reader sees it.
+fn printed_without_its_write() -> Bypass<'static> {
+    Bypass {
+        what: "a native constant port write in iptables-nft's filter INPUT, printed by -save as a match",
+        setup: cmds(&[
+            "sysctl -qw net.netfilter.nf_conntrack_tcp_loose=0",
+            "iptables-nft -A INPUT -p udp --dport 1 -j DROP",
+            "nft insert rule ip filter INPUT tcp dport 15006 tcp dport set 8080 counter",
+        ]),
+        inbound: true,
+        names: cmds(&[
+            "iptables-nft (IPv4) -t filter INPUT rule 1:",
+            "(an expression iptables never writes, which its -save does not print as it is)",
+        ]),
+        undo: cmds(&[
+            "iptables-nft -F INPUT",
+            "sysctl -qw net.netfilter.nf_conntrack_tcp_loose=1",
+        ]),
+    }
+}
+
+/// [`newline_in_a_string`], [`printed_without_its_write`], [`left_out_of_save`], and nat `OUTPUT` re-made
+/// without its hook (the node's `-save` lists it as one more user chain): CHECK and re-ADD name each, as
+/// with our own writer (whose reader sees them), and so they do the own writer's other bypasses.
 #[test]
 fn node_binaries_check_and_re_add_name_what_iptables_save_cannot_show() {
     use crate::redirect_bypass_e2e::*;
@@ -161,6 +184,7 @@ fn node_binaries_check_and_re_add_name_what_iptables_save_cannot_show() {
     pod.add().assert_success();
     pod.run("CHECK").assert_success();
     let mut list = newline_in_a_string();
+    list.push(printed_without_its_write());
     list.extend(left_out_of_save());
     list.push(unhooked_iptables_nft_output());
     list.extend(iptables_bypasses(&node, "nft"));

@@ -106,6 +106,8 @@ pub struct Inspection {
     pub tables: Vec<Table>,
     pub incompatible: Vec<String>,
     pub dormant: Vec<String>,
+    /// [`incompatible::acting`]: what the node's `-save` would not show (our own text shows it).
+    pub acting: Vec<String>,
 }
 
 /// The family's name as nft lists its tables: `ip`, `ip6`.
@@ -124,8 +126,10 @@ pub fn inspect(family: Family) -> Result<Inspection> {
 /// The [`Inspection`] of one read.
 fn inspection(family: Family, current: &[plan::CurrentTable]) -> Inspection {
     let name = nft_family(family);
+    let tables = read::tables(current);
     Inspection {
-        tables: read::tables(current),
+        acting: incompatible::acting(family, &tables),
+        tables,
         incompatible: incompatible::chains(name, current),
         dormant: incompatible::dormant(name, current),
     }
