@@ -130,7 +130,8 @@ impl Io {
     /// their chains hooked). None of this for the legacy tables (the kernel fixes their hooks). With the
     /// node's binaries the text is their `-save`'s, and the rest comes from our own read
     /// ([`nft::inspect_if_any`]): that `-save` shows no table flags, lists a built-in chain made without
-    /// its hook as one more user chain, and leaves out a table it calls incompatible (then named by
+    /// its hook as one more user chain, prints a rule holding an expression iptables never writes otherwise
+    /// than it is (`nft::Inspection::acting`), and leaves out a table it calls incompatible (then named by
     /// [`chain_name::refused_in_text`]).
     pub fn inspect(self, family: Family) -> Result<Inspection> {
         if self.node_binaries {

@@ -141,7 +141,8 @@ fn left_out_of_save() -> Vec<Bypass<'static>> {
 fn newline_in_a_string() -> Vec<Bypass<'static>> {
     vec![Bypass {
         names: cmds(&[
-            "iptables-nft (IPv4) -t raw: \"-A OUTPUT -m comment --comment \\\"a\": a quoted string that does not end on its line",
+            "iptables-nft (IPv4) -t raw: \"-A OUTPUT -m comment --comment \\\"a\"",
+            "a quoted string that does not end on its line",
         ]),
         ..crate::redirect_bypass_e2e::newline_in_a_comment()
     }]
@@ -202,7 +203,8 @@ fn node_binaries_check_and_re_add_name_what_iptables_save_cannot_show() {
     let legacy_newline = Bypass {
         setup: vec![newline_in_a_comment().setup[0].replace("iptables-nft", "iptables-legacy")],
         names: cmds(&[
-            "iptables-legacy (IPv4) -t raw: \"-A OUTPUT -m comment --comment \\\"a\": a quoted string that does not end on its line",
+            "iptables-legacy (IPv4) -t raw: \"-A OUTPUT -m comment --comment \\\"a\"",
+            "a quoted string that does not end on its line",
         ]),
         undo: cmds(&["iptables-legacy -t raw -F OUTPUT"]),
         ..newline_in_a_comment()
