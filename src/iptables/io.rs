@@ -8,7 +8,7 @@
 use super::nft;
 use super::{exec, Backend};
 use crate::error::{Context, Error, Result};
-use crate::netfilter::Family;
+use crate::netfilter::{is_our_chain, Family};
 use crate::xtables::{chain_name, legacy, names, rule::Table, spec};
 
 /// What [`Io::inspect`] read of one family.
@@ -48,10 +48,13 @@ impl Io {
     }
 
     /// Applies a restore document with `iptables-restore --noflush` semantics (each table all or nothing)
-    /// in the current thread's namespace.
+    /// in the current thread's namespace. With the node's binaries, a table of the document that holds our
+    /// chains and is flagged dormant is then woken as our own batch wakes it: the node's iptables-nft sends
+    /// no table flags.
     pub fn restore(self, family: Family, doc: &str) -> Result<()> {
         if self.node_binaries {
-            return exec::restore(self.backend, family, doc);
+            exec::restore(self.backend, family, doc)?;
+            return self.wake(family, doc);
         }
         let ops = spec::parse_doc(family, doc, &names::system)?;
         let what = || format!("write the {} rules ({})", family.name(), self.name());
@@ -60,6 +63,41 @@ impl Io {
         } else {
             nft::restore(family, &ops).with_context(what)
         }
+    }
+
+    /// Whether iptables-nft's tables (ip/ip6 nf_tables) can hold our rules: iptables-nft, or the node's
+    /// unsuffixed iptables (which may be iptables-nft; ours, an unsuffixed iptables is legacy).
+    fn nft_may_hold_ours(self) -> bool {
+        match self.backend {
+            Backend::Nft => true,
+            Backend::Plain => self.node_binaries,
+            Backend::Legacy => false,
+        }
+    }
+
+    /// After the node's `iptables-restore` applied `doc`: wakes those of its tables (its `*table` lines)
+    /// that hold our chains and are flagged dormant ([`nft::wake_dormant`]). Our own writer's batch wakes
+    /// them itself.
+    fn wake(self, family: Family, doc: &str) -> Result<()> {
+        if !self.nft_may_hold_ours() {
+            return Ok(());
+        }
+        let tables: Vec<String> = doc
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix('*'))
+            .map(|t| t.trim().to_string())
+            .collect();
+        let woken = nft::wake_dormant(family, &tables).with_context(|| {
+            format!(
+                "wake the dormant {} tables ({})",
+                family.name(),
+                self.name()
+            )
+        })?;
+        for w in woken {
+            log::info!("{}: woke {w}", family.name());
+        }
+        Ok(())
     }
 
     /// The current thread's namespace's tables of this backend, as `iptables-save` prints them. Fails
@@ -89,16 +127,42 @@ impl Io {
     /// same read what the text cannot show: iptables-nft's chains of `family` that iptables-nft would not
     /// have made (a built-in chain not hooked, or hooked with another type, hook or priority, a policy other
     /// than ACCEPT), each of which can keep our jumps from running, and our tables flagged dormant (none of
-    /// their chains hooked). Neither for the legacy tables (the kernel fixes their hooks) nor with the node's
-    /// binaries (their `-save` refuses an incompatible table and shows no table flags).
+    /// their chains hooked). None of this for the legacy tables (the kernel fixes their hooks). With the
+    /// node's binaries the text is their `-save`'s, and the rest comes from our own read
+    /// ([`nft::inspect_if_any`]): that `-save` shows no table flags, lists a built-in chain made without
+    /// its hook as one more user chain, prints a rule holding an expression iptables never writes otherwise
+    /// than it is (`nft::Inspection::acting`), and leaves out a table it calls incompatible (then named by
+    /// [`chain_name::refused_in_text`]).
     pub fn inspect(self, family: Family) -> Result<Inspection> {
         if self.node_binaries {
             let text = self.save(family)?;
-            return Ok(Inspection {
+            let mut out = Inspection {
                 refused_names: chain_name::refused_in_text(&self.tool(family), &text),
                 text,
                 ..Inspection::default()
-            });
+            };
+            if self.nft_may_hold_ours() {
+                let i = nft::inspect_if_any(family).with_context(|| {
+                    format!(
+                        "read the {} tables' chains and flags ({})",
+                        family.name(),
+                        self.name()
+                    )
+                })?;
+                // The node's unsuffixed iptables is iptables-nft when its tables hold ours.
+                let ours = self.backend == Backend::Nft
+                    || i.tables
+                        .iter()
+                        .any(|t| t.chains.iter().any(|c| is_our_chain(&c.name)));
+                if ours {
+                    let tool = self.tool(family);
+                    out.incompatible = i.incompatible;
+                    out.incompatible
+                        .extend(i.acting.iter().map(|a| format!("{tool} {a}")));
+                }
+                out.dormant = i.dormant;
+            }
+            return Ok(out);
         }
         let what = || {
             format!(

@@ -243,7 +243,7 @@ impl RetryPause {
 
 /// A kernel without nf_tables (a legacy-only node): no socket for the family, or no nf_tables subsystem
 /// behind it (nfnetlink answers `EINVAL` for a subsystem it cannot load). Then no nf_tables rule exists.
-fn no_nf_tables(e: &Error) -> bool {
+pub fn no_nf_tables(e: &Error) -> bool {
     let Error::Io { source, .. } = e.root() else {
         return false;
     };

@@ -50,7 +50,7 @@ fn add_check_del_start_no_process_on_either_backend() {
     // The control: with the node's binaries asked for, the trace sees them.
     let node = Node::new(93);
     node.record_backend("nft");
-    std::fs::write(node.dir.join("run/iptables-node-binaries"), "true\n").unwrap();
+    node.record_node_binaries();
     let pod = node.pod("binaries", "", "", false);
     let (out, programs) = execs(&pod, &node, "ADD");
     out.assert_success();

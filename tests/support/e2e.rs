@@ -81,6 +81,12 @@ impl Node {
         std::fs::write(self.dir.join("run/iptables-backend"), format!("{name}\n")).unwrap();
     }
 
+    /// Writes the record the installer writes for IPTABLES_NODE_BINARIES (the plugin then runs the node's
+    /// iptables-restore and -save).
+    pub fn record_node_binaries(&self) {
+        std::fs::write(self.dir.join("run/iptables-node-binaries"), "true\n").unwrap();
+    }
+
     fn conf(&self, prev: &Value) -> String {
         format!(
             r#"{{"cniVersion":"1.0.0","name":"e2e","type":"istio-cni","cni_agent_run_dir":"{}",

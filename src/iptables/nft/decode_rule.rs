@@ -310,9 +310,19 @@ pub fn decode(family: Family, ex: &[XExpr]) -> Rule {
             Target::None => "no verdict".to_string(),
             t => format!("{t:?}"),
         };
-        d.r.target = Target::Other(format!("-j ?(may act on the packet; then {then})"));
+        d.r.target = Target::Other(format!("{MAY_ACT}; then {then})"));
     }
     d.r
+}
+
+/// How a rule holding an expression iptables never writes as a match reads: its target, whatever the rule's
+/// verdict ([`acts`]).
+pub const MAY_ACT: &str = "-j ?(may act on the packet";
+
+/// Whether the rule holds an expression iptables never writes as a match (a native `notrack`, a payload
+/// write, NAT, anything unknown): it may act on the packet, and iptables-save may not show it.
+pub fn acts(r: &Rule) -> bool {
+    matches!(&r.target, Target::Other(t) if t.starts_with(MAY_ACT))
 }
 
 fn text(e: &XExpr) -> String {

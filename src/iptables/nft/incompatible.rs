@@ -6,15 +6,17 @@
 //! tables that are.
 
 use super::builtin;
+use super::decode_rule;
 use super::plan::CurrentTable;
-use crate::netfilter::{is_our_chain, NF_ACCEPT};
+use crate::netfilter::{is_our_chain, Family, NF_ACCEPT};
+use crate::xtables::rule::Table;
 
 /// One line per dormant table holding one of our chains: none of its chains is hooked, so none of our
 /// rules there runs (a dormant table of someone else's does nothing and is not named).
 pub fn dormant(family: &str, tables: &[CurrentTable]) -> Vec<String> {
     tables
         .iter()
-        .filter(|t| t.dormant && t.chains.iter().any(|c| is_our_chain(&c.name)))
+        .filter(|t| ours_dormant(t))
         .map(|t| {
             format!(
                 "table {family} {} is dormant (none of its chains is hooked: traffic is not redirected)",
@@ -22,6 +24,39 @@ pub fn dormant(family: &str, tables: &[CurrentTable]) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// One line per rule of `tables` holding an expression iptables never writes ([`decode_rule::acts`]):
+/// the node's iptables-nft-save prints such a rule otherwise than it is (1.8.9 leaves a native
+/// `tcp dport set 8080` out of the rule, which then reads as a match) or leaves its table out, so only our
+/// reader can say it is there.
+pub fn acting(family: Family, tables: &[Table]) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in tables {
+        for c in &t.chains {
+            for (i, r) in c
+                .rules
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| decode_rule::acts(r))
+            {
+                out.push(format!(
+                    "-t {} {} rule {}: {} (an expression iptables never writes, which its -save does not \
+                     print as it is)",
+                    t.name,
+                    c.name,
+                    i + 1,
+                    super::describe(family, r)
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `t` is dormant and holds one of our chains (what [`dormant`] names).
+pub fn ours_dormant(t: &CurrentTable) -> bool {
+    t.dormant && t.chains.iter().any(|c| is_our_chain(&c.name))
 }
 
 /// One line per chain iptables-nft would not have made, naming the table, the chain and what differs.
@@ -75,6 +110,44 @@ mod tests {
             hook: hook.map(|(k, h, p)| (k.to_string(), h, p)),
             policy,
         }
+    }
+
+    #[test]
+    fn rules_holding_what_iptables_never_writes_are_named() {
+        use super::super::decode_rule::MAY_ACT;
+        use super::acting;
+        use crate::netfilter::Family;
+        use crate::xtables::rule::{Chain, Rule, Table, Target};
+        let plain = Rule {
+            target: Target::Accept,
+            ..Rule::any()
+        };
+        let odd = Rule {
+            target: Target::Other(format!("{MAY_ACT}; then no verdict)")),
+            ..Rule::any()
+        };
+        let t = Table {
+            name: "filter".into(),
+            chains: vec![Chain {
+                name: "INPUT".into(),
+                rules: vec![plain.clone(), odd],
+            }],
+        };
+        let found = acting(Family::V4, &[t]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("-t filter INPUT rule 2: ")
+                && found[0].ends_with("which its -save does not print as it is)"),
+            "{found:?}"
+        );
+        let fine = Table {
+            name: "raw".into(),
+            chains: vec![Chain {
+                name: "OUTPUT".into(),
+                rules: vec![plain],
+            }],
+        };
+        assert!(acting(Family::V4, &[fine]).is_empty());
     }
 
     #[test]

@@ -106,20 +106,71 @@ pub struct Inspection {
     pub tables: Vec<Table>,
     pub incompatible: Vec<String>,
     pub dormant: Vec<String>,
+    /// [`incompatible::acting`]: what the node's `-save` would not show (our own text shows it).
+    pub acting: Vec<String>,
+}
+
+/// The family's name as nft lists its tables: `ip`, `ip6`.
+fn nft_family(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "ip",
+        Family::V6 => "ip6",
+    }
 }
 
 /// [`save`], [`incompatible_chains`] and our dormant tables from one read of the kernel's tables.
 pub fn inspect(family: Family) -> Result<Inspection> {
-    let name = match family {
-        Family::V4 => "ip",
-        Family::V6 => "ip6",
-    };
-    let current = read_with_handles(family)?;
-    Ok(Inspection {
-        tables: read::tables(&current),
-        incompatible: incompatible::chains(name, &current),
-        dormant: incompatible::dormant(name, &current),
-    })
+    Ok(inspection(family, &read_with_handles(family)?))
+}
+
+/// The [`Inspection`] of one read.
+fn inspection(family: Family, current: &[plan::CurrentTable]) -> Inspection {
+    let name = nft_family(family);
+    let tables = read::tables(current);
+    Inspection {
+        acting: incompatible::acting(family, &tables),
+        tables,
+        incompatible: incompatible::chains(name, current),
+        dormant: incompatible::dormant(name, current),
+    }
+}
+
+/// [`inspect`] for the node's iptables (which need not be iptables-nft): a kernel without nf_tables
+/// holds no table. What the node's `-save` cannot show is read here: table flags, chains' hooks.
+pub fn inspect_if_any(family: Family) -> Result<Inspection> {
+    Ok(inspection(family, &read_if_any(family)?))
+}
+
+/// [`read_with_handles`], for the node's iptables (which need not be iptables-nft): a kernel without
+/// nf_tables holds no table ([`crate::nftables::observe::no_nf_tables`]).
+fn read_if_any(family: Family) -> Result<Vec<plan::CurrentTable>> {
+    match read_with_handles(family) {
+        Err(e) if crate::nftables::observe::no_nf_tables(&e) => Ok(Vec::new()),
+        r => r,
+    }
+}
+
+/// Wakes those of `tables` that hold one of our chains and are flagged dormant, as the batch of
+/// [`restore`] ends (its [`plan::Step::Wake`]): for the node's `iptables-nft-restore`, which sends no table
+/// flags, so a table flagged dormant before it wrote our rules would run none of them. One read, and a
+/// batch only when there is a table to wake. The lines [`incompatible::dormant`] named for the tables woken.
+pub fn wake_dormant(family: Family, tables: &[String]) -> Result<Vec<String>> {
+    let asleep: Vec<plan::CurrentTable> = read_if_any(family)?
+        .into_iter()
+        .filter(|t| tables.contains(&t.name) && incompatible::ours_dormant(t))
+        .collect();
+    if asleep.is_empty() {
+        return Ok(Vec::new());
+    }
+    let wake: Vec<TableOps> = asleep
+        .iter()
+        .map(|t| TableOps {
+            table: t.name.clone(),
+            ops: Vec::new(),
+        })
+        .collect();
+    restore(family, &wake)?;
+    Ok(incompatible::dormant(nft_family(family), &asleep))
 }
 
 /// [`save`] with every rule's handle.
