@@ -308,7 +308,8 @@ mod tests {
             let got = rx
                 .recv_timeout(Duration::from_secs(60))
                 .unwrap_or_else(|_| panic!("{what}: the lookup never gave up"));
-            gave_up.send(()).unwrap();
+            // The dribbling agent may already have ended (its write failed once the lookup closed).
+            let _ = gave_up.send(());
             agent.join().unwrap();
             assert_eq!(got.err(), Some(Miss::Timeout), "{what}");
         }
