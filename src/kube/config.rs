@@ -368,9 +368,7 @@ impl Config {
 /// `HTTPS://`) and drops a trailing `/`.
 fn normalise_server(server: &str, origin: &str) -> Result<String> {
     let s = server.trim().trim_end_matches('/');
-    let (scheme, rest) = s
-        .split_once("://")
-        .map(|(scheme, rest)| (scheme.to_ascii_lowercase(), rest))
+    let (scheme, rest) = super::proxy::split_scheme(s)
         .filter(|(scheme, _)| scheme == "https" || scheme == "http")
         .ok_or_else(|| {
             bad(

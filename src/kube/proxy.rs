@@ -133,12 +133,17 @@ pub fn choose(server: &str, env: impl Fn(&str) -> Option<String>) -> Option<Stri
     }
 }
 
+/// `url`'s scheme, lower-cased as Go's `url.Parse` lower-cases it, and what follows its `://`.
+pub(super) fn split_scheme(url: &str) -> Option<(String, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    Some((scheme.to_ascii_lowercase(), rest))
+}
+
 /// `url` (`scheme://…`) when it is a CONNECT proxy (`http`, `https`, any case), with the scheme lower-cased
 /// as Go's `url.Parse` does; `None` (a direct connection) for any other, with a warning naming `source`
 /// and what silences it (`hint`).
 fn connect_or_direct(url: &str, source: &str, server: &str, hint: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let scheme = scheme.to_ascii_lowercase();
+    let (scheme, rest) = split_scheme(url)?;
     if scheme == "http" || scheme == "https" {
         return Some(format!("{scheme}://{rest}"));
     }
@@ -160,10 +165,8 @@ pub fn kubeconfig_proxy_url(url: &str, field: &str, origin: &str) -> Result<Opti
         return Ok(None);
     }
     let bad = |why: String| Error::config(format!("{origin}: {field}: {why}"));
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| bad(format!("{:?} is not a URL", redacted(url))))?;
-    let scheme = scheme.to_ascii_lowercase();
+    let (scheme, rest) =
+        split_scheme(url).ok_or_else(|| bad(format!("{:?} is not a URL", redacted(url))))?;
     if !matches!(scheme.as_str(), "http" | "https" | "socks5") {
         return Err(bad(format!(
             "unsupported scheme {scheme:?}, must be http, https, or socks5"
