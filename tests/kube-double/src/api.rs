@@ -4,8 +4,9 @@
 use miniserde::json::{self, Array, Object, Value};
 
 use crate::http::{self, HttpRequest};
-use crate::store::{number, s, str_at, Selector};
+use crate::store::{key_of, number, s, str_at, Selector};
 use crate::{At, Fault, RecordedRequest, Shared};
+use std::collections::{BTreeMap, BTreeSet};
 
 pub(crate) enum Next {
     KeepAlive,
@@ -285,6 +286,13 @@ pub(crate) fn selector(req: &HttpRequest) -> Result<Selector, Reply> {
     .map_err(|e| fail(400, &e))
 }
 
+/// A continue token `c2:<resource version>:<namespace>/<name>`.
+fn parse_continue(c: &str) -> Option<(u64, (String, String))> {
+    let (rv, key) = c.strip_prefix("c2:")?.split_once(':')?;
+    let (a, b) = key.split_once('/')?;
+    Some((rv.parse().ok()?, (a.to_string(), b.to_string())))
+}
+
 pub(crate) fn expired(rv: u64, current: u64) -> String {
     format!("too old resource version: {rv} ({current})")
 }
@@ -301,9 +309,13 @@ fn list(shared: &Shared, req: &HttpRequest, ns: Option<&str>) -> Reply {
         },
         None => 0,
     };
-    let after = match req.param("continue").filter(|c| !c.is_empty()) {
-        Some(c) => match c.strip_prefix("c1:").and_then(|k| k.split_once('/')) {
-            Some((a, b)) => Some((a.to_string(), b.to_string())),
+    // A continue token names the first page's resource version and the last key served: every page of one
+    // LIST is served as of that version (a real API server reads its later pages from etcd at it), so a
+    // change made between two pages is in none of them and reaches the client through a watch from the
+    // list's resourceVersion, as on a real server.
+    let cont = match req.param("continue").filter(|c| !c.is_empty()) {
+        Some(c) => match parse_continue(&c) {
+            Some(t) => Some(t),
             None => return fail(400, &format!("invalid continue token {c:?}")),
         },
         None => None,
@@ -311,10 +323,33 @@ fn list(shared: &Shared, req: &HttpRequest, ns: Option<&str>) -> Reply {
     // A LIST's `resourceVersion` means "not older than": a real API server serves it from its watch cache
     // (the current state) however old it is; only a watch from an expired one is 410.
     let st = shared.lock();
+    let snapshot = cont.as_ref().map_or(st.store.rv, |(rv, _)| *rv);
+    if snapshot < st.store.compacted_below {
+        return fail(
+            410,
+            "The provided continue parameter is too old to display a consistent list result. You can start \
+             a new list without the continue parameter.",
+        );
+    }
+    let after = cont.map(|(_, key)| key);
+    // The pods as of `snapshot`: the current ones, with each pod changed since put back as it was before
+    // its first change after it (`None`: it did not exist then).
+    let mut then: BTreeMap<(String, String), Option<&Object>> = BTreeMap::new();
+    for c in st.store.changes_after(snapshot) {
+        then.entry(key_of(&c.object)).or_insert(c.old.as_ref());
+    }
+    let keys: BTreeSet<&(String, String)> = st.store.pods.keys().chain(then.keys()).collect();
     let mut items = Array::new();
     let mut last = None;
     let mut more = false;
-    for (key, pod) in st.store.pods.iter() {
+    for key in keys {
+        let Some(pod) = then
+            .get(key)
+            .copied()
+            .unwrap_or_else(|| st.store.pods.get(key))
+        else {
+            continue;
+        };
         if ns.is_some_and(|n| n != key.0)
             || after.as_ref().is_some_and(|a| key <= a)
             || !sel.matches(pod)
@@ -329,10 +364,10 @@ fn list(shared: &Shared, req: &HttpRequest, ns: Option<&str>) -> Reply {
         last = Some(key.clone());
     }
     let mut meta = Object::new();
-    meta.insert("resourceVersion".into(), s(&st.store.rv.to_string()));
+    meta.insert("resourceVersion".into(), s(&snapshot.to_string()));
     if more {
         if let Some((a, b)) = last {
-            meta.insert("continue".into(), s(&format!("c1:{a}/{b}")));
+            meta.insert("continue".into(), s(&format!("c2:{snapshot}:{a}/{b}")));
         }
     }
     let mut o = Object::new();

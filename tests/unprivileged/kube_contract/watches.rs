@@ -42,6 +42,60 @@ fn a_watch_from_a_list_sees_the_changes_of_its_node_in_order() {
 }
 
 #[test]
+fn a_paged_list_is_one_snapshot_and_its_watch_delivers_what_came_between_pages() {
+    // The agents list in pages, then watch from the list's resourceVersion: a pod changed or created
+    // between two pages must reach them, by the later pages or by the watch. A real API server serves
+    // every page as of the first one's resourceVersion, so it is the watch.
+    let t = Target::new();
+    let a = format!("{}-a", t.node);
+    for n in ["s1", "s2", "s3"] {
+        t.create_pod(n, &a, &[("app", "s")]);
+    }
+    let mut p = ListParams {
+        namespace: Some(t.ns.clone()),
+        limit: Some(1),
+        ..on_node(&a)
+    };
+    let first = t.client.list_pods(&p).unwrap();
+    assert_eq!(names(&first.items), set(&["s1"]));
+    // Between the pages: s3 relabeled, s4 created (both sort after the first page).
+    let patch = json::parse(r#"{"metadata":{"labels":{"app":"later"}}}"#, "p").unwrap();
+    t.client.patch_pod_status(&t.ns, "s3", &patch).unwrap();
+    t.create_pod("s4", &a, &[("app", "s")]);
+    p.limit = Some(10);
+    p.continue_token = Some(first.continue_token.clone().expect("a continue token"));
+    let rest = t.client.list_pods(&p).unwrap();
+    assert_eq!(names(&rest.items), set(&["s2", "s3"]));
+    assert_eq!(rest.resource_version, first.resource_version);
+    let s3 = (rest.items.iter()).find(|o| name_of(o) == "s3").unwrap();
+    let labels = json::obj_of(json::obj_of(s3, "metadata").unwrap(), "labels").unwrap();
+    assert_eq!(
+        json::str_of(labels, "app"),
+        Some("s"),
+        "s3 as of the first page"
+    );
+    let mut w = t
+        .client
+        .watch_pods(&node_watch(
+            &t,
+            &a,
+            Some(first.resource_version.clone()),
+            30,
+        ))
+        .unwrap();
+    let ev = next_change(&mut w);
+    assert_eq!(
+        (ev.kind, name_of(&ev.object)),
+        (EventKind::Modified, "s3".into())
+    );
+    let ev = next_change(&mut w);
+    assert_eq!(
+        (ev.kind, name_of(&ev.object)),
+        (EventKind::Added, "s4".into())
+    );
+}
+
+#[test]
 fn a_label_selected_watch_sees_a_pod_leave_and_come_back() {
     let t = Target::new();
     let a = format!("{}-a", t.node);
