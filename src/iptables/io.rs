@@ -9,7 +9,7 @@ use super::nft;
 use super::{exec, Backend};
 use crate::error::{Context, Error, Result};
 use crate::netfilter::{is_our_chain, Family};
-use crate::xtables::{chain_name, legacy, names, rule::Table, spec};
+use crate::xtables::{chain_name, legacy, names, rule::Table, save_text, spec};
 
 /// What [`Io::inspect`] read of one family.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -132,12 +132,12 @@ impl Io {
     /// ([`nft::inspect_if_any`]): that `-save` shows no table flags, lists a built-in chain made without
     /// its hook as one more user chain, prints a rule holding an expression iptables never writes otherwise
     /// than it is (`nft::Inspection::acting`), and leaves out a table it calls incompatible (then named by
-    /// [`chain_name::refused_in_text`]).
+    /// [`save_text::refused_in_text`]).
     pub fn inspect(self, family: Family) -> Result<Inspection> {
         if self.node_binaries {
             let text = self.save(family)?;
             let mut out = Inspection {
-                refused_names: chain_name::refused_in_text(&self.tool(family), &text),
+                refused_names: save_text::refused_in_text(&self.tool(family), &text),
                 text,
                 ..Inspection::default()
             };

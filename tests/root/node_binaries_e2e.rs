@@ -137,15 +137,39 @@ fn left_out_of_save() -> Vec<Bypass<'static>> {
 
 /// A rule whose comment holds a newline ([`crate::redirect_bypass_e2e::newline_in_a_comment`]):
 /// iptables-save prints it as it is (quoted, not escaped), so the rest of the rule, its `CT --notrack`,
-/// lands on a line that reads as one of `-save`'s own comments and would not be read at all.
+/// lands on a line that reads as one of `-save`'s own comments and would not be read at all. And
+/// [`newline_in_a_recent_name`], printed unquoted.
 fn newline_in_a_string() -> Vec<Bypass<'static>> {
-    vec![Bypass {
-        names: cmds(&[
-            "iptables-nft (IPv4) -t raw: \"-A OUTPUT -m comment --comment \\\"a\"",
-            "a quoted string that does not end on its line",
-        ]),
-        ..crate::redirect_bypass_e2e::newline_in_a_comment()
-    }]
+    vec![
+        Bypass {
+            names: cmds(&[
+                "iptables-nft (IPv4) -t raw: \"-A OUTPUT -m comment --comment \\\"a\"",
+                "a quoted string that does not end on its line",
+            ]),
+            ..crate::redirect_bypass_e2e::newline_in_a_comment()
+        },
+        newline_in_a_recent_name("iptables-nft"),
+    ]
+}
+
+/// A `-m recent` list named `x\nCOMMIT\n# Completed on` (the kernel and `tool` take a newline there, and
+/// `-save` prints the name unquoted) in front of raw OUTPUT's `CT --notrack`: the text reads as the rule
+/// `-m recent --set --name x` closing the table, then a `# Completed on` line holding the rest of the rule,
+/// the notrack, and then the table's own `COMMIT` and `# Completed on`.
+fn newline_in_a_recent_name(tool: &str) -> Bypass<'static> {
+    Bypass {
+        what: "raw OUTPUT CT --notrack behind a recent list whose name holds a newline and COMMIT",
+        setup: vec![format!(
+            "{tool} -t raw -A OUTPUT -m recent --name \"$(printf 'x\\nCOMMIT\\n# Completed on')\" --set \
+             -j CT --notrack"
+        )],
+        inbound: false,
+        names: vec![
+            format!("{tool} (IPv4) -t raw: \"COMMIT\": no table is open"),
+            "the table cannot be read as iptables-save text".to_string(),
+        ],
+        undo: vec![format!("{tool} -t raw -F OUTPUT")],
+    }
 }
 
 /// A native constant write in iptables-nft's filter INPUT (after our nat PREROUTING) putting a redirected
@@ -209,7 +233,7 @@ fn node_binaries_check_and_re_add_name_what_iptables_save_cannot_show() {
         undo: cmds(&["iptables-legacy -t raw -F OUTPUT"]),
         ..newline_in_a_comment()
     };
-    let mut list = vec![legacy_newline];
+    let mut list = vec![legacy_newline, newline_in_a_recent_name("iptables-legacy")];
     list.extend(iptables_bypasses(&node, "legacy"));
     for b in &list {
         eprintln!("--- legacy: {}", b.what);
