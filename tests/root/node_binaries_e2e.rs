@@ -301,6 +301,22 @@ fn node_binaries_fresh_add_over_what_iptables_save_cannot_show_fails_naming_it()
     }
 }
 
+/// Harmless rules `{backend}`'s tool writes as native expressions (iptables-nft 1.8.9: a port range, a
+/// `-m limit`, an address match), not as its compat extensions: our reader decodes them, so CHECK does not
+/// take them for what the node's `-save` misprints.
+fn written_natively(backend: &str) -> Vec<String> {
+    let tool = format!("iptables-{backend}");
+    [
+        "-A INPUT -p tcp --dport 1000:2000 -j ACCEPT",
+        "-A INPUT -p udp -m limit --limit 5/sec -j ACCEPT",
+        "-A INPUT -s 10.9.0.0/16 -i lo -j ACCEPT",
+        "-t raw -A PREROUTING -p tcp --sport 3000:3999 -m limit --limit 10/min",
+    ]
+    .iter()
+    .map(|r| format!("{tool} {r}"))
+    .collect()
+}
+
 /// The control: rules that cannot move traffic, in either backend (the node's `-save` of each prints only
 /// its usual comments), leave CHECK and re-ADD alone with the node's binaries too.
 #[test]
@@ -317,6 +333,7 @@ fn node_binaries_harmless_rules_leave_check_and_re_add_alone() {
             &pod,
             &crate::redirect_bypass_e2e::harmless_rules(Some(backend)),
         );
+        sh_in(&pod, &written_natively(backend));
         pod.run("CHECK").assert_success();
         assert_re_add(&pod, "AlreadyInPlace");
         assert!(outbound_captured(&node, &pod), "{backend}");
