@@ -1,6 +1,7 @@
 //! Parsing `iptables-save` output (pure): tables → chains → rule specs, counters and comments dropped.
 
 use crate::xtables::rule::Table as XtTable;
+use crate::xtables::save_text::TABLES;
 use std::collections::BTreeMap;
 
 /// One table's chains, each with its rule specs in order (the text after `-A <chain> `).
@@ -105,9 +106,6 @@ pub fn unlike_kernel(tool: &str, text: &str, kernel: &[XtTable]) -> Vec<String> 
     }
     out
 }
-
-/// The tables iptables lists.
-const TABLES: [&str; 5] = ["raw", "mangle", "nat", "filter", "security"];
 
 /// The jump target of a rule spec (`... -j X` / `... -g X`).
 pub fn target(spec: &str) -> Option<&str> {

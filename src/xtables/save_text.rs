@@ -122,7 +122,7 @@ pub fn refused_in_text(tool: &str, text: &str) -> Vec<String> {
 }
 
 /// The tables iptables lists.
-const TABLES: [&str; 5] = ["raw", "mangle", "nat", "filter", "security"];
+pub const TABLES: [&str; 5] = ["raw", "mangle", "nat", "filter", "security"];
 
 /// Whether every `"` of `line` that a `\` does not escape is closed on it (iptables-save quotes a string
 /// holding anything but letters, digits, `_` and `-`, and escapes `"`, `\` and `'` in it).
