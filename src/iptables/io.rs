@@ -6,10 +6,10 @@
 //! instead ([`super::exec`], on its PATH); the node's agents never do.
 
 use super::nft;
-use super::{exec, Backend};
+use super::{exec, save, Backend};
 use crate::error::{Context, Error, Result};
 use crate::netfilter::{is_our_chain, Family};
-use crate::xtables::{chain_name, legacy, names, rule::Table, spec};
+use crate::xtables::{chain_name, legacy, names, rule::Table, save_text, spec};
 
 /// What [`Io::inspect`] read of one family.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -132,15 +132,22 @@ impl Io {
     /// ([`nft::inspect_if_any`]): that `-save` shows no table flags, lists a built-in chain made without
     /// its hook as one more user chain, prints a rule holding an expression iptables never writes otherwise
     /// than it is (`nft::Inspection::acting`), and leaves out a table it calls incompatible (then named by
-    /// [`chain_name::refused_in_text`]).
+    /// [`save_text::refused_in_text`]). Its text must also list the tables, chains and rule counts our own
+    /// read (of iptables-nft's tables or the legacy ones, as the tool writes) holds
+    /// ([`save::unlike_kernel`]): a bare name holding a newline can print a table of its own.
     pub fn inspect(self, family: Family) -> Result<Inspection> {
         if self.node_binaries {
             let text = self.save(family)?;
+            let tool = self.tool(family);
             let mut out = Inspection {
-                refused_names: chain_name::refused_in_text(&self.tool(family), &text),
+                refused_names: save_text::refused_in_text(&tool, &text),
                 text,
                 ..Inspection::default()
             };
+            // The tables the text may be: ours read of iptables-nft's, of the legacy ones, or (the node's
+            // unsuffixed iptables, before either holds ours) of either.
+            let mut kernel: Vec<Vec<Table>> = Vec::new();
+            let mut ours = false;
             if self.nft_may_hold_ours() {
                 let i = nft::inspect_if_any(family).with_context(|| {
                     format!(
@@ -150,17 +157,30 @@ impl Io {
                     )
                 })?;
                 // The node's unsuffixed iptables is iptables-nft when its tables hold ours.
-                let ours = self.backend == Backend::Nft
+                ours = self.backend == Backend::Nft
                     || i.tables
                         .iter()
                         .any(|t| t.chains.iter().any(|c| is_our_chain(&c.name)));
                 if ours {
-                    let tool = self.tool(family);
                     out.incompatible = i.incompatible;
                     out.incompatible
                         .extend(i.acting.iter().map(|a| format!("{tool} {a}")));
                 }
                 out.dormant = i.dormant;
+                kernel.push(i.tables);
+            }
+            if !ours {
+                kernel.push(legacy::save(family).with_context(|| {
+                    format!("read the {} legacy tables ({})", family.name(), self.name())
+                })?);
+            }
+            // Only text with iptables-save's structure is compared (other text is refused already).
+            if out.refused_names.is_empty() {
+                let unlike = kernel
+                    .iter()
+                    .map(|k| save::unlike_kernel(&tool, &out.text, k))
+                    .min_by_key(Vec::len);
+                out.refused_names = unlike.unwrap_or_default();
             }
             return Ok(out);
         }

@@ -37,8 +37,9 @@ use crate::netfilter::{
 use crate::netfilter::{NF_INET_LOCAL_IN, NF_INET_POST_ROUTING, NF_NETDEV_EGRESS};
 use std::collections::BTreeMap;
 
-/// Expressions (by the name a dump gives them) that only match, count or log.
-const HARMLESS: [&str; 12] = [
+/// Expressions (by the name a dump gives them) that only match, count or log (iptables-nft writes some of
+/// them itself: `range` for a port range, `limit` for `-m limit`).
+pub const HARMLESS: [&str; 12] = [
     "log",
     "limit",
     "quota",

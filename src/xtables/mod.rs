@@ -19,6 +19,7 @@ pub mod legacy;
 pub mod names;
 pub mod ops;
 pub mod rule;
+pub mod save_text;
 pub mod sockopt;
 pub mod spec;
 

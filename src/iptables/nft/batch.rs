@@ -32,13 +32,6 @@ pub struct Batch {
     pub ack_seq: Option<u32>,
 }
 
-fn fam(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "ip",
-        Family::V6 => "ip6",
-    }
-}
-
 /// The rules' attributes (table, chain, ...) before the expressions.
 fn rule_ref(a: &mut Attrs, r: Ref, by_handle: u16, by_id: u16) {
     match r {
@@ -50,7 +43,7 @@ fn rule_ref(a: &mut Attrs, r: Ref, by_handle: u16, by_id: u16) {
 /// The message of one step: `(type, flags, attributes, description)`. Kept whole: one arm per [`Step`],
 /// each the attributes of one nf_tables message as iptables-nft sends it.
 fn message(family: Family, step: &Step, ids: &BTreeSet<u32>) -> (u16, u16, Attrs, String) {
-    let f = fam(family);
+    let f = super::nft_family(family);
     let mut a = Attrs::default();
     match step {
         Step::Table(t) => {

@@ -12,6 +12,7 @@ use crate::nftables::expr::{
     Data, Expr, CMP_EQ, CMP_NEQ, META_IIFNAME, META_L4PROTO, META_MARK, META_OIFNAME, NFT_JUMP,
     NFT_REG_1, NFT_REG_VERDICT, NFT_RETURN, PAYLOAD_NETWORK, PAYLOAD_TRANSPORT,
 };
+use crate::nftables::foreign::HARMLESS;
 use crate::xtables::rule::{Match, Neg, PortDir, Rule, Target, TCP, UDP};
 use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -266,6 +267,10 @@ pub fn decode(family: Family, ex: &[XExpr]) -> Rule {
             XExpr::Native(Expr::Counter) => {}
             XExpr::Native(e) => match d.verdict(e) {
                 Some(t) => d.target(t),
+                // Only reads or matches (iptables-nft writes `--dport 1000:2000` as a payload load and a
+                // `range`, `-m limit` as `limit`): kept, never equal to ours; what could act on a register
+                // loaded here (a write, NAT, a map) is named on its own.
+                None if only_reads(e) => d.other(text(&ex[i])),
                 None => {
                     d.other(text(&ex[i]));
                     d.acts = true;
@@ -313,6 +318,15 @@ pub fn decode(family: Family, ex: &[XExpr]) -> Rule {
         d.r.target = Target::Other(format!("{MAY_ACT}; then {then})"));
     }
     d.r
+}
+
+/// Whether `e` (one [`Decoder::native`] did not take) only loads into a register or matches.
+fn only_reads(e: &Expr) -> bool {
+    match e {
+        Expr::Payload { .. } | Expr::Meta { .. } | Expr::Bitwise { .. } | Expr::Cmp { .. } => true,
+        Expr::Other(n) => HARMLESS.contains(&n.as_str()),
+        _ => false,
+    }
 }
 
 /// How a rule holding an expression iptables never writes as a match reads: its target, whatever the rule's

@@ -169,6 +169,23 @@ fn an_expression_that_may_act_reads_as_an_unknown_target_whatever_follows() {
     assert_eq!(crate::xtables::spec::render(V4, &r), "-j CT --notrack");
 }
 
+/// What iptables-nft 1.8.9 writes natively for `--dport 1000:2000` (`range`) and `-m limit` (`limit`) only
+/// matches: the rule reads with its own verdict (kept unequal to ours by the match it cannot show), not as
+/// one that may act.
+#[test]
+fn a_native_match_iptables_nft_writes_does_not_read_as_acting() {
+    for m in ["range", "limit"] {
+        let load = pl(2, 2, 2);
+        let r = decode(
+            V4,
+            &[load, n(Expr::Other(m.into())), counter(), verdict(1, None)],
+        );
+        assert_eq!(r.target, Target::Accept, "{m}: {r:?}");
+        assert!(matches!(r.matches[..], [.., Match::Other(_)]), "{m}: {r:?}");
+        assert!(!super::decode_rule::acts(&r), "{m}");
+    }
+}
+
 /// A compatibility target that answers "continue" (`LOG`, `MARK`, ...) lets the kernel run the expressions
 /// after it in the same rule: a native `redirect to :8080` after `xt target LOG` re-points traffic
 /// (measured: root test `an_expression_after_a_log_target_re_pointing_an_excluded_port_fails_check_and_re_add`),

@@ -112,10 +112,7 @@ pub struct Inspection {
 
 /// The family's name as nft lists its tables: `ip`, `ip6`.
 fn nft_family(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "ip",
-        Family::V6 => "ip6",
-    }
+    crate::netfilter::family_name(family.nfproto())
 }
 
 /// [`save`], [`incompatible_chains`] and our dormant tables from one read of the kernel's tables.
