@@ -201,6 +201,30 @@ mod tests {
         assert_eq!(wrapper_cni_version(Some("0.2.0")), "0.3.1");
         assert_eq!(wrapper_cni_version(Some("junk")), "0.3.1");
         assert_eq!(wrapper_cni_version(None), "0.3.1");
+        // libcni's ParseVersion takes one to three parts: "1.0" is 1.0.0, kept; four parts are invalid.
+        assert_eq!(wrapper_cni_version(Some("1.0")), "1.0");
+        assert_eq!(wrapper_cni_version(Some("0.2")), "0.3.1");
+        assert_eq!(wrapper_cni_version(Some("1.0.0.0")), "0.3.1");
+    }
+
+    /// The largest text render writes is one our own reader takes back ([`json::MAX_INPUT`] bytes with
+    /// its newline): the installer reads the file it wrote to decide readiness.
+    #[test]
+    fn render_writes_only_what_we_read_back() {
+        let doc = |n: usize| {
+            Value::Object(Object::from_iter([(
+                "a".to_string(),
+                json::string(&"x".repeat(n)),
+            )]))
+        };
+        let overhead = json::to_pretty(&doc(0), "  ").len();
+        let fits = render(&doc(json::MAX_INPUT - 1 - overhead)).unwrap();
+        assert_eq!(fits.len(), json::MAX_INPUT);
+        json::parse(&fits, "rendered").unwrap();
+        let e = render(&doc(json::MAX_INPUT - overhead))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not writing it"), "{e}");
     }
 
     #[test]

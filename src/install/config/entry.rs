@@ -124,6 +124,22 @@ pub(super) mod tests {
         json::parse(&t, "standalone").unwrap();
     }
 
+    /// The selectors print in their struct order (`podSelector` first), as upstream's file, not with the
+    /// sorted keys of every other value.
+    #[test]
+    fn standalone_selectors_keep_struct_order() {
+        let e = entry();
+        let t = e.standalone_text();
+        let want = format!(
+            "\n  \"enablement_selectors\": {},\n",
+            selectors::to_struct_text(&e.enablement_selectors, "  ", 1)
+        );
+        assert!(t.contains(&want), "{t}");
+        let pod = t.find("\"podSelector\"").unwrap();
+        let ns = t.find("\"namespaceSelector\"").unwrap();
+        assert!(pod < ns, "{t}");
+    }
+
     #[test]
     fn pod_cache_key_only_when_off() {
         let on = entry();

@@ -314,3 +314,118 @@ fn a_single_plugin_file_the_runtime_loads_becomes_a_list_and_any_other_is_edited
         "{e}"
     );
 }
+
+#[test]
+fn older_names_the_first_skipped_list_an_older_libcni_loads() {
+    let old_only = r#"{"cniVersion":"0.4.0","name":"x","disableGC":1,"plugins":[{"type":"ptp"}]}"#;
+    let c = vec![
+        cand("00-junk.conflist", "junk"),
+        cand("03-old.conflist", old_only),
+        cand("05-old.conflist", old_only),
+        cand("10-a.conflist", r#"{"name":"n","plugins":[{"type":"x"}]}"#),
+    ];
+    let l = valid_configs("/d", &c, &no_plugin_dir).unwrap();
+    assert_eq!(l.valid, vec!["10-a.conflist"]);
+    assert_eq!(l.skipped.len(), 3);
+    // Not the junk no libcni loads: the first one v1.1 loads, which Debian 12's runtimes use.
+    assert_eq!(
+        l.older.as_ref().map(|o| o.0.as_os_str()),
+        Some(OsStr::new("03-old.conflist"))
+    );
+    // After a valid file no runtime gets that far.
+    let c = vec![
+        cand("10-a.conflist", r#"{"name":"n","plugins":[{"type":"x"}]}"#),
+        cand("20-old.conflist", old_only),
+    ];
+    assert!(valid_configs("/d", &c, &no_plugin_dir)
+        .unwrap()
+        .older
+        .is_none());
+}
+
+/// What a real directory lists: candidate names that are not directories, each read; one over the read
+/// limit is undecided (the runtime may load it) only when it starts like a JSON object, and skipped
+/// otherwise (a sparse file of zeros, text: libcni fails it at its first byte).
+#[test]
+fn candidates_of_a_directory() {
+    use std::io::Write;
+    let d = crate::fsutil::test_dir("select-candidates");
+    std::fs::write(d.join("10-a.conflist"), b"{}").unwrap();
+    std::fs::write(d.join("notes.txt"), b"{}").unwrap();
+    std::fs::create_dir(d.join("20-dir.conf")).unwrap();
+    let big = |name: &str, head: &[u8]| {
+        let mut f = std::fs::File::create(d.join(name)).unwrap();
+        f.write_all(head).unwrap();
+        f.set_len(fsutil::MAX_CONFIG_BYTES + 1).unwrap();
+    };
+    big("05-object.conflist", b" \n{\"name\":");
+    big("06-zeros.conflist", b"");
+    let mut blank_then_text = vec![b' '; 2000];
+    blank_then_text.push(b'x');
+    big("07-text.conf", &blank_then_text);
+    let mut got: Vec<(String, String)> = list_candidates(&d)
+        .unwrap()
+        .into_iter()
+        .map(|c| {
+            let what = match c.content {
+                Ok(b) => format!("read {}", String::from_utf8_lossy(&b)),
+                Err(Unread::Undecided(_)) => "undecided".into(),
+                Err(Unread::Skip(_)) => "skipped".into(),
+            };
+            (shown(&c.name).into_owned(), what)
+        })
+        .collect();
+    got.sort();
+    let want = [
+        ("05-object.conflist", "undecided"),
+        ("06-zeros.conflist", "skipped"),
+        ("07-text.conf", "skipped"),
+        ("10-a.conflist", "read {}"),
+    ];
+    assert_eq!(
+        got,
+        want.map(|(n, w)| (n.to_string(), w.to_string())).to_vec()
+    );
+    // A missing directory lists as empty, as libcni; one we cannot list is an error.
+    assert!(list_candidates(&d.join("missing")).unwrap().is_empty());
+    assert!(list_candidates(&d.join("10-a.conflist")).is_err());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_pinned_list_still_a_single_plugin_file_is_found_as_its_conf() {
+    assert_eq!(twin(OsStr::new("x.conflist")), Some("x.conf".into()));
+    assert_eq!(twin(OsStr::new("x.json")), Some("x.conflist".into()));
+    assert_eq!(twin(OsStr::new("x.list")), None);
+    assert_eq!(twin(OsStr::new("x.txt")), None);
+    // CNI_CONF_NAME=10-a.conflist while the primary is still 10-a.conf: that file is the one.
+    let c = vec![cand("10-a.conf", r#"{"type":"x"}"#)];
+    let l = valid_configs("/d", &c, &no_plugin_dir);
+    let exists = |n: &OsStr| n == "10-a.conf";
+    assert_eq!(
+        choose(true, Some(OsStr::new("10-a.conflist")), &l, None, &exists),
+        Choice::Use("10-a.conf".into())
+    );
+}
+
+/// A pinned `.json` the runtime loads, whose `.conflist` would sort before the runtime's file: refused,
+/// not written in place instead (a list in a `.json` is a file the runtime then skips).
+#[test]
+fn a_loaded_json_whose_list_would_change_the_runtimes_file_is_refused() {
+    let loads = |n: &OsStr, b: &[u8]| validate(n, b, &no_plugin_dir).is_ok();
+    let merged = r#"{"name":"k8s-pod-network","plugins":[{"type":"calico"},{"type":"istio-cni"}]}"#;
+    let valid = [OsString::from("10-a.d.conf"), OsString::from("10-a.json")];
+    let e = merge_target(
+        OsStr::new("10-a.json"),
+        br#"{"name":"c","type":"calico"}"#,
+        merged,
+        &valid,
+        &loads,
+        &|_: &OsStr| true,
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("use 10-a.conflist instead of 10-a.d.conf"),
+        "{e}"
+    );
+}
