@@ -382,3 +382,7 @@ pub fn merge_target(
 #[cfg(test)]
 #[path = "select_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "select_dir_tests.rs"]
+mod dir_tests;
