@@ -276,4 +276,72 @@ mod tests {
         assert!(!restorable(orig, theirs.as_bytes()));
         assert!(!restorable(orig, b"not json"));
     }
+
+    /// A conf dir holding `10-fl.conflist`, our merge of the recorded `10-fl.conf` (`orig`), and the
+    /// record; returns (conf dir, records dir, the original's bytes).
+    fn converted(tag: &str, link: Option<PathBuf>) -> (PathBuf, PathBuf, Vec<u8>) {
+        let d = crate::fsutil::test_dir(tag);
+        let (conf, recs) = (d.join("net.d"), d.join("originals"));
+        std::fs::create_dir_all(&conf).unwrap();
+        let orig = br#"{"cniVersion":"0.3.1","name":"fl","type":"flannel"}"#.to_vec();
+        let entry = Object::from_iter([("type".to_string(), crate::json::string("istio-cni"))]);
+        let ours = conflist::merge(&String::from_utf8_lossy(&orig), &entry).unwrap();
+        std::fs::write(conf.join("10-fl.conflist"), &ours).unwrap();
+        let o = Original {
+            name: "10-fl.conf".into(),
+            mode: 0o640,
+            bytes: orig.clone(),
+            link,
+        };
+        save(&recs, &o).unwrap();
+        (conf, recs, orig)
+    }
+
+    #[test]
+    fn a_conf_given_back_only_while_its_owner_has_not_written_it_again() {
+        use std::os::unix::fs::PermissionsExt;
+        // As we left it: the .conf comes back with its bytes and mode, the list it became goes.
+        let (conf, recs, orig) = converted("originals-back", None);
+        let notes = restore_all(&conf, &recs).unwrap();
+        assert_eq!(std::fs::read(conf.join("10-fl.conf")).unwrap(), orig);
+        let mode = std::fs::metadata(conf.join("10-fl.conf"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o640);
+        assert!(!conf.join("10-fl.conflist").exists(), "{notes:?}");
+        assert!(notes[0].contains("back as we found it"), "{notes:?}");
+        let left = std::fs::read_dir(&recs).map_or(0, |d| d.count());
+        assert_eq!(left, 0, "the record is dropped");
+        // Its owner wrote the .conf again beside the list: their version stays, and so does the list
+        // (the cleanup takes only our entry out of it).
+        let (conf, recs, _) = converted("originals-rewritten", None);
+        let theirs = br#"{"cniVersion":"0.3.1","name":"fl","type":"flannel","mtu":1400}"#;
+        std::fs::write(conf.join("10-fl.conf"), theirs).unwrap();
+        let notes = restore_all(&conf, &recs).unwrap();
+        assert_eq!(std::fs::read(conf.join("10-fl.conf")).unwrap(), theirs);
+        assert!(conf.join("10-fl.conflist").exists());
+        assert!(notes[0].contains("changed since"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_linked_conf_is_linked_again_unless_the_name_was_made_since() {
+        // The install removed the link when the .conf became its list: the link is made again.
+        let target = PathBuf::from("../real/10-fl.conf");
+        let (conf, recs, orig) = converted("originals-link", Some(target.clone()));
+        restore_all(&conf, &recs).unwrap();
+        assert_eq!(std::fs::read_link(conf.join("10-fl.conf")).unwrap(), target);
+        assert!(!conf.join("10-fl.conflist").exists());
+        // A file made under the name since (with the original's bytes, so not a rewrite): never replaced
+        // by a link; it keeps the bytes.
+        let (conf, recs, _) = converted("originals-link-made", Some(target));
+        std::fs::write(conf.join("10-fl.conf"), &orig).unwrap();
+        restore_all(&conf, &recs).unwrap();
+        let at = conf.join("10-fl.conf");
+        assert!(!std::fs::symlink_metadata(&at)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&at).unwrap(), orig);
+    }
 }
