@@ -241,3 +241,7 @@ impl Redirect {
 #[cfg(test)]
 #[path = "annotations_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "annotations_strict_tests.rs"]
+mod strict_tests;
