@@ -180,7 +180,7 @@ pub fn elsewhere(io: Io, families: &[Family]) -> Result<Vec<String>> {
     let ours_in_nft = |family: u8, table: &str, chain: &str| {
         !legacy_is_ours
             && families.iter().any(|f| f.nfproto() == family)
-            && ["raw", "mangle", "nat", "filter", "security"].contains(&table)
+            && crate::xtables::TABLES.contains(&table)
             && is_builtin(chain)
     };
     out.extend(crate::nftables::observe::foreign_only(

@@ -177,9 +177,6 @@ pub fn for_agent(run_dir: &Path) -> Result<Backend> {
     }
 }
 
-/// Tables iptables-nft and iptables-legacy keep rules in (what their `-save` lists).
-const XT_TABLES: [&str; 5] = ["filter", "nat", "mangle", "raw", "security"];
-
 /// Rules in the legacy x_tables of the current namespace, both families (no table is instantiated by
 /// asking); None when they cannot be read.
 fn legacy_rules() -> Option<usize> {
@@ -209,7 +206,7 @@ fn nft_rules() -> Option<usize> {
     let mut s = Socket::open().ok()?;
     let mut n = 0;
     for family in crate::netfilter::FAMILIES {
-        for table in XT_TABLES {
+        for table in crate::xtables::TABLES {
             let mut a = encode::Attrs::default();
             a.str(encode::NFTA_RULE_TABLE, table);
             let seq = s.next_seq(1);

@@ -1,7 +1,7 @@
 //! Parsing `iptables-save` output (pure): tables → chains → rule specs, counters and comments dropped.
 
 use crate::xtables::rule::Table as XtTable;
-use crate::xtables::save_text::TABLES;
+use crate::xtables::TABLES;
 use std::collections::BTreeMap;
 
 /// One table's chains, each with its rule specs in order (the text after `-A <chain> `).

@@ -69,6 +69,8 @@ pub struct Rule {
 /// A table's chains by name, rules in order.
 pub type Chains = BTreeMap<String, Vec<Rule>>;
 
+/// The tables iptables knows (and lists, and iptables-nft makes in `ip`/`ip6`).
+pub const TABLES: [&str; 5] = ["raw", "mangle", "nat", "filter", "security"];
 /// Tables whose prerouting/output hooks run before or with our redirect.
 pub const BEFORE_OURS: [&str; 3] = ["raw", "mangle", "nat"];
 /// Targets that only log or trace: harmless. `ACCEPT` and `RETURN` only end this table's traversal; the
