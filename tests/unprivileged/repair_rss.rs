@@ -72,18 +72,31 @@ const CPU_BUDGET: f64 = 60.0;
 /// Wall seconds the agent may go without using any CPU before it counts as stuck.
 const STALL_SECS: u64 = 120;
 
+/// Wall seconds a step may take at the most: a guard against a hang, not a bound on speed. An agent that
+/// never hears of an event (a lost watch event) idles but for the audit's rounds, whose CPU defeats the
+/// stall rule, and would otherwise wait until CI's own limit with nothing said.
+const HANG_SECS: u64 = 1200;
+
 /// Waits until `done`, bounded by the agent's progress rather than by wall time: fails when the agent has
 /// spent [`CPU_BUDGET`] CPU seconds (busy but not getting there) or used no CPU at all for [`STALL_SECS`]
 /// (stuck). A machine shared with other builds slows the agent down but does not fail this; a fixed wall
-/// deadline (120 s) did when the agent's share of the CPU fell below a few percent.
+/// deadline (120 s) did when the agent's share of the CPU fell below a few percent. [`HANG_SECS`] of wall
+/// time, far beyond any loaded machine's step, fails it too.
 fn wait_on_agent(pid: u32, mut done: impl FnMut() -> bool) -> Result<(), String> {
     let start = cpu_secs(pid);
-    let mut last = (start, std::time::Instant::now());
+    let began = std::time::Instant::now();
+    let mut last = (start, began);
     loop {
         if done() {
             return Ok(());
         }
         let used = cpu_secs(pid);
+        if began.elapsed() > std::time::Duration::from_secs(HANG_SECS) {
+            return Err(format!(
+                "not there after {HANG_SECS} s ({:.1} CPU s used): an event the agent never heard of?",
+                used - start
+            ));
+        }
         if used - start > CPU_BUDGET {
             return Err(format!(
                 "the agent spent {:.1} CPU s without getting there",
