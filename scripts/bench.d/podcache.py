@@ -232,10 +232,13 @@ def hostile(b, clients=1000, secs=5.0):
                 s.close()
             time.sleep(0.05)
 
-    # A pod the probes look up, in the cache before the load starts.
-    b.double.add_pods([pod_object("hostile-probe")])
+    # A pod the probes look up by its UID (a lookup without one is never a hit), in the cache before the load
+    # starts.
+    probe_pod = pod_object("hostile-probe")
+    probe_pod["metadata"]["uid"] = "00000000-0000-4000-8000-00000000b0be"
+    b.double.add_pods([probe_pod])
     wait_synced(b)
-    probe_req = b'{"v":1,"namespace":"default","name":"hostile-probe","uid":""}\n'
+    probe_req = b'{"v":1,"namespace":"default","name":"hostile-probe","uid":"00000000-0000-4000-8000-00000000b0be"}\n'
 
     def lookup():
         """One lookup as the plugin does it: its first reply within 50 ms."""

@@ -12,7 +12,7 @@
 //! - [`client`]: the [`Client`] the roles use; [`retry`]: [`get_pod_with_retry`] and [`Backoff`].
 //! - [`scheduling`]: would the DaemonSet controller run a template's pod on a node (pure).
 //! - [`pod`]: the facts the agents and the pod cache read from a pod object, each by one rule ([`PodView`]).
-//! - [`podwatch`]: the node's pod LIST + WATCH loop (paced, relist bookkeeping, catch-up proof, its timings
+//! - [`podwatch`]: the node's pod LIST + WATCH loop (paced, relist bookkeeping, its timings
 //!   on `/metrics`) feeding [`podwatch::PodSink`]s: the pod cache, the repair agent, or both.
 
 pub mod ca;

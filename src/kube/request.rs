@@ -56,10 +56,6 @@ pub struct WatchParams {
     pub field_selector: Option<String>,
     pub resource_version: Option<String>,
     pub allow_bookmarks: bool,
-    /// The streaming watch-list: `sendInitialEvents=true&resourceVersionMatch=NotOlderThan` (the server
-    /// requires both, and `allowWatchBookmarks=true`): the current objects as ADDED events, then a BOOKMARK
-    /// annotated `k8s.io/initial-events-end` (with no `resource_version`, a consistent read).
-    pub send_initial_events: bool,
     /// Server-side timeout; the client's own total timeout is this plus a margin.
     pub timeout_seconds: Option<u32>,
 }
@@ -178,11 +174,6 @@ pub fn watch_pods(p: &WatchParams) -> Result<Request> {
         ("resourceVersion", opt(&p.resource_version)),
         ("allowWatchBookmarks", when(p.allow_bookmarks, "true")),
         ("timeoutSeconds", opt(&p.timeout_seconds)),
-        ("sendInitialEvents", when(p.send_initial_events, "true")),
-        (
-            "resourceVersionMatch",
-            when(p.send_initial_events, "NotOlderThan"),
-        ),
     ]);
     Ok(get(format!("{}{q}", pods_path(p.namespace.as_deref())?)))
 }
@@ -315,17 +306,6 @@ mod tests {
             watch_pods(&p).unwrap().path,
             "/api/v1/pods?allowWatchBookmarks=true&fieldSelector=spec.nodeName%3Dn1\
              &resourceVersion=42&timeoutSeconds=300&watch=true"
-        );
-        let p = WatchParams {
-            field_selector: Some("spec.nodeName=n1".into()),
-            allow_bookmarks: true,
-            send_initial_events: true,
-            ..Default::default()
-        };
-        assert_eq!(
-            watch_pods(&p).unwrap().path,
-            "/api/v1/pods?allowWatchBookmarks=true&fieldSelector=spec.nodeName%3Dn1\
-             &resourceVersionMatch=NotOlderThan&sendInitialEvents=true&watch=true"
         );
     }
 

@@ -5,7 +5,7 @@
 //! Why keepalive: a watch only reads. When its server goes away and the FIN or reset never reaches us (a
 //! firewall's or NAT's state lost, a node or load balancer gone under a partition), nothing on our side ever
 //! sends, so nothing fails: the read waits for the watch's own timeout (5-10 min) while the node believes
-//! it is watching (a pod deleted and recreated in that time keeps its old answer by name). kube-apiserver's
+//! it is watching (the pod cache misses the pods started meanwhile, the repair agent sees none). kube-apiserver's
 //! BOOKMARKs cannot serve as a heartbeat: one reaches a watch only once the pods' resourceVersion has moved
 //! past the watch's (measured on 1.34: the first one 2 min after a watch started on a quiet cluster).
 //! client-go dials with keepalive for this (30 s); [`KEEPALIVE`] ends such a connection within about a

@@ -10,8 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::addrecord::{AddRecord, Backend, Outcome};
-use crate::redirect::plan::{decide_pod, refuse_ambient, shortcut, PodPlan};
-use crate::redirect::PodInfo;
+use crate::redirect::plan::{refuse_ambient, shortcut};
 
 /// What an ADD did, for the record the plugin relays ([`crate::addrecord`]).
 #[derive(Debug)]
@@ -61,30 +60,32 @@ impl Report {
 }
 
 /// The pod object: from the installer's pod cache when it has it (and the configuration does not turn it
-/// off), else from the API server exactly as without a cache, with the whole lookup deadline.
-/// `report` learns where the pod came from, even when the lookup fails.
+/// off, and the runtime gave the pod's UID: [`Miss::NoUid`]), else from the API server exactly as without
+/// a cache, with the whole lookup deadline. `report` learns where the pod came from, even when the lookup
+/// fails.
 fn pod_lookup(
     conf: &NetConf,
     args: &K8sArgs,
     report: &mut Report,
 ) -> Result<(Object, Duration, Source)> {
     let t = Instant::now();
-    let miss = if conf.pod_cache {
+    let miss = if !conf.pod_cache {
+        Miss::Disabled
+    } else if args.pod_uid.is_empty() {
+        Miss::NoUid
+    } else {
         let req = podcache::proto::Request {
             namespace: args.pod_namespace.clone(),
             name: args.pod_name.clone(),
             uid: args.pod_uid.clone(),
         };
         match podcache::client::lookup(&conf.run_dir().pod_cache_socket(), &req) {
-            Ok(pod) if req.uid.is_empty() && skips(&pod) => Miss::NameOnlySkip,
             Ok(pod) => {
                 report.source = Some(Source::Cache);
                 return Ok((pod, t.elapsed(), Source::Cache));
             }
             Err(m) => m,
         }
-    } else {
-        Miss::Disabled
     };
     // Counted as an API lookup even when the GET fails.
     report.source = Some(Source::Api(miss));
@@ -110,12 +111,6 @@ fn pod_lookup(
         m => pod.with_context(|| format!("pod cache: {}; API server", m.name()))?,
     };
     Ok((pod, t.elapsed(), Source::Api(miss)))
-}
-
-/// The pod's own decision is to skip it (a pod that cannot be decided is no skip: that error is ADD's).
-fn skips(pod: &Object) -> bool {
-    let plan = PodInfo::from_pod(pod).and_then(|i| decide_pod(&i));
-    matches!(plan, Ok(PodPlan::Skip(_)))
 }
 
 /// ADD, with `node_env` the plugin process's environment (read by the plan); `report` learns where the

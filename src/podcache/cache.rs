@@ -59,7 +59,7 @@ impl Cache {
     }
 
     pub fn lookup(&self, req: &Request, may_wait: bool) -> Lookup {
-        self.lock().lookup(req, may_wait, std::time::Instant::now())
+        self.lock().lookup(req, may_wait)
     }
 
     /// What the server polls (and reads empty) to learn that the store changed.
@@ -69,7 +69,7 @@ impl Cache {
 }
 
 /// The node's pod watch fills the cache: each pod reduced outside the lock (the server never waits for
-/// the reduction), lookups by name answered only once the watch has caught up.
+/// the reduction).
 impl PodSink for Cache {
     fn pod(&mut self, pod: &Object) {
         let r = reduce::reduce(pod);
@@ -92,26 +92,10 @@ impl PodSink for Cache {
     }
 
     fn watch_up(&mut self, restart: bool) {
-        // Not live yet: what the watch missed may still be on its way (`caught_up`).
         self.update(|s| s.watch_open());
         if restart {
             metrics::watch_restarted();
         }
-    }
-
-    fn wants_catch_up(&self) -> bool {
-        true
-    }
-
-    fn caught_up(&mut self) {
-        if self.update(|s| s.caught_up(std::time::Instant::now())) {
-            log::info!("pod cache: caught up with the API server; answering lookups by name too");
-        }
-    }
-
-    fn heard(&mut self) {
-        // Nothing a waiting lookup needs to hear of: no wake-up.
-        self.lock().heard(std::time::Instant::now());
     }
 
     fn watch_down(&mut self) {

@@ -145,12 +145,13 @@ impl Lines {
     }
 }
 
-/// Whether `pod` is the pod `req` asked for: its namespace and name, and its UID when the request has one
-/// (a static pod's mirror: the kubelet's UID, [`crate::kube::pod::kubelet_uid`]).
+/// Whether `pod` is the pod `req` asked for: its namespace, name and UID (a static pod's mirror: the
+/// kubelet's UID, [`crate::kube::pod::kubelet_uid`]). A request without a UID names no particular pod:
+/// no hit is it.
 pub fn is_the_pod_asked_for(pod: &Object, req: &Request) -> bool {
     let v = PodView::of(pod);
     let uid_matches = || v.uid == req.uid || crate::kube::pod::kubelet_uid(pod) == req.uid;
-    v.namespace == req.namespace && v.name == req.name && (req.uid.is_empty() || uid_matches())
+    v.namespace == req.namespace && v.name == req.name && !req.uid.is_empty() && uid_matches()
 }
 
 /// Asks the agent listening on `socket` for the pod; the reduced pod object, or why not.
@@ -225,7 +226,8 @@ mod tests {
         let by_name = req("shop", "web-0", "");
         for (what, answered, r, ok) in [
             ("the pod", pod("shop", "web-0", "u-new"), &asked, true),
-            ("by name", pod("shop", "web-0", "u-old"), &by_name, true),
+            ("by name", pod("shop", "web-0", "u-old"), &by_name, false),
+            ("by name, no UID", pod("shop", "web-0", ""), &by_name, false),
             ("another UID", pod("shop", "web-0", "u-old"), &asked, false),
             ("another name", pod("shop", "web-1", "u-new"), &asked, false),
             (

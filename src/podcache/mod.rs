@@ -6,15 +6,16 @@
 //! does not.
 //!
 //! Safety rules (fail closed is unchanged):
-//! - a hit needs a completed list and the pod's UID equal to `K8S_POD_UID`; without a UID from the runtime,
-//!   name and namespace are enough only while the watch is open *and has caught up* with the server
-//!   ([`crate::kube::podwatch::catch_up`]): a re-opened watch's head arrives before what it missed, and until
-//!   then the cache may hold the previous pod of that name; and never with a pod being deleted (a sandbox
-//!   set up under its name is for the pod that replaces it);
+//! - a hit needs a completed list and the pod's UID equal to `K8S_POD_UID`. Without a UID from the
+//!   runtime the cache is not asked ([`Miss::NoUid`]): name and namespace alone name no particular pod,
+//!   and a watch behind the server may still hold the previous pod of that name (force-deleted with
+//!   `--grace-period=0`, so never seen being deleted, and recreated by its StatefulSet), whose
+//!   `traffic.sidecar.istio.io/*` configuration is not the new pod's; an older plugin's by-name request
+//!   is answered `unknown`;
 //! - a pod the cache has not seen (or seen with another UID) is waited for briefly
 //!   ([`server::UNSEEN_WAIT`]) while a watch is open, then answered `unknown` / `uid_mismatch`, and the
 //!   plugin reads it from the API server: the cache never decides "no sidecar" for a pod it has not seen;
-//! - the plugin uses a hit only if it is the pod it asked for (namespace, name, and UID when it has one);
+//! - the plugin uses a hit only if it is the pod it asked for (namespace, name and UID);
 //! - the cached form is the reduced pod object, so a hit runs exactly the decision code an API GET runs.
 //!
 //! The request/reply protocol is in [`proto`]; the counters on the installer's `/metrics` in [`metrics`].
@@ -32,12 +33,12 @@ pub mod store;
 pub enum Answer {
     /// The pod, reduced.
     Hit,
-    /// Not in the cache (after the wait for its watch event); by name alone, also a pod being deleted (the
-    /// sandbox is for the pod that replaces it).
+    /// Not in the cache (after the wait for its watch event); also every request without a UID (a plugin
+    /// older than this agent asking by name alone: never answered from the cache).
     Unknown,
     /// In the cache with another UID than the runtime's `K8S_POD_UID` (a pod recreated under its name).
     UidMismatch,
-    /// No completed list yet; or, for a request without a UID, the watch is not live.
+    /// No completed list yet.
     NotSynced,
     /// The pod's reduced object is over [`crate::redirect::reduce::MAX_POD_BYTES`]: the API serves it.
     TooLarge,
@@ -93,10 +94,12 @@ pub enum Miss {
     SocketError,
     /// The agent's answer.
     Agent(Answer),
-    /// A hit by name alone (the runtime gave no `K8S_POD_UID`) for a pod that needs no redirection: read
-    /// again from the API server, which answers for the pod of that name now, where the watch may not have
-    /// delivered the one that replaced it yet (a hit that needs redirection fails closed, and is used).
-    NameOnlySkip,
+    /// The runtime gave no `K8S_POD_UID` (podman, older runtimes): name and namespace alone name no
+    /// particular pod, and the cache may still hold the previous pod of that name (force-deleted and
+    /// recreated, its events not delivered yet), so the agent is not asked and the API server answers for
+    /// the pod of that name now. Plugins before this name reported `name_only_skip` for the skips among
+    /// them; an ADD record carrying it is counted here.
+    NoUid,
     /// A reason this version does not know: an ADD record from another version of the plugin
     /// ([`crate::addrecord`]) is counted under `other`, never as a new series. The plugin never reports it.
     Other,
@@ -117,7 +120,7 @@ impl Miss {
         Miss::Agent(Answer::NotSynced),
         Miss::Agent(Answer::TooLarge),
         Miss::Agent(Answer::BadRequest),
-        Miss::NameOnlySkip,
+        Miss::NoUid,
         Miss::Other,
     ];
 
@@ -131,17 +134,20 @@ impl Miss {
             Miss::BadReply => "bad_reply",
             Miss::SocketError => "socket_error",
             Miss::Agent(a) => a.name(),
-            Miss::NameOnlySkip => "name_only_skip",
+            Miss::NoUid => "no_uid",
             Miss::Other => "other",
         }
     }
 
     /// The miss of that name; `other` for a name this version does not know.
     pub fn from_name(s: &str) -> Miss {
-        Miss::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .unwrap_or(Miss::Other)
+        match s {
+            "name_only_skip" => Miss::NoUid,
+            s => Miss::ALL
+                .into_iter()
+                .find(|m| m.name() == s)
+                .unwrap_or(Miss::Other),
+        }
     }
 }
 
@@ -190,6 +196,8 @@ mod tests {
         }
         // A hit is no miss; a name this version does not know is `other`.
         assert_eq!(Miss::from_name("hit"), Miss::Other);
+        // An older plugin's by-name skip is a lookup without a UID.
+        assert_eq!(Miss::from_name("name_only_skip"), Miss::NoUid);
         assert_eq!(Miss::from_name("x\"y"), Miss::Other);
         for (s, text) in [
             (Source::Cache, "cache"),

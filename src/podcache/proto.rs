@@ -2,12 +2,14 @@
 //! lines, then the agent closes. Every line is a compact JSON object ending in `\n`.
 //!
 //! ```text
-//! → {"v":1,"namespace":"shop","name":"web-1","uid":"6f1c…"}          (uid "" when the runtime gave none)
+//! → {"v":1,"namespace":"shop","name":"web-1","uid":"6f1c…"}
 //! ← {"v":1,"result":"hit","reduced":"<reduction_id>","pod":{…the reduced pod…}}
 //! ← {"v":1,"result":"wait"}   then, within the wait bound, one of the others
 //! ← {"v":1,"result":"unknown"} | uid_mismatch | not_synced | too_large | bad_request (+ "error")
 //! ```
 //!
+//! A request without a UID (`"uid":""` or none: plugins before this version asked so when the runtime
+//! gave none) is answered `unknown` at once: name and namespace alone are never answered from the cache.
 //! `wait` comes at once when the agent has not seen the pod yet and waits for its watch event, so a
 //! client can tell a live agent from a hung one within a tight bound. A hit names the agent's reduction
 //! ([`reduction_id`]); the client uses it only when that is its own (a rolling update runs a new plugin
@@ -31,7 +33,7 @@ const MAX_FIELD: usize = 253;
 pub struct Request {
     pub namespace: String,
     pub name: String,
-    /// `K8S_POD_UID`; "" when the runtime gave none.
+    /// `K8S_POD_UID`; "" from an older plugin when the runtime gave none (answered `unknown`).
     pub uid: String,
 }
 

@@ -8,16 +8,6 @@ use crate::kube::pod::key;
 use crate::redirect::reduce::Reduced;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How long the open watch may stay silent before lookups by name stop being answered from it. A watch
-/// hears a BOOKMARK from kube-apiserver every minute once the pods' resourceVersion has moved past the
-/// one it started at (on a quiet cluster the first one came 1-2 min after the start, measured on 1.34:
-/// name-only lookups then go to the API server meanwhile). One silent for longer may be dead without a
-/// FIN or RST having reached us (TCP keepalive, [`crate::kube::tcp::KEEPALIVE`], ends such a connection
-/// within about a minute) or its reader stuck, and meanwhile a pod deleted and recreated under the same
-/// name would still be answered as the old one. By UID nothing changes: a UID names one pod.
-pub const QUIET_LIMIT: Duration = Duration::from_secs(90);
 
 /// One cached pod.
 #[derive(Debug)]
@@ -26,8 +16,6 @@ struct Entry {
     /// A static pod's mirror: the kubelet's UID for it (what a runtime sends); empty otherwise.
     kubelet_uid: Box<str>,
     resource_version: Box<str>,
-    /// `metadata.deletionTimestamp` is set: by name alone it is not the answer ([`Store::lookup`]).
-    deleting: bool,
     /// The whole hit reply line, shared by every reply; `None` when the pod is too large to keep.
     reply: Option<Arc<[u8]>>,
 }
@@ -58,14 +46,6 @@ pub struct Store {
     listed: bool,
     /// A watch is open (its head arrived) and has not ended since: a pod not seen yet is worth waiting for.
     watching: bool,
-    /// The open watch has caught up with the server ([`crate::kube::podwatch::catch_up`]): it delivered
-    /// every change up to a consistent read made after it was requested. Only then do name and namespace
-    /// alone get an answer.
-    live: bool,
-    /// It was live once.
-    was_live: bool,
-    /// When the open watch last delivered something (or caught up).
-    heard: Option<Instant>,
 }
 
 impl Store {
@@ -98,7 +78,6 @@ impl Store {
             uid: r.uid.into(),
             kubelet_uid: r.kubelet_uid.into(),
             resource_version: r.resource_version.into(),
-            deleting: r.deleting,
             reply: r.body.map(|b| Arc::from(hit_line(&b))),
         };
         self.pods.insert(k, entry);
@@ -120,56 +99,31 @@ impl Store {
         self.listed = true;
     }
 
-    /// A watch opened (its head arrived). What it missed may still be on its way: not live yet.
+    /// A watch opened (its head arrived): a pod not seen yet is waited for.
     pub fn watch_open(&mut self) {
         self.watching = true;
     }
 
-    /// The open watch has caught up with the server (`at`): lookups by name are answered from now on, while
-    /// it is heard from ([`QUIET_LIMIT`]). Whether this is the first time.
-    pub fn caught_up(&mut self, at: Instant) -> bool {
-        self.heard = Some(at);
-        self.live = self.watching;
-        let first = self.live && !self.was_live;
-        self.was_live |= self.live;
-        first
-    }
-
-    /// The open watch delivered something at `at`.
-    pub fn heard(&mut self, at: Instant) {
-        self.heard = Some(at);
-    }
-
-    /// The list or watch ended (failed, expired, or closed): neither waiting nor answering by name until
-    /// the next watch has caught up.
+    /// The list or watch ended (failed, expired, or closed): nothing is waited for until the next watch.
     pub fn watch_closed(&mut self) {
         self.watching = false;
-        self.live = false;
     }
 
-    /// The answer to `req` at `now`; `may_wait` while the wait for an unseen pod is not over.
-    pub fn lookup(&self, req: &Request, may_wait: bool, now: Instant) -> Lookup {
-        if !self.listed {
-            return Lookup::Answer(Answer::NotSynced);
+    /// The answer to `req`; `may_wait` while the wait for an unseen pod is not over.
+    pub fn lookup(&self, req: &Request, may_wait: bool) -> Lookup {
+        if req.uid.is_empty() {
+            // Name and namespace alone name no particular pod: the cache may hold the previous pod of that
+            // name (force-deleted, recreated, its events still on their way), whose redirect configuration
+            // is not the new pod's. Never answered from the cache; only a plugin older than this agent
+            // asks (the plugin reads such a pod from the API server), and treats `unknown` as a miss.
+            return Lookup::Answer(Answer::Unknown);
         }
-        let by_name = req.uid.is_empty();
-        let heard = self
-            .heard
-            .is_some_and(|h| now.saturating_duration_since(h) < QUIET_LIMIT);
-        if by_name && !(self.live && heard) {
-            // Name and namespace alone are trusted only from a watch that has caught up and is still heard
-            // from: otherwise the cache may hold the previous pod of that name (recreated while no watch
-            // was open, or while this one was silently dead).
+        if !self.listed {
             return Lookup::Answer(Answer::NotSynced);
         }
         let wait = may_wait && self.watching;
         match self.pods.get(&key(&req.namespace, &req.name)) {
-            // By name alone, a pod being deleted is not the answer: a sandbox set up under its name now is
-            // for the pod that replaces it (a StatefulSet's), whose events are still on their way. Its
-            // redirect configuration is not the new pod's; treated as not seen.
-            Some(e) if by_name && e.deleting && wait => Lookup::Wait,
-            Some(e) if by_name && e.deleting => Lookup::Answer(Answer::Unknown),
-            Some(e) if by_name || e.is(&req.uid) => match &e.reply {
+            Some(e) if e.is(&req.uid) => match &e.reply {
                 Some(line) => Lookup::Hit(line.clone()),
                 None => Lookup::Answer(Answer::TooLarge),
             },

@@ -8,7 +8,6 @@ fn pod(name: &str, uid: &str, rv: &str) -> Reduced {
         kubelet_uid: String::new(),
         resource_version: rv.into(),
         terminal: false,
-        deleting: false,
         body: Some(format!(
             r#"{{"metadata":{{"name":"{name}","uid":"{uid}"}}}}"#
         )),
@@ -16,10 +15,6 @@ fn pod(name: &str, uid: &str, rv: &str) -> Reduced {
 }
 
 fn ask(s: &Store, name: &str, uid: &str, may_wait: bool) -> Lookup {
-    ask_at(s, name, uid, may_wait, Instant::now())
-}
-
-fn ask_at(s: &Store, name: &str, uid: &str, may_wait: bool, now: Instant) -> Lookup {
     s.lookup(
         &Request {
             namespace: "ns".into(),
@@ -27,7 +22,6 @@ fn ask_at(s: &Store, name: &str, uid: &str, may_wait: bool, now: Instant) -> Loo
             uid: uid.into(),
         },
         may_wait,
-        now,
     )
 }
 
@@ -38,16 +32,10 @@ fn hit_of(l: &Lookup) -> String {
     }
 }
 
-/// A watch opened and caught up.
-fn live(s: &mut Store) {
-    s.watch_open();
-    s.caught_up(Instant::now());
-}
-
 #[test]
 fn nothing_is_served_before_the_first_list_completes() {
     let mut s = Store::default();
-    live(&mut s);
+    s.watch_open();
     s.apply(pod("a", "u1", "1"));
     assert_eq!(ask(&s, "a", "u1", true), Lookup::Answer(Answer::NotSynced));
     s.list_done();
@@ -59,18 +47,17 @@ fn uid_rules_and_waiting_for_unseen_pods() {
     let mut s = Store::default();
     s.apply(pod("a", "u1", "1"));
     s.list_done();
-    live(&mut s);
-    // Matching UID, or no UID from a live watch: hit.
+    s.watch_open();
+    // Matching UID: hit.
     hit_of(&ask(&s, "a", "u1", true));
-    hit_of(&ask(&s, "a", "", true));
     // Another UID (recreated under the same name) or an unseen pod: wait while live, then say so.
     assert_eq!(ask(&s, "a", "u2", true), Lookup::Wait);
     assert_eq!(
         ask(&s, "a", "u2", false),
         Lookup::Answer(Answer::UidMismatch)
     );
-    assert_eq!(ask(&s, "b", "", true), Lookup::Wait);
-    assert_eq!(ask(&s, "b", "", false), Lookup::Answer(Answer::Unknown));
+    assert_eq!(ask(&s, "b", "u3", true), Lookup::Wait);
+    assert_eq!(ask(&s, "b", "u3", false), Lookup::Answer(Answer::Unknown));
     // The new pod's event arrives: the new pod is served.
     s.apply(pod("a", "u2", "2"));
     assert!(hit_of(&ask(&s, "a", "u2", true)).contains("u2"));
@@ -80,49 +67,28 @@ fn uid_rules_and_waiting_for_unseen_pods() {
     );
 }
 
+/// Name and namespace alone (an older plugin's request when the runtime gave no UID) are never answered
+/// from the cache, whatever it holds under that name and whatever the watch's state: the pod held may be
+/// the previous one of that name (force-deleted, so never seen with a `deletionTimestamp`, and recreated
+/// by its StatefulSet while the watch lags), whose redirect configuration is not the new pod's. `unknown`
+/// at once, never `wait`: no event makes it an answer.
 #[test]
-fn a_watch_answers_by_name_only_once_caught_up() {
+fn a_lookup_by_name_alone_is_never_answered_from_the_cache() {
     let mut s = Store::default();
+    assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::Unknown));
     s.apply(pod("a", "u1", "1"));
     s.list_done();
-    // Open, not caught up: UIDs are served and unseen ones waited for; a name alone is not answered.
     s.watch_open();
-    assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
     hit_of(&ask(&s, "a", "u1", true));
-    assert_eq!(ask(&s, "a", "u2", true), Lookup::Wait);
-    s.caught_up(Instant::now());
-    hit_of(&ask(&s, "a", "", true));
-    // Closed and reopened: not live again until the new watch has caught up.
+    for (name, may_wait) in [("a", true), ("a", false), ("b", true)] {
+        assert_eq!(
+            ask(&s, name, "", may_wait),
+            Lookup::Answer(Answer::Unknown),
+            "{name}"
+        );
+    }
     s.watch_closed();
-    s.watch_open();
-    assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
-    // A catch-up reported with no watch open counts for nothing.
-    s.watch_closed();
-    s.caught_up(Instant::now());
-    assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
-}
-
-#[test]
-fn a_watch_silent_for_longer_than_the_quiet_limit_answers_no_name_only_lookup() {
-    let mut s = Store::default();
-    s.apply(pod("a", "u1", "1"));
-    s.list_done();
-    s.watch_open();
-    let t = Instant::now();
-    s.caught_up(t);
-    let just_before = t + QUIET_LIMIT - Duration::from_secs(1);
-    hit_of(&ask_at(&s, "a", "", true, just_before));
-    // Nothing heard for the limit: the watch may be dead without our knowing; a name alone is not
-    // answered (the pod may have been recreated meanwhile), a UID still is.
-    let silent = t + QUIET_LIMIT;
-    assert_eq!(
-        ask_at(&s, "a", "", true, silent),
-        Lookup::Answer(Answer::NotSynced)
-    );
-    hit_of(&ask_at(&s, "a", "u1", true, silent + QUIET_LIMIT * 10));
-    // A BOOKMARK (or any event) heard: answered by name again.
-    s.heard(silent);
-    hit_of(&ask_at(&s, "a", "", true, silent + Duration::from_secs(1)));
+    assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::Unknown));
 }
 
 #[test]
@@ -130,10 +96,9 @@ fn through_an_outage_only_uid_matches_are_served_and_nothing_waits() {
     let mut s = Store::default();
     s.apply(pod("a", "u1", "1"));
     s.list_done();
-    live(&mut s);
+    s.watch_open();
     s.watch_closed();
     hit_of(&ask(&s, "a", "u1", true));
-    assert_eq!(ask(&s, "a", "", true), Lookup::Answer(Answer::NotSynced));
     assert_eq!(
         ask(&s, "a", "u9", true),
         Lookup::Answer(Answer::UidMismatch)
@@ -148,7 +113,7 @@ fn deletes_relists_terminal_and_large_pods() {
         s.apply(pod(n, &format!("u-{n}"), "1"));
     }
     s.list_done();
-    live(&mut s);
+    s.watch_open();
     assert_eq!(s.len(), 3);
     // A DELETED of an older UID leaves the current pod alone.
     s.delete("ns/a", "u-old");
@@ -196,8 +161,8 @@ fn a_static_pod_is_found_by_the_kubelet_uid_the_runtime_sends() {
     let mut s = Store::default();
     s.apply(crate::redirect::reduce::reduce(&mirror));
     s.list_done();
-    live(&mut s);
-    for uid in ["kubelet-uid", "api-uid", ""] {
+    s.watch_open();
+    for uid in ["kubelet-uid", "api-uid"] {
         let line = hit_of(&ask(&s, "etcd-n1", uid, false));
         let Ok(super::super::proto::Reply::Hit(pod)) =
             super::super::proto::decode_reply(line.trim_end().as_bytes())
@@ -222,32 +187,4 @@ fn a_static_pod_is_found_by_the_kubelet_uid_the_runtime_sends() {
     // A DELETED names the API server's UID.
     s.delete("ns/etcd-n1", "api-uid");
     assert_eq!(s.len(), 0);
-}
-
-/// By name alone, a pod being deleted is not the answer: the sandbox asked for is the pod that replaces it
-/// under that name (a StatefulSet's `web-0` recreated once the old one is gone), which the watch has not
-/// delivered yet. The old pod's redirect configuration is not the new pod's: a hit that redirects with
-/// the old annotations (say, `includeOutboundIPRanges: ""`) would start the new pod with the old capture,
-/// and only a skip is read again from the API server (`name_only_skip`). Waited for while the watch is
-/// open, then `unknown` (the API server answers); by its own UID it is still that pod.
-#[test]
-fn by_name_a_pod_being_deleted_is_waited_past_not_answered() {
-    let old = crate::json::parse_object(
-        r#"{"metadata":{"namespace":"ns","name":"web-0","uid":"u-old","resourceVersion":"5",
-            "deletionTimestamp":"2026-11-30T00:00:00Z"},
-           "spec":{"containers":[{"name":"app"}]}}"#,
-        "old",
-    )
-    .unwrap();
-    let mut s = Store::default();
-    s.apply(crate::redirect::reduce::reduce(&old));
-    s.list_done();
-    live(&mut s);
-    assert_eq!(ask(&s, "web-0", "", true), Lookup::Wait);
-    assert_eq!(ask(&s, "web-0", "", false), Lookup::Answer(Answer::Unknown));
-    hit_of(&ask(&s, "web-0", "u-old", true));
-    // The old pod goes, the new one arrives: it is the answer by name.
-    s.delete("ns/web-0", "u-old");
-    s.apply(pod("web-0", "u-new", "7"));
-    assert!(hit_of(&ask(&s, "web-0", "", true)).contains("u-new"));
 }

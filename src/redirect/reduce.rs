@@ -60,8 +60,6 @@ pub struct Reduced {
     pub resource_version: String,
     /// `status.phase` is `Succeeded` or `Failed`: no sandbox is ever set up for it again.
     pub terminal: bool,
-    /// `metadata.deletionTimestamp` is set: a pod of this name set up now is the one that replaces it.
-    pub deleting: bool,
     /// The reduced object as compact JSON, or `None` when it is over [`MAX_POD_BYTES`].
     pub body: Option<String>,
 }
@@ -193,7 +191,6 @@ pub fn reduce(pod: &Object) -> Reduced {
         },
         resource_version: v.resource_version.into(),
         terminal: v.terminal,
-        deleting: v.deleting,
         body: reduced_text(pod),
     }
 }

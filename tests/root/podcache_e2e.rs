@@ -198,7 +198,8 @@ fn a_pod_recreated_under_its_name_gets_the_new_pods_decision() {
 
 /// The red team's P1: a StatefulSet's `web-0`, cached without a sidecar, is deleted and recreated with one
 /// while the agent has no watch open; the re-opened watch answers at once but the server holds back what it
-/// missed. The runtime passes no `K8S_POD_UID`: the ADD must not take the old pod from the cache.
+/// missed. The runtime passes no `K8S_POD_UID`: the ADD must not take the old pod from the cache (it does
+/// not ask the cache at all).
 #[test]
 fn a_pod_recreated_in_a_watch_gap_starts_redirected_without_a_uid() {
     if !require_root() {
@@ -231,10 +232,7 @@ fn a_pod_recreated_in_a_watch_gap_starts_redirected_without_a_uid() {
         "web-0 started unredirected:\n{out}\n{rules}\n{}",
         agent.log()
     );
-    assert!(
-        out.stderr.contains("(api: cache miss: not_synced)"),
-        "{out}"
-    );
+    assert!(out.stderr.contains("(api: cache miss: no_uid)"), "{out}");
     assert_eq!(pod_gets(&node.srv), vec!["web-0".to_string()]);
     node.srv.clear_fault();
 }
@@ -317,52 +315,82 @@ fn nftables_pods_in_standalone_mode_start_through_the_cache() {
     }
 }
 
-/// An agent whose watch lags behind the kubelet's (a slow or HA API server): asked by name alone, it still
-/// answers `web-1`'s previous pod, which had no sidecar, while the API server has the new one with a
-/// sidecar. The runtime passes no `K8S_POD_UID`, so the plugin cannot tell the two apart by the answer: a
-/// name-only hit that would skip the pod is read again from the API server, and the pod starts redirected.
+/// A lagging agent (its watch behind the kubelet's: a slow or HA API server, or a pod force-deleted with
+/// `--grace-period=0 --force`, which never shows a `deletionTimestamp`) still holds `web-1`'s previous pod
+/// when the StatefulSet's new `web-1` starts, and answers every lookup with it. The runtime passes no
+/// `K8S_POD_UID`, so nothing in the answer tells the two pods apart: whether the old pod had no sidecar
+/// (a skip) or had one with other `traffic.sidecar.istio.io/*` settings (an outbound range left out of
+/// capture), the new pod must get the API server's pod, and the agent is not asked at all.
 #[test]
-fn a_name_only_cache_hit_that_skips_is_confirmed_from_the_api_server() {
+fn a_lookup_without_a_uid_never_takes_the_pod_from_the_cache() {
     if !require_root() {
         return;
     }
     use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let node = Node::new(67);
-    let mut web = node.bare_pod("web-1", 7);
-    web.uid = String::new();
-    let old = concat!(
+    let no_sidecar = concat!(
         r#"{"metadata":{"namespace":"default","name":"web-1","uid":"uid-of-the-old-pod","#,
         r#""resourceVersion":"1"},"spec":{"containers":[{"name":"app"}]}}"#
+    )
+    .to_string();
+    let ip: std::net::IpAddr = "10.253.7.2".parse().unwrap();
+    let other_ranges = Node::pod_object(
+        "web-1",
+        r#""traffic.sidecar.istio.io/excludeOutboundIPRanges":"10.77.0.0/16""#,
+        "",
+        &[ip],
     );
-    let line = istio_cni::podcache::proto::hit_line(old);
-    // The lagging agent: answers every lookup with the old pod.
-    let sock = node.dir.join("run/pod-cache.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    let asked = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let mut req = String::new();
-        BufReader::new(&s).read_line(&mut req).unwrap();
-        s.write_all(&line).unwrap();
-        req
-    });
-    node.srv.clear_requests();
-    let out = web.add();
-    out.assert_success();
-    let req = asked.join().unwrap();
-    assert!(
-        req.contains("web-1"),
-        "the plugin did not ask the agent: {req}"
-    );
-    let rules = web.save("iptables-nft-save");
-    assert!(
-        rules.contains("-A ISTIO_OUTPUT"),
-        "web-1 started unredirected on the lagging cache's answer:\n{out}\n{rules}"
-    );
-    assert!(
-        out.stderr.contains("(api: cache miss: name_only_skip)"),
-        "{out}"
-    );
-    assert_eq!(pod_gets(&node.srv), vec!["web-1".to_string()]);
+    for (case, old) in [("other ranges", other_ranges), ("no sidecar", no_sidecar)] {
+        let mut web = node.bare_pod("web-1", 7);
+        web.uid = String::new();
+        // The lagging agent: answers every lookup with the old pod.
+        let sock = node.dir.join("run/pod-cache.sock");
+        let _ = std::fs::remove_file(&sock);
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let old = istio_cni::json::parse_object(&old, "old pod").unwrap();
+        let line = istio_cni::podcache::proto::hit_line(&istio_cni::json::object_to_compact(&old));
+        let (stop, asked) = (AtomicBool::new(false), AtomicUsize::new(0));
+        let out = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((mut c, _)) => {
+                            c.set_nonblocking(false).unwrap();
+                            let mut req = String::new();
+                            let _ = BufReader::new(&c).read_line(&mut req);
+                            let _ = c.write_all(&line);
+                            asked.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            });
+            node.srv.clear_requests();
+            let out = web.add();
+            stop.store(true, Ordering::Relaxed);
+            out
+        });
+        out.assert_success();
+        let rules = web.save("iptables-nft-save");
+        assert!(
+            rules.contains("-A ISTIO_OUTPUT") && !rules.contains("10.77.0.0/16"),
+            "{case}: web-1 started with the old pod's settings from the lagging cache:\n{out}\n{rules}"
+        );
+        assert_eq!(
+            asked.load(Ordering::Relaxed),
+            0,
+            "{case}: the agent was asked\n{out}"
+        );
+        assert!(
+            out.stderr.contains("(api: cache miss: no_uid)"),
+            "{case}: {out}"
+        );
+        assert_eq!(pod_gets(&node.srv), vec!["web-1".to_string()], "{case}");
+        node.srv.delete_pod("default", "web-1").unwrap();
+        let _ = std::fs::remove_file(&sock);
+    }
 }
 
 /// The plugin asks the run dir's socket only when root (or its own user) serves it. A socket made by

@@ -36,6 +36,13 @@ pub fn fast_client(srv: &Server, dir: &TempDir, total: Duration) -> Client {
     Client::with_timeouts(Config::from_kubeconfig(&kc).unwrap(), t).unwrap()
 }
 
+pub fn uid_of(o: &json::Object) -> String {
+    json::obj_of(o, "metadata")
+        .and_then(|m| json::str_of(m, "uid"))
+        .unwrap_or("")
+        .to_string()
+}
+
 pub fn name_of(o: &json::Object) -> String {
     json::obj_of(o, "metadata")
         .and_then(|m| json::str_of(m, "name"))

@@ -1,7 +1,6 @@
 //! The node's pod LIST + WATCH loop (`kube::podwatch::watch`) against a scripted [`PodSource`], no server:
 //! the restart decision (410 → relist, a watch closed by the server → re-watch from its last
-//! resourceVersion, no watch-list → list and watch at once) and the order in which the sinks hear of a
-//! watch opening, its catch-up proof and its end. Every request the loop makes is recorded and every wait
+//! resourceVersion) and the order in which the sinks hear of a watch opening and its end. Every request the loop makes is recorded and every wait
 //! before a restart is handed to the test, which stops the loop after a few.
 
 use istio_cni::error::Result;
@@ -16,7 +15,7 @@ use std::time::Duration;
 
 /// What the scripted server answers, in the order the loop asks.
 enum Answer {
-    /// A LIST page (or the catch-up probe): the pods' names, the list's resourceVersion.
+    /// A LIST page: the pods' names, the list's resourceVersion.
     List(Vec<&'static str>, &'static str),
     /// A watch that opens and streams these event lines, then ends (closed by the server).
     Watch(Vec<String>),
@@ -24,8 +23,7 @@ enum Answer {
     Refuse(u16),
 }
 
-/// A [`PodSource`] that answers from a script and records each request: `list`, `probe` (a LIST of one
-/// pod, no selector), `watch from RV` or `watch-list`.
+/// A [`PodSource`] that answers from a script and records each request: `list` or `watch from RV`.
 #[derive(Default)]
 struct Script {
     answers: Mutex<VecDeque<Answer>>,
@@ -75,13 +73,8 @@ fn event(kind: &str, name: &str, rv: &str) -> String {
     format!(r#"{{"type":"{kind}","object":{}}}"#, pod_json(name, rv))
 }
 
-fn bookmark(rv: &str, end: bool) -> String {
-    let ann = if end {
-        r#","annotations":{"k8s.io/initial-events-end":"true"}"#
-    } else {
-        ""
-    };
-    format!(r#"{{"type":"BOOKMARK","object":{{"metadata":{{"resourceVersion":"{rv}"{ann}}}}}}}"#)
+fn bookmark(rv: &str) -> String {
+    format!(r#"{{"type":"BOOKMARK","object":{{"metadata":{{"resourceVersion":"{rv}"}}}}}}"#)
 }
 
 fn expired() -> String {
@@ -90,8 +83,11 @@ fn expired() -> String {
 
 impl PodSource for Script {
     fn list_pods(&self, p: &ListParams) -> Result<PodList> {
-        let probe = p.limit == Some(1) && p.field_selector.is_none();
-        match self.answer(if probe { "probe" } else { "list" }.into()) {
+        assert!(
+            p.field_selector.is_some(),
+            "a list of other pods than the node's"
+        );
+        match self.answer("list".into()) {
             Answer::List(names, rv) => Ok(PodList {
                 items: names.iter().map(|n| pod(n, rv)).collect(),
                 resource_version: rv.into(),
@@ -103,10 +99,9 @@ impl PodSource for Script {
     }
 
     fn watch_pods(&self, p: &WatchParams) -> Result<WatchStream> {
-        let asked = match (&p.resource_version, p.send_initial_events) {
-            (None, true) => "watch-list".to_string(),
-            (Some(rv), false) => format!("watch from {rv}"),
-            other => panic!("a watch neither from a resourceVersion nor a watch-list: {other:?}"),
+        let asked = match &p.resource_version {
+            Some(rv) => format!("watch from {rv}"),
+            None => panic!("a watch from no resourceVersion"),
         };
         assert!(p.allow_bookmarks, "{asked}: bookmarks not asked for");
         match self.answer(asked) {
@@ -125,10 +120,9 @@ impl PodSource for Script {
     }
 }
 
-/// A sink that writes down every call, in order; `catch_up`: it wants the proof (as the pod cache).
+/// A sink that writes down every call, in order.
 struct Record {
     calls: Arc<Mutex<Vec<String>>>,
-    catch_up: bool,
 }
 
 impl Record {
@@ -156,12 +150,6 @@ impl PodSink for Record {
     fn watch_up(&mut self, restart: bool) {
         self.say(if restart { "up again" } else { "up" });
     }
-    fn wants_catch_up(&self) -> bool {
-        self.catch_up
-    }
-    fn caught_up(&mut self) {
-        self.say("caught up");
-    }
     fn watch_down(&mut self) {
         self.say("down");
     }
@@ -169,11 +157,10 @@ impl PodSink for Record {
 
 /// Runs the loop over `script` until it has waited `restarts` times; returns the sink's calls and the
 /// waits.
-fn run(script: &Script, catch_up: bool, restarts: usize) -> (Vec<String>, Vec<Duration>) {
+fn run(script: &Script, restarts: usize) -> (Vec<String>, Vec<Duration>) {
     let calls = Arc::new(Mutex::new(Vec::new()));
     let sink = Record {
         calls: calls.clone(),
-        catch_up,
     };
     let sel = Selection {
         label: None,
@@ -193,18 +180,12 @@ fn run(script: &Script, catch_up: bool, restarts: usize) -> (Vec<String>, Vec<Du
 fn the_restart_decision() {
     let from = |rv: &str| Start::From(rv.into());
     let (gone, failed) = (Ended::Gone(refused(410)), Ended::Failed(refused(500)));
-    let none = Ended::NoWatchList("422".into());
     for (start, ended, want) in [
-        // A 410: relist; a watch-list is itself the list.
-        (from("9"), &gone, (Start::List, true)),
-        (Start::WatchList, &gone, (Start::WatchList, true)),
+        // A 410: relist.
+        (from("9"), &gone, Start::List),
         // Closed or failed: re-watch from where the watch got to.
-        (from("9"), &Ended::Closed, (from("9"), true)),
-        (from("9"), &failed, (from("9"), true)),
-        (Start::WatchList, &Ended::Closed, (Start::WatchList, true)),
-        (Start::WatchList, &failed, (Start::WatchList, true)),
-        // No watch-list on this server: list at once, and from now on.
-        (Start::WatchList, &none, (Start::List, false)),
+        (from("9"), &Ended::Closed, from("9")),
+        (from("9"), &failed, from("9")),
     ] {
         let what = format!("{start:?} {ended:?}");
         assert_eq!(next(start, ended), want, "{what}");
@@ -215,10 +196,10 @@ fn the_restart_decision() {
 fn a_watch_closed_by_the_server_is_reopened_from_its_last_resource_version() {
     let s = Script::new(vec![
         Answer::List(vec!["a"], "10"),
-        Answer::Watch(vec![event("ADDED", "b", "11"), bookmark("12", false)]),
+        Answer::Watch(vec![event("ADDED", "b", "11"), bookmark("12")]),
         Answer::Watch(vec![]),
     ]);
-    let (calls, waits) = run(&s, false, 2);
+    let (calls, waits) = run(&s, 2);
     assert_eq!(s.asked(), ["list", "watch from 10", "watch from 12"]);
     let want = [
         "pod a@10", "listed", "up", "pod b@11", "down", "up again", "down",
@@ -239,7 +220,7 @@ fn a_410_relists_and_tells_the_sinks_which_pods_vanished() {
             Answer::List(vec!["a"], "20"),
             Answer::Watch(vec![]),
         ]);
-        let (calls, waits) = run(&s, false, 2);
+        let (calls, waits) = run(&s, 2);
         assert_eq!(
             s.asked(),
             ["list", "watch from 10", "list", "watch from 20"]
@@ -260,120 +241,8 @@ fn a_failed_list_is_retried_after_a_wait() {
         Answer::List(vec![], "3"),
         Answer::Watch(vec![]),
     ]);
-    let (calls, waits) = run(&s, false, 2);
+    let (calls, waits) = run(&s, 2);
     assert_eq!(s.asked(), ["list", "list", "watch from 3"]);
     assert_eq!(calls, ["down", "listed", "up", "down"]);
     assert!(waits.iter().all(|d| !d.is_zero()), "{waits:?}");
-}
-
-#[test]
-fn a_watch_list_is_caught_up_at_its_end_marker_and_restarts_as_one() {
-    let s = Script::new(vec![
-        Answer::Watch(vec![
-            event("ADDED", "a", "5"),
-            bookmark("6", true),
-            event("MODIFIED", "a", "7"),
-        ]),
-        Answer::Watch(vec![bookmark("8", true)]),
-    ]);
-    let (calls, waits) = run(&s, true, 2);
-    assert_eq!(s.asked(), ["watch-list", "watch-list"]);
-    let first = ["up", "pod a@5", "listed", "caught up", "pod a@7", "down"];
-    // The second watch-list no longer lists `a`: deleted while no watch was open.
-    let second = ["up again", "gone ns/a", "listed", "caught up", "down"];
-    assert_eq!(calls, [&first[..], &second[..]].concat());
-    assert!(waits.iter().all(|d| !d.is_zero()), "{waits:?}");
-}
-
-#[test]
-fn without_a_watch_list_the_loop_lists_at_once_and_is_caught_up_past_the_probe() {
-    // Refused (Kubernetes 1.27–1.31, 1.33), or ignored: a BOOKMARK before the end marker.
-    for refusal in [
-        Answer::Refuse(422),
-        Answer::Watch(vec![bookmark("4", false)]),
-    ] {
-        let s = Script::new(vec![
-            refusal,
-            Answer::List(vec!["a"], "10"),
-            Answer::Watch(vec![
-                event("MODIFIED", "a", "12"),
-                bookmark("15", false),
-                event("ADDED", "b", "16"),
-            ]),
-            // The consistent read after the watch opened: what the gap hid is at or below 14.
-            Answer::List(vec![], "14"),
-            Answer::Watch(vec![]),
-            Answer::List(vec![], "16"),
-        ]);
-        let (calls, waits) = run(&s, true, 3);
-        let asked = [
-            "watch-list",
-            "list",
-            "watch from 10",
-            "probe",
-            "watch from 16",
-            "probe",
-        ];
-        assert_eq!(s.asked(), asked);
-        let up = calls.iter().position(|c| c == "up again").unwrap();
-        let want = ["up again", "pod a@12", "caught up", "pod b@16", "down"];
-        assert_eq!(calls[up..up + 5], want, "{calls:?}");
-        // The re-watch is already past its probe: caught up as soon as it opens.
-        assert_eq!(calls[up + 5..], ["up again", "caught up", "down"]);
-        assert_eq!(waits[0], Duration::ZERO, "the list waits for nothing");
-        assert!(waits[1..].iter().all(|d| !d.is_zero()), "{waits:?}");
-    }
-}
-
-#[test]
-fn a_failed_probe_never_proves_the_watch() {
-    let s = Script::new(vec![
-        Answer::Refuse(422),
-        Answer::List(vec![], "10"),
-        Answer::Watch(vec![bookmark("99", false), event("ADDED", "a", "100")]),
-        Answer::Refuse(500),
-    ]);
-    let (calls, _) = run(&s, true, 2);
-    assert_eq!(s.asked(), ["watch-list", "list", "watch from 10", "probe"]);
-    assert_eq!(calls, ["down", "listed", "up again", "pod a@100", "down"]);
-    assert!(!calls.contains(&"caught up".to_string()), "{calls:?}");
-}
-
-/// Records only what the server was heard to send, and the pods.
-struct Hearing(Arc<Mutex<Vec<String>>>);
-
-impl PodSink for Hearing {
-    fn pod(&mut self, pod: &Object) {
-        let meta = istio_cni::json::obj_of(pod, "metadata").unwrap();
-        let name = istio_cni::json::str_of(meta, "name").unwrap_or("");
-        self.0.lock().unwrap().push(format!("pod {name}"));
-    }
-    fn gone(&mut self, _key: &str, _uid: &str) {}
-    fn heard(&mut self) {
-        self.0.lock().unwrap().push("heard".into());
-    }
-}
-
-#[test]
-fn every_event_and_bookmark_of_a_watch_is_heard_before_it_is_handled() {
-    // The pod cache answers by name only from a watch heard from lately (podcache::store::QUIET_LIMIT):
-    // a quiet watch's BOOKMARKs are what keep it heard.
-    let s = Script::new(vec![
-        Answer::List(vec!["a"], "10"),
-        Answer::Watch(vec![
-            event("ADDED", "b", "11"),
-            bookmark("12", false),
-            bookmark("13", false),
-        ]),
-    ]);
-    let calls = Arc::new(Mutex::new(Vec::new()));
-    let sel = Selection {
-        label: None,
-        field: "spec.nodeName=node-1".into(),
-        what: "scripted",
-    };
-    let sink = Hearing(calls.clone());
-    podwatch::watch(&s, &sel, Fanout::new(vec![Box::new(sink)]), |_| false);
-    let calls = calls.lock().unwrap().clone();
-    assert_eq!(calls, ["pod a", "heard", "pod b", "heard", "heard"]);
 }

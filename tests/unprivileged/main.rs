@@ -34,7 +34,7 @@ mod kube_podwatch;
 mod monitoring_dashboard;
 mod monitoring_rules;
 mod podcache_agent;
-mod podcache_catch_up;
+mod podcache_by_name;
 mod repair_oneshot;
 mod repair_rss;
 mod repair_watch;

@@ -12,11 +12,13 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-fn request(i: usize) -> Request {
+/// Adds pod `i` to the double; the lookup of it, by the UID the double gave it.
+fn add(srv: &kube_double::Server, i: usize) -> Request {
+    let stored = srv.add_pod(&pod(i, false)).unwrap();
     Request {
         namespace: format!("ns-{}", i % 17),
         name: format!("app-{i}"),
-        uid: String::new(),
+        uid: crate::support::kube::uid_of(&stored),
     }
 }
 
@@ -29,9 +31,7 @@ fn a_thousand_cached_pods_cost_under_4_mb() {
     std::thread::sleep(Duration::from_millis(500));
     let pid = agent.proc.child.id();
     let empty = status_kb(pid, "VmRSS:");
-    for i in 0..1000 {
-        srv.add_pod(&pod(i, false)).unwrap();
-    }
+    let added: Vec<Request> = (0..1000).map(|i| add(&srv, i)).collect();
     agent.wait_pods(1000);
     std::thread::sleep(Duration::from_millis(500));
     let full = status_kb(pid, "VmRSS:");
@@ -40,8 +40,8 @@ fn a_thousand_cached_pods_cost_under_4_mb() {
         full.saturating_sub(empty),
         status_kb(pid, "VmHWM:")
     );
-    // Each is served (name and namespace from the live watch).
-    let p = client::lookup(&agent.socket(), &request(999)).unwrap();
+    // Each is served.
+    let p = client::lookup(&agent.socket(), &added[999]).unwrap();
     assert!(istio_cni::json::to_compact(&istio_cni::json::Value::Object(p)).contains("app-999"));
     assert!(
         full <= empty + 4096,
@@ -61,9 +61,7 @@ fn hostile_socket_clients_stall_neither_readyz_nor_lookups() {
         hard,
     );
     let srv = crate::support::kube::start();
-    for i in 0..20 {
-        srv.add_pod(&pod(i, false)).unwrap();
-    }
+    let requests: Vec<Request> = (0..20).map(|i| add(&srv, i)).collect();
     let dir = TempDir::new("cache-hostile");
     let agent = Agent::start(&srv, &dir.join("run"), NODE, &[]);
     agent.wait_synced();
@@ -115,7 +113,7 @@ fn hostile_socket_clients_stall_neither_readyz_nor_lookups() {
             assert_eq!(r.map(|(c, _)| c), Some(200), "/readyz after {took:?}");
             probes += 1;
             worst = worst.max(took);
-            match client::lookup(&path, &request(i % 20)) {
+            match client::lookup(&path, &requests[i % 20]) {
                 Ok(_) => hits += 1,
                 Err(m) => misses.push(m.name()),
             }
@@ -142,7 +140,7 @@ fn hostile_socket_clients_stall_neither_readyz_nor_lookups() {
     crate::support::poll_until(
         "20 lookups in a row served after the load",
         Duration::from_secs(10),
-        || (0..20).all(|i| client::lookup(&path, &request(i)).is_ok()),
+        || (0..20).all(|i| client::lookup(&path, &requests[i]).is_ok()),
     );
     assert!(
         agent

@@ -4,18 +4,15 @@
 //! or a scripted double in the tests. It feeds [`PodSink`]s through one [`Fanout`]: the
 //! standalone repair agent's, or in `install-cni` the pod cache and the repair worker together; the fan-out
 //! keeps the relist bookkeeping, so after a relist every sink hears which pods vanished.
-//! A sink that needs to know when a watch has caught up with the server (the pod cache) gets a streaming
-//! watch-list at every (re)start instead, or, from a server without one, a probe after each watch opens
-//! ([`catch_up`]). Each (re)start is timed for `/metrics` ([`timing`], as the `pods` watch). Nothing here panics on API input; API failures are logged and retried.
+//! Each (re)start is timed for `/metrics` ([`timing`], as the `pods` watch). Nothing here panics on API
+//! input; API failures are logged and retried.
 
-pub mod catch_up;
 pub mod pace;
 pub mod sink;
 pub mod timing;
 
 use crate::error::Result;
 use crate::kube::{ApiErrorExt, Client, EventKind, ListParams, PodSource, WatchParams};
-use catch_up::{Pending, Step};
 use pace::{random, LogLimit, Pace, LOG_WINDOW};
 pub use sink::{Fanout, PodSink};
 use std::time::{Duration, Instant};
@@ -73,8 +70,6 @@ pub enum Ended {
     Gone(crate::error::Error),
     /// Anything else.
     Failed(crate::error::Error),
-    /// The server does not serve the streaming watch-list (refused it, or ignored `sendInitialEvents`).
-    NoWatchList(String),
 }
 
 /// How the next (re)start begins.
@@ -82,36 +77,21 @@ pub enum Ended {
 pub enum Start {
     /// A paginated LIST ([`list_all`]), then a watch from its resourceVersion.
     List,
-    /// A watch from this resourceVersion (a LIST's, or the last event's); caught up, if the sink wants
-    /// it, at an event or BOOKMARK at or past a probe's resourceVersion ([`catch_up`]).
+    /// A watch from this resourceVersion (a LIST's, or the last event's).
     From(String),
-    /// The streaming watch-list: its initial events are the list, its end BOOKMARK the proof of catch-up.
-    WatchList,
 }
 
 /// The restart decision (pure): after a watch begun at `start` (advanced to the last resourceVersion it
-/// saw) ended as `ended`, how the next (re)start begins and whether it waits ([`Pace`]) first. A
-/// watch-list stays one until the server shows it has none (then list and watch from now on, at once); a
-/// 410 relists; any other end re-watches from where the watch got to.
-pub fn next(start: Start, ended: &Ended) -> (Start, bool) {
+/// saw) ended as `ended`, how the next (re)start begins: a 410 relists; any other end re-watches from
+/// where the watch got to. Every restart waits ([`Pace`]) first.
+pub fn next(start: Start, ended: &Ended) -> Start {
     match (ended, start) {
-        (Ended::NoWatchList(_), _) => (Start::List, false),
-        (Ended::Gone(_), Start::From(_)) => (Start::List, true),
-        (_, start) => (start, true),
+        (Ended::Gone(_), Start::From(_)) => Start::List,
+        (_, start) => start,
     }
 }
 
-/// The resourceVersion of a consistent read made now: a LIST of one pod, no selector, no
-/// resourceVersion (one key read on the server, whatever the cluster's size).
-fn probe(client: &impl PodSource) -> Result<String> {
-    let p = ListParams {
-        limit: Some(1),
-        ..ListParams::default()
-    };
-    Ok(client.list_pods(&p)?.resource_version)
-}
-
-/// The watch request for `start`: a watch-list, or a watch from its resourceVersion (none: from now).
+/// The watch request for `start`: a watch from its resourceVersion (none: from now).
 fn watch_params(sel: &Selection, start: &Start) -> WatchParams {
     WatchParams {
         label_selector: sel.label.clone(),
@@ -121,49 +101,14 @@ fn watch_params(sel: &Selection, start: &Start) -> WatchParams {
             _ => None,
         },
         allow_bookmarks: true,
-        send_initial_events: *start == Start::WatchList,
         // In [300, 600) s, spread like client-go's.
         timeout_seconds: Some(300 + (random() % 300) as u32),
         ..WatchParams::default()
     }
 }
 
-/// What the sinks wait for before the watch that just opened (its head carried `head_rv`) is caught up:
-/// a watch-list's end, or a probe's resourceVersion ([`catch_up`]); told at once when nothing.
-fn catch_up_start(
-    client: &impl PodSource,
-    sel: &Selection,
-    sinks: &mut Fanout,
-    listing: bool,
-    head_rv: Option<&str>,
-) -> Pending {
-    let pending = if listing {
-        sinks.list_begun();
-        Pending::InitialEnd
-    } else if sinks.wants_catch_up() {
-        // Read after the head arrived: every change the gap hid is at or below this.
-        match probe(client) {
-            Ok(r) => catch_up::after_probe(&r, head_rv),
-            Err(e) => {
-                log::warn!(
-                    "{}: catch-up probe failed, not answering by name until the next watch: {e}",
-                    sel.what
-                );
-                Pending::Never
-            }
-        }
-    } else {
-        Pending::Nothing
-    };
-    if pending == Pending::Nothing && sinks.wants_catch_up() {
-        sinks.caught_up();
-    }
-    pending
-}
-
-/// Opens one watch (`start`: a watch-list, or from a resourceVersion) and forwards its events; returns how
-/// it ended and whether it delivered any change (and advances `start`'s resourceVersion). With `catch_up`,
-/// tells the sink when the watch has caught up with the server ([`catch_up`]).
+/// Opens one watch from `start`'s resourceVersion and forwards its events; returns how it ended and
+/// whether it delivered any change (and advances `start`'s resourceVersion).
 fn watch_once(
     client: &impl PodSource,
     sel: &Selection,
@@ -172,18 +117,13 @@ fn watch_once(
     restart: bool,
     timing: &mut Timing,
 ) -> (Ended, bool) {
-    let listing = *start == Start::WatchList;
     let mut stream = match client.watch_pods(&watch_params(sel, start)) {
         Ok(s) => s,
-        Err(e) if listing && catch_up::refuses_watch_list(&e) => {
-            return (Ended::NoWatchList(e.to_string()), false)
-        }
         Err(e) if e.is_gone() => return (Ended::Gone(e), false),
         Err(e) => return (Ended::Failed(e), false),
     };
     timing.answered();
     sinks.watch_up(restart);
-    let mut pending = catch_up_start(client, sel, sinks, listing, stream.resource_version());
     let mut failure = None;
     let mut delivered = false;
     for ev in &mut stream {
@@ -194,34 +134,16 @@ fn watch_once(
                 break;
             }
         };
-        sinks.heard();
-        let step = catch_up::step(pending, &ev);
-        if step == Step::NoWatchList {
-            let why =
-                "a BOOKMARK came before the end of the initial events (sendInitialEvents ignored)";
-            return (Ended::NoWatchList(why.into()), delivered);
-        }
-        // A watch-list's initial events are its list, not changes: a server that ends every watch right
-        // after them still gets the growing backoff.
-        let change = !(listing && pending == Pending::InitialEnd);
         match ev.kind {
             EventKind::Bookmark => {}
             EventKind::Deleted => {
-                delivered |= change;
+                delivered = true;
                 sinks.gone(&ev.object);
             }
             EventKind::Added | EventKind::Modified => {
-                delivered |= change;
+                delivered = true;
                 sinks.pod(&ev.object);
             }
-        }
-        if step == Step::CaughtUp {
-            pending = Pending::Nothing;
-            if listing {
-                sinks.list_done();
-                timing.listed();
-            }
-            sinks.caught_up();
         }
     }
     if let (Start::From(rv), Some(r)) = (start, stream.resource_version()) {
@@ -249,9 +171,6 @@ pub fn watch_forever(client: &Client, sel: &Selection, sinks: Fanout) {
 /// server that ends every watch at once sees a few requests per minute, not thousands. Lines that would
 /// repeat on every restart are written at most once per [`LOG_WINDOW`] each. `pause` waits before each
 /// restart and says whether to go on (the tests stop after a few).
-///
-/// A sink that [`PodSink::wants_catch_up`] (the pod cache) gets a streaming watch-list at every (re)start
-/// instead, as long as the server serves one ([`catch_up`]): the list and the proof in one request.
 pub fn watch(
     source: &impl PodSource,
     sel: &Selection,
@@ -261,7 +180,7 @@ pub fn watch(
     let what = sel.what;
     let mut pace = Pace::default();
     let mut logs = LogLimit::new(LOG_WINDOW);
-    let mut start = [Start::List, Start::WatchList][usize::from(sinks.wants_catch_up())].clone();
+    let mut start = Start::List;
     let mut watched = false;
     loop {
         let began = Instant::now();
@@ -292,18 +211,14 @@ pub fn watch(
         watched = true;
         let d = pace.next(began.elapsed(), delivered, random());
         let now = Instant::now();
-        let wait;
-        (start, wait) = next(start, &ended);
+        start = next(start, &ended);
         let at = match &start {
             Start::From(r) => r.as_str(),
-            _ => "a new watch-list",
+            Start::List => "a new list",
         };
-        // Whatever ended, events may be missed until the next watch has caught up.
+        // Whatever ended, events may be missed until the next watch opens.
         sinks.watch_down();
         match ended {
-            Ended::NoWatchList(why) => {
-                log::info!("{what}: the API server does not stream the initial list ({why}); listing and watching instead");
-            }
             Ended::Closed => {
                 log::debug!("{what}: watch closed by the server; re-watching from {at} in {d:.1?}");
             }
@@ -320,8 +235,7 @@ pub fn watch(
                 }
             }
         }
-        // Without a watch-list, the list goes ahead at once.
-        if !pause(if wait { d } else { Duration::ZERO }) {
+        if !pause(d) {
             return;
         }
     }

@@ -17,21 +17,10 @@ pub trait PodSink {
     /// A list is complete: the sink holds every pod that exists (those that vanished were [`PodSink::gone`]).
     fn list_done(&mut self) {}
     /// A watch opened (its response head arrived); `restart` when it is not the first one. What it missed
-    /// may still be on its way: see [`PodSink::caught_up`].
+    /// since the last one may still be on its way.
     fn watch_up(&mut self, _restart: bool) {}
-    /// Whether the sink needs [`PodSink::caught_up`] (the pod cache, for lookups by name): the loop then
-    /// streams a watch-list at every (re)start, or probes after each watch opens ([`super::catch_up`]).
-    fn wants_catch_up(&self) -> bool {
-        false
-    }
-    /// The open watch has delivered every change up to a consistent read made after it was requested:
-    /// from now until [`PodSink::watch_down`], the sink is as current as the watch.
-    fn caught_up(&mut self) {}
-    /// The open watch delivered something (an event, or a BOOKMARK: kube-apiserver sends one a minute once
-    /// the pods' resourceVersion has moved past the watch's): the server is still there.
-    fn heard(&mut self) {}
-    /// The list or watch ended (failed, expired, or closed by the server): until the next watch has caught
-    /// up, events may be missed.
+    /// The list or watch ended (failed, expired, or closed by the server): until the next watch opens,
+    /// events may be missed.
     fn watch_down(&mut self) {}
 }
 
@@ -101,18 +90,6 @@ impl Fanout {
         self.each(|s| s.watch_up(restart));
     }
 
-    pub fn wants_catch_up(&self) -> bool {
-        self.sinks.iter().any(|s| s.wants_catch_up())
-    }
-
-    pub fn caught_up(&mut self) {
-        self.each(|s| s.caught_up());
-    }
-
-    pub fn heard(&mut self) {
-        self.each(|s| s.heard());
-    }
-
     pub fn watch_down(&mut self) {
         self.each(|s| s.watch_down());
     }
@@ -123,10 +100,9 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
-    /// Records every call as a line (sorted when taken: a relist's vanished pods come in no order); wants
-    /// the catch-up proof when its flag says so.
+    /// Records every call as a line (sorted when taken: a relist's vanished pods come in no order).
     #[derive(Default, Clone)]
-    struct Calls(Arc<Mutex<Vec<String>>>, bool);
+    struct Calls(Arc<Mutex<Vec<String>>>);
 
     impl Calls {
         fn take(&self) -> Vec<String> {
@@ -149,9 +125,6 @@ mod tests {
         }
         fn list_done(&mut self) {
             self.0.lock().unwrap().push("listed".into());
-        }
-        fn wants_catch_up(&self) -> bool {
-            self.1
         }
     }
 
@@ -193,12 +166,5 @@ mod tests {
         assert_eq!(calls.take(), ["gone ns/b ub", "listed"]);
         // The other sink got every call too.
         assert_eq!(other.take().len(), 4 + 3 + 4 + 2);
-    }
-
-    #[test]
-    fn a_fanout_wants_the_catch_up_proof_if_any_sink_does() {
-        let sink = |wants| Box::new(Calls(Default::default(), wants));
-        assert!(!Fanout::new(vec![sink(false)]).wants_catch_up());
-        assert!(Fanout::new(vec![sink(false), sink(true)]).wants_catch_up());
     }
 }

@@ -6,8 +6,7 @@
 //! Real-server environment: `KUBE_CONTRACT_KUBECONFIG` (admin; a client certificate),
 //! `KUBE_CONTRACT_FORBIDDEN_TOKEN` (a token of an identity no RBAC rule grants anything),
 //! `KUBE_CONTRACT_EXPIRED_RV` (a pod resourceVersion older than the server's watch cache and etcd's
-//! compaction) and `KUBE_CONTRACT_WATCH_LIST=off` (the server runs with `--feature-gates=WatchList=false`);
-//! a case needing one of them fails when it is missing.
+//! compaction); a case needing one of them fails when it is missing.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -209,18 +208,6 @@ impl Target {
                 rv
             }
             None => env("KUBE_CONTRACT_EXPIRED_RV").expect("KUBE_CONTRACT_EXPIRED_RV"),
-        }
-    }
-
-    /// Makes the server refuse the streaming watch-list (a real one must already run without it).
-    pub fn watch_list_off(&self) {
-        match &self.double {
-            Some(srv) => srv.set_watch_list(false),
-            None => assert_eq!(
-                env("KUBE_CONTRACT_WATCH_LIST").as_deref(),
-                Some("off"),
-                "this case needs a server with --feature-gates=WatchList=false (KUBE_CONTRACT_WATCH_LIST=off)"
-            ),
         }
     }
 

@@ -1,10 +1,7 @@
-//! The contract: watches (from a LIST, selector transitions, bookmarks and the timeout, the watch-list
-//! and a server without it, a compacted resourceVersion).
-
-use std::collections::BTreeSet;
+//! The contract: watches (from a LIST, selector transitions, bookmarks and the timeout, a compacted
+//! resourceVersion).
 
 use istio_cni::json;
-use istio_cni::kube::podwatch::catch_up::refuses_watch_list;
 use istio_cni::kube::{ApiErrorExt, EventKind, ListParams, PodSource, WatchParams};
 
 use super::target::{meta_str, Target};
@@ -169,72 +166,6 @@ fn bookmarks_carry_the_progress_a_filtered_watch_does_not_see_and_the_timeout_en
         last >= other_rv,
         "the last bookmark ({last}) is before a change it did not see ({other_rv})"
     );
-}
-
-#[test]
-fn the_watch_list_sends_the_current_pods_then_the_initial_events_end_bookmark() {
-    let t = Target::new();
-    let a = format!("{}-a", t.node);
-    t.create_pod("i1", &a, &[]);
-    t.create_pod("i2", &a, &[]);
-    let mut params = node_watch(&t, &a, None, 30);
-    params.send_initial_events = true;
-    let mut w = t.client.watch_pods(&params).unwrap();
-    let mut initial = BTreeSet::new();
-    let end = loop {
-        let ev = w.next().expect("the watch ended").unwrap();
-        match ev.kind {
-            EventKind::Added => assert!(initial.insert(name_of(&ev.object))),
-            EventKind::Bookmark => break ev,
-            k => panic!("{k:?} before the initial-events-end bookmark"),
-        }
-    };
-    assert_eq!(initial, set(&["i1", "i2"]));
-    let ann = json::obj_of(
-        json::obj_of(&end.object, "metadata").unwrap(),
-        "annotations",
-    )
-    .unwrap();
-    assert_eq!(json::str_of(ann, "k8s.io/initial-events-end"), Some("true"));
-    t.create_pod("i3", &a, &[]);
-    let ev = next_change(&mut w);
-    assert_eq!(
-        (ev.kind, name_of(&ev.object)),
-        (EventKind::Added, "i3".into())
-    );
-
-    // Without allowWatchBookmarks the server still streams the initial events (and no bookmark).
-    params.allow_bookmarks = false;
-    params.timeout_seconds = Some(2);
-    let evs: Vec<_> = t
-        .client
-        .watch_pods(&params)
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    assert!(evs.iter().all(|e| e.kind == EventKind::Added), "{evs:?}");
-    assert_eq!(
-        evs.iter()
-            .map(|e| name_of(&e.object))
-            .collect::<BTreeSet<_>>(),
-        set(&["i1", "i2", "i3"])
-    );
-}
-
-#[test]
-fn watch_list_off_the_server_answers_422_invalid() {
-    let t = Target::new();
-    t.watch_list_off();
-    let mut params = node_watch(&t, &t.node, None, 30);
-    params.send_initial_events = true;
-    let e = t.client.watch_pods(&params).unwrap_err();
-    assert_eq!(e.api_status(), Some(422), "{e}");
-    assert_eq!(e.api_reason(), Some("Invalid"), "{e}");
-    assert!(
-        e.to_string().contains("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"),
-        "{e}"
-    );
-    assert!(refuses_watch_list(&e));
 }
 
 #[test]
