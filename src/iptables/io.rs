@@ -140,7 +140,7 @@ impl Io {
     /// have made (a built-in chain not hooked, or hooked with another type, hook or priority, a policy other
     /// than ACCEPT), each of which can keep our jumps from running, and our tables flagged dormant (none of
     /// their chains hooked). None of this for the legacy tables (the kernel fixes their hooks). With the
-    /// node's binaries see [`Io::inspect_node_save`].
+    /// node's binaries see `inspect_node_save`.
     pub fn inspect(self, family: Family) -> Result<Inspection> {
         if self.node_binaries {
             return self.inspect_node_save(family);
