@@ -124,9 +124,15 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
     if !has_ours {
         return Err(first).context(format!("apply {} redirection rules", family.name()));
     }
-    // A chain name iptables refuses: the text does not say what the kernel holds, so neither "in place"
-    // nor a converge computed from it can be trusted.
-    bypass::refuse(&read.refused_names, "")?;
+    // A chain name iptables refuses, or text unlike the kernel's tables: the text does not say what the
+    // kernel holds, so neither "in place" nor a converge computed from it can be trusted. Named with what
+    // our read saw that the text cannot show (often the same rule: a write `-save` prints as a match).
+    if !read.refused_names.is_empty() {
+        bypass::refuse(
+            &[&read.refused_names[..], &read.incompatible[..]].concat(),
+            "",
+        )?;
+    }
     let expected = normalized(family, doc)?;
     let mut found = foreign::findings(io.backend, family, &expected, &actual);
     found.extend(read.incompatible);
