@@ -178,7 +178,7 @@ impl Io {
     /// flags, lists a built-in chain made without its hook as one more user chain, prints a rule holding an
     /// expression iptables never writes otherwise than it is (`nft::Inspection::acting`), and leaves out a
     /// table it calls incompatible (then named by [`save_text::refused_in_text`]). Its text must also list
-    /// the tables, chains, rule counts and targets (a rule's `-j` words) our own read of those tables holds
+    /// the tables, chains and rule counts our own read of those tables holds, a rule's `-j` words its target
     /// ([`save::unlike_kernel`]): a bare name holding a newline can print a table of its own. Never the
     /// other backend's read: the pod can fill those tables to look like whatever the text says.
     fn inspect_node_save(self, family: Family) -> Result<Inspection> {

@@ -1,8 +1,9 @@
 //! IPTABLES_NODE_BINARIES (root): a rule's target as the node's `-save` prints it. The tool prints a
 //! target's string options bare (iptables 1.8.9, both backends: `-j CT --notrack --helper -j ACCEPT`), so
 //! a `-j` word inside one, after the real target, would read as the rule's target: a raw `CT --notrack`
-//! read as `ACCEPT` takes traffic past the redirect unnamed. Each rule's `-j`/`-g` words must be its one
-//! target's, as our own read of the same tables says whether it has one.
+//! read as `ACCEPT` takes traffic past the redirect unnamed. A rule's text may hold one `-j`/`-g` word
+//! only, and must hold one where our own read of the same tables gives the rule a target; iptables-nft's
+//! native `log` (`-j LOG`, `-j NFLOG`: read as a match, printed as a target) stays harmless.
 
 use crate::support::e2e::*;
 use crate::support::traffic::*;
@@ -20,7 +21,7 @@ fn notrack_with_a_jump_in_its_helper(backend: &str) -> Bypass<'static> {
         inbound: false,
         names: vec![
             format!("{tool} (IPv4) -t raw: OUTPUT rule 1: \"-j CT --notrack --helper -j ACCEPT\""),
-            "a -j or -g word that is not its target".into(),
+            "more than one -j or -g word: a string holds one".into(),
         ],
         undo: vec![format!("{tool} -t raw -F OUTPUT")],
     }
@@ -53,5 +54,16 @@ fn node_binaries_a_jump_word_in_a_targets_string_is_named() {
         );
         eprintln!("--- {backend}: {}", b.what);
         assert_named_and_refused(&node, &pod, &b);
+        // The control: iptables-nft 1.8.9 writes `-j LOG` and `-j NFLOG` as a native `log` expression
+        // (our read: a match, no target) and its `-save` prints them back as those targets.
+        sh_in(
+            &pod,
+            &[
+                format!("iptables-{backend} -A INPUT -j LOG --log-prefix seen"),
+                format!("iptables-{backend} -t raw -A OUTPUT -j NFLOG"),
+            ],
+        );
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
     }
 }
