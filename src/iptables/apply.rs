@@ -13,7 +13,7 @@
 //! backend, the other x_tables backend, native nf_tables base chains; [`elsewhere`]) and fails naming any
 //! rule there that can take traffic past it.
 
-use super::{foreign, save, state, Backend, Io};
+use super::{foreign, save, state, Io};
 use crate::error::{Context, Error, Result};
 use crate::netfilter::{bypass, is_builtin, is_our_chain, Family, OurHook, Outcome, OUR_HOOKS};
 use crate::netns;
@@ -61,10 +61,12 @@ where
         let held = holds_tables(&fams)?;
         let mut families = Vec::new();
         let mut found = Vec::new();
+        let mut ours = Vec::new();
         for (family, doc) in &plan.docs {
             let t = Instant::now();
-            let (outcome, f) = apply_family(io, *family, doc)?;
+            let (outcome, f, legacy) = apply_family(io, *family, doc)?;
             found.extend(f);
+            ours.push((*family, legacy));
             families.push((*family, outcome, t.elapsed().as_micros()));
         }
         let applied = |o: &Outcome| *o == Outcome::Applied;
@@ -78,7 +80,7 @@ where
             bypass::refuse(&f.bypass, "")?;
         } else {
             if !families.iter().all(|(_, o, _)| applied(o)) {
-                found.extend(elsewhere(io, &fams)?);
+                found.extend(elsewhere(&ours)?);
             }
             bypass::refuse(&found, "")?;
         }
@@ -105,11 +107,12 @@ fn holds_tables(families: &[Family]) -> Result<bool> {
     crate::nftables::observe::any_table()
 }
 
-/// Applies one family's document: the outcome, and other programs' rules in our backend's raw and mangle
-/// tables that can take traffic past ours (read only on the slow path).
-fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<String>)> {
+/// Applies one family's document: the outcome, other programs' rules in our backend's raw and mangle
+/// tables that can take traffic past ours (read only on the slow path), and where ours are
+/// ([`super::io::Inspection::legacy`]; on the fast path as far as the backend alone says).
+fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<String>, Option<bool>)> {
     let first = match io.restore(family, doc) {
-        Ok(()) => return Ok((Outcome::Applied, Vec::new())),
+        Ok(()) => return Ok((Outcome::Applied, Vec::new(), io.ours_legacy())),
         Err(e) => e,
     };
     // Not a fresh namespace? Only then inspect; otherwise the restore error is the answer.
@@ -121,14 +124,20 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
     if !has_ours {
         return Err(first).context(format!("apply {} redirection rules", family.name()));
     }
-    // A chain name iptables refuses: the text does not say what the kernel holds, so neither "in place"
-    // nor a converge computed from it can be trusted.
-    bypass::refuse(&read.refused_names, "")?;
+    // A chain name iptables refuses, or text unlike the kernel's tables: the text does not say what the
+    // kernel holds, so neither "in place" nor a converge computed from it can be trusted. Named with what
+    // our read saw that the text cannot show (often the same rule: a write `-save` prints as a match).
+    if !read.refused_names.is_empty() {
+        bypass::refuse(
+            &[&read.refused_names[..], &read.incompatible[..]].concat(),
+            "",
+        )?;
+    }
     let expected = normalized(family, doc)?;
     let mut found = foreign::findings(io.backend, family, &expected, &actual);
     found.extend(read.incompatible);
     if state::diff(&expected, &actual).is_empty() && read.dormant.is_empty() {
-        return Ok((Outcome::AlreadyInPlace, found));
+        return Ok((Outcome::AlreadyInPlace, found, read.legacy));
     }
     // The converging document names every table holding our chains: its batch wakes a dormant one.
     let converge = state::converge_document(doc, &expected, &actual);
@@ -149,28 +158,24 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
             after.dormant
         )));
     }
-    Ok((Outcome::Converged, found))
+    Ok((Outcome::Converged, found, after.legacy))
 }
 
 /// Where else the kernel looks before our nat redirect (priority -100 at prerouting and output), on the
-/// thread inside the pod's namespace: the legacy x_tables tables unless they are ours, and native
-/// nf_tables base chains (iptables-nft's own tables are ours, and the dump covers them, when we are nft).
-pub fn elsewhere(io: Io, families: &[Family]) -> Result<Vec<String>> {
-    let legacy_is_ours = match io.backend {
-        Backend::Legacy => true,
-        Backend::Nft => false,
-        // Written by us, an unsuffixed iptables is legacy ([`Io`]).
-        Backend::Plain if !io.node_binaries => true,
-        // The node's unsuffixed iptables: ours are wherever our chains are.
-        Backend::Plain => families
-            .iter()
-            .map(|f| crate::xtables::holds_istio_chains(*f))
-            .collect::<Result<Vec<bool>>>()?
-            .contains(&true),
-    };
+/// thread inside the pod's namespace, for each family with where its rules of ours are
+/// ([`super::io::Inspection::legacy`]: the legacy x_tables, iptables-nft's tables, or not known, when
+/// neither is taken for ours): the legacy x_tables tables unless they are ours, and native nf_tables base
+/// chains (iptables-nft's own tables are ours, and the dump covers them, when we are nft). Never from what
+/// the tables hold: the pod can make a chain named as ours in either backend.
+pub fn elsewhere(ours: &[(Family, Option<bool>)]) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    if !legacy_is_ours {
-        out.extend(crate::xtables::findings(families)?);
+    let legacy_not_ours: Vec<Family> = ours
+        .iter()
+        .filter(|(_, legacy)| *legacy != Some(true))
+        .map(|(f, _)| *f)
+        .collect();
+    if !legacy_not_ours.is_empty() {
+        out.extend(crate::xtables::findings(&legacy_not_ours)?);
     }
     let hooks = OUR_HOOKS.map(|(h, c)| OurHook {
         hooknum: h,
@@ -178,8 +183,8 @@ pub fn elsewhere(io: Io, families: &[Family]) -> Result<Vec<String>> {
         label: format!("our iptables nat {c} (priority -100)"),
     });
     let ours_in_nft = |family: u8, table: &str, chain: &str| {
-        !legacy_is_ours
-            && families.iter().any(|f| f.nfproto() == family)
+        ours.iter()
+            .any(|(f, legacy)| *legacy == Some(false) && f.nfproto() == family)
             && crate::xtables::TABLES.contains(&table)
             && is_builtin(chain)
     };
@@ -223,9 +228,11 @@ where
 /// [`inspect`] on the thread already inside the namespace, for `plan`.
 fn findings_here(io: Io, plan: &Plan) -> Result<bypass::Findings> {
     let mut f = bypass::Findings::default();
+    let mut ours = Vec::new();
     for (family, doc) in &plan.docs {
         let expected = normalized(*family, doc)?;
         let read = io.inspect(*family)?;
+        ours.push((*family, read.legacy));
         let actual = save::parse(&read.text);
         let d = state::diff(&expected, &actual);
         let fam = family.name();
@@ -245,7 +252,6 @@ fn findings_here(io: Io, plan: &Plan) -> Result<bypass::Findings> {
         f.bypass.extend(read.incompatible);
         f.bypass.extend(read.refused_names);
     }
-    let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
-    f.bypass.extend(elsewhere(io, &fams)?);
+    f.bypass.extend(elsewhere(&ours)?);
     Ok(f)
 }

@@ -8,7 +8,7 @@
 use super::nft;
 use super::{exec, save, Backend};
 use crate::error::{Context, Error, Result};
-use crate::netfilter::{is_our_chain, Family};
+use crate::netfilter::Family;
 use crate::xtables::{chain_name, legacy, names, rule::Table, save_text, spec};
 
 /// What [`Io::inspect`] read of one family.
@@ -22,6 +22,9 @@ pub struct Inspection {
     pub dormant: Vec<String>,
     /// Chain names iptables would refuse ([`chain_name::refused`]): with one, `text` cannot be trusted.
     pub refused_names: Vec<String>,
+    /// Whose tables `text` lists: the legacy x_tables (`Some(true)`) or iptables-nft's; `None` when the
+    /// node's unsuffixed `iptables-save` listed no table, so which it is cannot be told.
+    pub legacy: Option<bool>,
 }
 
 /// One backend, and whether its node binaries are run.
@@ -62,6 +65,15 @@ impl Io {
             legacy::restore(family, &ops).with_context(what)
         } else {
             nft::restore(family, &ops).with_context(what)
+        }
+    }
+
+    /// Whether our rules are in the legacy x_tables as the backend alone says it: `None` for the node's
+    /// unsuffixed iptables, which may be either (its `-save` text says which, [`Inspection::legacy`]).
+    pub fn ours_legacy(self) -> Option<bool> {
+        match (self.backend, self.node_binaries) {
+            (Backend::Plain, true) => None,
+            _ => Some(self.legacy()),
         }
     }
 
@@ -128,61 +140,10 @@ impl Io {
     /// have made (a built-in chain not hooked, or hooked with another type, hook or priority, a policy other
     /// than ACCEPT), each of which can keep our jumps from running, and our tables flagged dormant (none of
     /// their chains hooked). None of this for the legacy tables (the kernel fixes their hooks). With the
-    /// node's binaries the text is their `-save`'s, and the rest comes from our own read
-    /// ([`nft::inspect_if_any`]): that `-save` shows no table flags, lists a built-in chain made without
-    /// its hook as one more user chain, prints a rule holding an expression iptables never writes otherwise
-    /// than it is (`nft::Inspection::acting`), and leaves out a table it calls incompatible (then named by
-    /// [`save_text::refused_in_text`]). Its text must also list the tables, chains and rule counts our own
-    /// read (of iptables-nft's tables or the legacy ones, as the tool writes) holds
-    /// ([`save::unlike_kernel`]): a bare name holding a newline can print a table of its own.
+    /// node's binaries see `inspect_node_save`.
     pub fn inspect(self, family: Family) -> Result<Inspection> {
         if self.node_binaries {
-            let text = self.save(family)?;
-            let tool = self.tool(family);
-            let mut out = Inspection {
-                refused_names: save_text::refused_in_text(&tool, &text),
-                text,
-                ..Inspection::default()
-            };
-            // The tables the text may be: ours read of iptables-nft's, of the legacy ones, or (the node's
-            // unsuffixed iptables, before either holds ours) of either.
-            let mut kernel: Vec<Vec<Table>> = Vec::new();
-            let mut ours = false;
-            if self.nft_may_hold_ours() {
-                let i = nft::inspect_if_any(family).with_context(|| {
-                    format!(
-                        "read the {} tables' chains and flags ({})",
-                        family.name(),
-                        self.name()
-                    )
-                })?;
-                // The node's unsuffixed iptables is iptables-nft when its tables hold ours.
-                ours = self.backend == Backend::Nft
-                    || i.tables
-                        .iter()
-                        .any(|t| t.chains.iter().any(|c| is_our_chain(&c.name)));
-                if ours {
-                    out.incompatible = i.incompatible;
-                    out.incompatible
-                        .extend(i.acting.iter().map(|a| format!("{tool} {a}")));
-                }
-                out.dormant = i.dormant;
-                kernel.push(i.tables);
-            }
-            if !ours {
-                kernel.push(legacy::save(family).with_context(|| {
-                    format!("read the {} legacy tables ({})", family.name(), self.name())
-                })?);
-            }
-            // Only text with iptables-save's structure is compared (other text is refused already).
-            if out.refused_names.is_empty() {
-                let unlike = kernel
-                    .iter()
-                    .map(|k| save::unlike_kernel(&tool, &out.text, k))
-                    .min_by_key(Vec::len);
-                out.refused_names = unlike.unwrap_or_default();
-            }
-            return Ok(out);
+            return self.inspect_node_save(family);
         }
         let what = || {
             format!(
@@ -196,6 +157,7 @@ impl Io {
             return Ok(Inspection {
                 text: spec::save_text(family, &tables),
                 refused_names: self.refused_names(family, &tables),
+                legacy: Some(true),
                 ..Inspection::default()
             });
         }
@@ -205,7 +167,61 @@ impl Io {
             refused_names: self.refused_names(family, &i.tables),
             incompatible: i.incompatible,
             dormant: i.dormant,
+            legacy: Some(false),
         })
+    }
+
+    /// [`Io::inspect`] with the node's binaries: the text is their `-save`'s, and the rest comes from our
+    /// own read of the tables that tool lists, iptables-nft's ([`nft::inspect_if_any`]) or the legacy ones:
+    /// which, the backend says, or for the node's unsuffixed iptables the text's own first line
+    /// ([`save_text::printed_by_nft`]; the pod's namespace cannot write it). That `-save` shows no table
+    /// flags, lists a built-in chain made without its hook as one more user chain, prints a rule holding an
+    /// expression iptables never writes otherwise than it is (`nft::Inspection::acting`), and leaves out a
+    /// table it calls incompatible (then named by [`save_text::refused_in_text`]). Its text must also list
+    /// the tables, chains and rule counts our own read of those tables holds, a rule's `-j` words its target
+    /// ([`save::unlike_kernel`]): a bare name holding a newline can print a table of its own. Never the
+    /// other backend's read: the pod can fill those tables to look like whatever the text says.
+    fn inspect_node_save(self, family: Family) -> Result<Inspection> {
+        let text = self.save(family)?;
+        let tool = self.tool(family);
+        let nft = match self.backend {
+            Backend::Nft => Some(true),
+            Backend::Legacy => Some(false),
+            Backend::Plain => save_text::printed_by_nft(&text),
+        };
+        let mut out = Inspection {
+            refused_names: save_text::refused_in_text(&tool, &text),
+            text,
+            legacy: nft.map(|n| !n),
+            ..Inspection::default()
+        };
+        // No table printed (the node's unsuffixed tool, whichever it is, listed none): nothing in the text
+        // to check, and none of our rules in it (CHECK names them missing, a re-ADD fails).
+        let kernel = match nft {
+            None => return Ok(out),
+            Some(true) => {
+                let i = nft::inspect_if_any(family).with_context(|| {
+                    format!(
+                        "read the {} tables' chains and flags ({})",
+                        family.name(),
+                        self.name()
+                    )
+                })?;
+                out.incompatible = i.incompatible;
+                out.incompatible
+                    .extend(i.acting.iter().map(|a| format!("{tool} {a}")));
+                out.dormant = i.dormant;
+                i.tables
+            }
+            Some(false) => legacy::save(family).with_context(|| {
+                format!("read the {} legacy tables ({})", family.name(), self.name())
+            })?,
+        };
+        // Only text with iptables-save's structure is compared (other text is refused already).
+        if out.refused_names.is_empty() {
+            out.refused_names = save::unlike_kernel(&tool, &out.text, &kernel);
+        }
+        Ok(out)
     }
 
     /// [`chain_name::refused`] (names and rule texts iptables-save text cannot carry) for `tables`, named as

@@ -27,7 +27,7 @@ pub use after::{after_findings, let_through_findings, AFTER_OURS};
 
 use crate::error::{IoContext, Result};
 use crate::netfilter::bypass::{self, Effect, Steps};
-use crate::netfilter::{is_our_chain, Family, OUR_HOOKS};
+use crate::netfilter::{Family, OUR_HOOKS};
 use std::collections::BTreeMap;
 
 /// What a rule does with a packet, as far as our redirect is concerned.
@@ -164,12 +164,4 @@ pub fn table_findings(tool: &str, family: Family, table: &str, chains: &Chains) 
             bypass::finding(&hooked, None, start, &rules, &|c| format!("chain {c}"))
         })
         .collect()
-}
-
-/// Whether the legacy tables hold one of our `ISTIO_*` chains (which x_tables backend an unsuffixed
-/// `iptables` is).
-pub fn holds_istio_chains(family: Family) -> Result<bool> {
-    Ok(read(family)?
-        .iter()
-        .any(|(_, c)| c.keys().any(|k| is_our_chain(k))))
 }

@@ -103,38 +103,44 @@ fn fresh_add_fails_naming_a_bypass(b: Backend) {
         if let Some(r) = ours {
             node.record_backend(r);
         }
-        let mode = ours.unwrap_or("nftables");
-        for (i, c) in bypasses(&node, ours).iter().enumerate() {
-            eprintln!("--- {mode}: {}", c.what);
-            let pod = b.pod(&node, &format!("fresh-bypass-{i}"), "", "", false);
-            sh_in(&pod, &c.setup);
-            let msg = pod.add().assert_cni_error(103);
-            for n in &c.names {
-                assert!(
-                    msg.contains(n.as_str()),
-                    "{mode}: {}: the fresh ADD does not name {n:?}: {msg}",
-                    c.what
-                );
-            }
+        fresh_adds_fail_naming_each_bypass(&node, b, ours);
+    }
+}
+
+/// [`fresh_add_fails_naming_a_bypass`] on `node`, whose pods are of mode `b` and (iptables mode) whose
+/// backend record is `ours`.
+fn fresh_adds_fail_naming_each_bypass(node: &Node, b: Backend, ours: Option<&str>) {
+    let mode = ours.unwrap_or("nftables");
+    for (i, c) in bypasses(node, ours).iter().enumerate() {
+        eprintln!("--- {mode}: {}", c.what);
+        let pod = b.pod(node, &format!("fresh-bypass-{i}"), "", "", false);
+        sh_in(&pod, &c.setup);
+        let msg = pod.add().assert_cni_error(103);
+        for n in &c.names {
             assert!(
-                msg.contains("traffic can bypass the redirection"),
-                "{mode}: {}: re-ADD's message: {msg}",
+                msg.contains(n.as_str()),
+                "{mode}: {}: the fresh ADD does not name {n:?}: {msg}",
                 c.what
             );
-            assert!(
-                !captured(&node, &pod, c.inbound),
-                "{mode}: {}: with the rule, traffic should go past our rules (the test's premise)",
-                c.what
-            );
-            sh_in(&pod, &c.undo);
-            assert!(
-                captured(&node, &pod, c.inbound),
-                "{mode}: {}: the failed ADD should have left our rules in place",
-                c.what
-            );
-            pod.run("CHECK").assert_success();
-            assert_re_add(&pod, "AlreadyInPlace");
         }
+        assert!(
+            msg.contains("traffic can bypass the redirection"),
+            "{mode}: {}: re-ADD's message: {msg}",
+            c.what
+        );
+        assert!(
+            !captured(node, &pod, c.inbound),
+            "{mode}: {}: with the rule, traffic should go past our rules (the test's premise)",
+            c.what
+        );
+        sh_in(&pod, &c.undo);
+        assert!(
+            captured(node, &pod, c.inbound),
+            "{mode}: {}: the failed ADD should have left our rules in place",
+            c.what
+        );
+        pod.run("CHECK").assert_success();
+        assert_re_add(&pod, "AlreadyInPlace");
     }
 }
 
@@ -146,6 +152,22 @@ fn a_fresh_add_over_a_bypass_fails_naming_it_in_nftables_mode() {
 #[test]
 fn a_fresh_add_over_a_bypass_fails_naming_it_in_iptables_mode() {
     fresh_add_fails_naming_a_bypass(Iptables)
+}
+
+/// The same with IPTABLES_NODE_BINARIES: the node's `iptables-nft-restore` / `iptables-legacy-restore`
+/// writes our rules, and the fresh ADD's survey reads the namespace as CHECK does with them (the node's
+/// `-save` text checked against our own read, the other backend, native nf_tables).
+#[test]
+fn a_fresh_add_over_a_bypass_fails_naming_it_with_the_node_binaries() {
+    if !require_root() {
+        return;
+    }
+    for (idx, ours) in [(178, "nft"), (179, "legacy")] {
+        let node = Node::new(idx);
+        node.record_backend(ours);
+        node.record_node_binaries();
+        fresh_adds_fail_naming_each_bypass(&node, Iptables, Some(ours));
+    }
 }
 
 /// Foreign tables whose rules cannot move traffic (a filter table with a LOG rule, a chain before ours

@@ -26,6 +26,8 @@ mod nft_limits;
 mod nft_netns;
 mod no_exec;
 mod node_binaries_e2e;
+mod node_binaries_plain_e2e;
+mod node_binaries_targets_e2e;
 mod pod_netns_find;
 mod podcache_e2e;
 mod podcache_wall;
