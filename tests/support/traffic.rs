@@ -105,7 +105,7 @@ pub fn assert_ipv6_traffic(node: &Node, pod: &Pod) {
 }
 
 /// Waits (bounded) for a connection on either listener: `Some(0)` / `Some(1)` names which got it.
-fn accept_either(a: &TcpListener, b: &TcpListener) -> Option<(usize, TcpStream)> {
+pub fn accept_either(a: &TcpListener, b: &TcpListener) -> Option<(usize, TcpStream)> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         for (i, l) in [a, b].into_iter().enumerate() {

@@ -1,0 +1,187 @@
+//! TPROXY mode trusts conntrack's RELATED state (root, real traffic): our mangle inbound chain sends
+//! `RELATED,ESTABLISHED` packets to the divert chain (mark, accept) before the TPROXY rule, so the first
+//! packet of a connection conntrack expected is never handed to the proxy. A permanent expectation made
+//! through ctnetlink (on a connection given the built-in tftp helper) for TCP from anywhere to the pod's
+//! 8080 makes every new inbound connection to the app RELATED: it reaches the app past the proxy, and no
+//! rule changed. In REDIRECT mode the nat chain still sees such a connection's first packet and redirects
+//! it. CHECK, re-ADD (and the audit, which reads what CHECK reads) name the expectation; once it is gone
+//! both pass.
+
+use crate::redirect_bypass_e2e::runs;
+use crate::support::audit::{one_shot, service_account, Audited};
+use crate::support::e2e::*;
+use crate::support::traffic::accept_either;
+use crate::support::*;
+use istio_cni::nftables::encode::{message, Attrs};
+use istio_cni::nftables::socket::Socket;
+use std::net::{IpAddr, SocketAddr};
+use Backend::*;
+
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_EXCL: u16 = 0x200;
+const NLM_F_CREATE: u16 = 0x400;
+/// `NFNL_SUBSYS_CTNETLINK` and `NFNL_SUBSYS_CTNETLINK_EXP`, shifted into a message type.
+const CT: u16 = 1 << 8;
+const EXP: u16 = 2 << 8;
+const MSG_NEW: u16 = 0;
+const MSG_DELETE: u16 = 2;
+const AF_INET: u8 = 2;
+const TPROXY: &str = r#""sidecar.istio.io/interceptionMode": "TPROXY""#;
+
+/// A conntrack tuple's attributes: `CTA_TUPLE_IP` (v4 source, destination), `CTA_TUPLE_PROTO`.
+fn tuple(a: &mut Attrs, ty: u16, proto: u8, src: SocketAddr, dst: SocketAddr) {
+    let v4 = |s: SocketAddr| match s.ip() {
+        IpAddr::V4(v) => v.octets(),
+        IpAddr::V6(_) => panic!("IPv4 only"),
+    };
+    a.nest(ty, |t| {
+        t.nest(1, |i| {
+            i.put(1, &v4(src)).put(2, &v4(dst));
+        });
+        t.nest(2, |p| {
+            p.put(1, &[proto])
+                .put(2, &src.port().to_be_bytes())
+                .put(3, &dst.port().to_be_bytes());
+        });
+    });
+}
+
+/// Sends one ctnetlink request in the namespace at `ns` and waits for its acknowledgement.
+fn ctnetlink(ns: &str, what: &'static str, req: Vec<u8>) {
+    istio_cni::netns::run_in(ns, move || {
+        let mut s = Socket::open()?;
+        s.dump(what, &req, &mut |_| Ok(()))
+    })
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+/// In the pod's namespace: a UDP connection the pod "has" to the node's tftp port, made through
+/// ctnetlink with the built-in tftp helper and a long timeout, and on it a permanent expectation of TCP
+/// from any source to `to`.
+fn expect_tcp_to(pod: &Pod, node: &Node, to: SocketAddr) {
+    let (p, n): (SocketAddr, SocketAddr) = (
+        SocketAddr::new(pod.ip4, 5555),
+        format!("10.252.{}.1:69", node.idx()).parse().unwrap(),
+    );
+    let mut a = Attrs::default();
+    tuple(&mut a, 1, 17, p, n);
+    tuple(&mut a, 2, 17, n, p);
+    a.be32(7, 3600);
+    a.nest(5, |h| {
+        h.put(1, b"tftp\0");
+    });
+    let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
+    let req = message(CT | MSG_NEW, flags, 1, AF_INET, 0, &a.buf);
+    ctnetlink(&pod.ns.path(), "create the master connection", req);
+    let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let mut e = Attrs::default();
+    tuple(&mut e, 1, 17, p, n);
+    tuple(&mut e, 2, 6, any, to);
+    tuple(&mut e, 3, 6, any, "255.255.255.255:65535".parse().unwrap());
+    // CTA_EXPECT_TIMEOUT, CTA_EXPECT_FLAGS (NF_CT_EXPECT_PERMANENT: not used up by one connection).
+    e.be32(4, 3600).be32(8, 1);
+    let req = message(EXP | MSG_NEW, flags, 2, AF_INET, 0, &e.buf);
+    ctnetlink(&pod.ns.path(), "create the expectation", req);
+}
+
+/// Where a connection from the node to the pod's 8080 lands: `true` on the transparent 15006 with its
+/// original destination, `false` on the app.
+fn reaches_proxy(node: &Node, pod: &Pod) -> bool {
+    let app_port = SocketAddr::new(pod.ip4, 8080);
+    let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), true);
+    let app = listen_in(&pod.ns.path(), app_port, false);
+    let _c = connect_from(&node.ns.path(), app_port, None).expect("inbound connect");
+    match accept_either(&envoy_in, &app) {
+        Some((0, s)) => {
+            assert_eq!(s.local_addr().unwrap(), app_port);
+            true
+        }
+        Some(_) => false,
+        None => panic!("the inbound connection to {app_port} landed nowhere"),
+    }
+}
+
+fn an_expectation_fails_check_and_re_add(b: Backend) {
+    if !require_root() {
+        return;
+    }
+    for (idx, ours) in runs(b, 150, 151) {
+        let node = Node::new(idx);
+        if let Some(r) = ours {
+            node.record_backend(r);
+        }
+        let pod = b.pod(&node, "related", TPROXY, "", false);
+        pod.add().assert_success();
+        let mode = ours.unwrap_or("nftables");
+        assert!(reaches_proxy(&node, &pod), "{mode}: captured before");
+        expect_tcp_to(&pod, &node, SocketAddr::new(pod.ip4, 8080));
+        assert!(
+            !reaches_proxy(&node, &pod),
+            "{mode}: an expected connection should reach the app past the proxy (the test's premise)"
+        );
+        let want = format!(
+            "conntrack (IPv4): expectation tcp 0.0.0.0:0 -> {}:8080 (helper tftp, permanent)",
+            pod.ip4
+        );
+        let msg = pod.run("CHECK").assert_cni_error(103);
+        assert!(
+            msg.contains(&want),
+            "{mode}: CHECK does not name {want:?}: {msg}"
+        );
+        let msg = pod.add().assert_cni_error(103);
+        assert!(
+            msg.contains(&want),
+            "{mode}: re-ADD does not name {want:?}: {msg}"
+        );
+        // No attributes: every expectation of the family goes.
+        let flush = message(
+            EXP | MSG_DELETE,
+            NLM_F_REQUEST | NLM_F_ACK,
+            3,
+            AF_INET,
+            0,
+            &[],
+        );
+        ctnetlink(&pod.ns.path(), "delete the expectations", flush);
+        pod.run("CHECK").assert_success();
+        crate::support::traffic::assert_re_add(&pod, "AlreadyInPlace");
+        assert!(reaches_proxy(&node, &pod), "{mode}: captured again");
+    }
+}
+
+#[test]
+fn iptables_tproxy_mode_names_a_conntrack_expectation_that_takes_inbound_past_the_proxy() {
+    an_expectation_fails_check_and_re_add(Iptables)
+}
+
+#[test]
+fn nftables_tproxy_mode_names_a_conntrack_expectation_that_takes_inbound_past_the_proxy() {
+    an_expectation_fails_check_and_re_add(Nftables)
+}
+
+/// The audit reads what CHECK reads: of two TPROXY pods, the one with the expectation is bypassed, the
+/// expectation named; the other is redirected.
+#[test]
+fn audit_names_a_conntrack_expectation_in_tproxy_mode() {
+    if !require_root() {
+        return;
+    }
+    let node = Node::new(153);
+    node.record_backend("nft");
+    let related = Audited::annotated(&node, "default", "related", TPROXY, false);
+    expect_tcp_to(&related.pod, &node, SocketAddr::new(related.pod.ip4, 8080));
+    let _ok = Audited::annotated(&node, "default", "ok", TPROXY, false);
+    let out = one_shot(&node, &service_account(&node), &[], false);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let show = format!("{text}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{show}");
+    assert_eq!(lines[0], "default/ok redirected", "{show}");
+    assert!(
+        lines[1].starts_with("default/related bypassed ")
+            && lines[1].contains("conntrack (IPv4): expectation tcp 0.0.0.0:0 -> "),
+        "{show}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{show}");
+}
