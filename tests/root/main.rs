@@ -36,6 +36,7 @@ mod redirect_e2e;
 mod redirect_rules_e2e;
 mod relay_burst;
 mod repair_e2e;
+mod tproxy_marks_e2e;
 mod tproxy_related_e2e;
 mod validation_e2e;
 mod xt_hooks_e2e;
