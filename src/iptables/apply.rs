@@ -78,7 +78,7 @@ where
             bypass::refuse(&f.bypass, "")?;
         } else {
             if !families.iter().all(|(_, o, _)| applied(o)) {
-                found.extend(elsewhere(io, &fams, plan.tproxy.is_some())?);
+                found.extend(elsewhere(io, &fams)?);
             }
             bypass::refuse(&found, "")?;
         }
@@ -154,10 +154,9 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
 
 /// Where else the kernel looks before our nat redirect (priority -100 at prerouting and output), on the
 /// thread inside the pod's namespace: the legacy x_tables tables unless they are ours, and native
-/// nf_tables base chains (iptables-nft's own tables are ours, and the dump covers them, when we are nft);
-/// in TPROXY mode (`tproxy`) also the conntrack expectations, whose connections our mangle inbound chain
-/// lets past the TPROXY rule ([`crate::nftables::expect`]).
-pub fn elsewhere(io: Io, families: &[Family], tproxy: bool) -> Result<Vec<String>> {
+/// nf_tables base chains (iptables-nft's own tables are ours, and the dump covers them, when we are nft),
+/// and the conntrack expectations, whose connections skip our redirect ([`crate::nftables::expect`]).
+pub fn elsewhere(io: Io, families: &[Family]) -> Result<Vec<String>> {
     let legacy_is_ours = match io.backend {
         Backend::Legacy => true,
         Backend::Nft => false,
@@ -189,9 +188,7 @@ pub fn elsewhere(io: Io, families: &[Family], tproxy: bool) -> Result<Vec<String
         &hooks,
         &ours_in_nft,
     )?);
-    if tproxy {
-        out.extend(crate::nftables::observe::expectation_findings()?);
-    }
+    out.extend(crate::nftables::observe::expectation_findings()?);
     Ok(out)
 }
 
@@ -251,7 +248,6 @@ fn findings_here(io: Io, plan: &Plan) -> Result<bypass::Findings> {
         f.bypass.extend(read.refused_names);
     }
     let fams: Vec<Family> = plan.docs.iter().map(|(f, _)| *f).collect();
-    f.bypass
-        .extend(elsewhere(io, &fams, plan.tproxy.is_some())?);
+    f.bypass.extend(elsewhere(io, &fams)?);
     Ok(f)
 }

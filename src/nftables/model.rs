@@ -316,16 +316,3 @@ pub struct TableSet {
 pub struct Ruleset {
     pub tables: Vec<TableSet>,
 }
-
-impl Ruleset {
-    /// Whether a rule redirects with TPROXY (TPROXY mode), which lets `RELATED` connections past it
-    /// ([`super::expect`]).
-    pub fn tproxy(&self) -> bool {
-        self.tables
-            .iter()
-            .flat_map(|t| &t.chains)
-            .flat_map(|c| &c.rules)
-            .flatten()
-            .any(|i| matches!(i, Item::Tproxy { .. }))
-    }
-}

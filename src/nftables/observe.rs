@@ -282,10 +282,10 @@ pub fn foreign_only(
     }
 }
 
-/// TPROXY mode's reading of the conntrack expectations of the current thread's namespace, both families
-/// ([`super::expect`]): one line per TCP expectation. No ctnetlink in the kernel (the dump is refused as
-/// an nf_tables one is without nf_tables): then none was made through it, and a helper that makes one is
-/// assigned by a rule, which is named where it runs.
+/// The conntrack expectations of the current thread's namespace, both families ([`super::expect`]): one
+/// line per expectation. No ctnetlink in the kernel (the dump is refused as an nf_tables one is without
+/// nf_tables): then none was made through it, and a helper that makes one is assigned by a rule, which is
+/// named where it runs.
 pub fn expectation_findings() -> Result<Vec<String>> {
     let mut s = match Socket::open() {
         Ok(s) => s,

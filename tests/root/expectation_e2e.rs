@@ -1,16 +1,20 @@
-//! TPROXY mode trusts conntrack's RELATED state (root, real traffic): our mangle inbound chain sends
-//! `RELATED,ESTABLISHED` packets to the divert chain (mark, accept) before the TPROXY rule, so the first
-//! packet of a connection conntrack expected is never handed to the proxy. A permanent expectation made
-//! through ctnetlink (on a connection given the built-in tftp helper) for TCP from anywhere to the pod's
-//! 8080 makes every new inbound connection to the app RELATED: it reaches the app past the proxy, and no
-//! rule changed. In REDIRECT mode the nat chain still sees such a connection's first packet and redirects
-//! it. CHECK, re-ADD (and the audit, which reads what CHECK reads) name the expectation; once it is gone
-//! both pass.
+//! Conntrack expectations take traffic past our redirect with no rule changed (root, real traffic). A
+//! permanent expectation made through ctnetlink (on a connection given the built-in tftp helper) for TCP
+//! from anywhere to the pod's 8080:
+//! - TPROXY mode: our mangle inbound chain sends `RELATED,ESTABLISHED` packets to the divert chain (mark,
+//!   accept) before the TPROXY rule, so every new inbound connection to the app, now RELATED, reaches it
+//!   past the proxy;
+//! - REDIRECT mode: the nat chain would still see such a connection's first packet, but with the NAT
+//!   function `nat-follow-master` the connection is bound when conntrack creates it and no nat chain runs
+//!   on it, our REDIRECT to 15006 neither.
+//!
+//! CHECK, re-ADD and the audit (which reads what CHECK reads) name the expectation; once it is gone both
+//! pass and inbound is captured again.
 
 use crate::redirect_bypass_e2e::runs;
 use crate::support::audit::{one_shot, service_account, Audited};
 use crate::support::e2e::*;
-use crate::support::traffic::accept_either;
+use crate::support::traffic::{accept_either, assert_re_add, inbound_captured};
 use crate::support::*;
 use istio_cni::nftables::encode::{message, Attrs};
 use istio_cni::nftables::socket::Socket;
@@ -58,8 +62,8 @@ fn ctnetlink(ns: &str, what: &'static str, req: Vec<u8>) {
 
 /// In the pod's namespace: a UDP connection the pod "has" to the node's tftp port, made through
 /// ctnetlink with the built-in tftp helper and a long timeout, and on it a permanent expectation of TCP
-/// from any source to `to`.
-fn expect_tcp_to(pod: &Pod, node: &Node, to: SocketAddr) {
+/// from any source to `to`, with `nat-follow-master` (destination `to`) when `nat`.
+fn expect_tcp_to(pod: &Pod, node: &Node, to: SocketAddr, nat: bool) {
     let (p, n): (SocketAddr, SocketAddr) = (
         SocketAddr::new(pod.ip4, 5555),
         format!("10.252.{}.1:69", node.idx()).parse().unwrap(),
@@ -81,13 +85,25 @@ fn expect_tcp_to(pod: &Pod, node: &Node, to: SocketAddr) {
     tuple(&mut e, 3, 6, any, "255.255.255.255:65535".parse().unwrap());
     // CTA_EXPECT_TIMEOUT, CTA_EXPECT_FLAGS (NF_CT_EXPECT_PERMANENT: not used up by one connection).
     e.be32(4, 3600).be32(8, 1);
+    if nat {
+        // CTA_EXPECT_FN; CTA_EXPECT_NAT: direction reply (the master's original source is the pod), the
+        // port from the tuple's source.
+        e.put(11, b"nat-follow-master\0");
+        e.nest(10, |x| {
+            x.be32(1, 1);
+            tuple(x, 2, 6, to, to);
+        });
+    }
     let req = message(EXP | MSG_NEW, flags, 2, AF_INET, 0, &e.buf);
     ctnetlink(&pod.ns.path(), "create the expectation", req);
 }
 
-/// Where a connection from the node to the pod's 8080 lands: `true` on the transparent 15006 with its
-/// original destination, `false` on the app.
-fn reaches_proxy(node: &Node, pod: &Pod) -> bool {
+/// Where a connection from the node to the pod's 8080 lands: `true` on 15006 (transparent in TPROXY mode)
+/// with its original destination, `false` on the app.
+fn reaches_proxy(node: &Node, pod: &Pod, tproxy: bool) -> bool {
+    if !tproxy {
+        return inbound_captured(node, pod);
+    }
     let app_port = SocketAddr::new(pod.ip4, 8080);
     let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), true);
     let app = listen_in(&pod.ns.path(), app_port, false);
@@ -102,26 +118,33 @@ fn reaches_proxy(node: &Node, pod: &Pod) -> bool {
     }
 }
 
-fn an_expectation_fails_check_and_re_add(b: Backend) {
+/// A TPROXY pod with a plain expectation, or a REDIRECT pod with a `nat-follow-master` one (`tproxy`), on
+/// each of `b`'s backends: the premise, then CHECK and re-ADD name it; gone, both pass.
+fn an_expectation_fails_check_and_re_add(b: Backend, tproxy: bool, [nft, ipt]: [u8; 2]) {
     if !require_root() {
         return;
     }
-    for (idx, ours) in runs(b, 150, 151) {
+    for (idx, ours) in runs(b, nft, ipt) {
         let node = Node::new(idx);
         if let Some(r) = ours {
             node.record_backend(r);
         }
-        let pod = b.pod(&node, "related", TPROXY, "", false);
+        let ann = if tproxy { TPROXY } else { "" };
+        let pod = b.pod(&node, "related", ann, "", false);
         pod.add().assert_success();
-        let mode = ours.unwrap_or("nftables");
-        assert!(reaches_proxy(&node, &pod), "{mode}: captured before");
-        expect_tcp_to(&pod, &node, SocketAddr::new(pod.ip4, 8080));
+        let mode = format!("{} tproxy={tproxy}", ours.unwrap_or("nftables"));
         assert!(
-            !reaches_proxy(&node, &pod),
+            reaches_proxy(&node, &pod, tproxy),
+            "{mode}: captured before"
+        );
+        expect_tcp_to(&pod, &node, SocketAddr::new(pod.ip4, 8080), !tproxy);
+        assert!(
+            !reaches_proxy(&node, &pod, tproxy),
             "{mode}: an expected connection should reach the app past the proxy (the test's premise)"
         );
+        let how = if tproxy { "" } else { ", nat-follow-master" };
         let want = format!(
-            "conntrack (IPv4): expectation tcp 0.0.0.0:0 -> {}:8080 (helper tftp, permanent)",
+            "conntrack (IPv4): expectation tcp 0.0.0.0:0 -> {}:8080 (helper tftp, permanent{how})",
             pod.ip4
         );
         let msg = pod.run("CHECK").assert_cni_error(103);
@@ -145,19 +168,29 @@ fn an_expectation_fails_check_and_re_add(b: Backend) {
         );
         ctnetlink(&pod.ns.path(), "delete the expectations", flush);
         pod.run("CHECK").assert_success();
-        crate::support::traffic::assert_re_add(&pod, "AlreadyInPlace");
-        assert!(reaches_proxy(&node, &pod), "{mode}: captured again");
+        assert_re_add(&pod, "AlreadyInPlace");
+        assert!(reaches_proxy(&node, &pod, tproxy), "{mode}: captured again");
     }
 }
 
 #[test]
 fn iptables_tproxy_mode_names_a_conntrack_expectation_that_takes_inbound_past_the_proxy() {
-    an_expectation_fails_check_and_re_add(Iptables)
+    an_expectation_fails_check_and_re_add(Iptables, true, [150, 151])
 }
 
 #[test]
 fn nftables_tproxy_mode_names_a_conntrack_expectation_that_takes_inbound_past_the_proxy() {
-    an_expectation_fails_check_and_re_add(Nftables)
+    an_expectation_fails_check_and_re_add(Nftables, true, [150, 151])
+}
+
+#[test]
+fn iptables_redirect_mode_names_a_nat_expectation_that_takes_inbound_past_the_proxy() {
+    an_expectation_fails_check_and_re_add(Iptables, false, [156, 157])
+}
+
+#[test]
+fn nftables_redirect_mode_names_a_nat_expectation_that_takes_inbound_past_the_proxy() {
+    an_expectation_fails_check_and_re_add(Nftables, false, [156, 157])
 }
 
 /// The audit reads what CHECK reads: of two TPROXY pods, the one with the expectation is bypassed, the
@@ -170,7 +203,12 @@ fn audit_names_a_conntrack_expectation_in_tproxy_mode() {
     let node = Node::new(153);
     node.record_backend("nft");
     let related = Audited::annotated(&node, "default", "related", TPROXY, false);
-    expect_tcp_to(&related.pod, &node, SocketAddr::new(related.pod.ip4, 8080));
+    expect_tcp_to(
+        &related.pod,
+        &node,
+        SocketAddr::new(related.pod.ip4, 8080),
+        false,
+    );
     let _ok = Audited::annotated(&node, "default", "ok", TPROXY, false);
     let out = one_shot(&node, &service_account(&node), &[], false);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
