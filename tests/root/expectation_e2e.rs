@@ -14,7 +14,7 @@
 use crate::redirect_bypass_e2e::runs;
 use crate::support::audit::{one_shot, service_account, Audited};
 use crate::support::e2e::*;
-use crate::support::traffic::{accept_either, assert_re_add, inbound_captured};
+use crate::support::traffic::{assert_re_add, inbound_captured_in};
 use crate::support::*;
 use istio_cni::nftables::encode::{message, Attrs};
 use istio_cni::nftables::socket::Socket;
@@ -98,26 +98,6 @@ fn expect_tcp_to(pod: &Pod, node: &Node, to: SocketAddr, nat: bool) {
     ctnetlink(&pod.ns.path(), "create the expectation", req);
 }
 
-/// Where a connection from the node to the pod's 8080 lands: `true` on 15006 (transparent in TPROXY mode)
-/// with its original destination, `false` on the app.
-fn reaches_proxy(node: &Node, pod: &Pod, tproxy: bool) -> bool {
-    if !tproxy {
-        return inbound_captured(node, pod);
-    }
-    let app_port = SocketAddr::new(pod.ip4, 8080);
-    let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), true);
-    let app = listen_in(&pod.ns.path(), app_port, false);
-    let _c = connect_from(&node.ns.path(), app_port, None).expect("inbound connect");
-    match accept_either(&envoy_in, &app) {
-        Some((0, s)) => {
-            assert_eq!(s.local_addr().unwrap(), app_port);
-            true
-        }
-        Some(_) => false,
-        None => panic!("the inbound connection to {app_port} landed nowhere"),
-    }
-}
-
 /// A TPROXY pod with a plain expectation, or a REDIRECT pod with a `nat-follow-master` one (`tproxy`), on
 /// each of `b`'s backends: the premise, then CHECK and re-ADD name it; gone, both pass.
 fn an_expectation_fails_check_and_re_add(b: Backend, tproxy: bool, [nft, ipt]: [u8; 2]) {
@@ -134,12 +114,12 @@ fn an_expectation_fails_check_and_re_add(b: Backend, tproxy: bool, [nft, ipt]: [
         pod.add().assert_success();
         let mode = format!("{} tproxy={tproxy}", ours.unwrap_or("nftables"));
         assert!(
-            reaches_proxy(&node, &pod, tproxy),
+            inbound_captured_in(&node, &pod, tproxy),
             "{mode}: captured before"
         );
         expect_tcp_to(&pod, &node, SocketAddr::new(pod.ip4, 8080), !tproxy);
         assert!(
-            !reaches_proxy(&node, &pod, tproxy),
+            !inbound_captured_in(&node, &pod, tproxy),
             "{mode}: an expected connection should reach the app past the proxy (the test's premise)"
         );
         let how = if tproxy { "" } else { ", nat-follow-master" };
@@ -169,7 +149,10 @@ fn an_expectation_fails_check_and_re_add(b: Backend, tproxy: bool, [nft, ipt]: [
         ctnetlink(&pod.ns.path(), "delete the expectations", flush);
         pod.run("CHECK").assert_success();
         assert_re_add(&pod, "AlreadyInPlace");
-        assert!(reaches_proxy(&node, &pod, tproxy), "{mode}: captured again");
+        assert!(
+            inbound_captured_in(&node, &pod, tproxy),
+            "{mode}: captured again"
+        );
     }
 }
 

@@ -9,9 +9,8 @@
 
 use crate::redirect_bypass_e2e::tool;
 use crate::support::e2e::*;
-use crate::support::traffic::{accept_either, assert_re_add};
+use crate::support::traffic::{assert_re_add, inbound_captured_in};
 use crate::support::*;
-use std::net::SocketAddr;
 
 /// Rules after our mangle PREROUTING capture that clear the marks our policy routing and our `CONNMARK
 /// --restore-mark` read, in the tables each runs in.
@@ -45,15 +44,10 @@ fn tproxy_inbound_stays_on_the_proxy_with_its_marks_cleared_and_its_route_delete
         }
         let rules = pod.ns.exec_ok(&["ip", "rule"]);
         assert!(!rules.contains("lookup 133"), "{ours}: {rules}");
-        let app_port = SocketAddr::new(pod.ip4, 8080);
-        let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), true);
-        let app = listen_in(&pod.ns.path(), app_port, false);
-        let _c = connect_from(&node.ns.path(), app_port, None).expect("inbound connect");
-        match accept_either(&envoy_in, &app) {
-            Some((0, s)) => assert_eq!(s.local_addr().unwrap(), app_port),
-            Some(_) => panic!("{ours}: inbound reached the app past the proxy"),
-            None => panic!("{ours}: the inbound connection landed nowhere"),
-        }
+        assert!(
+            inbound_captured_in(&node, &pod, true),
+            "{ours}: inbound reached the app past the proxy"
+        );
         let saved = pod
             .ns
             .exec_ok(&[mine.as_str(), "-t", "nat", "-S", "PREROUTING"]);
