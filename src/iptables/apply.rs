@@ -165,8 +165,9 @@ fn apply_family(io: Io, family: Family, doc: &str) -> Result<(Outcome, Vec<Strin
 /// thread inside the pod's namespace, for each family with where its rules of ours are
 /// ([`super::io::Inspection::legacy`]: the legacy x_tables, iptables-nft's tables, or not known, when
 /// neither is taken for ours): the legacy x_tables tables unless they are ours, and native nf_tables base
-/// chains (iptables-nft's own tables are ours, and the dump covers them, when we are nft). Never from what
-/// the tables hold: the pod can make a chain named as ours in either backend.
+/// chains (iptables-nft's own tables are ours, and the dump covers them, when we are nft), and the conntrack
+/// expectations, whose connections skip our redirect ([`crate::nftables::expect`]). Never from what the
+/// tables hold: the pod can make a chain named as ours in either backend.
 pub fn elsewhere(ours: &[(Family, Option<bool>)]) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let legacy_not_ours: Vec<Family> = ours
@@ -192,6 +193,7 @@ pub fn elsewhere(ours: &[(Family, Option<bool>)]) -> Result<Vec<String>> {
         &hooks,
         &ours_in_nft,
     )?);
+    out.extend(crate::nftables::observe::expectation_findings()?);
     Ok(out)
 }
 

@@ -126,6 +126,7 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
         })?;
         let mut foreign = seen.foreign;
         foreign.extend(crate::xtables::findings(&FAMILIES)?);
+        foreign.extend(observe::expectation_findings()?);
         bypass::refuse(&foreign, " (nftables)")?;
         let same = state::diff(&want, &seen.ours, &|_, _, _| String::new()).is_empty();
         // "In place" only for a state read in one generation; otherwise the guarded batch decides.
@@ -228,7 +229,8 @@ pub fn check(netns_path: &str, rs: Ruleset) -> Result<()> {
 }
 
 /// What CHECK finds in the current thread's namespace against `rs`: our tables as they should be and not
-/// dormant, and nothing before them (native nftables or legacy x_tables) that can move traffic past them.
+/// dormant, and nothing before them (native nftables or legacy x_tables) that can move traffic past them,
+/// nor a conntrack expectation ([`super::expect`]).
 fn findings_here(rs: &Ruleset) -> Result<bypass::Findings> {
     let mut s = Socket::open()?;
     let want = state::desired(rs, &resolve_group)?;
@@ -244,6 +246,7 @@ fn findings_here(rs: &Ruleset) -> Result<bypass::Findings> {
     }));
     let mut bypass = seen.foreign;
     bypass.extend(crate::xtables::findings(&FAMILIES)?);
+    bypass.extend(observe::expectation_findings()?);
     Ok(bypass::Findings { ours, bypass })
 }
 

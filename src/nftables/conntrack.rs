@@ -58,7 +58,7 @@ fn bad(what: &str) -> Error {
     Error::other(format!("malformed conntrack entry: {what}"))
 }
 
-fn get<'a>(a: &[(u16, &'a [u8])], ty: u16) -> Option<&'a [u8]> {
+pub(super) fn get<'a>(a: &[(u16, &'a [u8])], ty: u16) -> Option<&'a [u8]> {
     a.iter().find(|(t, _)| *t == ty).map(|(_, p)| *p)
 }
 
@@ -80,7 +80,7 @@ fn port(a: &[(u16, &[u8])], ty: u16) -> u16 {
         .map_or(0, |p| u16::from_be_bytes([p[0], p[1]]))
 }
 
-fn tuple(p: &[u8]) -> Result<Tuple> {
+pub(super) fn tuple(p: &[u8]) -> Result<Tuple> {
     let a = decode::attrs(p)?;
     let ips = decode::attrs(get(&a, CTA_TUPLE_IP).ok_or_else(|| bad("no addresses"))?)?;
     let proto = decode::attrs(get(&a, CTA_TUPLE_PROTO).ok_or_else(|| bad("no protocol"))?)?;

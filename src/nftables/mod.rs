@@ -15,6 +15,7 @@ pub mod contention;
 pub mod decode;
 mod emit;
 pub mod encode;
+pub mod expect;
 pub mod expr;
 mod expr_text;
 pub mod foreign;

@@ -9,6 +9,7 @@
 
 use super::decode;
 use super::encode::{self, Attrs, NFT_TABLE_F_DORMANT};
+use super::expect;
 use super::foreign::{self, BaseChain, Rules};
 use super::generation;
 use super::model::Table;
@@ -279,6 +280,36 @@ pub fn foreign_only(
         Err(e) if no_nf_tables(&e) => Ok(Vec::new()),
         Err(e) => Err(e),
     }
+}
+
+/// The conntrack expectations of the current thread's namespace, both families ([`super::expect`]): one
+/// line per expectation. No ctnetlink in the kernel (the dump is refused as an nf_tables one is without
+/// nf_tables): then none was made through it, and a helper that makes one is assigned by a rule, which is
+/// named where it runs.
+pub fn expectation_findings() -> Result<Vec<String>> {
+    let mut s = match Socket::open() {
+        Ok(s) => s,
+        Err(e) if no_nf_tables(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut exps = Vec::new();
+    for family in [super::conntrack::AF_INET, super::conntrack::AF_INET6] {
+        let seq = s.next_seq(1);
+        let read = s.dump(
+            "conntrack: dump the expectations",
+            &expect::dump_request(family, seq),
+            &mut |m| {
+                exps.push(expect::expectation(m)?);
+                Ok(())
+            },
+        );
+        match read {
+            Ok(()) => {}
+            Err(e) if no_nf_tables(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(expect::findings(&exps))
 }
 
 /// Whether the current thread's namespace holds any nf_tables table, of any family: one table dump (no

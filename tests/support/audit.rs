@@ -26,7 +26,18 @@ impl<'a> Audited<'a> {
 
     /// A pod of namespace `namespace`, ADD run on it as the node's configuration decides.
     pub fn in_namespace(node: &'a Node, namespace: &str, name: &str, nft: bool) -> Audited<'a> {
-        let mut pod = node.pod_in_namespace(namespace, name, "", "", false);
+        Audited::annotated(node, namespace, name, "", nft)
+    }
+
+    /// [`Audited::in_namespace`] with the pod's `annotations` (JSON members).
+    pub fn annotated(
+        node: &'a Node,
+        namespace: &str,
+        name: &str,
+        annotations: &str,
+        nft: bool,
+    ) -> Audited<'a> {
+        let mut pod = node.pod_in_namespace(namespace, name, annotations, "", false);
         if nft {
             pod = pod.with_native_nftables();
         }

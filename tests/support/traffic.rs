@@ -141,13 +141,24 @@ pub fn outbound_captured(node: &Node, pod: &Pod) -> bool {
 /// Where a connection from the node to the pod's `:8080` lands: `true` when captured (on 15006, with its
 /// original destination), `false` when it reached the app unredirected.
 pub fn inbound_captured(node: &Node, pod: &Pod) -> bool {
+    inbound_captured_in(node, pod, false)
+}
+
+/// [`inbound_captured`] in REDIRECT mode or, with `tproxy`, TPROXY mode: the proxy's 15006 is transparent
+/// and the original destination is the accepted socket's own address.
+pub fn inbound_captured_in(node: &Node, pod: &Pod, tproxy: bool) -> bool {
     let app_port = SocketAddr::new(pod.ip4, 8080);
-    let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), false);
+    let envoy_in = listen_in(&pod.ns.path(), "0.0.0.0:15006".parse().unwrap(), tproxy);
     let app = listen_in(&pod.ns.path(), app_port, false);
     let _c = connect_from(&node.ns.path(), app_port, None).expect("inbound connect");
     match accept_either(&envoy_in, &app) {
         Some((0, s)) => {
-            assert_eq!(original_dst(&s), app_port);
+            let dst = if tproxy {
+                s.local_addr().unwrap()
+            } else {
+                original_dst(&s)
+            };
+            assert_eq!(dst, app_port);
             true
         }
         Some(_) => false,
