@@ -11,9 +11,13 @@
 //!   `nat-follow-master` takes inbound past REDIRECT mode's 15006 (measured), and one for outbound TCP or
 //!   DNS would take it past 15001 or 15053.
 //!
-//! A pod's namespace normally holds none (the kernel assigns no helper by itself since 6.0; a rule that
-//! does is named as it runs before ours), so every expectation is named. The dump request and its
-//! decoding go over the nf_tables socket, as [`super::conntrack`]'s.
+//! A pod's namespace normally holds none: the kernel assigns no helper by itself (off by default since 4.7,
+//! gone in 6.0), and a rule that does is named as it runs before ours. So every expectation is named (fail
+//! closed). Where a node turns automatic helpers on (`net.netfilter.nf_conntrack_helper=1`, kernels before
+//! 6.0), a pod's own FTP, SIP or TFTP connections make expectations and CHECK names them too: in TPROXY
+//! mode, or with a NAT helper, their connections do skip the proxy; a plain one in REDIRECT mode would
+//! not, and is named all the same. The dump request and its decoding go over the nf_tables socket, as
+//! [`super::conntrack`]'s.
 
 use super::conntrack::{get, tuple, Tuple};
 use super::decode::{self, Msg};
