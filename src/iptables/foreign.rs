@@ -176,6 +176,16 @@ mod tests {
             "*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -j DNAT --to-destination 10.0.0.1\nCOMMIT\n",
         );
         assert!(findings(Backend::Nft, Family::V4, &expected, &bare).is_empty());
+        // No redirect of ours at a hook (inbound not captured: nothing of ours in nat or mangle
+        // PREROUTING): nothing there to go past, its nat chain is not walked.
+        let outbound_only =
+            parse("*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -j ISTIO_OUTPUT\nCOMMIT\n");
+        let actual = parse(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:ISTIO_OUTPUT - [0:0]\n\
+             -A PREROUTING -p tcp --dport 8081 -j REDIRECT --to-ports 8080\n\
+             -A OUTPUT -j ISTIO_OUTPUT\nCOMMIT\n",
+        );
+        assert!(findings(Backend::Nft, Family::V4, &outbound_only, &actual).is_empty());
         // TPROXY mode: our inbound redirect is in mangle PREROUTING, nothing of ours in nat PREROUTING;
         // the whole nat chain sees what ours lets through (an excluded port), a REDIRECT there is named.
         let expected = parse(

@@ -132,3 +132,60 @@ pub fn not_as_expected(problems: &[String], backend: &str) -> Result<()> {
         problems.join("; ")
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text of `r`'s error and its CNI code; `None` when it passed.
+    fn failed(r: Result<()>) -> Option<(u32, String)> {
+        r.err().map(|e| (e.cni_code(), e.to_string()))
+    }
+
+    /// Re-ADD goes on only when nothing was found; any finding refuses it with code 103, every finding
+    /// named: a bypass found never reads as fine.
+    #[test]
+    fn re_add_refuses_on_any_finding_naming_each() {
+        assert_eq!(failed(refuse(&[], " (nftables)")), None);
+        let found = [
+            "raw PREROUTING rule 1: -j CT --notrack".to_string(),
+            "b".into(),
+        ];
+        assert_eq!(
+            failed(refuse(&found, " (nftables)")),
+            Some((
+                103,
+                "traffic can bypass the redirection (nftables): raw PREROUTING rule 1: -j CT --notrack; \
+                 b; remove these rules from the pod's network namespace, then retry"
+                    .into()
+            ))
+        );
+        assert_eq!(failed(refuse(&found[1..], "")).map(|(c, _)| c), Some(103));
+    }
+
+    /// CHECK passes only when neither our rules' problems nor a bypass were found; either alone fails it
+    /// with code 103, ours named first.
+    #[test]
+    fn check_fails_on_our_problems_or_a_bypass_alone() {
+        let f = |ours: &[&str], bypass: &[&str]| Findings {
+            ours: ours.iter().map(|s| s.to_string()).collect(),
+            bypass: bypass.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(failed(f(&[], &[]).check("")), None);
+        assert_eq!(failed(not_as_expected(&[], "")), None);
+        let says = |s: &str| Some((103, format!("redirection rules are not as expected{s}")));
+        assert_eq!(
+            failed(f(&["missing x"], &[]).check("")),
+            says(": missing x")
+        );
+        assert_eq!(
+            failed(f(&[], &["raw OUTPUT rule 1: -j CT --notrack"]).check(" (nftables)")),
+            says(" (nftables): raw OUTPUT rule 1: -j CT --notrack")
+        );
+        assert_eq!(
+            failed(f(&["missing x"], &["y"]).check("")),
+            says(": missing x; y")
+        );
+        assert_eq!(failed(not_as_expected(&["z".into()], "")), says(": z"));
+    }
+}
