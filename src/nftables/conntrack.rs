@@ -5,7 +5,7 @@
 //! over the nf_tables socket ([`super::socket`]), the same `NETLINK_NETFILTER` family, in the same codec
 //! ([`super::encode`], [`super::decode`]).
 
-use super::decode::{self, Msg};
+use super::decode::{self, get, Msg};
 use super::encode::{message, Attrs};
 use crate::error::{Error, Result};
 use crate::netlink::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
@@ -56,10 +56,6 @@ pub struct Entry {
 
 fn bad(what: &str) -> Error {
     Error::other(format!("malformed conntrack entry: {what}"))
-}
-
-pub(super) fn get<'a>(a: &[(u16, &'a [u8])], ty: u16) -> Option<&'a [u8]> {
-    a.iter().find(|(t, _)| *t == ty).map(|(_, p)| *p)
 }
 
 fn ip(p: &[u8]) -> Result<IpAddr> {

@@ -65,7 +65,8 @@ pub fn attrs(b: &[u8]) -> Result<Vec<(u16, &[u8])>> {
     Ok(out)
 }
 
-fn get<'a>(a: &[(u16, &'a [u8])], ty: u16) -> Option<&'a [u8]> {
+/// The payload of the first attribute of type `ty`.
+pub(crate) fn get<'a>(a: &[(u16, &'a [u8])], ty: u16) -> Option<&'a [u8]> {
     a.iter().find(|(t, _)| *t == ty).map(|(_, p)| *p)
 }
 
@@ -79,11 +80,12 @@ fn be32(a: &[(u16, &[u8])], ty: u16) -> Result<u32> {
 }
 
 /// [`be32`] of an optional attribute, 0 when absent.
-fn be32_or0(a: &[(u16, &[u8])], ty: u16) -> Result<u32> {
+pub(crate) fn be32_or0(a: &[(u16, &[u8])], ty: u16) -> Result<u32> {
     get(a, ty).map_or(Ok(0), |_| be32(a, ty))
 }
 
-fn string(p: &[u8]) -> String {
+/// A NUL-terminated string attribute (all of it when no NUL), lossily as UTF-8.
+pub(crate) fn string(p: &[u8]) -> String {
     let end = p.iter().position(|&c| c == 0).unwrap_or(p.len());
     String::from_utf8_lossy(&p[..end]).into_owned()
 }

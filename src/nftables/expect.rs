@@ -19,8 +19,8 @@
 //! not, and is named all the same. The dump request and its decoding go over the nf_tables socket, as
 //! [`super::conntrack`]'s.
 
-use super::conntrack::{get, tuple, Tuple};
-use super::decode::{self, Msg};
+use super::conntrack::{tuple, Tuple};
+use super::decode::{self, be32_or0, get, string, Msg};
 use super::encode::message;
 use crate::error::{Error, Result};
 use crate::netlink::{NLM_F_DUMP, NLM_F_REQUEST};
@@ -49,25 +49,17 @@ pub fn dump_request(family: u8, seq: u32) -> Vec<u8> {
     message(EXP_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, family, 0, &[])
 }
 
-/// A NUL-terminated name attribute.
-fn name(p: &[u8]) -> String {
-    let n = p.split(|b| *b == 0).next().unwrap_or_default();
-    String::from_utf8_lossy(n).into_owned()
-}
-
 /// An expectation of a dump.
 pub fn expectation(m: &Msg) -> Result<Expectation> {
     let a = decode::nft_attrs(m)?;
     let t = get(&a, CTA_EXPECT_TUPLE)
         .ok_or_else(|| Error::other("malformed conntrack expectation: no tuple"))?;
-    let flags = get(&a, CTA_EXPECT_FLAGS)
-        .and_then(|p| p.get(..4))
-        .map_or(0, |p| u32::from_be_bytes([p[0], p[1], p[2], p[3]]));
+    let flags = be32_or0(&a, CTA_EXPECT_FLAGS)?;
     Ok(Expectation {
         tuple: tuple(t)?,
-        helper: get(&a, CTA_EXPECT_HELP_NAME).map(name),
+        helper: get(&a, CTA_EXPECT_HELP_NAME).map(string),
         flags,
-        nat_fn: get(&a, CTA_EXPECT_FN).map(name),
+        nat_fn: get(&a, CTA_EXPECT_FN).map(string),
     })
 }
 

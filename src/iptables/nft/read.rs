@@ -33,13 +33,8 @@ pub struct RuleMsg {
 /// A `NEWRULE` dump message, keeping the compatibility expressions' info.
 pub fn rule_msg(m: &Msg) -> Result<RuleMsg> {
     let a = decode::nft_attrs(m)?;
-    let get = |ty: u16| a.iter().find(|(t, _)| *t == ty).map(|(_, p)| *p);
-    let s = |ty: u16| {
-        get(ty).map(|p| {
-            let end = p.iter().position(|&c| c == 0).unwrap_or(p.len());
-            String::from_utf8_lossy(&p[..end]).into_owned()
-        })
-    };
+    let get = |ty: u16| decode::get(&a, ty);
+    let s = |ty: u16| get(ty).map(decode::string);
     let bad = || Error::other("malformed netlink reply: rule without table, chain or handle");
     let handle = get(encode::NFTA_RULE_HANDLE)
         .and_then(|p| p.get(..8))

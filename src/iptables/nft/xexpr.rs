@@ -75,7 +75,7 @@ fn element(p: &[u8]) -> XExpr {
     };
     let find = |a: &[(u16, &[u8])], ty| a.iter().find(|(t, _)| *t == ty).map(|(_, v)| v.to_vec());
     let name = find(&a, NFTA_EXPR_NAME)
-        .map(|n| cstr(&n))
+        .map(|n| decode::string(&n))
         .unwrap_or_default();
     if name == "match" || name == "target" {
         let d = find(&a, NFTA_EXPR_DATA).unwrap_or_default();
@@ -90,7 +90,7 @@ fn element(p: &[u8]) -> XExpr {
             return XExpr::Broken(format!("{name} expression without a name or revision"));
         };
         let x = Ext {
-            name: cstr(&xname),
+            name: decode::string(&xname),
             rev,
             info: find(&d, NFTA_XT_INFO).unwrap_or_default(),
         };
@@ -105,9 +105,4 @@ fn element(p: &[u8]) -> XExpr {
         Err(_) if name.is_empty() => XExpr::Broken("expression without a name".into()),
         Err(_) => XExpr::Broken(format!("{name} expression of another form")),
     }
-}
-
-fn cstr(b: &[u8]) -> String {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
 }
