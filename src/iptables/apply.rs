@@ -189,11 +189,15 @@ pub fn elsewhere(ours: &[(Family, Option<bool>)]) -> Result<Vec<String>> {
             && crate::xtables::TABLES.contains(&table)
             && is_builtin(chain)
     };
-    out.extend(crate::nftables::observe::foreign_only(
-        &hooks,
-        &ours_in_nft,
-    )?);
-    out.extend(crate::nftables::observe::expectation_findings()?);
+    // One socket for both reads: a kernel without one holds neither nf_tables chains nor expectations.
+    if let Some(mut s) = crate::nftables::observe::socket_if_any()? {
+        out.extend(crate::nftables::observe::foreign_only(
+            &mut s,
+            &hooks,
+            &ours_in_nft,
+        )?);
+        out.extend(crate::nftables::observe::expectation_findings(&mut s)?);
+    }
     Ok(out)
 }
 

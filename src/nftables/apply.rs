@@ -126,7 +126,7 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
         })?;
         let mut foreign = seen.foreign;
         foreign.extend(crate::xtables::findings(&FAMILIES)?);
-        foreign.extend(observe::expectation_findings()?);
+        foreign.extend(observe::expectation_findings(&mut s)?);
         bypass::refuse(&foreign, " (nftables)")?;
         let same = state::diff(&want, &seen.ours, &|_, _, _| String::new()).is_empty();
         // "In place" only for a state read in one generation; otherwise the guarded batch decides.
@@ -246,7 +246,7 @@ fn findings_here(rs: &Ruleset) -> Result<bypass::Findings> {
     }));
     let mut bypass = seen.foreign;
     bypass.extend(crate::xtables::findings(&FAMILIES)?);
-    bypass.extend(observe::expectation_findings()?);
+    bypass.extend(observe::expectation_findings(&mut s)?);
     Ok(bypass::Findings { ours, bypass })
 }
 

@@ -258,19 +258,25 @@ pub fn no_nf_tables(e: &Error) -> bool {
     )
 }
 
+/// A netfilter netlink socket in the current thread's namespace; `None` on a kernel without one
+/// ([`no_nf_tables`]), where neither nf_tables nor ctnetlink can hold anything.
+pub fn socket_if_any() -> Result<Option<Socket>> {
+    match Socket::open() {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if no_nf_tables(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// For a backend that is not nf_tables native (iptables mode): the foreign base chains that run before
 /// `hooks` and can move traffic, leaving out the chains `skip` names (the ones that backend's own dump
-/// already covers). Opens its own socket in the current thread's namespace.
+/// already covers), read over `s`.
 pub fn foreign_only(
+    s: &mut Socket,
     hooks: &[OurHook],
     skip: &dyn Fn(u8, &str, &str) -> bool,
 ) -> Result<Vec<String>> {
-    let mut s = match Socket::open() {
-        Ok(s) => s,
-        Err(e) if no_nf_tables(&e) => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let read = in_one_generation(&mut s, "read the foreign chains", &mut |r, head| {
+    let read = in_one_generation(s, "read the foreign chains", &mut |r, head| {
         let base = chains(r, head, &mut Tables::new(), skip)?;
         let rules = foreign_rules(r, &base, hooks)?;
         Ok(foreign::findings(&base, &rules, hooks))
@@ -282,16 +288,11 @@ pub fn foreign_only(
     }
 }
 
-/// The conntrack expectations of the current thread's namespace, both families ([`super::expect`]): one
-/// line per expectation. No ctnetlink in the kernel (the dump is refused as an nf_tables one is without
-/// nf_tables): then none was made through it, and a helper that makes one is assigned by a rule, which is
-/// named where it runs.
-pub fn expectation_findings() -> Result<Vec<String>> {
-    let mut s = match Socket::open() {
-        Ok(s) => s,
-        Err(e) if no_nf_tables(&e) => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
+/// The conntrack expectations of `s`'s namespace, both families ([`super::expect`]): one line per
+/// expectation. No ctnetlink in the kernel (the dump is refused as an nf_tables one is without nf_tables):
+/// then none was made through it, and a helper that makes one is assigned by a rule, which is named where
+/// it runs.
+pub fn expectation_findings(s: &mut Socket) -> Result<Vec<String>> {
     let mut exps = Vec::new();
     for family in [super::conntrack::AF_INET, super::conntrack::AF_INET6] {
         let seq = s.next_seq(1);
@@ -318,10 +319,8 @@ pub fn expectation_findings() -> Result<Vec<String>> {
 /// nf_tables in the kernel: none). What a fresh iptables-mode ADD asks before writing
 /// ([`crate::iptables::apply`]): a fresh pod's namespace normally holds none.
 pub fn any_table() -> Result<bool> {
-    let mut s = match Socket::open() {
-        Ok(s) => s,
-        Err(e) if no_nf_tables(&e) => return Ok(false),
-        Err(e) => return Err(e),
+    let Some(mut s) = socket_if_any()? else {
+        return Ok(false);
     };
     let mut r = Reader::new(&mut s);
     let mut any = false;
