@@ -93,11 +93,16 @@ pub fn rule_problem(text: &str, has_target: bool) -> Option<&'static str> {
     if text.chars().any(char::is_control) {
         return Some("a control character");
     }
-    let jumps = text
-        .split_whitespace()
+    (jump_words(text) != usize::from(has_target))
+        .then_some("a -j or -g word that is not its target")
+}
+
+/// How many `-j`/`-g` words a rule's text holds, split on whitespace as the text's reader
+/// ([`crate::iptables::save::target`]) splits it.
+pub fn jump_words(text: &str) -> usize {
+    text.split_whitespace()
         .filter(|w| *w == "-j" || *w == "-g")
-        .count();
-    (jumps != usize::from(has_target)).then_some("a -j or -g word that is not its target")
+        .count()
 }
 
 /// One line per chain name in `tables` (a chain's own, or a jump's target) that iptables would refuse,
