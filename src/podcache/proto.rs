@@ -132,7 +132,7 @@ pub fn decode_reply(line: &[u8]) -> Result<Reply, String> {
     let result = json::str_of(&o, "result").unwrap_or("").to_string();
     match result.as_str() {
         "wait" => Ok(Reply::Wait),
-        "hit" if json::str_of(&o, "reduced") != Some(reduction_id().as_str()) => Err(format!(
+        "hit" if json::str_of(&o, "reduced") != Some(reduction_id()) => Err(format!(
             "hit reduced by another build ({:?}, this one reduces as {:?}): it may lack keys this build reads",
             json::str_of(&o, "reduced").unwrap_or(""),
             reduction_id()

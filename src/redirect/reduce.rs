@@ -22,7 +22,13 @@ const SHAPE: u32 = 1;
 /// another build (the pod cache's agent during a rolling update, while the new plugin binary is already
 /// in place) is decided by this build's code only under the same name. A key this build reads and that
 /// build dropped would read as absent, and absent is "no sidecar" or the default capture.
-pub fn reduction_id() -> String {
+pub fn reduction_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(reduction_hash)
+}
+
+/// [`reduction_id`]'s hash, made once per process.
+fn reduction_hash() -> String {
     let lists: [&[&str]; 5] = [
         &READ_LABELS,
         &READ_ANNOTATIONS,
