@@ -125,8 +125,7 @@ pub fn apply_here(rs: &Ruleset, ipv6: bool, tproxy: Option<TproxyRoute>) -> Resu
             observe::observe(r, h, &hooks)
         })?;
         let mut foreign = seen.foreign;
-        foreign.extend(crate::xtables::findings(&FAMILIES)?);
-        foreign.extend(observe::expectation_findings(&mut s)?);
+        foreign.extend(beyond_nf_tables(&mut s)?);
         bypass::refuse(&foreign, " (nftables)")?;
         let same = state::diff(&want, &seen.ours, &|_, _, _| String::new()).is_empty();
         // "In place" only for a state read in one generation; otherwise the guarded batch decides.
@@ -162,6 +161,15 @@ fn fresh_bypass(s: &mut Socket, rs: &Ruleset, others: bool) -> Result<()> {
     }
     foreign.extend(crate::xtables::findings(&FAMILIES)?);
     bypass::refuse(&foreign, " (nftables)")
+}
+
+/// What can take traffic past our tables beyond nf_tables' own chains, for CHECK and a re-ADD over our
+/// tables: the x_tables tables of both backends, and the conntrack expectations ([`super::expect`]; a
+/// fresh ADD reads only the first, [`fresh_bypass`]).
+fn beyond_nf_tables(s: &mut Socket) -> Result<Vec<String>> {
+    let mut found = crate::xtables::findings(&FAMILIES)?;
+    found.extend(observe::expectation_findings(s)?);
+    Ok(found)
 }
 
 /// Applies in the namespace at `netns_path`.
@@ -245,8 +253,7 @@ fn findings_here(rs: &Ruleset) -> Result<bypass::Findings> {
         )
     }));
     let mut bypass = seen.foreign;
-    bypass.extend(crate::xtables::findings(&FAMILIES)?);
-    bypass.extend(observe::expectation_findings(&mut s)?);
+    bypass.extend(beyond_nf_tables(&mut s)?);
     Ok(bypass::Findings { ours, bypass })
 }
 
