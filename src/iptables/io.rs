@@ -184,22 +184,22 @@ impl Io {
     fn inspect_node_save(self, family: Family) -> Result<Inspection> {
         let text = self.save(family)?;
         let tool = self.tool(family);
-        let nft = match self.backend {
-            Backend::Nft => Some(true),
-            Backend::Legacy => Some(false),
-            Backend::Plain => save_text::printed_by_nft(&text),
+        let legacy = match self.backend {
+            Backend::Nft => Some(false),
+            Backend::Legacy => Some(true),
+            Backend::Plain => save_text::printed_by_nft(&text).map(|nft| !nft),
         };
         let mut out = Inspection {
             refused_names: save_text::refused_in_text(&tool, &text),
             text,
-            legacy: nft.map(|n| !n),
+            legacy,
             ..Inspection::default()
         };
         // No table printed (the node's unsuffixed tool, whichever it is, listed none): nothing in the text
         // to check, and none of our rules in it (CHECK names them missing, a re-ADD fails).
-        let kernel = match nft {
+        let kernel = match legacy {
             None => return Ok(out),
-            Some(true) => {
+            Some(false) => {
                 let i = nft::inspect_if_any(family).with_context(|| {
                     format!(
                         "read the {} tables' chains and flags ({})",
@@ -213,7 +213,7 @@ impl Io {
                 out.dormant = i.dormant;
                 i.tables
             }
-            Some(false) => legacy::save(family).with_context(|| {
+            Some(true) => legacy::save(family).with_context(|| {
                 format!("read the {} legacy tables ({})", family.name(), self.name())
             })?,
         };
